@@ -1,0 +1,402 @@
+//! `prezero bench clear`: every strategy beside the baselines (glibc memset,
+//! page-at-a-time, the kernel's 8/32 MiB resched batches), hot and cold.
+//!
+//! hot:  one buffer per size, cleared again and again (it stays in cache if it fits).
+//! cold: consecutive slices of a region of at least 8x LLC, so each clear meets
+//!       memory last written long ago. The region is touched once before timing
+//!       (a VM's first touch pays a host fault, which is not what is measured),
+//!       and every slice not being cleared holds non-zero bytes, so the zero
+//!       check after each figure proves the strategy wrote every byte.
+
+use std::ops::ControlFlow;
+use std::time::Instant;
+
+use serde_json::json;
+
+use prezero::{Kernel, PageKind, Region, Strategy, Temperature};
+
+use super::{gbps, verify_zero, Progress, Stats};
+use crate::units::{fmt_size, parse_size};
+
+const DEFAULT_SIZES: &str = "4K,64K,1M,2M,8M,32M,64M,256M,1G";
+/// Bytes one timed repetition aims to clear (many calls for small sizes), so
+/// each repetition lasts milliseconds, far above the clock's resolution.
+const REP_BYTES_HOT: usize = 256 << 20;
+const REP_BYTES_COLD: usize = 64 << 20;
+const DIRTY: u8 = 0xa5;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// hot, cold or both.
+    #[arg(long, default_value = "both", value_parser = ["hot", "cold", "both"])]
+    mode: String,
+    /// Sizes to measure, comma-separated (K/M/G suffixes).
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_SIZES)]
+    sizes: Vec<String>,
+    /// Strategies to measure (default: every available one plus the baselines).
+    #[arg(long, value_delimiter = ',')]
+    strategies: Vec<String>,
+    /// Timed repetitions per figure (after one warm-up).
+    #[arg(long, default_value_t = 7)]
+    reps: usize,
+    /// One JSON object per figure instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// One way of clearing a buffer, as the benchmark names it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Method {
+    /// Auto, told the mode's temperature.
+    Auto,
+    /// Auto, told nothing (plain `prezero::clear`).
+    AutoPlain,
+    Kernel(Kernel),
+    /// glibc memset through libc.
+    Memset,
+    /// One 4 KiB call per page: a kernel without extent clearing.
+    PageAtATime,
+    /// `rep stosb` in chunks of this many bytes: the kernel's resched batches.
+    RepStosbChunks(usize),
+    /// `clear_bounded` (Auto, told the temperature) with 1 MiB chunks.
+    Bounded1M,
+    /// `clear_parallel` over every core.
+    Parallel,
+}
+
+impl Method {
+    fn name(self) -> String {
+        match self {
+            Method::Auto => "auto".into(),
+            Method::AutoPlain => "auto-plain".into(),
+            Method::Kernel(k) => k.name().into(),
+            Method::Memset => "memset".into(),
+            Method::PageAtATime => "page-at-a-time".into(),
+            Method::RepStosbChunks(n) => format!("rep-stosb-{}", fmt_size(n).to_lowercase()),
+            Method::Bounded1M => "bounded-1m".into(),
+            Method::Parallel => "parallel".into(),
+        }
+    }
+
+    /// Single-thread strategies are the ones Auto is held against.
+    fn single_thread(self) -> bool {
+        self != Method::Parallel
+    }
+
+    fn all() -> Vec<Method> {
+        let mut v = vec![Method::Auto, Method::AutoPlain];
+        v.extend(Kernel::available().map(Method::Kernel));
+        v.push(Method::Memset);
+        v.push(Method::PageAtATime);
+        if Kernel::RepStosb.is_available() {
+            v.push(Method::RepStosbChunks(8 << 20));
+            v.push(Method::RepStosbChunks(32 << 20));
+        }
+        v.push(Method::Bounded1M);
+        v.push(Method::Parallel);
+        v
+    }
+
+    fn run(self, buf: &mut [u8], temp: Temperature) {
+        let page_kernel = if Kernel::RepStosb.is_available() {
+            Kernel::RepStosb
+        } else {
+            Kernel::Portable
+        };
+        let r = match self {
+            Method::Auto => prezero::clear_with(buf, temp),
+            Method::AutoPlain => {
+                prezero::clear(buf);
+                Ok(())
+            }
+            Method::Kernel(k) => prezero::clear_with(buf, k),
+            Method::Memset => {
+                // SAFETY: `buf` is a valid, exclusively borrowed slice.
+                unsafe { libc::memset(buf.as_mut_ptr().cast(), 0, buf.len()) };
+                Ok(())
+            }
+            Method::PageAtATime => chunked(buf, page_kernel.into(), 4096),
+            Method::RepStosbChunks(n) => chunked(buf, Kernel::RepStosb.into(), n),
+            Method::Bounded1M => chunked(buf, temp.into(), 1 << 20),
+            Method::Parallel => {
+                prezero::clear_parallel_with(buf, temp, prezero::cpu().logical_cpus)
+            }
+        };
+        r.expect("strategies are only listed when available");
+    }
+}
+
+fn chunked(buf: &mut [u8], s: Strategy, chunk: usize) -> prezero::Result<()> {
+    prezero::clear_bounded_with(buf, s, chunk, |_| ControlFlow::Continue(())).map(drop)
+}
+
+fn parse_methods(names: &[String]) -> Result<Vec<Method>, String> {
+    let all = Method::all();
+    if names.is_empty() {
+        return Ok(all);
+    }
+    names
+        .iter()
+        .map(|n| {
+            all.iter().copied().find(|m| m.name() == *n).ok_or_else(|| {
+                let known: Vec<_> = all.iter().map(|m| m.name()).collect();
+                format!(
+                    "unknown or unavailable strategy '{n}' (here: {})",
+                    known.join(", ")
+                )
+            })
+        })
+        .collect()
+}
+
+struct Figure {
+    mode: &'static str,
+    size: usize,
+    method: Method,
+    stats: Stats,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let sizes = args
+        .sizes
+        .iter()
+        .map(|s| parse_size(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let methods = parse_methods(&args.strategies)?;
+    if args.reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
+    let modes: &[&'static str] = match args.mode.as_str() {
+        "hot" => &["hot"],
+        "cold" => &["cold"],
+        _ => &["hot", "cold"],
+    };
+    warm_up();
+    let mut progress = Progress::new((modes.len() * sizes.len() * args.reps) as u64);
+    let mut figures = Vec::new();
+    for &mode in modes {
+        let mut bench = match mode {
+            "hot" => Bench::hot(),
+            _ => Bench::cold(&sizes)?,
+        };
+        for &size in &sizes {
+            bench.prepare(size)?;
+            // Repetitions go round the methods, so that every method meets the
+            // same drift of this shared machine (clock, neighbours) over time.
+            let mut samples = vec![Vec::with_capacity(args.reps); methods.len()];
+            for rep in 0..args.reps {
+                progress.step(format!("{mode} {}", fmt_size(size)));
+                for (i, &m) in methods.iter().enumerate() {
+                    samples[i].push(bench.rep(size, m, rep + 1 == args.reps)?);
+                }
+            }
+            for (&m, s) in methods.iter().zip(&samples) {
+                let fig = Figure {
+                    mode,
+                    size,
+                    method: m,
+                    stats: Stats::of(s),
+                };
+                if args.json {
+                    print_json(&fig);
+                }
+                figures.push(fig);
+            }
+        }
+    }
+    progress.finish();
+    if !args.json {
+        for &mode in modes {
+            print_table(mode, &sizes, &methods, &figures);
+        }
+    }
+    Ok(())
+}
+
+/// Half a second of clearing before the first figure, so the first strategy
+/// measured does not pay for the core leaving a low-power state.
+fn warm_up() {
+    let mut buf = vec![DIRTY; 2 << 20];
+    let t = Instant::now();
+    while t.elapsed().as_millis() < 500 {
+        prezero::clear(&mut buf);
+    }
+}
+
+/// Where the benchmark's buffers live for one mode.
+enum Bench {
+    /// One region per size, reused by every method.
+    Hot { region: Option<Region> },
+    /// One large region, walked slice after slice; `cursor` is the next slice's offset.
+    Cold { region: Region, cursor: usize },
+}
+
+impl Bench {
+    fn hot() -> Bench {
+        Bench::Hot { region: None }
+    }
+
+    fn cold(sizes: &[usize]) -> Result<Bench, String> {
+        let max = sizes.iter().copied().max().unwrap_or(0);
+        let want = (8 * prezero::cpu().llc())
+            .max(4 * max)
+            .next_multiple_of(max.max(1));
+        let mut region = Region::new(want, PageKind::Thp).map_err(|e| e.to_string())?;
+        eprintln!(
+            "prezero: cold region {} (8x LLC or 4x the largest size), touching it once",
+            fmt_size(region.len())
+        );
+        region.as_mut_slice().fill(DIRTY);
+        Ok(Bench::Cold { region, cursor: 0 })
+    }
+
+    fn prepare(&mut self, size: usize) -> Result<(), String> {
+        if let Bench::Hot { region } = self {
+            *region = None;
+            let mut r = Region::new(size, PageKind::Thp).map_err(|e| e.to_string())?;
+            r.as_mut_slice().fill(DIRTY);
+            *region = Some(r);
+        }
+        Ok(())
+    }
+
+    /// One timed repetition of `m` (after one untimed call), in GB/s. The memory
+    /// it clears is checked zero afterwards: in hot mode on the last repetition
+    /// (dirtied just before it), in cold mode every time (and dirtied again).
+    fn rep(&mut self, size: usize, m: Method, last: bool) -> Result<f64, String> {
+        match self {
+            Bench::Hot { region } => {
+                let r = region.as_mut().expect("prepared");
+                let buf = &mut r.as_mut_slice()[..size];
+                if last {
+                    buf.fill(DIRTY);
+                }
+                m.run(buf, Temperature::Hot);
+                let inner = (REP_BYTES_HOT / size).max(1);
+                let t = Instant::now();
+                for _ in 0..inner {
+                    m.run(buf, Temperature::Hot);
+                }
+                let g = gbps(size * inner, t.elapsed());
+                if last {
+                    verify_zero(buf, &format!("hot {} {}", fmt_size(size), m.name()))?;
+                }
+                Ok(g)
+            }
+            Bench::Cold { region, cursor } => {
+                let slices = region.len() / size;
+                let inner = (REP_BYTES_COLD / size).max(1).min(slices - 1);
+                let buf = region.as_mut_slice();
+                let first = *cursor / size;
+                let mut next = first;
+                let mut clear_next = |count: usize| {
+                    for _ in 0..count {
+                        m.run(&mut buf[next * size..][..size], Temperature::Cold);
+                        next = (next + 1) % slices;
+                    }
+                };
+                clear_next(1);
+                let t = Instant::now();
+                clear_next(inner);
+                let g = gbps(size * inner, t.elapsed());
+                for i in 0..=inner {
+                    let s = &mut buf[(first + i) % slices * size..][..size];
+                    verify_zero(s, &format!("cold {} {}", fmt_size(size), m.name()))?;
+                    s.fill(DIRTY);
+                }
+                *cursor = next * size;
+                Ok(g)
+            }
+        }
+    }
+}
+
+fn print_json(f: &Figure) {
+    let mut v = json!({
+        "bench": "clear",
+        "mode": f.mode,
+        "size": f.size,
+        "strategy": f.method.name(),
+        "gbps": round2(f.stats.mean),
+        "stdev_pct": round2(f.stats.stdev_pct),
+        "median_gbps": round2(f.stats.median),
+    });
+    if matches!(f.method, Method::Auto | Method::AutoPlain) {
+        let temp = match (f.method, f.mode) {
+            (Method::AutoPlain, _) => Temperature::Unknown,
+            (_, "hot") => Temperature::Hot,
+            _ => Temperature::Cold,
+        };
+        v["kernel"] = json!(prezero::auto_kernel(f.size, temp).name());
+    }
+    println!("{v}");
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn print_table(mode: &str, sizes: &[usize], methods: &[Method], figs: &[Figure]) {
+    let get = |size, m| {
+        figs.iter()
+            .find(|f| f.mode == mode && f.size == size && f.method == m)
+            .map(|f| f.stats)
+    };
+    println!("\n# bench clear, {mode} — GB/s (mean +- stdev%); auto/best compares medians");
+    print!("{:<16}", "strategy");
+    for &s in sizes {
+        print!("{:>14}", fmt_size(s));
+    }
+    println!();
+    for &m in methods {
+        print!("{:<16}", m.name());
+        for &s in sizes {
+            match get(s, m) {
+                Some(st) => print!("{:>14}", format!("{:.1} +-{:.0}%", st.mean, st.stdev_pct)),
+                None => print!("{:>14}", "-"),
+            }
+        }
+        println!();
+    }
+    // Auto against the best single-thread strategy measured in the same run,
+    // by medians: one descheduled repetition on a shared VM moves a mean a lot.
+    if methods.contains(&Method::Auto) {
+        print!("{:<16}", "auto/best");
+        for &s in sizes {
+            let auto = get(s, Method::Auto).map_or(0.0, |st| st.median);
+            let best = methods
+                .iter()
+                .filter(|m| m.single_thread())
+                .filter_map(|&m| get(s, m).map(|st| (st.median, m)))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            match best {
+                Some((b, bm)) if b > 0.0 => {
+                    print!("{:>14}", format!("{:.2} {}", auto / b, short(bm)))
+                }
+                _ => print!("{:>14}", "-"),
+            }
+        }
+        println!();
+        let kernel_row = |label: &str, temp| {
+            print!("{:<16}", label);
+            for &s in sizes {
+                print!("{:>14}", prezero::auto_kernel(s, temp).name());
+            }
+            println!();
+        };
+        kernel_row(
+            "auto runs",
+            if mode == "hot" {
+                Temperature::Hot
+            } else {
+                Temperature::Cold
+            },
+        );
+    }
+}
+
+/// A short label for the best strategy in the ratio row.
+fn short(m: Method) -> String {
+    let n = m.name();
+    n.chars().take(8).collect()
+}

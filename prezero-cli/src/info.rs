@@ -1,0 +1,191 @@
+//! `prezero info`: everything detected, and what Auto does with it.
+
+use serde_json::{json, Value};
+
+use prezero::{Kernel, Temperature};
+
+use crate::units::fmt_size;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// One JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The size classes `info` reports the Auto choice for.
+const CLASSES: [usize; 9] = [
+    4 << 10,
+    64 << 10,
+    1 << 20,
+    2 << 20,
+    8 << 20,
+    32 << 20,
+    64 << 20,
+    256 << 20,
+    1 << 30,
+];
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let v = collect();
+    if args.json {
+        println!("{v}");
+    } else {
+        print_text(&v);
+    }
+    Ok(())
+}
+
+fn collect() -> Value {
+    let c = prezero::cpu();
+    let m = prezero::memory();
+    let f = &c.features;
+    let profile = prezero::active_profile();
+    let classes = |t: Temperature| -> Value {
+        profile
+            .classes(t)
+            .iter()
+            .map(|s| json!({"below": if s.below == usize::MAX { Value::Null } else { json!(s.below) }, "kernel": s.kernel.name()}))
+            .collect()
+    };
+    json!({
+        "cpu": {
+            "vendor": c.vendor,
+            "model_name": c.model_name,
+            "family": c.family,
+            "model": c.model,
+            "stepping": c.stepping,
+            "logical_cpus": c.logical_cpus,
+            "features": {
+                "erms": f.erms, "fsrm": f.fsrm, "sse2": f.sse2, "avx2": f.avx2,
+                "avx512f": f.avx512f, "avx512bw": f.avx512bw, "clzero": f.clzero,
+                "dc_zva": f.dc_zva, "mops": f.mops,
+            },
+            "dc_zva_block": c.dc_zva_block,
+            "caches": c.caches.iter().map(|k| json!({"level": k.level, "type": k.kind, "size": k.size})).collect::<Vec<_>>(),
+            "cache_source": c.cache_source,
+        },
+        "memory": {
+            "page_size": c.page_size,
+            "thp_mode": m.thp.mode,
+            "thp_pmd_size": m.thp.pmd_size,
+            "hugetlb": m.hugetlb.iter().map(|p| json!({"page_size": p.page_size, "total": p.total, "free": p.free})).collect::<Vec<_>>(),
+            "numa_nodes": m.numa_nodes,
+            "kernel_release": m.kernel_release,
+        },
+        "kernels": Kernel::ALL.iter().map(|k| json!({
+            "name": k.name(), "available": k.is_available(), "streaming": k.is_streaming(), "needs": k.needs(),
+        })).collect::<Vec<_>>(),
+        "forced": prezero::forced_kernel().map(|k| k.name()),
+        "profile": {
+            "source": "built-in defaults",
+            "unknown": classes(Temperature::Unknown),
+            "hot": classes(Temperature::Hot),
+            "cold": classes(Temperature::Cold),
+        },
+        "auto": CLASSES.iter().map(|&n| json!({
+            "size": n,
+            "unknown": prezero::auto_kernel(n, Temperature::Unknown).name(),
+            "hot": prezero::auto_kernel(n, Temperature::Hot).name(),
+            "cold": prezero::auto_kernel(n, Temperature::Cold).name(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn print_text(v: &Value) {
+    let cpu = &v["cpu"];
+    let mem = &v["memory"];
+    println!(
+        "CPU      {} ({}, family {} model {} stepping {}), {} logical CPUs",
+        cpu["model_name"].as_str().unwrap_or("?"),
+        cpu["vendor"].as_str().unwrap_or("?"),
+        cpu["family"],
+        cpu["model"],
+        cpu["stepping"],
+        cpu["logical_cpus"]
+    );
+    let feats: Vec<&str> = cpu["features"]
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(_, on)| on.as_bool() == Some(true))
+                .map(|(k, _)| k.as_str())
+                .collect()
+        })
+        .unwrap_or_default();
+    println!("Features {}", feats.join(" "));
+    let caches: Vec<String> = cpu["caches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            format!(
+                "L{} {} {}",
+                c["level"],
+                c["type"].as_str().unwrap_or(""),
+                fmt_size(c["size"].as_u64().unwrap_or(0) as usize)
+            )
+        })
+        .collect();
+    println!(
+        "Caches   {} (from {})",
+        caches.join(", "),
+        cpu["cache_source"].as_str().unwrap_or("?")
+    );
+    println!(
+        "Pages    base {}, THP {} ({}), NUMA nodes {}, kernel {}",
+        fmt_size(mem["page_size"].as_u64().unwrap_or(0) as usize),
+        mem["thp_mode"].as_str().unwrap_or("?"),
+        fmt_size(mem["thp_pmd_size"].as_u64().unwrap_or(0) as usize),
+        mem["numa_nodes"],
+        mem["kernel_release"].as_str().unwrap_or("?")
+    );
+    for p in mem["hugetlb"].as_array().into_iter().flatten() {
+        println!(
+            "Hugetlb  {:>5}: {} reserved, {} free",
+            fmt_size(p["page_size"].as_u64().unwrap_or(0) as usize),
+            p["total"],
+            p["free"]
+        );
+    }
+    println!();
+    println!("Kernels");
+    for k in v["kernels"].as_array().into_iter().flatten() {
+        println!(
+            "  {:<10} {:<13} {:<9} needs {}",
+            k["name"].as_str().unwrap_or(""),
+            if k["available"].as_bool() == Some(true) {
+                "available"
+            } else {
+                "unavailable"
+            },
+            if k["streaming"].as_bool() == Some(true) {
+                "streaming"
+            } else {
+                "temporal"
+            },
+            k["needs"].as_str().unwrap_or("")
+        );
+    }
+    println!();
+    match v["forced"].as_str() {
+        Some(k) => println!("Auto     forced to {k} by PREZERO_STRATEGY"),
+        None => println!(
+            "Auto     profile: {}",
+            v["profile"]["source"].as_str().unwrap_or("")
+        ),
+    }
+    println!(
+        "  {:>6}  {:<10} {:<10} {:<10}",
+        "size", "unknown", "hot", "cold"
+    );
+    for a in v["auto"].as_array().into_iter().flatten() {
+        println!(
+            "  {:>6}  {:<10} {:<10} {:<10}",
+            fmt_size(a["size"].as_u64().unwrap_or(0) as usize),
+            a["unknown"].as_str().unwrap_or(""),
+            a["hot"].as_str().unwrap_or(""),
+            a["cold"].as_str().unwrap_or("")
+        );
+    }
+}

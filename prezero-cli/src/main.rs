@@ -1,0 +1,47 @@
+//! `prezero`: what this machine offers for clearing memory, and benchmarks that
+//! measure each strategy beside what the kernel and glibc do today.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod bench;
+mod info;
+mod units;
+
+#[derive(Parser)]
+#[command(
+    name = "prezero",
+    version,
+    about = "Zeroed memory as fast as the hardware allows"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// CPU features, caches, page sizes, and the kernel Auto picks per size class.
+    Info(info::Args),
+    /// Benchmarks (GB/s, mean +- stdev, every result verified zero).
+    Bench {
+        #[command(subcommand)]
+        which: bench::Which,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Info(args) => info::run(&args),
+        Command::Bench { which } => bench::run(which),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("prezero: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

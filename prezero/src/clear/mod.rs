@@ -1,0 +1,277 @@
+//! Clearing memory: the kernels, the choice between them, and the three ways of
+//! ordering a large clear that the seeds describe.
+//!
+//! - [`clear`] / [`clear_with`]: one extent, one kernel (seed 001: give the CPU the
+//!   whole extent, not a page at a time).
+//! - [`clear_bounded`]: the extent in chunks with a callback between them (seeds
+//!   000-002: a latency bound), keeping the kernel chosen for the whole extent.
+//! - [`clear_near`]: locality order (seed 001): away from the hint first, streamed;
+//!   the hint's neighbourhood last, with ordinary stores, so it is cache-hot.
+//! - [`clear_parallel`]: the extent split on page boundaries over threads.
+
+use std::fmt;
+use std::ops::ControlFlow;
+use std::str::FromStr;
+
+mod kernel;
+pub(crate) mod portable;
+mod profile;
+
+#[cfg(target_arch = "aarch64")]
+mod aarch64;
+#[cfg(target_arch = "x86_64")]
+mod x86_64;
+
+pub use kernel::Kernel;
+pub(crate) use kernel::KernelFn;
+pub use profile::{
+    active_profile, auto_kernel, forced_kernel, Profile, SizeClass, Temperature, MAX_CLASSES,
+};
+
+use crate::error::{Error, Result};
+use profile::dispatch;
+
+/// How to clear: let prezero choose for a temperature, or name a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Strategy {
+    /// Choose by size from the active [`Profile`], for memory of this temperature.
+    Auto(Temperature),
+    /// Always this kernel (an error if the CPU lacks it).
+    Kernel(Kernel),
+}
+
+impl Default for Strategy {
+    fn default() -> Self {
+        Strategy::Auto(Temperature::Unknown)
+    }
+}
+
+impl From<Kernel> for Strategy {
+    fn from(k: Kernel) -> Self {
+        Strategy::Kernel(k)
+    }
+}
+
+impl From<Temperature> for Strategy {
+    fn from(t: Temperature) -> Self {
+        Strategy::Auto(t)
+    }
+}
+
+impl Strategy {
+    /// The checked kernel that clears `len` bytes under this strategy.
+    pub(crate) fn kernel_for(self, len: usize) -> Result<KernelFn> {
+        match self {
+            Strategy::Auto(t) => Ok(dispatch().pick(len, t)),
+            Strategy::Kernel(k) => k.require(),
+        }
+    }
+
+    /// "auto", "auto-hot", "auto-cold", or the kernel's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::Auto(Temperature::Unknown) => "auto",
+            Strategy::Auto(Temperature::Hot) => "auto-hot",
+            Strategy::Auto(Temperature::Cold) => "auto-cold",
+            Strategy::Kernel(k) => k.name(),
+        }
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "auto" => Strategy::Auto(Temperature::Unknown),
+            "auto-hot" => Strategy::Auto(Temperature::Hot),
+            "auto-cold" => Strategy::Auto(Temperature::Cold),
+            _ => Strategy::Kernel(s.parse()?),
+        })
+    }
+}
+
+/// Zeroes `buf` with the kernel `Auto` picks for its size (temperature unknown).
+#[inline]
+pub fn clear(buf: &mut [u8]) {
+    dispatch().pick(buf.len(), Temperature::Unknown).clear(buf)
+}
+
+/// Zeroes `buf` with `strategy`: a [`Temperature`] (Auto for memory of that
+/// temperature) or a [`Kernel`]. Errors only if the CPU lacks the named kernel.
+pub fn clear_with(buf: &mut [u8], strategy: impl Into<Strategy>) -> Result<()> {
+    strategy.into().kernel_for(buf.len())?.clear(buf);
+    Ok(())
+}
+
+/// Zeroes `len` bytes at `ptr` (Auto, temperature unknown).
+///
+/// # Safety
+/// `ptr` is valid for writes of `len` bytes, and nothing else accesses them meanwhile.
+#[inline]
+pub unsafe fn clear_raw(ptr: *mut u8, len: usize) {
+    // SAFETY: forwarded from the caller.
+    unsafe { dispatch().pick(len, Temperature::Unknown).run(ptr, len) }
+}
+
+/// Zeroes `len` bytes at `ptr` with `strategy`.
+///
+/// # Safety
+/// `ptr` is valid for writes of `len` bytes, and nothing else accesses them meanwhile.
+pub unsafe fn clear_raw_with(
+    ptr: *mut u8,
+    len: usize,
+    strategy: impl Into<Strategy>,
+) -> Result<()> {
+    let k = strategy.into().kernel_for(len)?;
+    // SAFETY: forwarded from the caller.
+    unsafe { k.run(ptr, len) };
+    Ok(())
+}
+
+/// Zeroes `buf` in chunks of at most `max_chunk` bytes, calling `on_chunk(cleared)`
+/// between chunks (not after the last); returning `ControlFlow::Break` stops there.
+/// Returns the bytes cleared: exactly the prefix `buf[..n]` is zero, the rest untouched.
+///
+/// The kernel is chosen once for the *whole* extent (Auto, temperature unknown),
+/// so a large clear keeps its extent kernel (streaming stores) even in small
+/// chunks. Chunks of 4 KiB or more end on 4 KiB boundaries, so no chunk splits a
+/// page or a cache line. `max_chunk == 0` is an error.
+pub fn clear_bounded(
+    buf: &mut [u8],
+    max_chunk: usize,
+    on_chunk: impl FnMut(usize) -> ControlFlow<()>,
+) -> Result<usize> {
+    clear_bounded_with(buf, Strategy::default(), max_chunk, on_chunk)
+}
+
+/// [`clear_bounded`] with a chosen strategy.
+pub fn clear_bounded_with(
+    buf: &mut [u8],
+    strategy: impl Into<Strategy>,
+    max_chunk: usize,
+    on_chunk: impl FnMut(usize) -> ControlFlow<()>,
+) -> Result<usize> {
+    if max_chunk == 0 {
+        return Err(Error::invalid(
+            "clear_bounded: max_chunk must be at least 1",
+        ));
+    }
+    let k = strategy.into().kernel_for(buf.len())?;
+    Ok(bounded(k, buf, max_chunk, on_chunk))
+}
+
+pub(crate) fn bounded(
+    k: KernelFn,
+    buf: &mut [u8],
+    max_chunk: usize,
+    mut on_chunk: impl FnMut(usize) -> ControlFlow<()>,
+) -> usize {
+    let align = if max_chunk >= 4096 {
+        4096
+    } else if max_chunk >= 64 {
+        64
+    } else {
+        1
+    };
+    let chunk = max_chunk / align * align;
+    let base = buf.as_ptr() as usize;
+    let len = buf.len();
+    let mut done = 0;
+    while done < len {
+        // End on an aligned address so later chunks start on whole lines/pages;
+        // chunk >= align, so every chunk makes progress.
+        let end = if len - done <= max_chunk {
+            len
+        } else {
+            (base + done + chunk) / align * align - base
+        };
+        k.clear(&mut buf[done..end]);
+        done = end;
+        if done < len && on_chunk(done).is_break() {
+            break;
+        }
+    }
+    done
+}
+
+/// The neighbourhood kept for last by [`clear_near`]: this many base pages on
+/// each side of the hint's page (seed 001 uses 2).
+pub const NEAR_PAGES: usize = 2;
+
+/// Zeroes `buf` in locality order around `hint` (an offset into `buf`): first
+/// everything more than [`NEAR_PAGES`] base pages away, with the cold (streaming)
+/// choice, then the hint's neighbourhood with the hot (temporal) choice, so the
+/// lines the caller touches next are in cache. A `hint` past the end is clamped
+/// to the last byte, as the kernel clamps its fault index.
+pub fn clear_near(buf: &mut [u8], hint: usize) {
+    if buf.is_empty() {
+        return;
+    }
+    let page = crate::cpu::cpu().page_size;
+    let base = buf.as_ptr() as usize;
+    let hint_addr = base + hint.min(buf.len() - 1);
+    let page_start = hint_addr & !(page - 1);
+    let near_start = page_start.saturating_sub(NEAR_PAGES * page).max(base) - base;
+    let near_end = (page_start + (NEAR_PAGES + 1) * page).min(base + buf.len()) - base;
+    let (left, rest) = buf.split_at_mut(near_start);
+    let (near, right) = rest.split_at_mut(near_end - near_start);
+    let d = dispatch();
+    // Right then left, as the kernel does: the common hint is the start of the buffer.
+    d.pick(right.len(), Temperature::Cold).clear(right);
+    d.pick(left.len(), Temperature::Cold).clear(left);
+    d.pick(near.len(), Temperature::Hot).clear(near);
+}
+
+/// Zeroes `buf` using `threads` scoped threads (the caller's among them), split on
+/// base-page boundaries. Fewer threads run when there are fewer pages than
+/// threads. `threads == 0` is an error.
+pub fn clear_parallel(buf: &mut [u8], threads: usize) -> Result<()> {
+    clear_parallel_with(buf, Strategy::default(), threads)
+}
+
+/// [`clear_parallel`] with a chosen strategy; the kernel is chosen for the whole extent.
+pub fn clear_parallel_with(
+    buf: &mut [u8],
+    strategy: impl Into<Strategy>,
+    threads: usize,
+) -> Result<()> {
+    if threads == 0 {
+        return Err(Error::invalid("clear_parallel: threads must be at least 1"));
+    }
+    let k = strategy.into().kernel_for(buf.len())?;
+    let page = crate::cpu::cpu().page_size;
+    let pages = buf.len().div_ceil(page);
+    let threads = threads.min(pages).max(1);
+    if threads == 1 {
+        k.clear(buf);
+        return Ok(());
+    }
+    // Part i covers [first_page + i*per, first_page + (i+1)*per) clipped to the
+    // buffer: boundaries are page-aligned addresses, so no two threads share a page.
+    let base = buf.as_ptr() as usize;
+    let end = base + buf.len();
+    let first_page = base & !(page - 1);
+    let per = (end - first_page).div_ceil(page).div_ceil(threads) * page;
+    std::thread::scope(|s| {
+        let mut rest = buf;
+        for i in 1..=threads {
+            let cut = (first_page + i * per).clamp(base, end) - (end - rest.len());
+            let (part, tail) = rest.split_at_mut(cut);
+            rest = tail;
+            if rest.is_empty() {
+                // The caller's thread takes the last part instead of idling.
+                k.clear(part);
+                break;
+            }
+            s.spawn(move || k.clear(part));
+        }
+    });
+    Ok(())
+}

@@ -1,0 +1,15 @@
+//! The portable kernel: `ptr::write_bytes`, available on every target.
+
+use core::ptr;
+
+/// Available everywhere: `ptr::write_bytes`, which the compiler lowers to libc `memset`.
+pub(crate) fn is_available() -> bool {
+    true
+}
+
+/// # Safety
+/// `ptr` is valid for writes of `len` bytes.
+pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {
+    // SAFETY: the caller guarantees `ptr` is valid for `len` bytes of writes.
+    unsafe { ptr::write_bytes(ptr, 0, len) }
+}

@@ -1,0 +1,489 @@
+//! What the CPU and the kernel offer: features, caches, page sizes.
+//!
+//! [`cpu()`] is detected once and cached: it cannot change while the process runs.
+//! [`memory()`] reads the kernel's current state (THP mode, free hugetlb pages)
+//! afresh on every call, since another process may change it at any time.
+
+use std::sync::OnceLock;
+
+use crate::sys;
+
+/// Instruction-set features that decide which clearing kernels can run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Features {
+    /// Enhanced REP MOVSB/STOSB: `rep stosb` is the fast extent clear.
+    pub erms: bool,
+    /// Fast short REP MOV: `rep stos` is cheap to start even for small sizes.
+    pub fsrm: bool,
+    /// SSE2, which brings `movnti` 8-byte streaming stores.
+    pub sse2: bool,
+    /// 256-bit vector stores, temporal and streaming.
+    pub avx2: bool,
+    /// 512-bit vector stores, temporal and streaming.
+    pub avx512f: bool,
+    /// 512-bit byte/word operations (masked byte stores).
+    pub avx512bw: bool,
+    /// AMD `clzero`: zero a whole cache line without reading it.
+    pub clzero: bool,
+    /// aarch64 `dc zva` is permitted (DCZID_EL0.DZP clear).
+    pub dc_zva: bool,
+    /// aarch64 FEAT_MOPS (`SETP/SETM/SETE` memory-set instructions).
+    pub mops: bool,
+}
+
+/// One cache level as the kernel (or CPUID) describes it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cache {
+    /// 1, 2, 3...
+    pub level: u32,
+    /// "Data", "Instruction" or "Unified".
+    pub kind: String,
+    /// Size in bytes of one instance.
+    pub size: usize,
+}
+
+/// The CPU, detected once per process.
+#[derive(Debug, Clone)]
+pub struct Cpu {
+    /// "GenuineIntel", "AuthenticAMD", or the aarch64 implementer.
+    pub vendor: String,
+    /// Marketing name from /proc/cpuinfo or CPUID.
+    pub model_name: String,
+    /// Display family (x86: base + extended family).
+    pub family: u32,
+    /// Display model.
+    pub model: u32,
+    /// Stepping.
+    pub stepping: u32,
+    /// Clearing-relevant features.
+    pub features: Features,
+    /// Every data/unified cache level of CPU 0, smallest level first.
+    pub caches: Vec<Cache>,
+    /// Where the cache sizes came from: "sysfs", "cpuid" or "none".
+    pub cache_source: &'static str,
+    /// `dc zva` block size in bytes (aarch64), 0 elsewhere.
+    pub dc_zva_block: usize,
+    /// Logical CPUs this process may use.
+    pub logical_cpus: usize,
+    /// Base page size in bytes.
+    pub page_size: usize,
+}
+
+impl Cpu {
+    /// Size of the first level-1 data cache, or 32 KiB if unknown.
+    pub fn l1d(&self) -> usize {
+        self.cache_size(1).unwrap_or(32 << 10)
+    }
+
+    /// Size of the level-2 cache, or 1 MiB if unknown.
+    pub fn l2(&self) -> usize {
+        self.cache_size(2).unwrap_or(1 << 20)
+    }
+
+    /// Size of the last-level cache, or 32 MiB if unknown.
+    pub fn llc(&self) -> usize {
+        self.caches.last().map_or(32 << 20, |c| c.size)
+    }
+
+    fn cache_size(&self, level: u32) -> Option<usize> {
+        self.caches
+            .iter()
+            .find(|c| c.level == level)
+            .map(|c| c.size)
+    }
+}
+
+/// The CPU this process runs on, detected on first call.
+pub fn cpu() -> &'static Cpu {
+    static CPU: OnceLock<Cpu> = OnceLock::new();
+    CPU.get_or_init(detect)
+}
+
+fn detect() -> Cpu {
+    let (vendor, family, model, stepping, mut model_name) = arch::identity();
+    if model_name.is_empty() {
+        model_name = cpuinfo_field("model name").unwrap_or_default();
+    }
+    let (caches, cache_source) = match sysfs_caches() {
+        Some(c) if !c.is_empty() => (c, "sysfs"),
+        _ => match arch::cpuid_caches() {
+            c if !c.is_empty() => (c, "cpuid"),
+            _ => (Vec::new(), "none"),
+        },
+    };
+    Cpu {
+        vendor,
+        model_name,
+        family,
+        model,
+        stepping,
+        features: arch::features(),
+        caches,
+        cache_source,
+        dc_zva_block: arch::dc_zva_block(),
+        logical_cpus: sys::online_cpus(),
+        page_size: sys::page_size(),
+    }
+}
+
+fn cpuinfo_field(name: &str) -> Option<String> {
+    let text = sys::read_text("/proc/cpuinfo")?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == name).then(|| v.trim().to_owned())
+    })
+}
+
+/// Caches of CPU 0 from /sys/devices/system/cpu/cpu0/cache/index*, instruction caches left out.
+fn sysfs_caches() -> Option<Vec<Cache>> {
+    let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
+    let mut caches: Vec<Cache> = dir
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let p = e.path();
+            let kind = sys::read_text(p.join("type"))?;
+            if kind == "Instruction" {
+                return None;
+            }
+            Some(Cache {
+                level: sys::read_usize(p.join("level"))? as u32,
+                size: parse_size(&sys::read_text(p.join("size"))?)?,
+                kind,
+            })
+        })
+        .collect();
+    caches.sort_by_key(|c| c.level);
+    Some(caches)
+}
+
+/// Parses sysfs sizes such as "48K", "2048K", "32M" into bytes.
+pub(crate) fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let (digits, mult) = match s.as_bytes().last()? {
+        b'K' | b'k' => (&s[..s.len() - 1], 1usize << 10),
+        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
+        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    digits.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// Transparent huge page settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Thp {
+    /// "always", "madvise" or "never" (or "unavailable").
+    pub mode: String,
+    /// PMD (huge page) size in bytes, 0 if unknown.
+    pub pmd_size: usize,
+}
+
+/// One hugetlb page size and its pool counts at the time of reading.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HugetlbPool {
+    /// Page size in bytes.
+    pub page_size: usize,
+    /// Pages reserved in the pool (`nr_hugepages`).
+    pub total: usize,
+    /// Pages not yet handed out (`free_hugepages`).
+    pub free: usize,
+}
+
+impl HugetlbPool {
+    /// The sysfs file whose value is the pool's size.
+    pub fn nr_path(page_size: usize) -> String {
+        format!(
+            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
+            page_size / 1024
+        )
+    }
+}
+
+/// Memory-management state of the kernel, read now.
+#[derive(Debug, Clone)]
+pub struct Memory {
+    /// THP mode and size.
+    pub thp: Thp,
+    /// Every hugetlb size the kernel supports, smallest first.
+    pub hugetlb: Vec<HugetlbPool>,
+    /// NUMA nodes online (1 on a machine without NUMA).
+    pub numa_nodes: usize,
+    /// `uname -r`.
+    pub kernel_release: String,
+}
+
+/// The kernel's memory-management state at this moment.
+pub fn memory() -> Memory {
+    let thp_mode = sys::read_text("/sys/kernel/mm/transparent_hugepage/enabled")
+        .and_then(|s| {
+            let start = s.find('[')? + 1;
+            let end = s[start..].find(']')? + start;
+            Some(s[start..end].to_owned())
+        })
+        .unwrap_or_else(|| "unavailable".into());
+    let pmd_size =
+        sys::read_usize("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").unwrap_or(0);
+    Memory {
+        thp: Thp {
+            mode: thp_mode,
+            pmd_size,
+        },
+        hugetlb: hugetlb_pools(),
+        numa_nodes: numa_nodes(),
+        kernel_release: sys::read_text("/proc/sys/kernel/osrelease").unwrap_or_default(),
+    }
+}
+
+/// The hugetlb pool of one page size, read now.
+pub fn hugetlb_pool(page_size: usize) -> Option<HugetlbPool> {
+    let dir = format!("/sys/kernel/mm/hugepages/hugepages-{}kB", page_size / 1024);
+    Some(HugetlbPool {
+        page_size,
+        total: sys::read_usize(format!("{dir}/nr_hugepages"))?,
+        free: sys::read_usize(format!("{dir}/free_hugepages"))?,
+    })
+}
+
+fn hugetlb_pools() -> Vec<HugetlbPool> {
+    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else {
+        return Vec::new();
+    };
+    let mut pools: Vec<HugetlbPool> = dir
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kb: usize = name
+                .strip_prefix("hugepages-")?
+                .strip_suffix("kB")?
+                .parse()
+                .ok()?;
+            hugetlb_pool(kb * 1024)
+        })
+        .collect();
+    pools.sort_by_key(|p| p.page_size);
+    pools
+}
+
+fn numa_nodes() -> usize {
+    std::fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    let n = e.file_name();
+                    let n = n.to_string_lossy();
+                    n.strip_prefix("node")
+                        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+        .max(1)
+}
+
+#[cfg(target_arch = "x86_64")]
+mod arch {
+    use super::{Cache, Features};
+    use core::arch::x86_64::{__cpuid_count, CpuidResult};
+
+    fn cpuid(leaf: u32, sub: u32) -> CpuidResult {
+        __cpuid_count(leaf, sub)
+    }
+
+    fn max_leaf() -> u32 {
+        cpuid(0, 0).eax
+    }
+
+    fn max_ext_leaf() -> u32 {
+        cpuid(0x8000_0000, 0).eax
+    }
+
+    pub(super) fn identity() -> (String, u32, u32, u32, String) {
+        let r = cpuid(0, 0);
+        let mut v = Vec::with_capacity(12);
+        for reg in [r.ebx, r.edx, r.ecx] {
+            v.extend_from_slice(&reg.to_le_bytes());
+        }
+        let vendor = String::from_utf8_lossy(&v).into_owned();
+        let sig = cpuid(1, 0).eax;
+        let base_family = (sig >> 8) & 0xf;
+        let base_model = (sig >> 4) & 0xf;
+        let family = if base_family == 0xf {
+            base_family + ((sig >> 20) & 0xff)
+        } else {
+            base_family
+        };
+        let model = if base_family == 0x6 || base_family == 0xf {
+            base_model | (((sig >> 16) & 0xf) << 4)
+        } else {
+            base_model
+        };
+        let mut name = Vec::with_capacity(48);
+        if max_ext_leaf() >= 0x8000_0004 {
+            for leaf in 0x8000_0002..=0x8000_0004 {
+                let r = cpuid(leaf, 0);
+                for reg in [r.eax, r.ebx, r.ecx, r.edx] {
+                    name.extend_from_slice(&reg.to_le_bytes());
+                }
+            }
+        }
+        let name = String::from_utf8_lossy(&name)
+            .trim_matches(char::from(0))
+            .trim()
+            .to_owned();
+        (vendor, family, model, sig & 0xf, name)
+    }
+
+    pub(super) fn features() -> Features {
+        // CLZERO is AMD-only and not a Rust target feature: CPUID 0x80000008 EBX bit 0.
+        let clzero = max_ext_leaf() >= 0x8000_0008 && cpuid(0x8000_0008, 0).ebx & 1 != 0;
+        // FSRM: CPUID 7.0 EDX bit 4 (std does not detect it).
+        let fsrm = max_leaf() >= 7 && cpuid(7, 0).edx & (1 << 4) != 0;
+        Features {
+            erms: std::arch::is_x86_feature_detected!("ermsb"),
+            fsrm,
+            sse2: std::arch::is_x86_feature_detected!("sse2"),
+            avx2: std::arch::is_x86_feature_detected!("avx2"),
+            avx512f: std::arch::is_x86_feature_detected!("avx512f"),
+            avx512bw: std::arch::is_x86_feature_detected!("avx512bw"),
+            clzero,
+            dc_zva: false,
+            mops: false,
+        }
+    }
+
+    /// Deterministic cache parameters: leaf 4 on Intel, 0x8000001D on AMD.
+    pub(super) fn cpuid_caches() -> Vec<Cache> {
+        let leaf = if max_leaf() >= 4 && cpuid(4, 0).eax & 0x1f != 0 {
+            4
+        } else if max_ext_leaf() >= 0x8000_001d {
+            0x8000_001d
+        } else {
+            return Vec::new();
+        };
+        let mut caches = Vec::new();
+        for sub in 0..16 {
+            let r = cpuid(leaf, sub);
+            let kind = match r.eax & 0x1f {
+                0 => break,
+                1 => "Data",
+                2 => continue,
+                _ => "Unified",
+            };
+            let ways = ((r.ebx >> 22) & 0x3ff) as usize + 1;
+            let parts = ((r.ebx >> 12) & 0x3ff) as usize + 1;
+            let line = (r.ebx & 0xfff) as usize + 1;
+            let sets = r.ecx as usize + 1;
+            caches.push(Cache {
+                level: (r.eax >> 5) & 0x7,
+                kind: kind.into(),
+                size: ways * parts * line * sets,
+            });
+        }
+        caches.sort_by_key(|c| c.level);
+        caches
+    }
+
+    pub(super) fn dc_zva_block() -> usize {
+        0
+    }
+}
+
+#[cfg(target_arch = "aarch64")]
+mod arch {
+    use super::{Cache, Features};
+
+    pub(super) fn identity() -> (String, u32, u32, u32, String) {
+        let midr = super::cpuinfo_field("CPU implementer").unwrap_or_default();
+        let part = super::cpuinfo_field("CPU part")
+            .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+            .unwrap_or(0);
+        let variant = super::cpuinfo_field("CPU variant")
+            .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+            .unwrap_or(0);
+        (midr, 8, part, variant, String::new())
+    }
+
+    fn dczid() -> u64 {
+        let v: u64;
+        // SAFETY: DCZID_EL0 is readable from EL0 on every ARMv8 CPU; no side effects.
+        unsafe { core::arch::asm!("mrs {}, dczid_el0", out(reg) v, options(nomem, nostack)) };
+        v
+    }
+
+    pub(super) fn features() -> Features {
+        // HWCAP2_MOPS is bit 43 of AT_HWCAP2 (Linux 6.5+); libc does not name it yet.
+        const HWCAP2_MOPS: u64 = 1 << 43;
+        // SAFETY: getauxval has no preconditions.
+        let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) } as u64;
+        Features {
+            dc_zva: dczid() & (1 << 4) == 0,
+            mops: hwcap2 & HWCAP2_MOPS != 0,
+            ..Features::default()
+        }
+    }
+
+    pub(super) fn cpuid_caches() -> Vec<Cache> {
+        Vec::new()
+    }
+
+    /// DCZID_EL0.BS is log2 of the block size in 4-byte words.
+    pub(super) fn dc_zva_block() -> usize {
+        4usize << (dczid() & 0xf)
+    }
+}
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+mod arch {
+    use super::{Cache, Features};
+
+    pub(super) fn identity() -> (String, u32, u32, u32, String) {
+        (String::new(), 0, 0, 0, String::new())
+    }
+
+    pub(super) fn features() -> Features {
+        Features::default()
+    }
+
+    pub(super) fn cpuid_caches() -> Vec<Cache> {
+        Vec::new()
+    }
+
+    pub(super) fn dc_zva_block() -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("48K"), Some(48 << 10));
+        assert_eq!(parse_size("260M"), Some(260 << 20));
+        assert_eq!(parse_size("4096"), Some(4096));
+        assert_eq!(parse_size("x"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn cpu_is_plausible() {
+        let c = cpu();
+        assert!(c.page_size >= 4096 && c.page_size.is_power_of_two());
+        assert!(c.logical_cpus >= 1);
+        assert!(c.llc() >= c.l1d());
+        #[cfg(target_arch = "x86_64")]
+        assert!(c.features.sse2);
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn cpuid_caches_agree_with_sysfs_roughly() {
+        let from_cpuid = arch::cpuid_caches();
+        if from_cpuid.is_empty() {
+            eprintln!("skipped: this CPU reports no deterministic cache parameters");
+            return;
+        }
+        assert!(from_cpuid.iter().any(|c| c.level == 1 && c.kind == "Data"));
+    }
+}

@@ -1,0 +1,97 @@
+//! The one error type of the library.
+
+use std::fmt;
+use std::io;
+
+/// Everything that can go wrong in prezero. Each variant says enough to act on.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The requested clearing kernel needs an instruction this CPU lacks.
+    Unsupported {
+        /// The kernel's name, as `prezero info` prints it.
+        kernel: &'static str,
+        /// What is missing, e.g. "avx512f".
+        needs: &'static str,
+    },
+    /// An argument is outside what the call accepts.
+    InvalidArgument(String),
+    /// The kernel refused memory: `size` bytes could not be mapped.
+    OutOfMemory {
+        /// The size asked for, in bytes.
+        size: usize,
+    },
+    /// Not enough free hugetlb pages of the requested size.
+    HugetlbShortage {
+        /// Page size in bytes.
+        page_size: usize,
+        /// Pages the request needs.
+        needed: usize,
+        /// Pages free right now.
+        free: usize,
+        /// A command that reserves enough (run as root).
+        reserve_cmd: String,
+    },
+    /// Any other failing system call: which call, and the OS error.
+    Os {
+        /// The call, e.g. "madvise(MADV_POPULATE_WRITE)".
+        call: &'static str,
+        /// The error the kernel returned.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+        Error::InvalidArgument(msg.into())
+    }
+
+    pub(crate) fn os(call: &'static str, source: io::Error) -> Self {
+        Error::Os { call, source }
+    }
+
+    /// The matching negative errno, for the C ABI and for callers who think in errno.
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Unsupported { .. } => libc::ENOTSUP,
+            Error::InvalidArgument(_) => libc::EINVAL,
+            Error::OutOfMemory { .. } | Error::HugetlbShortage { .. } => libc::ENOMEM,
+            Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Unsupported { kernel, needs } => {
+                write!(f, "kernel '{kernel}' needs {needs}, which this CPU lacks")
+            }
+            Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
+            Error::OutOfMemory { size } => write!(f, "out of memory mapping {size} bytes"),
+            Error::HugetlbShortage {
+                page_size,
+                needed,
+                free,
+                reserve_cmd,
+            } => write!(
+                f,
+                "need {needed} hugetlb pages of {} KiB but only {free} are free; reserve more with: {reserve_cmd}",
+                page_size / 1024
+            ),
+            Error::Os { call, source } => write!(f, "{call} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Os { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Shorthand used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

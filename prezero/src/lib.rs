@@ -1,0 +1,40 @@
+//! # prezero
+//!
+//! Zeroed memory as fast as the hardware allows, on Linux.
+//!
+//! ```
+//! let mut buf = vec![0xa5u8; 8 << 20];
+//! // One extent, the kernel chosen once for this CPU and this size.
+//! prezero::clear(&mut buf);
+//! assert!(buf.iter().all(|&b| b == 0));
+//!
+//! // Memory you know is cold (e.g. freed long ago): streaming stores.
+//! prezero::clear_with(&mut buf, prezero::Temperature::Cold).unwrap();
+//!
+//! // A latency bound: at most 1 MiB per step, a callback between steps.
+//! let n = prezero::clear_bounded(&mut buf, 1 << 20, |_done| std::ops::ControlFlow::Continue(())).unwrap();
+//! assert_eq!(n, buf.len());
+//! ```
+//!
+//! The pieces, one module each: [`cpu`] (what the machine offers), [`clear`]
+//! (the kernels and how they are chosen). See `docs/ARCHITECTURE.md`.
+
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(missing_docs)]
+
+pub mod clear;
+pub mod cpu;
+mod error;
+pub mod region;
+mod sys;
+mod verify;
+
+pub use clear::{
+    active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
+    clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with, forced_kernel,
+    Kernel, Profile, SizeClass, Strategy, Temperature,
+};
+pub use cpu::{cpu, memory};
+pub use error::{Error, Result};
+pub use region::{PageKind, Region};
+pub use verify::{first_nonzero, is_zero};

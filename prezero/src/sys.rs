@@ -1,0 +1,83 @@
+//! Every system call and sysfs read of the library, each with its preconditions.
+//!
+//! Keeping them in one place makes the crate's contact surface with the kernel
+//! small enough to audit, and gives every failure the name of its call.
+
+use std::fs;
+use std::io;
+use std::path::Path;
+use std::ptr::NonNull;
+
+use crate::error::{Error, Result};
+
+/// The base page size (4 KiB on x86_64, 4/16/64 KiB on aarch64).
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as usize
+    } else {
+        4096
+    }
+}
+
+/// Online logical CPUs this process may run on.
+pub(crate) fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A sysfs/procfs file as trimmed text, or `None` if it is missing or unreadable.
+pub(crate) fn read_text(path: impl AsRef<Path>) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// A sysfs/procfs file holding one unsigned number.
+pub(crate) fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
+    read_text(path)?.parse().ok()
+}
+
+/// Anonymous private mapping of `len` bytes with extra `flags` (e.g. MAP_HUGETLB).
+///
+/// pre: `len > 0`; for hugetlb flags, `len` is a multiple of the huge page size.
+pub(crate) fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
+    // SAFETY: a fresh anonymous mapping with a null hint cannot alias existing memory.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
+}
+
+/// Unmaps a range this crate mapped.
+///
+/// pre: `[ptr, ptr+len)` is a mapping made by `mmap_anon` and nothing borrows it any more.
+pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> Result<()> {
+    // SAFETY: the caller guarantees the range is ours and unborrowed.
+    if unsafe { libc::munmap(ptr.as_ptr().cast(), len) } != 0 {
+        return Err(Error::os("munmap", io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// `madvise(2)`. Advice that discards contents (MADV_DONTNEED) makes the range read zero.
+///
+/// pre: `[ptr, ptr+len)` lies in mappings of this process (the kernel checks and
+/// answers ENOMEM otherwise, so a wrong range is an error, not undefined behaviour,
+/// for non-destructive advice).
+pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
+    // SAFETY: the kernel validates the range; the advice values used by this crate
+    // either only populate or only hint, except DONTNEED whose callers own the range.
+    if unsafe { libc::madvise(ptr.cast(), len, advice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
