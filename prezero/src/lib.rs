@@ -25,6 +25,8 @@
 pub mod clear;
 pub mod cpu;
 mod error;
+pub mod hugetlb;
+pub mod prefault;
 pub mod region;
 mod sys;
 mod verify;
@@ -36,5 +38,7 @@ pub use clear::{
 };
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
+pub use hugetlb::HugetlbReservation;
+pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
 pub use verify::{first_nonzero, is_zero};

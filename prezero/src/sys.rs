@@ -81,3 +81,93 @@ pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: libc::c_int) -> io::Resu
     }
     Ok(())
 }
+
+/// Writes a sysfs/procfs file (hugetlb reservations).
+pub(crate) fn write_text(path: impl AsRef<Path>, text: &str) -> io::Result<()> {
+    fs::write(path, text)
+}
+
+/// Base pages of `[ptr, ptr+len)` resident in memory (`mincore(2)`).
+#[cfg(test)]
+///
+/// pre: `ptr` is page-aligned. An unmapped range is an error (ENOMEM), not a crash.
+pub(crate) fn resident_pages(ptr: *mut u8, len: usize) -> Result<usize> {
+    let page = page_size();
+    let mut vec = vec![0u8; len.div_ceil(page)];
+    // SAFETY: `vec` has one byte per page of the range, as mincore requires; the
+    // kernel validates the range itself.
+    if unsafe { libc::mincore(ptr.cast(), len, vec.as_mut_ptr()) } != 0 {
+        return Err(Error::os("mincore", io::Error::last_os_error()));
+    }
+    Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+}
+
+/// One mapping of this process, from /proc/self/smaps.
+struct Vma {
+    start: usize,
+    end: usize,
+    writable: bool,
+    kernel_page_size: usize,
+}
+
+fn vmas() -> Vec<Vma> {
+    let Some(text) = read_text("/proc/self/smaps") else {
+        return Vec::new();
+    };
+    let mut out: Vec<Vma> = Vec::new();
+    for line in text.lines() {
+        let mut words = line.split_whitespace();
+        let Some(first) = words.next() else { continue };
+        if let Some((a, b)) = first.split_once('-') {
+            if let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16))
+            {
+                let writable = words
+                    .next()
+                    .is_some_and(|p| p.as_bytes().get(1) == Some(&b'w'));
+                out.push(Vma {
+                    start,
+                    end,
+                    writable,
+                    kernel_page_size: 0,
+                });
+                continue;
+            }
+        }
+        if first == "KernelPageSize:" {
+            if let (Some(v), Some(n)) = (
+                out.last_mut(),
+                words.next().and_then(|n| n.parse::<usize>().ok()),
+            ) {
+                v.kernel_page_size = n * 1024;
+            }
+        }
+    }
+    out
+}
+
+/// Whether every byte of `[start, start+len)` lies in writable mappings.
+pub(crate) fn range_is_writable(start: usize, len: usize) -> bool {
+    let end = start + len;
+    let mut at = start;
+    for v in vmas() {
+        if v.start <= at && at < v.end {
+            if !v.writable {
+                return false;
+            }
+            at = v.end;
+            if at >= end {
+                return true;
+            }
+        }
+    }
+    len == 0
+}
+
+/// Whether any part of `[start, start+len)` is a hugetlb mapping.
+pub(crate) fn range_is_hugetlb(start: usize, len: usize) -> bool {
+    let base = page_size();
+    vmas()
+        .iter()
+        .any(|v| v.start < start + len && start < v.end && v.kernel_page_size > base)
+}

@@ -2,6 +2,7 @@
 
 use std::fmt;
 use std::str::FromStr;
+use std::sync::OnceLock;
 
 use crate::error::Error;
 
@@ -97,8 +98,15 @@ impl Kernel {
     }
 
     /// The callable kernel, if this CPU has what it needs. This is the only way to
-    /// obtain a [`KernelFn`], so holding one proves the CPU supports it.
+    /// obtain a [`KernelFn`], so holding one proves the CPU supports it. Detected
+    /// once per process; later calls are an array load.
+    #[inline]
     pub(crate) fn checked(self) -> Option<KernelFn> {
+        static CHECKED: OnceLock<[Option<KernelFn>; Kernel::ALL.len()]> = OnceLock::new();
+        CHECKED.get_or_init(|| Kernel::ALL.map(Kernel::detect))[self as usize]
+    }
+
+    fn detect(self) -> Option<KernelFn> {
         let f: unsafe fn(*mut u8, usize) = match self {
             #[cfg(target_arch = "x86_64")]
             Kernel::RepStosb if x86_64::rep_stosb::is_available() => x86_64::rep_stosb::clear,
@@ -125,6 +133,7 @@ impl Kernel {
     }
 
     /// Like [`Kernel::checked`], with the error a caller should see.
+    #[inline]
     pub(crate) fn require(self) -> Result<KernelFn, Error> {
         self.checked().ok_or(Error::Unsupported {
             kernel: self.name(),

@@ -60,6 +60,7 @@ impl From<Temperature> for Strategy {
 
 impl Strategy {
     /// The checked kernel that clears `len` bytes under this strategy.
+    #[inline]
     pub(crate) fn kernel_for(self, len: usize) -> Result<KernelFn> {
         match self {
             Strategy::Auto(t) => Ok(dispatch().pick(len, t)),

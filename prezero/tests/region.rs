@@ -1,0 +1,232 @@
+//! Regions of every page kind, prefault, and hugetlb reservations.
+
+use prezero::{Error, HugetlbReservation, PageKind, Region};
+
+const MB2: usize = 2 << 20;
+const GB1: usize = 1 << 30;
+
+/// Mappings of this process overlapping `[start, start+len)`.
+fn mapped(start: usize, len: usize) -> bool {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            let (a, rest) = l.split_once('-').unwrap();
+            let b = rest.split_whitespace().next().unwrap();
+            let (a, b) = (
+                usize::from_str_radix(a, 16).unwrap(),
+                usize::from_str_radix(b, 16).unwrap(),
+            );
+            a < start + len && start < b
+        })
+}
+
+fn resident(ptr: *mut u8, len: usize) -> usize {
+    let mut v = vec![0u8; len.div_ceil(4096)];
+    // SAFETY: v has a byte per page; the kernel validates the range.
+    assert_eq!(unsafe { libc::mincore(ptr.cast(), len, v.as_mut_ptr()) }, 0);
+    v.iter().filter(|&&b| b & 1 != 0).count()
+}
+
+/// Serialises the tests that read or change hugetlb pool counts.
+static HUGETLB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn hugetlb_lock() -> std::sync::MutexGuard<'static, ()> {
+    HUGETLB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Reserves `pages` hugetlb pages for the test, or says why not.
+fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
+    match HugetlbReservation::ensure_free(page_size, pages) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!(
+                "skipped: cannot reserve {pages} hugetlb pages of {} KiB: {e}",
+                page_size / 1024
+            );
+            None
+        }
+    }
+}
+
+fn check_region(kind: PageKind, size: usize, rounded: usize) {
+    let mut r = Region::new(size, kind).unwrap();
+    assert_eq!(r.len(), rounded, "{kind} {size}");
+    assert_eq!(r.kind(), kind);
+    let (start, len) = (r.as_ptr() as usize, r.len());
+    assert_eq!(
+        start % kind.page_size(),
+        0,
+        "{kind} region not aligned to its pages"
+    );
+    assert!(
+        prezero::is_zero(r.as_slice()),
+        "fresh {kind} region not zero"
+    );
+    r.as_mut_slice().fill(0x5a);
+    assert!(r.as_slice().iter().all(|&b| b == 0x5a));
+    assert!(mapped(start, len));
+    drop(r);
+    assert!(!mapped(start, len), "{kind} region still mapped after drop");
+}
+
+#[test]
+fn base_and_thp_regions() {
+    check_region(PageKind::Base, 1, 4096);
+    check_region(PageKind::Base, 4096 * 3 + 1, 4096 * 4);
+    check_region(PageKind::Thp, 1, MB2);
+    check_region(PageKind::Thp, 3 * MB2 - 7, 3 * MB2);
+}
+
+#[test]
+fn hugetlb_2m_regions() {
+    let _serial = hugetlb_lock();
+    let Some(_r) = reserve(MB2, 3) else { return };
+    check_region(PageKind::Huge2M, 1, MB2);
+    check_region(PageKind::Huge2M, 2 * MB2 + 1, 3 * MB2);
+}
+
+#[test]
+fn hugetlb_1g_regions() {
+    let _serial = hugetlb_lock();
+    let Some(_r) = reserve(GB1, 1) else { return };
+    check_region(PageKind::Huge1G, 12345, GB1);
+}
+
+#[test]
+fn bad_sizes_are_errors() {
+    for kind in PageKind::ALL {
+        assert!(
+            matches!(Region::new(0, kind), Err(Error::InvalidArgument(_))),
+            "{kind}"
+        );
+        assert!(Region::new(usize::MAX - 5, kind).is_err(), "{kind}");
+    }
+}
+
+#[test]
+fn hugetlb_shortage_is_a_clear_error_and_leaks_nothing() {
+    let _serial = hugetlb_lock();
+    for kind in [PageKind::Huge2M, PageKind::Huge1G] {
+        let Some(pool) = prezero::cpu::hugetlb_pool(kind.page_size()) else {
+            eprintln!("skipped: no hugetlb pool for {kind}");
+            continue;
+        };
+        let maps_before = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .count();
+        let e = Region::new((pool.free + 1) * kind.page_size(), kind).unwrap_err();
+        match &e {
+            Error::HugetlbShortage {
+                needed,
+                reserve_cmd,
+                ..
+            } => {
+                assert_eq!(*needed, pool.free + 1);
+                assert!(reserve_cmd.contains("nr_hugepages"), "{reserve_cmd}");
+            }
+            other => panic!("{kind}: expected HugetlbShortage, got {other:?}"),
+        }
+        assert!(e.to_string().contains("reserve more with"));
+        let maps_after = std::fs::read_to_string("/proc/self/maps")
+            .unwrap()
+            .lines()
+            .count();
+        assert!(
+            maps_after <= maps_before + 2,
+            "a failed hugetlb region left mappings behind"
+        );
+    }
+}
+
+#[test]
+fn prefault_populates_every_page_with_any_thread_count() {
+    for threads in 1..=4 {
+        for pages in [1, 7, 37, 1001] {
+            let r = Region::new(pages * 4096, PageKind::Base).unwrap();
+            assert_eq!(resident(r.as_ptr(), r.len()), 0);
+            assert_eq!(prezero::prefault(&r, threads).unwrap(), r.len());
+            assert_eq!(
+                resident(r.as_ptr(), r.len()),
+                pages,
+                "{pages} pages, {threads} threads"
+            );
+            assert!(prezero::is_zero(r.as_slice()));
+        }
+        let r = Region::new(5 * MB2, PageKind::Thp).unwrap();
+        prezero::prefault(&r, threads).unwrap();
+        assert_eq!(resident(r.as_ptr(), r.len()), r.len() / 4096);
+    }
+}
+
+#[test]
+fn prefault_raw_keeps_contents_and_covers_partial_pages() {
+    let mut r = Region::new(20 * 4096, PageKind::Base).unwrap();
+    r.as_mut_slice()[5 * 4096 + 9] = 7;
+    // SAFETY: the range lies inside the region.
+    let n = unsafe { prezero::prefault_raw(r.as_ptr().add(100), 19 * 4096, 3) }.unwrap();
+    assert!(n >= 19 * 4096);
+    assert_eq!(resident(r.as_ptr(), r.len()), 20);
+    assert_eq!(r.as_slice()[5 * 4096 + 9], 7);
+}
+
+#[test]
+fn prefault_of_unmapped_or_protected_memory_is_an_error() {
+    // Below mmap_min_addr nothing can ever be mapped.
+    // SAFETY: the kernel validates the range; nothing is written.
+    let e = unsafe { prezero::prefault_raw(0x1000 as *mut u8, 4 * 4096, 2) }.unwrap_err();
+    assert!(matches!(e, Error::Os { .. }), "{e:?}");
+    let r = Region::new(4 * 4096, PageKind::Base).unwrap();
+    // SAFETY: r's pages are ours; after this they are read-only.
+    assert_eq!(
+        unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
+        0
+    );
+    // SAFETY: the range is mapped (read-only); prefault must refuse, not crash.
+    assert!(unsafe { prezero::prefault_raw(r.as_ptr(), r.len(), 1) }.is_err());
+    assert!(matches!(
+        prezero::prefault(&r, 0),
+        Err(Error::InvalidArgument(_))
+    ));
+}
+
+#[test]
+fn prefault_hugetlb_2m() {
+    let _serial = hugetlb_lock();
+    let Some(_r) = reserve(MB2, 5) else { return };
+    for threads in 1..=3 {
+        let r = Region::new(5 * MB2, PageKind::Huge2M).unwrap();
+        assert_eq!(prezero::prefault(&r, threads).unwrap(), 5 * MB2);
+        assert!(prezero::is_zero(r.as_slice()));
+        drop(r);
+    }
+}
+
+#[test]
+fn a_reservation_is_restored_even_when_the_work_fails() {
+    let _serial = hugetlb_lock();
+    let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
+        eprintln!("skipped: no 2 MiB hugetlb pool");
+        return;
+    };
+    let work = || -> prezero::Result<()> {
+        let r = HugetlbReservation::ensure_free(MB2, before.free + 2)?;
+        let region = Region::new(2 * MB2, PageKind::Huge2M)?;
+        prezero::prefault(&region, 1)?;
+        assert!(
+            prezero::cpu::hugetlb_pool(MB2).unwrap().total > r.previous_total() || before.free >= 2
+        );
+        Err(Error::InvalidArgument("injected failure".into()))
+    };
+    match work() {
+        Err(Error::InvalidArgument(m)) => assert_eq!(m, "injected failure"),
+        Err(e) => {
+            eprintln!("skipped: cannot reserve hugetlb pages here: {e}");
+            return;
+        }
+        Ok(()) => unreachable!(),
+    }
+    // The region and the reservation are gone; the pool is back where it was.
+    assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
+}
