@@ -3,6 +3,7 @@
 //! now, on as many threads as asked, instead of one fault at a time later.
 
 use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Barrier;
 
 use crate::error::{Error, Result};
 use crate::region::Region;
@@ -74,11 +75,22 @@ fn populate(
     let results: Vec<Result<()>> = if parts.len() == 1 {
         vec![run(&parts[0])]
     } else {
+        // A starting thread maps its signal stack, which needs mmap_lock for
+        // writing; a populate in progress holds it for reading until done. So no
+        // thread populates before every thread has started, or they run in turn.
+        let start = Barrier::new(parts.len());
         std::thread::scope(|s| {
             let handles: Vec<_> = parts[1..]
                 .iter()
-                .map(|part| s.spawn(move || run(part)))
+                .map(|part| {
+                    let start = &start;
+                    s.spawn(move || {
+                        start.wait();
+                        run(part)
+                    })
+                })
                 .collect();
+            start.wait();
             let mut r = vec![run(&parts[0])];
             r.extend(
                 handles

@@ -1,0 +1,205 @@
+//! `prezero bench mmap`: perf's `bench mem mmap`, which the seeds measure with and
+//! which the perf on these machines lacks. Each loop maps, populates and unmaps;
+//! the map and the population are timed, the unmap is not (as perf does).
+
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use prezero::{PageKind, Region};
+
+use super::{gbps, hugetlb_for_run, Stats};
+use crate::units::{fmt_size, parse_size};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Page kinds, comma-separated: 4KB, thp, 2MB, 1GB (2MB/1GB are hugetlb).
+    #[arg(
+        short = 'p',
+        long = "page",
+        value_delimiter = ',',
+        default_value = "4KB"
+    )]
+    pages: Vec<String>,
+    /// Functions, comma-separated: demand, populate, populate-parallel (default: all).
+    #[arg(short = 'f', long = "function", value_delimiter = ',')]
+    functions: Vec<String>,
+    /// Bytes per loop (K/M/G suffixes).
+    #[arg(short = 's', long = "size", default_value = "1G")]
+    size: String,
+    /// Loops per function.
+    #[arg(short = 'l', long = "nr_loops", default_value_t = 5)]
+    loops: usize,
+    /// Threads for populate-parallel (default: every CPU).
+    #[arg(short = 't', long = "threads")]
+    threads: Option<usize>,
+    /// Wait this long before each loop, so the guest has handed freed memory
+    /// back to the host and the figure is the host-cold one (VMs only).
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "5")]
+    host_cold: Option<u64>,
+    /// Reserve the hugetlb pages the run needs, restoring the pool afterwards
+    /// (also on error and on Ctrl-C). Needs root.
+    #[arg(long)]
+    reserve: bool,
+    /// One JSON object per figure.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Function {
+    Demand,
+    Populate,
+    PopulateParallel,
+}
+
+impl Function {
+    const ALL: [Function; 3] = [
+        Function::Demand,
+        Function::Populate,
+        Function::PopulateParallel,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Function::Demand => "demand",
+            Function::Populate => "populate",
+            Function::PopulateParallel => "populate-parallel",
+        }
+    }
+
+    fn description(self) -> &'static str {
+        match self {
+            Function::Demand => "Demand loaded mmap(): one write per page",
+            Function::Populate => "mmap() + MADV_POPULATE_WRITE, one thread",
+            Function::PopulateParallel => "mmap() + prezero::prefault over all threads",
+        }
+    }
+
+    fn threads(self, parallel: usize) -> usize {
+        if self == Function::PopulateParallel {
+            parallel
+        } else {
+            1
+        }
+    }
+
+    /// Maps and populates `size` bytes of `kind`: the timed part of one loop.
+    fn map_and_populate(
+        self,
+        size: usize,
+        kind: PageKind,
+        threads: usize,
+    ) -> prezero::Result<Region> {
+        let mut r = Region::new(size, kind)?;
+        match self {
+            Function::Demand => touch_each_page(r.as_mut_slice(), touch_stride(kind)),
+            Function::Populate | Function::PopulateParallel => {
+                prezero::prefault(&r, self.threads(threads))?;
+            }
+        }
+        Ok(r)
+    }
+}
+
+/// Demand faults one write per page; THP regions are touched per base page so
+/// that any part the kernel could not back with a huge page is faulted too.
+fn touch_stride(kind: PageKind) -> usize {
+    match kind {
+        PageKind::Thp => PageKind::Base.page_size(),
+        k => k.page_size(),
+    }
+}
+
+fn touch_each_page(buf: &mut [u8], stride: usize) {
+    for i in (0..buf.len()).step_by(stride) {
+        // SAFETY: i < len; volatile so the compiler keeps every fault-raising store.
+        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
+    }
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let size = parse_size(&args.size)?;
+    let kinds = args
+        .pages
+        .iter()
+        .map(|p| p.parse::<PageKind>().map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let functions =
+        if args.functions.is_empty() {
+            Function::ALL.to_vec()
+        } else {
+            args.functions
+                .iter()
+                .map(|n| {
+                    Function::ALL.into_iter().find(|f| f.name() == n).ok_or_else(|| {
+                    format!("unknown function '{n}' (known: demand, populate, populate-parallel)")
+                })
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        };
+    if args.loops == 0 {
+        return Err("--nr_loops must be at least 1".into());
+    }
+    let threads = args.threads.unwrap_or(prezero::cpu().logical_cpus);
+    if threads == 0 {
+        return Err("--threads must be at least 1".into());
+    }
+    let host = if args.host_cold.is_some() {
+        "cold"
+    } else {
+        "warm"
+    };
+    for kind in kinds {
+        let size = size.next_multiple_of(kind.page_size());
+        let _reservation = hugetlb_for_run(kind, size, args.reserve)?;
+        if !args.json {
+            println!(
+                "# Running 'mem/mmap' benchmark: page {kind}, {} per loop, {} loops, host-{host}",
+                fmt_size(size),
+                args.loops
+            );
+        }
+        if args.host_cold.is_none() {
+            // Host-warm: make sure the guest's memory is backed by the host before timing.
+            drop(
+                Function::PopulateParallel
+                    .map_and_populate(size, kind, threads)
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        for &f in &functions {
+            let mut samples = Vec::with_capacity(args.loops);
+            for _ in 0..args.loops {
+                if let Some(secs) = args.host_cold {
+                    std::thread::sleep(Duration::from_secs(secs));
+                }
+                let t = Instant::now();
+                let r = f
+                    .map_and_populate(size, kind, threads)
+                    .map_err(|e| e.to_string())?;
+                let d = t.elapsed();
+                drop(r);
+                samples.push(gbps(size, d));
+            }
+            let s = Stats::of(&samples);
+            if args.json {
+                println!(
+                    "{}",
+                    json!({
+                        "bench": "mmap", "page": kind.name(), "function": f.name(),
+                        "threads": f.threads(threads), "size": size,
+                        "gbps": (s.mean * 100.0).round() / 100.0,
+                        "stdev_pct": (s.stdev_pct * 100.0).round() / 100.0,
+                        "host": host,
+                    })
+                );
+            } else {
+                println!("# function '{}' ({})", f.name(), f.description());
+                println!("# Copying {} bytes ...\n", fmt_size(size));
+                println!("   {:>8.2} GB/sec +- {:.2}%\n", s.mean, s.stdev_pct);
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! The `prezero` command end to end, on small sizes: output shape and errors.
+
+use std::process::Command;
+
+fn prezero(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn json_lines(stdout: &str) -> Vec<serde_json::Value> {
+    stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn info_text_and_json() {
+    let (ok, out, _) = prezero(&["info"]);
+    assert!(ok);
+    assert!(out.contains("Kernels") && out.contains("portable"));
+    let (ok, out, _) = prezero(&["info", "--json"]);
+    assert!(ok);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["cpu"]["logical_cpus"].as_u64().unwrap() >= 1);
+    assert_eq!(v["auto"].as_array().unwrap().len(), 9);
+}
+
+#[test]
+fn bench_clear_json_lines() {
+    let (ok, out, err) = prezero(&[
+        "bench",
+        "clear",
+        "--mode",
+        "hot",
+        "--sizes",
+        "4K,64K",
+        "--strategies",
+        "auto,memset,page-at-a-time",
+        "--reps",
+        "2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 6);
+    for r in rows {
+        assert_eq!(r["bench"], "clear");
+        assert_eq!(r["mode"], "hot");
+        assert!(r["gbps"].as_f64().unwrap() > 0.0);
+        assert!(r["stdev_pct"].as_f64().is_some());
+    }
+}
+
+#[test]
+fn bench_clear_rejects_unknown_strategies_and_sizes() {
+    let (ok, _, err) = prezero(&["bench", "clear", "--strategies", "nonsense"]);
+    assert!(!ok && err.contains("unknown or unavailable strategy"));
+    let (ok, _, err) = prezero(&["bench", "clear", "--sizes", "4X"]);
+    assert!(!ok && err.contains("unknown unit"));
+}
+
+#[test]
+fn bench_mmap_json_and_perf_text() {
+    let (ok, out, err) = prezero(&[
+        "bench", "mmap", "-p", "4KB,thp", "-s", "8M", "-l", "2", "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 6);
+    assert!(rows
+        .iter()
+        .all(|r| r["bench"] == "mmap" && r["host"] == "warm" && r["gbps"].as_f64().unwrap() > 0.0));
+    let (ok, out, _) = prezero(&["bench", "mmap", "-f", "demand", "-s", "4M", "-l", "1"]);
+    assert!(ok);
+    assert!(out.contains("# function 'demand'") && out.contains("GB/sec +-"));
+}
+
+#[test]
+fn bench_mmap_hugetlb_shortage_is_explained() {
+    let Some(pool) = prezero::cpu::hugetlb_pool(1 << 30) else {
+        eprintln!("skipped: no 1 GiB hugetlb pool");
+        return;
+    };
+    let size = format!("{}G", pool.free + 1);
+    let (ok, _, err) = prezero(&["bench", "mmap", "-p", "1GB", "-s", &size, "-l", "1"]);
+    assert!(!ok);
+    assert!(
+        err.contains("--reserve") && err.contains("nr_hugepages"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bench_faults_prints_both_tables() {
+    let (ok, out, err) = prezero(&["bench", "faults", "-s", "8M", "-r", "1", "-p", "4KB"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("Gb Rep Threads CLine   User    System   Wall  flt/cpu/s  fault/wsec"));
+    assert!(out.contains("kernel (") && out.contains("prezero ("));
+}
+
+#[test]
+fn reserve_is_undone_on_ctrl_c() {
+    const NR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
+    let read = || {
+        std::fs::read_to_string(NR)
+            .ok()
+            .and_then(|s| s.trim().parse::<usize>().ok())
+    };
+    let Some(before) = read() else {
+        eprintln!("skipped: no 2 MiB hugetlb pool");
+        return;
+    };
+    if std::fs::write(NR, before.to_string()).is_err() {
+        eprintln!("skipped: cannot write {NR} (not root)");
+        return;
+    }
+    let free = prezero::cpu::hugetlb_pool(2 << 20).unwrap().free;
+    let pages = free + 256;
+    let size = format!("{}M", pages * 2);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_prezero"))
+        .args([
+            "bench",
+            "mmap",
+            "-p",
+            "2MB",
+            "-f",
+            "demand",
+            "-s",
+            &size,
+            "-l",
+            "1000",
+            "--reserve",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the pool has grown, i.e. the reservation (and its handler) is in place.
+    let t = std::time::Instant::now();
+    while read() == Some(before) && t.elapsed().as_secs() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if read() == Some(before) {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        eprintln!(
+            "skipped: the pool never grew: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(130), "interrupted run should exit 130");
+    assert_eq!(
+        read(),
+        Some(before),
+        "hugetlb pool not restored after Ctrl-C"
+    );
+}
