@@ -21,6 +21,11 @@ pub enum Error {
         /// The size asked for, in bytes.
         size: usize,
     },
+    /// A pool has handed out all its capacity.
+    Exhausted {
+        /// The pool's capacity in bytes.
+        capacity: usize,
+    },
     /// Not enough free hugetlb pages of the requested size.
     HugetlbShortage {
         /// Page size in bytes.
@@ -56,6 +61,7 @@ impl Error {
             Error::Unsupported { .. } => libc::ENOTSUP,
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::OutOfMemory { .. } | Error::HugetlbShortage { .. } => libc::ENOMEM,
+            Error::Exhausted { .. } => libc::EAGAIN,
             Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -69,6 +75,9 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Error::OutOfMemory { size } => write!(f, "out of memory mapping {size} bytes"),
+            Error::Exhausted { capacity } => {
+                write!(f, "pool exhausted: all {capacity} bytes of its capacity are in use")
+            }
             Error::HugetlbShortage {
                 page_size,
                 needed,

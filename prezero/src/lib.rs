@@ -26,6 +26,7 @@ pub mod clear;
 pub mod cpu;
 mod error;
 pub mod hugetlb;
+pub mod pool;
 pub mod prefault;
 pub mod region;
 mod sys;
@@ -39,6 +40,7 @@ pub use clear::{
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
 pub use hugetlb::HugetlbReservation;
+pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
 pub use verify::{first_nonzero, is_zero};

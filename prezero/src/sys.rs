@@ -171,3 +171,23 @@ pub(crate) fn range_is_hugetlb(start: usize, len: usize) -> bool {
         .iter()
         .any(|v| v.start < start + len && start < v.end && v.kernel_page_size > base)
 }
+
+/// Puts the calling thread under `SCHED_IDLE`.
+pub(crate) fn set_sched_idle() -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets the calling thread's nice value (Linux: per thread, by tid).
+pub(crate) fn set_nice(nice: libc::c_int) -> io::Result<()> {
+    // SAFETY: gettid and setpriority have no memory-safety preconditions.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -25,7 +25,8 @@ mod x86_64;
 pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
 pub use profile::{
-    active_profile, auto_kernel, forced_kernel, Profile, SizeClass, Temperature, MAX_CLASSES,
+    active_profile, auto_kernel, forced_kernel, hot_capacity, Profile, SizeClass, Temperature,
+    MAX_CLASSES,
 };
 
 use crate::error::{Error, Result};

@@ -94,14 +94,7 @@ impl Profile {
             Kernel::Portable
         };
         let l2 = cpu.l2();
-        let llc = cpu.llc();
-        // Where a hot extent stops fitting in cache. AMD Zen elides the
-        // read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
-        // keeps pace with streaming there; elsewhere the LLC is shared with other
-        // cores (and, in a VM, other tenants): measured on a 260 MiB-LLC Xeon VM,
-        // temporal stores fell to DRAM speed from ~64 MiB, a quarter of the LLC.
-        let amd = cpu.vendor == "AuthenticAMD";
-        let hot_fits = if amd { llc } else { llc / 4 };
+        let hot_fits = hot_capacity_of(cpu);
         // glibc's `rep stosb` threshold, and ours for the same reason.
         let small = 2048;
         let class = |below, kernel| SizeClass { below, kernel };
@@ -186,6 +179,26 @@ impl Profile {
             }
         }
         Ok(())
+    }
+}
+
+/// How many bytes of recently written memory can be expected to still be in
+/// cache: where a "hot" extent stops being hot.
+pub fn hot_capacity() -> usize {
+    hot_capacity_of(cpu())
+}
+
+fn hot_capacity_of(cpu: &Cpu) -> usize {
+    // Where a hot extent stops fitting in cache. AMD Zen elides the
+    // read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
+    // keeps pace with streaming there; elsewhere the LLC is shared with other
+    // cores (and, in a VM, other tenants): measured on a 260 MiB-LLC Xeon VM,
+    // temporal stores fell to DRAM speed from ~64 MiB, a quarter of the LLC.
+    let llc = cpu.llc();
+    if cpu.vendor == "AuthenticAMD" {
+        llc
+    } else {
+        llc / 4
     }
 }
 

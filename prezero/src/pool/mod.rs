@@ -1,0 +1,592 @@
+//! A pool of pre-zeroed chunks with a background scrubber: seed 003's
+//! "Prezeroing V2" in user space.
+//!
+//! Freed chunks are dirty; a scrubber thread at idle priority clears them with
+//! streaming stores while a core is free, between watermarks, so `alloc_zeroed`
+//! usually finds a zero chunk and costs a list pop. Seed 003's rule decides how a
+//! chunk that must be cleared on the spot is cleared: one handed out recently
+//! (still in cache, about to be touched again) with ordinary stores, anything
+//! older with streaming stores.
+//!
+//! # Concurrency
+//!
+//! One mutex guards the bookkeeping ([`state::State`]); it is held only to move a
+//! chunk between lists, never while memory is cleared or mapped. A chunk's bytes
+//! are touched by exactly one party at a time, decided by its phase under the
+//! lock: its owner while `InUse`, one scrubber while `Scrubbing`, nobody
+//! otherwise. The invariant `zeroed + dirty + scrubbing + in_use == mapped` is
+//! checked after every change in debug builds, and the transitions are checked
+//! exhaustively in `state.rs`'s tests.
+//!
+//! Chunks hold an `Arc` of the pool's shared part, so they stay valid after the
+//! [`Pool`] is dropped; raw chunks (`Chunk::into_raw`) still outstanding at drop
+//! keep the memory mapped for the rest of the process (leaked, never unmapped
+//! under a user).
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::clear::{hot_capacity, KernelFn, Strategy, Temperature};
+use crate::error::{Error, Result};
+use crate::region::{PageKind, Region};
+
+mod scrubber;
+mod state;
+mod stats;
+
+pub use scrubber::ScrubPriority;
+pub use stats::PoolStats;
+
+use state::{Refused, Source, State};
+use stats::{Counters, Histogram};
+
+/// How a [`Pool`] is built. Every setting is checked by [`PoolBuilder::build`].
+#[derive(Debug, Clone)]
+pub struct PoolBuilder {
+    chunk_size: usize,
+    backing: PageKind,
+    capacity: usize,
+    low: Option<usize>,
+    high: Option<usize>,
+    scrubbers: usize,
+    priority: ScrubPriority,
+    prefill: usize,
+    verify: bool,
+    hot_window: Option<usize>,
+}
+
+impl Default for PoolBuilder {
+    fn default() -> Self {
+        PoolBuilder {
+            chunk_size: 2 << 20,
+            backing: PageKind::Thp,
+            capacity: 1 << 30,
+            low: None,
+            high: None,
+            scrubbers: 1,
+            priority: ScrubPriority::Idle,
+            prefill: 0,
+            verify: std::env::var("PREZERO_VERIFY").is_ok_and(|v| v == "1"),
+            hot_window: None,
+        }
+    }
+}
+
+impl PoolBuilder {
+    /// Bytes per chunk (default 2 MiB); a multiple of the backing's page size.
+    pub fn chunk_size(mut self, bytes: usize) -> Self {
+        self.chunk_size = bytes;
+        self
+    }
+
+    /// The pages behind the chunks (default THP).
+    pub fn backing(mut self, kind: PageKind) -> Self {
+        self.backing = kind;
+        self
+    }
+
+    /// Most bytes the pool will ever map (default 1 GiB); at least one chunk.
+    pub fn capacity(mut self, bytes: usize) -> Self {
+        self.capacity = bytes;
+        self
+    }
+
+    /// Zeroed chunks below which the scrubber starts (seed 003's `scrub_start`;
+    /// default: the high watermark, i.e. scrub whenever below it).
+    pub fn low_watermark(mut self, chunks: usize) -> Self {
+        self.low = Some(chunks);
+        self
+    }
+
+    /// Zeroed chunks at which the scrubber stops (`scrub_stop`; default: all of capacity).
+    pub fn high_watermark(mut self, chunks: usize) -> Self {
+        self.high = Some(chunks);
+        self
+    }
+
+    /// Scrubber threads (default 1; 0 = no background scrubbing: every
+    /// `alloc_zeroed` of a dirty chunk clears it on the spot).
+    pub fn scrubbers(mut self, n: usize) -> Self {
+        self.scrubbers = n;
+        self
+    }
+
+    /// Scrubber scheduling (default `SCHED_IDLE`, falling back to nice 19).
+    pub fn scrub_priority(mut self, p: ScrubPriority) -> Self {
+        self.priority = p;
+        self
+    }
+
+    /// Chunks to map and prefault at build time, ready zeroed.
+    pub fn prefill(mut self, chunks: usize) -> Self {
+        self.prefill = chunks;
+        self
+    }
+
+    /// Check every chunk handed out by `alloc_zeroed` is all zero (panics if
+    /// not). Also on with `PREZERO_VERIFY=1`.
+    pub fn verify(mut self, on: bool) -> Self {
+        self.verify = on;
+        self
+    }
+
+    /// How much recently handed-out memory counts as still in cache (default:
+    /// [`crate::clear::hot_capacity`]). A chunk freed within this many bytes of
+    /// hand-outs after it was taken is "hot": kept out of the scrubber's queue and
+    /// cleared in cache when reused. 0 sends every freed chunk to the scrubber.
+    pub fn hot_window(mut self, bytes: usize) -> Self {
+        self.hot_window = Some(bytes);
+        self
+    }
+
+    /// Checks the configuration, maps the prefill, starts the scrubbers.
+    pub fn build(self) -> Result<Pool> {
+        let page = self.backing.page_size();
+        if self.chunk_size == 0 || !self.chunk_size.is_multiple_of(page) {
+            return Err(Error::invalid(format!(
+                "pool chunk size {} is not a positive multiple of the {} page size ({page})",
+                self.chunk_size, self.backing
+            )));
+        }
+        let max_chunks = self.capacity / self.chunk_size;
+        if max_chunks == 0 {
+            return Err(Error::invalid(format!(
+                "pool capacity {} is smaller than one chunk ({})",
+                self.capacity, self.chunk_size
+            )));
+        }
+        let high = self.high.unwrap_or(max_chunks);
+        let low = self.low.unwrap_or(high);
+        if high > max_chunks || low > high {
+            return Err(Error::invalid(format!(
+                "pool watermarks must satisfy low <= high <= capacity in chunks ({low} <= {high} <= {max_chunks})"
+            )));
+        }
+        if self.prefill > max_chunks {
+            return Err(Error::invalid(format!(
+                "pool prefill of {} chunks exceeds capacity of {max_chunks}",
+                self.prefill
+            )));
+        }
+        let kernels = Kernels {
+            hot: Strategy::Auto(Temperature::Hot).kernel_for(self.chunk_size)?,
+            cold: Strategy::Auto(Temperature::Cold).kernel_for(self.chunk_size)?,
+        };
+        let shared = Arc::new(Shared {
+            chunk_size: self.chunk_size,
+            backing: self.backing,
+            max_chunks,
+            low,
+            high,
+            verify: self.verify,
+            hot_chunks: (self.hot_window.unwrap_or_else(hot_capacity) / self.chunk_size) as u64,
+            kernels,
+            state: Mutex::new(State::default()),
+            regions: Mutex::new(Vec::new()),
+            scrub_wake: Condvar::new(),
+            chunk_ready: Condvar::new(),
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+            latency: Histogram::new(),
+            priority: Mutex::new("none (no scrubber)"),
+        });
+        for _ in 0..self.prefill {
+            let r = Region::new(self.chunk_size, self.backing)?;
+            crate::prefault::prefault(&r, 1)?;
+            shared.adopt(r, false);
+        }
+        let scrubbers = (0..self.scrubbers)
+            .map(|i| scrubber::spawn(Arc::clone(&shared), self.priority, i))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(|e| Error::os("spawn scrubber thread", e))?;
+        Ok(Pool { shared, scrubbers })
+    }
+}
+
+/// The two clearing kernels a pool uses, chosen once for its chunk size.
+struct Kernels {
+    hot: KernelFn,
+    cold: KernelFn,
+}
+
+/// What the pool, its chunks and its scrubbers share.
+pub(crate) struct Shared {
+    chunk_size: usize,
+    backing: PageKind,
+    max_chunks: usize,
+    low: usize,
+    high: usize,
+    verify: bool,
+    /// Chunks handed out more recently than this many hand-outs ago are hot.
+    hot_chunks: u64,
+    kernels: Kernels,
+    state: Mutex<State>,
+    /// The mappings, by chunk id. Only grown; unmapped when the last user drops.
+    regions: Mutex<Vec<Region>>,
+    /// Wakes scrubbers: dirty chunks appeared, or shutdown.
+    scrub_wake: Condvar,
+    /// Wakes `alloc_zeroed_timeout` waiters: a chunk was freed or scrubbed.
+    chunk_ready: Condvar,
+    /// Set at shutdown; scrubbers check it between bounded steps.
+    stop: AtomicBool,
+    counters: Counters,
+    latency: Histogram,
+    priority: Mutex<&'static str>,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the lists half-moved: every
+        // State method completes its move before anything that could panic.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn check(&self, s: &State) {
+        debug_assert!(s.check(), "pool invariant broken: {:?}", s.counts());
+    }
+
+    /// Registers a new mapping as a chunk, in use (handed out now, ending a
+    /// `grow`) or zeroed (prefill).
+    fn adopt(&self, region: Region, in_use: bool) -> usize {
+        let addr = region.as_ptr() as usize;
+        let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut s = self.lock();
+        if in_use {
+            // In the same critical section as `add`, so capacity is never overrun.
+            s.growing -= 1;
+        }
+        let id = s.add(addr, in_use);
+        debug_assert_eq!(id, regions.len());
+        regions.push(region);
+        self.check(&s);
+        id
+    }
+
+    fn chunk_ptr(&self, s: &State, id: usize) -> NonNull<u8> {
+        // The address came from a successful mmap, so it is not null.
+        NonNull::new(s.slots[id].addr as *mut u8).expect("mapped chunks are not null")
+    }
+
+    /// Frees `id` (from a `Chunk` drop or `free_raw`) and wakes whoever waits.
+    fn free(&self, id: usize, raw: bool) -> std::result::Result<(), Refused> {
+        let mut s = self.lock();
+        s.free(id, raw, self.hot_chunks)?;
+        let wake = s.wants_scrub(self.low, self.high);
+        self.check(&s);
+        drop(s);
+        if wake {
+            self.scrub_wake.notify_one();
+        }
+        self.chunk_ready.notify_one();
+        Ok(())
+    }
+
+    fn hand_out(self: &Arc<Self>, zeroed: bool) -> Result<Chunk> {
+        let start = Instant::now();
+        let taken = {
+            let mut s = self.lock();
+            let t = if zeroed {
+                s.take_zeroed(self.hot_chunks)
+            } else {
+                s.take_any(self.hot_chunks)
+            };
+            let r = match t {
+                Some((id, src)) => Some((id, Some(src), self.chunk_ptr(&s, id))),
+                None if s.slots.len() + s.growing < self.max_chunks => {
+                    s.growing += 1;
+                    None
+                }
+                None => {
+                    return Err(Error::Exhausted {
+                        capacity: self.max_chunks * self.chunk_size,
+                    })
+                }
+            };
+            if zeroed && s.wants_scrub(self.low, self.high) {
+                self.scrub_wake.notify_one();
+            }
+            self.check(&s);
+            r
+        };
+        let (id, ptr) = match taken {
+            Some((id, src, ptr)) => {
+                self.prepare(ptr, src.expect("taken chunks have a source"), zeroed);
+                (id, ptr)
+            }
+            None => self.grow()?,
+        };
+        let chunk = Chunk {
+            shared: Arc::clone(self),
+            id,
+            ptr,
+            len: self.chunk_size,
+        };
+        if zeroed && self.verify {
+            if let Some(at) = crate::verify::first_nonzero(&chunk) {
+                panic!("prezero pool verify: chunk {id} handed out with byte {at} non-zero");
+            }
+        }
+        self.latency.record(start.elapsed());
+        Ok(chunk)
+    }
+
+    /// Clears a chunk taken from the lists as its source requires, and counts it.
+    fn prepare(&self, ptr: NonNull<u8>, src: Source, zeroed: bool) {
+        let c = &self.counters;
+        let n = self.chunk_size;
+        if !zeroed {
+            Counters::add(&c.served_unzeroed, 1);
+            return;
+        }
+        let (kernel, served, bytes) = match src {
+            Source::Zeroed => return Counters::add(&c.served_zeroed, 1),
+            Source::Released => return Counters::add(&c.served_released, 1),
+            Source::Hot => (self.kernels.hot, &c.served_hot, &c.bytes_cleared_hot),
+            Source::Cold => (self.kernels.cold, &c.served_cold, &c.bytes_cleared_cold),
+        };
+        // SAFETY: the chunk is InUse and owned by this call until returned as a
+        // Chunk; it is `chunk_size` bytes of our mapping.
+        unsafe { kernel.run(ptr.as_ptr(), n) };
+        Counters::add(served, 1);
+        Counters::add(bytes, n);
+    }
+
+    /// Maps a new chunk (already counted in `growing`): fresh pages are zero.
+    fn grow(&self) -> Result<(usize, NonNull<u8>)> {
+        let r = match Region::new(self.chunk_size, self.backing) {
+            Ok(r) => r,
+            Err(e) => {
+                self.lock().growing -= 1;
+                return Err(e);
+            }
+        };
+        let ptr = NonNull::new(r.as_ptr()).expect("mapped regions are not null");
+        let id = self.adopt(r, true);
+        Counters::add(&self.counters.served_fresh, 1);
+        Counters::add(&self.counters.bytes_fresh, self.chunk_size);
+        Ok((id, ptr))
+    }
+}
+
+/// A pool of pre-zeroed chunks. `Send + Sync`: share it by reference or `Arc`.
+pub struct Pool {
+    shared: Arc<Shared>,
+    scrubbers: Vec<JoinHandle<()>>,
+}
+
+impl Pool {
+    /// A builder with the defaults (2 MiB THP chunks, 1 GiB capacity, 1 scrubber).
+    pub fn builder() -> PoolBuilder {
+        PoolBuilder::default()
+    }
+
+    /// A chunk every byte of which reads zero: a hot recently-freed chunk cleared
+    /// in cache, else a zeroed one, else a dirty one cleared now with streaming
+    /// stores, else a trimmed one, else fresh memory while under capacity, else
+    /// `Error::Exhausted`. Never waits for a scrub in progress.
+    pub fn alloc_zeroed(&self) -> Result<Chunk> {
+        self.shared.hand_out(true)
+    }
+
+    /// Like [`Pool::alloc_zeroed`], but when the pool is exhausted waits up to
+    /// `timeout` for a chunk to be freed or scrubbed.
+    pub fn alloc_zeroed_timeout(&self, timeout: Duration) -> Result<Chunk> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.shared.hand_out(true) {
+                Err(Error::Exhausted { .. }) if Instant::now() < deadline => {
+                    let s = self.shared.lock();
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    // Spurious or missed wake-ups only cost a retry.
+                    let _ = self
+                        .shared
+                        .chunk_ready
+                        .wait_timeout(s, left.min(Duration::from_millis(10)));
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// A chunk whose contents are whatever this process last wrote there (or
+    /// zero): for callers that overwrite it whole. Takes dirty chunks first, so
+    /// the zeroed ones stay for `alloc_zeroed` (seed 003).
+    pub fn alloc(&self) -> Result<Chunk> {
+        self.shared.hand_out(false)
+    }
+
+    /// Returns a chunk given out by [`Chunk::into_raw`]. A pointer that is not an
+    /// outstanding raw chunk of this pool (foreign, inside a chunk, freed twice)
+    /// is an error and changes nothing.
+    pub fn free_raw(&self, ptr: *mut u8) -> Result<()> {
+        let id = self.shared.lock().id_of(ptr as usize);
+        let refused = match id {
+            None => Refused::Unknown,
+            Some(id) => match self.shared.free(id, true) {
+                Ok(()) => return Ok(()),
+                Err(r) => r,
+            },
+        };
+        Err(Error::invalid(match refused {
+            Refused::Unknown => format!("{ptr:p} is not the start of a chunk of this pool"),
+            Refused::NotInUse => format!("{ptr:p} is not handed out (freed twice?)"),
+            Refused::WrongOwner => format!("{ptr:p} is owned by a Chunk, not a raw pointer"),
+        }))
+    }
+
+    /// Gives the pages of chunks not in use back to the kernel until at most
+    /// `keep_bytes` of the pool are backed by memory: dirty chunks first, then
+    /// zeroed ones. Trimmed chunks stay mapped and read zero (MADV_DONTNEED), so
+    /// they are never scrubbed again. Returns the bytes given back.
+    pub fn trim(&self, keep_bytes: usize) -> Result<usize> {
+        let keep = keep_bytes / self.shared.chunk_size;
+        let mut given = 0;
+        let mut s = self.shared.lock();
+        while s.backed_chunks() > keep {
+            let Some(id) = s.trim_victim() else { break };
+            let ptr = s.slots[id].addr as *mut u8;
+            // The lock stays held: the chunk is in transit and nobody else may see it.
+            let r = crate::sys::madvise(ptr, self.shared.chunk_size, libc::MADV_DONTNEED);
+            s.released(id);
+            self.shared.check(&s);
+            r.map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))?;
+            given += self.shared.chunk_size;
+        }
+        Ok(given)
+    }
+
+    /// Counts, counters and latencies, now.
+    pub fn stats(&self) -> PoolStats {
+        let c = self.shared.lock().counts();
+        let k = &self.shared.counters;
+        let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+        let h = &self.shared.latency;
+        PoolStats {
+            chunk_size: self.shared.chunk_size,
+            mapped: c.mapped,
+            zeroed: c.zeroed + c.released,
+            released: c.released,
+            dirty: c.dirty + c.hot,
+            hot: c.hot,
+            scrubbing: c.scrubbing,
+            in_use: c.in_use,
+            raw: c.raw,
+            bytes_scrubbed: get(&k.bytes_scrubbed),
+            bytes_cleared_hot: get(&k.bytes_cleared_hot),
+            bytes_cleared_cold: get(&k.bytes_cleared_cold),
+            bytes_fresh: get(&k.bytes_fresh),
+            served_zeroed: get(&k.served_zeroed),
+            served_released: get(&k.served_released),
+            served_hot: get(&k.served_hot),
+            served_cold: get(&k.served_cold),
+            served_fresh: get(&k.served_fresh),
+            served_unzeroed: get(&k.served_unzeroed),
+            latency_p50_ns: h.quantile(0.50),
+            latency_p99_ns: h.quantile(0.99),
+            latency_max_ns: h.max(),
+            scrubber_priority: *self
+                .shared
+                .priority
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        }
+    }
+
+    /// Bytes per chunk.
+    pub fn chunk_size(&self) -> usize {
+        self.shared.chunk_size
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        {
+            let mut s = self.shared.lock();
+            s.shutdown = true;
+        }
+        self.shared.scrub_wake.notify_all();
+        for h in self.scrubbers.drain(..) {
+            let _ = h.join();
+        }
+        if self.shared.lock().counts().raw > 0 {
+            // Raw chunks may still be in use through pointers we cannot track:
+            // keep every mapping alive for the rest of the process.
+            std::mem::forget(Arc::clone(&self.shared));
+        }
+    }
+}
+
+impl fmt::Debug for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pool")
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+/// A chunk of a [`Pool`]: `chunk_size` bytes, exclusively yours until dropped,
+/// when it goes back to the pool as dirty. Valid even after the pool is dropped.
+pub struct Chunk {
+    shared: Arc<Shared>,
+    id: usize,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: a Chunk owns its bytes exclusively (phase InUse), like a Box<[u8]>.
+unsafe impl Send for Chunk {}
+// SAFETY: shared references give shared access only.
+unsafe impl Sync for Chunk {}
+
+impl Chunk {
+    /// Gives up the chunk as a raw pointer to `len` bytes, for FFI and allocator
+    /// integration; return it with [`Pool::free_raw`] (until then it stays
+    /// valid, even after the pool is dropped).
+    pub fn into_raw(self) -> NonNull<u8> {
+        self.shared.lock().make_raw(self.id);
+        let ptr = self.ptr;
+        // Skip Drop (which would free the chunk); the Arc is released normally.
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: `this` is never used again, so reading the Arc out moves it.
+        drop(unsafe { std::ptr::read(&this.shared) });
+        ptr
+    }
+}
+
+impl Deref for Chunk {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        // SAFETY: while InUse the chunk's `len` bytes are ours alone, and mapped.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl DerefMut for Chunk {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` is unique.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
+impl Drop for Chunk {
+    fn drop(&mut self) {
+        let r = self.shared.free(self.id, false);
+        debug_assert!(r.is_ok(), "a Chunk's own free was refused: {r:?}");
+    }
+}
+
+impl fmt::Debug for Chunk {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Chunk")
+            .field("ptr", &self.ptr)
+            .field("len", &self.len)
+            .finish()
+    }
+}

@@ -1,0 +1,539 @@
+//! The pool's bookkeeping: which chunk is in which state, and the transitions
+//! between states. Pure data, no system calls and no locking (the pool holds its
+//! mutex around every call), so it can be checked exhaustively in tests.
+//!
+//! Every chunk is in exactly one of these places:
+//!
+//! | place      | phase     | meaning                                                   |
+//! |------------|-----------|-----------------------------------------------------------|
+//! | `zeroed`   | Zeroed    | all zero, backed by memory (scrubbed, or prefilled)        |
+//! | `released` | Zeroed    | all zero because MADV_DONTNEED dropped its pages (trim)    |
+//! | `hot`      | Dirty     | freed, handed out recently enough to be in cache           |
+//! | `dirty`    | Dirty     | freed and cold, oldest first: the scrubber's queue         |
+//! | (counted)  | Scrubbing | being cleared by a scrubber, outside the lock              |
+//! | (counted)  | InUse     | owned by a caller (a `Chunk`, or raw after `into_raw`)     |
+//!
+//! Invariant (checked by [`State::check`] after every change in debug builds):
+//! `zeroed + released + hot + dirty + scrubbing + in_use == slots`, and each
+//! slot's phase is the one of the place it is in.
+
+use std::collections::{HashMap, VecDeque};
+
+/// What a chunk is doing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    Zeroed,
+    Dirty,
+    Scrubbing,
+    InUse,
+}
+
+/// One chunk's record.
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) addr: usize,
+    pub(crate) phase: Phase,
+    /// Allocation sequence number when it was last handed out (its "last touch").
+    pub(crate) handed_at: u64,
+    /// Handed out through `Chunk::into_raw`: only `free_raw` may return it.
+    pub(crate) raw: bool,
+}
+
+/// Where a chunk handed out by [`State::take_zeroed`] or [`State::take_any`]
+/// came from, which decides what the caller must still do to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Already zero and backed: hand out as is.
+    Zeroed,
+    /// Zero because trimmed: hand out as is (the kernel faults pages back in).
+    Released,
+    /// Dirty and recently used: clear with ordinary stores (it is in cache).
+    Hot,
+    /// Dirty and cold: clear with streaming stores.
+    Cold,
+}
+
+/// A transition that is not allowed from the chunk's current phase.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// No chunk starts at this address.
+    Unknown,
+    /// The chunk is not handed out (a double free).
+    NotInUse,
+    /// Raw chunks come back through `free_raw`, others through `Chunk`'s drop.
+    WrongOwner,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) slots: Vec<Slot>,
+    by_addr: HashMap<usize, usize>,
+    zeroed: Vec<usize>,
+    released: Vec<usize>,
+    hot: Vec<usize>,
+    dirty: VecDeque<usize>,
+    scrubbing: usize,
+    in_use: usize,
+    /// Chunks being mapped outside the lock (counted against capacity).
+    pub(crate) growing: usize,
+    /// Hand-outs so far: the clock by which hotness is judged.
+    handouts: u64,
+    /// Between the low and the high watermark the scrubber keeps going once started.
+    pub(crate) scrub_active: bool,
+    pub(crate) shutdown: bool,
+}
+
+/// Counts per place, for stats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Counts {
+    pub(crate) zeroed: usize,
+    pub(crate) released: usize,
+    pub(crate) hot: usize,
+    pub(crate) dirty: usize,
+    pub(crate) scrubbing: usize,
+    pub(crate) in_use: usize,
+    pub(crate) mapped: usize,
+    pub(crate) raw: usize,
+}
+
+impl State {
+    pub(crate) fn counts(&self) -> Counts {
+        Counts {
+            zeroed: self.zeroed.len(),
+            released: self.released.len(),
+            hot: self.hot.len(),
+            dirty: self.dirty.len(),
+            scrubbing: self.scrubbing,
+            in_use: self.in_use,
+            mapped: self.slots.len(),
+            raw: self.slots.iter().filter(|s| s.raw).count(),
+        }
+    }
+
+    /// Adds a freshly mapped chunk, either handed out at once or kept zeroed (prefill).
+    pub(crate) fn add(&mut self, addr: usize, in_use: bool) -> usize {
+        let id = self.slots.len();
+        let phase = if in_use { Phase::InUse } else { Phase::Zeroed };
+        self.slots.push(Slot {
+            addr,
+            phase,
+            handed_at: 0,
+            raw: false,
+        });
+        self.by_addr.insert(addr, id);
+        if in_use {
+            self.hand_out(id);
+        } else {
+            self.zeroed.push(id);
+        }
+        id
+    }
+
+    fn hand_out(&mut self, id: usize) {
+        self.handouts += 1;
+        let s = &mut self.slots[id];
+        s.phase = Phase::InUse;
+        s.handed_at = self.handouts;
+        s.raw = false;
+        self.in_use += 1;
+    }
+
+    /// Moves hot chunks handed out more than `hot_chunks` hand-outs ago to the
+    /// cold queue: their lines have been evicted by what came since.
+    fn age(&mut self, hot_chunks: u64) {
+        let now = self.handouts;
+        let (keep, cold): (Vec<usize>, Vec<usize>) = self
+            .hot
+            .iter()
+            .partition(|&&id| now - self.slots[id].handed_at < hot_chunks);
+        self.hot = keep;
+        self.dirty.extend(cold);
+    }
+
+    /// A chunk for `alloc_zeroed`: a hot dirty chunk (cleared in cache beats a
+    /// cold zero chunk, seed 003), then a zeroed one, then a cold dirty one, then
+    /// a released one. `None`: the caller must grow the pool or give up.
+    pub(crate) fn take_zeroed(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
+        self.age(hot_chunks);
+        let (id, src) = if let Some(id) = self.hot.pop() {
+            (id, Source::Hot)
+        } else if let Some(id) = self.zeroed.pop() {
+            (id, Source::Zeroed)
+        } else if let Some(id) = self.dirty.pop_back() {
+            // The newest cold chunk: the scrubber works from the oldest end.
+            (id, Source::Cold)
+        } else if let Some(id) = self.released.pop() {
+            (id, Source::Released)
+        } else {
+            return None;
+        };
+        self.hand_out(id);
+        Some((id, src))
+    }
+
+    /// A chunk for `alloc` (contents not needed): dirty first, so that zeroed
+    /// chunks stay for `alloc_zeroed` (seed 003).
+    pub(crate) fn take_any(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
+        self.age(hot_chunks);
+        let (id, src) = if let Some(id) = self.hot.pop() {
+            (id, Source::Hot)
+        } else if let Some(id) = self.dirty.pop_back() {
+            (id, Source::Cold)
+        } else if let Some(id) = self.zeroed.pop() {
+            (id, Source::Zeroed)
+        } else if let Some(id) = self.released.pop() {
+            (id, Source::Released)
+        } else {
+            return None;
+        };
+        self.hand_out(id);
+        Some((id, src))
+    }
+
+    /// The chunk starting at `addr`, if it is one of ours.
+    pub(crate) fn id_of(&self, addr: usize) -> Option<usize> {
+        self.by_addr.get(&addr).copied()
+    }
+
+    /// Marks an in-use chunk as owned through a raw pointer.
+    pub(crate) fn make_raw(&mut self, id: usize) {
+        debug_assert_eq!(self.slots[id].phase, Phase::InUse);
+        self.slots[id].raw = true;
+    }
+
+    /// Returns a chunk to the pool as dirty; `raw` says which door it came through.
+    pub(crate) fn free(&mut self, id: usize, raw: bool, hot_chunks: u64) -> Result<(), Refused> {
+        let slot = self.slots.get_mut(id).ok_or(Refused::Unknown)?;
+        if slot.phase != Phase::InUse {
+            return Err(Refused::NotInUse);
+        }
+        if slot.raw != raw {
+            return Err(Refused::WrongOwner);
+        }
+        slot.phase = Phase::Dirty;
+        slot.raw = false;
+        self.in_use -= 1;
+        if self.handouts - slot.handed_at < hot_chunks {
+            self.hot.push(id);
+        } else {
+            self.dirty.push_back(id);
+        }
+        Ok(())
+    }
+
+    /// The oldest cold dirty chunk, now owned by a scrubber.
+    pub(crate) fn scrub_start(&mut self) -> Option<usize> {
+        let id = self.dirty.pop_front()?;
+        self.slots[id].phase = Phase::Scrubbing;
+        self.scrubbing += 1;
+        Some(id)
+    }
+
+    /// A scrubber is done with `id`: zero if `cleared`, else (stopped early) dirty again.
+    pub(crate) fn scrub_finish(&mut self, id: usize, cleared: bool) {
+        debug_assert_eq!(self.slots[id].phase, Phase::Scrubbing);
+        self.scrubbing -= 1;
+        if cleared {
+            self.slots[id].phase = Phase::Zeroed;
+            self.zeroed.push(id);
+        } else {
+            self.slots[id].phase = Phase::Dirty;
+            self.dirty.push_front(id);
+        }
+    }
+
+    /// A backed chunk not in use to give back to the kernel: cold dirty first,
+    /// then hot dirty, then zeroed (oldest first). The caller drops its pages and
+    /// then calls [`State::released`].
+    pub(crate) fn trim_victim(&mut self) -> Option<usize> {
+        let id = if let Some(id) = self.dirty.pop_front() {
+            id
+        } else if !self.hot.is_empty() {
+            self.hot.remove(0)
+        } else if !self.zeroed.is_empty() {
+            self.zeroed.remove(0)
+        } else {
+            return None;
+        };
+        // In transit: counted as scrubbing until `released` (the lock is held throughout).
+        self.slots[id].phase = Phase::Scrubbing;
+        self.scrubbing += 1;
+        Some(id)
+    }
+
+    /// A trim victim whose pages are gone: it now reads zero.
+    pub(crate) fn released(&mut self, id: usize) {
+        debug_assert_eq!(self.slots[id].phase, Phase::Scrubbing);
+        self.scrubbing -= 1;
+        self.slots[id].phase = Phase::Zeroed;
+        self.released.push(id);
+    }
+
+    /// Whether a scrubber has work, with seed 003's watermarks: start when fewer
+    /// than `low` chunks are zeroed, keep going until `high` are or nothing is dirty.
+    pub(crate) fn wants_scrub(&mut self, low: usize, high: usize) -> bool {
+        let zeroed = self.zeroed.len();
+        if self.dirty.is_empty() || zeroed >= high {
+            self.scrub_active = false;
+        } else if zeroed < low {
+            self.scrub_active = true;
+        }
+        self.scrub_active && !self.dirty.is_empty()
+    }
+
+    /// Bytes backed by memory: everything but the released chunks.
+    pub(crate) fn backed_chunks(&self) -> usize {
+        self.slots.len() - self.released.len()
+    }
+
+    /// The invariant of the module docs.
+    pub(crate) fn check(&self) -> bool {
+        let c = self.counts();
+        let sum = c.zeroed + c.released + c.hot + c.dirty + c.scrubbing + c.in_use;
+        let all_in = |ids: &[usize], p: Phase| ids.iter().all(|&i| self.slots[i].phase == p);
+        let (front, back) = self.dirty.as_slices();
+        sum == c.mapped
+            && all_in(&self.zeroed, Phase::Zeroed)
+            && all_in(&self.released, Phase::Zeroed)
+            && all_in(&self.hot, Phase::Dirty)
+            && all_in(front, Phase::Dirty)
+            && all_in(back, Phase::Dirty)
+            && self
+                .slots
+                .iter()
+                .filter(|s| s.phase == Phase::InUse)
+                .count()
+                == c.in_use
+            && self
+                .slots
+                .iter()
+                .filter(|s| s.phase == Phase::Scrubbing)
+                .count()
+                == c.scrubbing
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every event the pool can apply to its state.
+    #[derive(Debug, Clone, Copy)]
+    enum Event {
+        Grow,
+        TakeZeroed,
+        TakeAny,
+        MakeRaw(usize),
+        Free(usize),
+        FreeRaw(usize),
+        ScrubStart,
+        ScrubFinish(usize, bool),
+        Trim,
+    }
+
+    fn events(n: usize) -> Vec<Event> {
+        let mut v = vec![
+            Event::Grow,
+            Event::TakeZeroed,
+            Event::TakeAny,
+            Event::ScrubStart,
+            Event::Trim,
+        ];
+        for i in 0..n {
+            v.extend([
+                Event::MakeRaw(i),
+                Event::Free(i),
+                Event::FreeRaw(i),
+                Event::ScrubFinish(i, true),
+                Event::ScrubFinish(i, false),
+            ]);
+        }
+        v
+    }
+
+    /// Applies `e` the way the pool would, refusing what the pool refuses;
+    /// returns false if the event does not apply in this state.
+    fn apply(s: &mut State, e: Event, hot: u64, zero_known: &mut Vec<bool>) -> bool {
+        match e {
+            Event::Grow => {
+                if s.slots.len() >= 3 {
+                    return false;
+                }
+                s.add(0x1000 * (s.slots.len() + 1), false);
+                zero_known.push(true);
+            }
+            Event::TakeZeroed => match s.take_zeroed(hot) {
+                // Whatever the source, the pool makes it zero before handing it out
+                // (Hot/Cold are cleared); Zeroed/Released must already be zero.
+                Some((id, src)) => {
+                    if matches!(src, Source::Zeroed | Source::Released) {
+                        assert!(zero_known[id], "handed out a non-zero chunk as zero");
+                    }
+                    zero_known[id] = false; // the caller writes to it
+                }
+                None => return false,
+            },
+            Event::TakeAny => match s.take_any(hot) {
+                Some((id, _)) => zero_known[id] = false,
+                None => return false,
+            },
+            Event::MakeRaw(id) => {
+                if s.slots
+                    .get(id)
+                    .is_none_or(|x| x.phase != Phase::InUse || x.raw)
+                {
+                    return false;
+                }
+                s.make_raw(id);
+            }
+            Event::Free(id) | Event::FreeRaw(id) => {
+                let raw = matches!(e, Event::FreeRaw(_));
+                let expect_ok = s
+                    .slots
+                    .get(id)
+                    .is_some_and(|x| x.phase == Phase::InUse && x.raw == raw);
+                let r = s.free(id, raw, hot);
+                assert_eq!(r.is_ok(), expect_ok, "{e:?}: {r:?}");
+                if !expect_ok {
+                    return false;
+                }
+            }
+            Event::ScrubStart => {
+                if s.scrub_start().is_none() {
+                    return false;
+                }
+            }
+            Event::ScrubFinish(id, ok) => {
+                if s.slots.get(id).is_none_or(|x| x.phase != Phase::Scrubbing) {
+                    return false;
+                }
+                s.scrub_finish(id, ok);
+                if ok {
+                    zero_known[id] = true;
+                }
+            }
+            Event::Trim => match s.trim_victim() {
+                Some(id) => {
+                    s.released(id);
+                    zero_known[id] = true;
+                }
+                None => return false,
+            },
+        }
+        true
+    }
+
+    fn explore(
+        s: &mut State,
+        depth: usize,
+        hot: u64,
+        zero: &[bool],
+        evs: &[Event],
+        visited: &mut usize,
+    ) {
+        assert!(s.check(), "invariant broken: {:?}", s.counts());
+        if depth == 0 {
+            return;
+        }
+        for &e in evs {
+            // Cheap to rebuild: replay into a copy.
+            let mut copy = clone_state(s);
+            let mut z = zero.to_vec();
+            if apply(&mut copy, e, hot, &mut z) {
+                *visited += 1;
+                explore(&mut copy, depth - 1, hot, &z, evs, visited);
+            }
+        }
+    }
+
+    fn clone_state(s: &State) -> State {
+        State {
+            slots: s
+                .slots
+                .iter()
+                .map(|x| Slot {
+                    addr: x.addr,
+                    phase: x.phase,
+                    handed_at: x.handed_at,
+                    raw: x.raw,
+                })
+                .collect(),
+            by_addr: s.by_addr.clone(),
+            zeroed: s.zeroed.clone(),
+            released: s.released.clone(),
+            hot: s.hot.clone(),
+            dirty: s.dirty.clone(),
+            scrubbing: s.scrubbing,
+            in_use: s.in_use,
+            growing: s.growing,
+            handouts: s.handouts,
+            scrub_active: s.scrub_active,
+            shutdown: s.shutdown,
+        }
+    }
+
+    #[test]
+    fn every_sequence_of_transitions_keeps_the_invariant() {
+        let evs = events(3);
+        for hot in [0, 1, 2] {
+            let mut visited = 0;
+            explore(&mut State::default(), 10, hot, &[], &evs, &mut visited);
+            eprintln!("hot window {hot}: {visited} sequences of up to 10 transitions");
+            assert!(visited > 500_000, "explored only {visited} sequences");
+        }
+    }
+
+    #[test]
+    fn double_and_foreign_frees_are_refused() {
+        let mut s = State::default();
+        let a = s.add(0x1000, true);
+        assert_eq!(s.free(a, false, 1), Ok(()));
+        assert_eq!(s.free(a, false, 1), Err(Refused::NotInUse));
+        assert_eq!(s.free(7, false, 1), Err(Refused::Unknown));
+        let (b, _) = s.take_any(1).unwrap();
+        assert_eq!(s.free(b, true, 1), Err(Refused::WrongOwner));
+        s.make_raw(b);
+        assert_eq!(s.free(b, false, 1), Err(Refused::WrongOwner));
+        assert_eq!(s.free(b, true, 1), Ok(()));
+        assert!(s.check());
+    }
+
+    #[test]
+    fn hot_reuse_beats_zeroed_and_ages_out() {
+        let mut s = State::default();
+        let a = s.add(0x1000, false);
+        let b = s.add(0x2000, true);
+        s.free(b, false, 1).unwrap();
+        // b was just used: clearing it in cache beats the cold zeroed chunk a.
+        assert_eq!(s.take_zeroed(1), Some((b, Source::Hot)));
+        assert_eq!(s.take_zeroed(1), Some((a, Source::Zeroed)));
+        // a was handed out after b: b is no longer hot when it comes back.
+        s.free(b, false, 1).unwrap();
+        assert_eq!((s.counts().hot, s.counts().dirty), (0, 1));
+        assert_eq!(s.scrub_start(), Some(b));
+        assert!(s.check());
+    }
+
+    #[test]
+    fn watermarks_have_hysteresis() {
+        let mut s = State::default();
+        for i in 0..4 {
+            s.add(0x1000 * (i + 1), true);
+        }
+        for i in 0..4 {
+            s.free(i, false, 0).unwrap();
+        }
+        // low 1, high 3: nothing zeroed, so scrubbing starts...
+        assert!(s.wants_scrub(1, 3));
+        let id = s.scrub_start().unwrap();
+        s.scrub_finish(id, true);
+        // ...and goes on above low until high.
+        assert!(s.wants_scrub(1, 3));
+        for _ in 0..2 {
+            let id = s.scrub_start().unwrap();
+            s.scrub_finish(id, true);
+        }
+        assert!(!s.wants_scrub(1, 3));
+        assert!(s.check());
+    }
+}
