@@ -167,3 +167,44 @@ fn reserve_is_undone_on_ctrl_c() {
         "hugetlb pool not restored after Ctrl-C"
     );
 }
+
+#[test]
+fn bench_pool_json_rows() {
+    let (ok, out, err) = prezero(&[
+        "bench",
+        "pool",
+        "--cases",
+        "handout,sustained",
+        "--samples",
+        "8",
+        "--lines",
+        "1",
+        "--inflight",
+        "1,4",
+        "--volume",
+        "32M",
+        "--host-cold-wait",
+        "0",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    let handout: Vec<_> = rows.iter().filter(|r| r["case"] == "handout").collect();
+    assert!(handout
+        .iter()
+        .any(|r| r["source"] == "pool-warm" && r["p99_us"].as_f64().unwrap() > 0.0));
+    let sustained: Vec<_> = rows.iter().filter(|r| r["case"] == "sustained").collect();
+    for src in ["pool-scrub", "pool-noscrub", "mmap-thp", "calloc"] {
+        assert_eq!(
+            sustained.iter().filter(|r| r["source"] == src).count(),
+            2,
+            "{src}"
+        );
+    }
+    assert!(sustained
+        .iter()
+        .filter(|r| r["source"] == "mmap-thp")
+        .all(|r| r["host"] == "warm"));
+    let (ok, _, err) = prezero(&["bench", "pool", "--cases", "nonsense"]);
+    assert!(!ok && err.contains("unknown case"));
+}

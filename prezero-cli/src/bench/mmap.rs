@@ -51,13 +51,15 @@ enum Function {
     Demand,
     Populate,
     PopulateParallel,
+    Pool,
 }
 
 impl Function {
-    const ALL: [Function; 3] = [
+    const ALL: [Function; 4] = [
         Function::Demand,
         Function::Populate,
         Function::PopulateParallel,
+        Function::Pool,
     ];
 
     fn name(self) -> &'static str {
@@ -65,6 +67,7 @@ impl Function {
             Function::Demand => "demand",
             Function::Populate => "populate",
             Function::PopulateParallel => "populate-parallel",
+            Function::Pool => "pool",
         }
     }
 
@@ -73,6 +76,7 @@ impl Function {
             Function::Demand => "Demand loaded mmap(): one write per page",
             Function::Populate => "mmap() + MADV_POPULATE_WRITE, one thread",
             Function::PopulateParallel => "mmap() + prezero::prefault over all threads",
+            Function::Pool => "zeroed chunks from a warm prezero::Pool, scrubbed between loops",
         }
     }
 
@@ -97,9 +101,47 @@ impl Function {
             Function::Populate | Function::PopulateParallel => {
                 prezero::prefault(&r, self.threads(threads))?;
             }
+            Function::Pool => unreachable!("the pool function has its own loop"),
         }
         Ok(r)
     }
+}
+
+/// Chunk size of the pool function: the page size, at least 2 MiB.
+fn pool_chunk(kind: PageKind) -> usize {
+    kind.page_size().max(2 << 20)
+}
+
+/// The `pool` function: a pool holding `size` bytes, prefilled (populated and
+/// zero); each loop takes all of it as zeroed chunks (timed), gives it back,
+/// and waits, untimed, for the scrubber to zero it again.
+fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>, String> {
+    let chunk = pool_chunk(kind);
+    let n = size.div_ceil(chunk);
+    let pool = prezero::Pool::builder()
+        .backing(kind)
+        .chunk_size(chunk)
+        .capacity(n * chunk)
+        .prefill(n)
+        .hot_window(0)
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut samples = Vec::with_capacity(loops);
+    for _ in 0..loops {
+        let t = Instant::now();
+        let held = (0..n)
+            .map(|_| pool.alloc_zeroed())
+            .collect::<prezero::Result<Vec<_>>>()
+            .map_err(|e| e.to_string())?;
+        let d = t.elapsed();
+        drop(held);
+        samples.push(gbps(n * chunk, d));
+        let wait = Instant::now();
+        while pool.stats().zeroed < n && wait.elapsed() < Duration::from_secs(60) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+    Ok(samples)
 }
 
 /// Demand faults one write per page; THP regions are touched per base page so
@@ -170,7 +212,10 @@ pub fn run(args: &Args) -> Result<(), String> {
         }
         for &f in &functions {
             let mut samples = Vec::with_capacity(args.loops);
-            for _ in 0..args.loops {
+            if f == Function::Pool {
+                samples = pool_loops(size, kind, args.loops)?;
+            }
+            while samples.len() < args.loops {
                 if let Some(secs) = args.host_cold {
                     std::thread::sleep(Duration::from_secs(secs));
                 }

@@ -9,6 +9,7 @@ use prezero::{HugetlbReservation, PageKind};
 mod clear;
 mod faults;
 mod mmap;
+mod pool;
 
 #[derive(clap::Subcommand)]
 pub enum Which {
@@ -18,6 +19,8 @@ pub enum Which {
     Mmap(mmap::Args),
     /// Seed 003's fault-rate table: by threads and by cache lines touched per page.
     Faults(faults::Args),
+    /// The pre-zeroed pool: hand-out latency, sustained GB/s, interference.
+    Pool(pool::Args),
 }
 
 pub fn run(which: Which) -> Result<(), String> {
@@ -25,6 +28,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Clear(a) => clear::run(&a),
         Which::Mmap(a) => mmap::run(&a),
         Which::Faults(a) => faults::run(&a),
+        Which::Pool(a) => pool::run(&a),
     }
 }
 
