@@ -74,7 +74,8 @@ fn bench_mmap_json_and_perf_text() {
     ]);
     assert!(ok, "{err}");
     let rows = json_lines(&out);
-    assert_eq!(rows.len(), 6);
+    assert_eq!(rows.len(), 8, "4 functions x 2 page kinds");
+    assert!(rows.iter().any(|r| r["function"] == "pool"));
     assert!(rows
         .iter()
         .all(|r| r["bench"] == "mmap" && r["host"] == "warm" && r["gbps"].as_f64().unwrap() > 0.0));

@@ -30,6 +30,7 @@ pub mod pool;
 pub mod prefault;
 pub mod region;
 mod sys;
+pub mod template;
 mod verify;
 
 pub use clear::{
@@ -43,4 +44,8 @@ pub use hugetlb::HugetlbReservation;
 pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
+pub use template::{
+    drain, stream_copy, stream_copy_nodrain, template_fill, template_fill_grouped,
+    template_fill_words, template_fill_words_grouped, CopyKernel, Streamer,
+};
 pub use verify::{first_nonzero, is_zero};
