@@ -209,3 +209,31 @@ fn bench_pool_json_rows() {
     let (ok, _, err) = prezero(&["bench", "pool", "--cases", "nonsense"]);
     assert!(!ok && err.contains("unknown case"));
 }
+
+#[test]
+fn bench_template_json_rows() {
+    let (ok, out, err) = prezero(&[
+        "bench",
+        "template",
+        "--records",
+        "5000",
+        "--reps",
+        "2",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    assert_eq!(rows.len(), 10, "5 methods x 2 layouts");
+    for m in [
+        "per-field",
+        "template-copy",
+        "template-stream",
+        "template-words",
+        "ceiling",
+    ] {
+        assert_eq!(rows.iter().filter(|r| r["method"] == m).count(), 2, "{m}");
+    }
+    assert!(rows
+        .iter()
+        .all(|r| r["records"] == 5000 && r["ms"].as_f64().unwrap() > 0.0));
+}

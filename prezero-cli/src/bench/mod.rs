@@ -10,6 +10,7 @@ mod clear;
 mod faults;
 mod mmap;
 mod pool;
+mod template;
 
 #[derive(clap::Subcommand)]
 pub enum Which {
@@ -21,6 +22,8 @@ pub enum Which {
     Faults(faults::Args),
     /// The pre-zeroed pool: hand-out latency, sustained GB/s, interference.
     Pool(pool::Args),
+    /// Seed 004's memmap init: per-field vs template + streaming vs the ceiling.
+    Template(template::Args),
 }
 
 pub fn run(which: Which) -> Result<(), String> {
@@ -29,6 +32,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Mmap(a) => mmap::run(&a),
         Which::Faults(a) => faults::run(&a),
         Which::Pool(a) => pool::run(&a),
+        Which::Template(a) => template::run(&a),
     }
 }
 
