@@ -26,6 +26,13 @@ pub enum Error {
         /// The pool's capacity in bytes.
         capacity: usize,
     },
+    /// Verify mode found a non-zero byte in memory about to be handed out as zero.
+    NotZero {
+        /// Offset of the first non-zero byte.
+        offset: usize,
+    },
+    /// The object is still in use (a pool with chunks outstanding).
+    Busy,
     /// Not enough free hugetlb pages of the requested size.
     HugetlbShortage {
         /// Page size in bytes.
@@ -62,6 +69,8 @@ impl Error {
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::OutOfMemory { .. } | Error::HugetlbShortage { .. } => libc::ENOMEM,
             Error::Exhausted { .. } => libc::EAGAIN,
+            Error::NotZero { .. } => libc::EIO,
+            Error::Busy => libc::EBUSY,
             Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -75,6 +84,10 @@ impl fmt::Display for Error {
             }
             Error::InvalidArgument(msg) => write!(f, "invalid argument: {msg}"),
             Error::OutOfMemory { size } => write!(f, "out of memory mapping {size} bytes"),
+            Error::NotZero { offset } => {
+                write!(f, "verify: memory to be handed out as zero has a non-zero byte at {offset}")
+            }
+            Error::Busy => write!(f, "still in use (chunks outstanding)"),
             Error::Exhausted { capacity } => {
                 write!(f, "pool exhausted: all {capacity} bytes of its capacity are in use")
             }

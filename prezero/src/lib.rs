@@ -25,6 +25,7 @@
 pub mod clear;
 pub mod cpu;
 mod error;
+pub mod ffi;
 pub mod hugetlb;
 pub mod pool;
 pub mod prefault;

@@ -327,8 +327,9 @@ impl Shared {
             len: self.chunk_size,
         };
         if zeroed && self.verify {
-            if let Some(at) = crate::verify::first_nonzero(&chunk) {
-                panic!("prezero pool verify: chunk {id} handed out with byte {at} non-zero");
+            if let Some(offset) = crate::verify::first_nonzero(&chunk) {
+                // Dropping the chunk returns it dirty: it is cleared before any reuse.
+                return Err(Error::NotZero { offset });
             }
         }
         self.latency.record(start.elapsed());
@@ -389,13 +390,31 @@ impl Pool {
     /// in cache, else a zeroed one, else a dirty one cleared now with streaming
     /// stores, else a trimmed one, else fresh memory while under capacity, else
     /// `Error::Exhausted`. Never waits for a scrub in progress.
+    ///
+    /// # Panics
+    /// In verify mode, if the chunk about to be handed out is not all zero (a bug,
+    /// in prezero or in a caller writing to memory it gave back): loudly, never
+    /// handing out the memory. [`Pool::try_alloc_zeroed`] returns it as an error.
     pub fn alloc_zeroed(&self) -> Result<Chunk> {
+        loud(self.try_alloc_zeroed())
+    }
+
+    /// [`Pool::alloc_zeroed`] with a verify failure as `Error::NotZero` (for the C ABI).
+    pub fn try_alloc_zeroed(&self) -> Result<Chunk> {
         self.shared.hand_out(true)
     }
 
     /// Like [`Pool::alloc_zeroed`], but when the pool is exhausted waits up to
     /// `timeout` for a chunk to be freed or scrubbed.
+    ///
+    /// # Panics
+    /// As [`Pool::alloc_zeroed`], in verify mode.
     pub fn alloc_zeroed_timeout(&self, timeout: Duration) -> Result<Chunk> {
+        loud(self.try_alloc_zeroed_timeout(timeout))
+    }
+
+    /// [`Pool::alloc_zeroed_timeout`] with a verify failure as `Error::NotZero`.
+    pub fn try_alloc_zeroed_timeout(&self, timeout: Duration) -> Result<Chunk> {
         let deadline = Instant::now() + timeout;
         loop {
             match self.shared.hand_out(true) {
@@ -501,6 +520,16 @@ impl Pool {
     pub fn chunk_size(&self) -> usize {
         self.shared.chunk_size
     }
+}
+
+/// Verify mode's loud failure for the Rust API.
+fn loud(r: Result<Chunk>) -> Result<Chunk> {
+    r.map_err(|e| match e {
+        Error::NotZero { offset } => {
+            panic!("prezero pool verify: chunk handed out with byte {offset} non-zero")
+        }
+        e => e,
+    })
 }
 
 impl Drop for Pool {

@@ -220,6 +220,38 @@ impl Streamer {
         Ok(())
     }
 
+    /// [`Streamer::fill_grouped`] for records whose size is known only at run
+    /// time (the C ABI): `dst` holds `dst.len() / head.len()` records of
+    /// `head.len()` bytes. Errors if the templates are empty, differ in length,
+    /// or `dst` is not a whole number of records, or `group_len == 0`.
+    pub fn fill_grouped_bytes(
+        &self,
+        dst: &mut [u8],
+        group_len: usize,
+        head: &[u8],
+        tail: &[u8],
+        mut update: impl FnMut(usize, bool, &mut [u8]),
+    ) -> Result<()> {
+        let size = head.len();
+        if size == 0 || tail.len() != size || !dst.len().is_multiple_of(size) || group_len == 0 {
+            return Err(Error::invalid(format!(
+                "template fill: records of {size} and {} bytes into {} bytes in groups of {group_len}",
+                tail.len(),
+                dst.len()
+            )));
+        }
+        let _drain = DrainOnExit(self.streams());
+        let (mut h, mut t) = (head.to_vec(), tail.to_vec());
+        for (i, d) in dst.chunks_exact_mut(size).enumerate() {
+            let is_head = i % group_len == 0;
+            let w = if is_head { &mut h } else { &mut t };
+            update(i, is_head, w);
+            // SAFETY: `d` and `w` are distinct buffers of `size` bytes.
+            unsafe { (self.copy)(d.as_mut_ptr(), w.as_ptr(), size) };
+        }
+        Ok(())
+    }
+
     /// See [`template_fill_words`].
     pub fn fill_words<T: Copy, const K: usize>(
         &self,
