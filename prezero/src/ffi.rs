@@ -147,7 +147,10 @@ pub extern "C" fn pz_version() -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn pz_clear(ptr: *mut c_void, len: usize) -> c_int {
     // SAFETY: the caller promises the range (see the module docs).
-    guard(|| Ok(crate::clear(unsafe { bytes_mut(ptr, len)? })))
+    guard(|| {
+        crate::clear(unsafe { bytes_mut(ptr, len)? });
+        Ok(())
+    })
 }
 
 /// Zeroes `len` bytes at `ptr` with a `PZ_STRATEGY_*`. `-ENOTSUP` if the CPU lacks
@@ -202,7 +205,10 @@ pub unsafe extern "C" fn pz_clear_bounded(
 #[no_mangle]
 pub unsafe extern "C" fn pz_clear_near(ptr: *mut c_void, len: usize, hint: usize) -> c_int {
     // SAFETY: the caller promises the range.
-    guard(|| Ok(crate::clear_near(unsafe { bytes_mut(ptr, len)? }, hint)))
+    guard(|| {
+        crate::clear_near(unsafe { bytes_mut(ptr, len)? }, hint);
+        Ok(())
+    })
 }
 
 /// Zeroes with `threads` threads (>= 1), split on page boundaries.
