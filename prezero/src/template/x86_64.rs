@@ -5,8 +5,8 @@
 //! would cost a read-modify-write in memory). No kernel drains: callers do.
 
 use core::arch::x86_64::{
-    __m512i, _mm256_loadu_si256, _mm256_stream_si256, _mm512_loadu_si512, _mm512_mask_set1_epi64,
-    _mm512_stream_si512, _mm_stream_si64,
+    __m512i, __mmask8, _mm256_loadu_si256, _mm256_stream_si256, _mm512_loadu_si512,
+    _mm512_mask_set1_epi64, _mm512_stream_si512, _mm_stream_si64,
 };
 use core::ptr;
 
@@ -109,9 +109,43 @@ pub(super) unsafe fn fill_words_avx512<const K: usize>(
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
 ) {
     let lines = size / 64;
+    // Where each word goes, computed once: its line and its lane mask.
+    let line_of: [usize; K] = core::array::from_fn(|k| offsets[k] / 64);
+    let lane: [__mmask8; K] = core::array::from_fn(|k| 1 << ((offsets[k] % 64) / 8));
     let mut d = dst;
     // A countdown instead of `i % group_len`: no division per record.
     let mut left_in_group = 0;
+    if lines == 1 {
+        // One-line records (struct page): both templates live in registers for
+        // the whole fill; a record is two or three register operations and a store.
+        // SAFETY: head and tail are readable for 64 bytes.
+        let (th, tt) = unsafe {
+            (
+                _mm512_loadu_si512(head.cast()),
+                _mm512_loadu_si512(tail.cast()),
+            )
+        };
+        for i in 0..n {
+            let is_head = left_in_group == 0;
+            left_in_group = if is_head {
+                group_len - 1
+            } else {
+                left_in_group - 1
+            };
+            // Produced before the store of record i, so a panic leaves it untouched.
+            let vals = produce(i, is_head);
+            let mut v = if is_head { th } else { tt };
+            for k in 0..K {
+                v = _mm512_mask_set1_epi64(v, lane[k], vals[k] as i64);
+            }
+            // SAFETY: record i is the 64 aligned bytes at d, inside dst.
+            unsafe {
+                _mm512_stream_si512(d.cast(), v);
+                d = d.add(64);
+            }
+        }
+        return;
+    }
     for i in 0..n {
         let is_head = left_in_group == 0;
         left_in_group = if is_head {
@@ -127,9 +161,8 @@ pub(super) unsafe fn fill_words_avx512<const K: usize>(
             unsafe {
                 let mut v: __m512i = _mm512_loadu_si512(t.add(l * 64).cast());
                 for k in 0..K {
-                    let o = offsets[k];
-                    if o / 64 == l {
-                        v = _mm512_mask_set1_epi64(v, 1 << ((o % 64) / 8), vals[k] as i64);
+                    if line_of[k] == l {
+                        v = _mm512_mask_set1_epi64(v, lane[k], vals[k] as i64);
                     }
                 }
                 _mm512_stream_si512(d.add(l * 64).cast(), v);
