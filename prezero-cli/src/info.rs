@@ -78,7 +78,7 @@ fn collect() -> Value {
         })).collect::<Vec<_>>(),
         "forced": prezero::forced_kernel().map(|k| k.name()),
         "profile": {
-            "source": "built-in defaults",
+            "source": prezero::profile_source(),
             "unknown": classes(Temperature::Unknown),
             "hot": classes(Temperature::Hot),
             "cold": classes(Temperature::Cold),

@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod bench;
+mod calibrate;
 mod info;
 mod units;
 
@@ -24,6 +25,8 @@ struct Cli {
 enum Command {
     /// CPU features, caches, page sizes, and the kernel Auto picks per size class.
     Info(info::Args),
+    /// Measure this machine and write the profile Auto follows (under a minute).
+    Calibrate(calibrate::Args),
     /// Benchmarks (GB/s, mean +- stdev, every result verified zero).
     Bench {
         #[command(subcommand)]
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
+        Command::Calibrate(args) => calibrate::run(&args),
         Command::Bench { which } => bench::run(which),
     };
     match result {

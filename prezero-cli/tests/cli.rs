@@ -237,3 +237,142 @@ fn bench_template_json_rows() {
         .iter()
         .all(|r| r["records"] == 5000 && r["ms"].as_f64().unwrap() > 0.0));
 }
+
+fn prezero_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("prezero-cli-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+#[test]
+fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
+    let model = prezero::cpu().model_name.clone();
+    let good = serde_json::json!({
+        "format": prezero::PROFILE_FORMAT, "cpu_model": model, "date": "2026-11-22T00:00:00Z",
+        "profile": {
+            "unknown": [{"below": 100000, "kernel": "portable"}, {"below": null, "kernel": "movnti"}],
+            "hot": [{"below": null, "kernel": "portable"}],
+            "cold": [{"below": 5000, "kernel": "portable"}, {"below": null, "kernel": "movnti"}],
+        },
+    });
+    let path = tmp("good.json");
+    std::fs::write(&path, good.to_string()).unwrap();
+    let p = path.to_str().unwrap();
+    let (ok, out, err) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", p)]);
+    assert!(ok && err.is_empty(), "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["profile"]["source"].as_str().unwrap().contains(p));
+    if cfg!(target_arch = "x86_64") {
+        let auto = v["auto"].as_array().unwrap();
+        assert_eq!(auto[0]["unknown"], "portable"); // 4K < 100000
+        assert_eq!(auto[2]["unknown"], "movnti"); // 1M
+        assert_eq!(auto[0]["cold"], "portable"); // 4K < 5000
+        assert_eq!(auto[1]["cold"], "movnti");
+    }
+
+    let mut cases = vec![
+        (
+            "wrong-version.json",
+            serde_json::json!({"format": 999, "cpu_model": model, "date": "d", "profile": {}})
+                .to_string(),
+            "format 999",
+        ),
+        (
+            "other-cpu.json",
+            good.to_string().replace(&model, "Some Other CPU"),
+            "measured on",
+        ),
+        (
+            "missing.json",
+            serde_json::json!({"format": 1, "cpu_model": model}).to_string(),
+            "missing field",
+        ),
+        (
+            "truncated.json",
+            good.to_string()[..40].to_string(),
+            "not valid JSON",
+        ),
+    ];
+    let dir = tmp("a-directory");
+    std::fs::create_dir_all(&dir).unwrap();
+    cases.push(("", String::new(), "cannot read"));
+    for (name, text, why) in cases {
+        let path = if name.is_empty() {
+            dir.clone()
+        } else {
+            tmp(name)
+        };
+        if !name.is_empty() {
+            std::fs::write(&path, text).unwrap();
+        }
+        let (ok, out, err) = prezero_env(
+            &["info", "--json"],
+            &[("PREZERO_PROFILE", path.to_str().unwrap())],
+        );
+        assert!(ok, "{name}: {err}");
+        assert_eq!(
+            err.matches("prezero: ignoring profile").count(),
+            1,
+            "{name}: one warning expected: {err}"
+        );
+        assert!(err.contains(why), "{name}: {err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert!(v["profile"]["source"]
+            .as_str()
+            .unwrap()
+            .starts_with("built-in defaults"));
+    }
+    let (ok, out, _) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", "none")]);
+    assert!(ok && out.contains("PREZERO_PROFILE=none"));
+}
+
+#[test]
+fn calibrate_writes_a_profile_the_library_loads() {
+    let path = tmp("calibrated.json");
+    let p = path.to_str().unwrap();
+    let (ok, out, err) = prezero(&[
+        "calibrate",
+        "--out",
+        p,
+        "--sizes",
+        "4K,64K",
+        "--reps",
+        "1",
+        "--large",
+        "16M",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("wrote"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(v["format"], prezero::PROFILE_FORMAT);
+    assert!(v["figures"].as_array().unwrap().len() > 4);
+    let (ok, out, err) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", p)]);
+    assert!(ok && err.is_empty(), "{err}");
+    assert!(out.contains("calibrated"));
+    let (ok, out, err) = prezero(&[
+        "calibrate",
+        "--check",
+        "--out",
+        p,
+        "--sizes",
+        "4K,64K",
+        "--reps",
+        "1",
+    ]);
+    assert!(ok, "{err}");
+    assert!(out.contains("figures are off by more than 10%"));
+}

@@ -27,6 +27,7 @@ pub mod cpu;
 mod error;
 pub mod ffi;
 pub mod hugetlb;
+mod json;
 pub mod pool;
 pub mod prefault;
 pub mod region;
@@ -37,7 +38,7 @@ mod verify;
 pub use clear::{
     active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
     clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with, forced_kernel,
-    Kernel, Profile, SizeClass, Strategy, Temperature,
+    profile_source, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES, PROFILE_FORMAT,
 };
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};

@@ -46,7 +46,7 @@ pub struct Args {
 
 /// One way of clearing a buffer, as the benchmark names it.
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Method {
+pub(crate) enum Method {
     /// Auto, told the mode's temperature.
     Auto,
     /// Auto, told nothing (plain `prezero::clear`).
@@ -56,31 +56,33 @@ enum Method {
     Memset,
     /// One 4 KiB call per page: a kernel without extent clearing.
     PageAtATime,
-    /// `rep stosb` in chunks of this many bytes: the kernel's resched batches.
-    RepStosbChunks(usize),
+    /// A kernel in chunks of this many bytes (`rep stosb` in 8/32 MiB: the
+    /// kernel's resched batches).
+    Chunks(Kernel, usize),
     /// `clear_bounded` (Auto, told the temperature) with 1 MiB chunks.
     Bounded1M,
-    /// `clear_parallel` over every core.
-    Parallel,
+    /// `clear_parallel` (Auto, told the temperature) over this many threads.
+    Parallel(usize),
 }
 
 impl Method {
-    fn name(self) -> String {
+    pub(crate) fn name(self) -> String {
         match self {
             Method::Auto => "auto".into(),
             Method::AutoPlain => "auto-plain".into(),
             Method::Kernel(k) => k.name().into(),
             Method::Memset => "memset".into(),
             Method::PageAtATime => "page-at-a-time".into(),
-            Method::RepStosbChunks(n) => format!("rep-stosb-{}", fmt_size(n).to_lowercase()),
+            Method::Chunks(k, n) => format!("{}-{}", k.name(), fmt_size(n).to_lowercase()),
             Method::Bounded1M => "bounded-1m".into(),
-            Method::Parallel => "parallel".into(),
+            Method::Parallel(n) if n == prezero::cpu().logical_cpus => "parallel".into(),
+            Method::Parallel(n) => format!("parallel-{n}"),
         }
     }
 
     /// Single-thread strategies are the ones Auto is held against.
     fn single_thread(self) -> bool {
-        self != Method::Parallel
+        !matches!(self, Method::Parallel(_))
     }
 
     fn all() -> Vec<Method> {
@@ -89,11 +91,11 @@ impl Method {
         v.push(Method::Memset);
         v.push(Method::PageAtATime);
         if Kernel::RepStosb.is_available() {
-            v.push(Method::RepStosbChunks(8 << 20));
-            v.push(Method::RepStosbChunks(32 << 20));
+            v.push(Method::Chunks(Kernel::RepStosb, 8 << 20));
+            v.push(Method::Chunks(Kernel::RepStosb, 32 << 20));
         }
         v.push(Method::Bounded1M);
-        v.push(Method::Parallel);
+        v.push(Method::Parallel(prezero::cpu().logical_cpus));
         v
     }
 
@@ -116,11 +118,9 @@ impl Method {
                 Ok(())
             }
             Method::PageAtATime => chunked(buf, page_kernel.into(), 4096),
-            Method::RepStosbChunks(n) => chunked(buf, Kernel::RepStosb.into(), n),
+            Method::Chunks(k, n) => chunked(buf, k.into(), n),
             Method::Bounded1M => chunked(buf, temp.into(), 1 << 20),
-            Method::Parallel => {
-                prezero::clear_parallel_with(buf, temp, prezero::cpu().logical_cpus)
-            }
+            Method::Parallel(n) => prezero::clear_parallel_with(buf, temp, n),
         };
         r.expect("strategies are only listed when available");
     }
@@ -149,11 +149,11 @@ fn parse_methods(names: &[String]) -> Result<Vec<Method>, String> {
         .collect()
 }
 
-struct Figure {
-    mode: &'static str,
-    size: usize,
-    method: Method,
-    stats: Stats,
+pub(crate) struct Figure {
+    pub(crate) mode: &'static str,
+    pub(crate) size: usize,
+    pub(crate) method: Method,
+    pub(crate) stats: Stats,
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -163,31 +163,53 @@ pub fn run(args: &Args) -> Result<(), String> {
         .map(|s| parse_size(s))
         .collect::<Result<Vec<_>, _>>()?;
     let methods = parse_methods(&args.strategies)?;
-    if args.reps == 0 {
-        return Err("--reps must be at least 1".into());
-    }
     let modes: &[&'static str] = match args.mode.as_str() {
         "hot" => &["hot"],
         "cold" => &["cold"],
         _ => &["hot", "cold"],
     };
+    let figures = collect(modes, &sizes, &methods, args.reps, |f| {
+        if args.json {
+            print_json(f)
+        }
+    })?;
+    if !args.json {
+        for &mode in modes {
+            print_table(mode, &sizes, &methods, &figures);
+        }
+    }
+    Ok(())
+}
+
+/// Measures every method at every size in every mode; `each` sees every figure
+/// as soon as it is known.
+pub(crate) fn collect(
+    modes: &[&'static str],
+    sizes: &[usize],
+    methods: &[Method],
+    reps: usize,
+    mut each: impl FnMut(&Figure),
+) -> Result<Vec<Figure>, String> {
+    if reps == 0 {
+        return Err("--reps must be at least 1".into());
+    }
     warm_up();
-    let mut progress = Progress::new((modes.len() * sizes.len() * args.reps) as u64);
+    let mut progress = Progress::new((modes.len() * sizes.len() * reps) as u64);
     let mut figures = Vec::new();
     for &mode in modes {
         let mut bench = match mode {
             "hot" => Bench::hot(),
-            _ => Bench::cold(&sizes)?,
+            _ => Bench::cold(sizes)?,
         };
-        for &size in &sizes {
+        for &size in sizes {
             bench.prepare(size)?;
             // Repetitions go round the methods, so that every method meets the
             // same drift of this shared machine (clock, neighbours) over time.
-            let mut samples = vec![Vec::with_capacity(args.reps); methods.len()];
-            for rep in 0..args.reps {
+            let mut samples = vec![Vec::with_capacity(reps); methods.len()];
+            for rep in 0..reps {
                 progress.step(format!("{mode} {}", fmt_size(size)));
                 for (i, &m) in methods.iter().enumerate() {
-                    samples[i].push(bench.rep(size, m, rep + 1 == args.reps)?);
+                    samples[i].push(bench.rep(size, m, rep + 1 == reps)?);
                 }
             }
             for (&m, s) in methods.iter().zip(&samples) {
@@ -197,20 +219,13 @@ pub fn run(args: &Args) -> Result<(), String> {
                     method: m,
                     stats: Stats::of(s),
                 };
-                if args.json {
-                    print_json(&fig);
-                }
+                each(&fig);
                 figures.push(fig);
             }
         }
     }
     progress.finish();
-    if !args.json {
-        for &mode in modes {
-            print_table(mode, &sizes, &methods, &figures);
-        }
-    }
-    Ok(())
+    Ok(figures)
 }
 
 /// Half a second of clearing before the first figure, so the first strategy
@@ -222,6 +237,9 @@ fn warm_up() {
         prezero::clear(&mut buf);
     }
 }
+
+/// The cold region of the last cold run, kept for the next one.
+static COLD_REGION: std::sync::Mutex<Option<Region>> = std::sync::Mutex::new(None);
 
 /// Where the benchmark's buffers live for one mode.
 enum Bench {
@@ -238,9 +256,13 @@ impl Bench {
 
     fn cold(sizes: &[usize]) -> Result<Bench, String> {
         let max = sizes.iter().copied().max().unwrap_or(0);
-        let want = (8 * prezero::cpu().llc())
-            .max(4 * max)
-            .next_multiple_of(max.max(1));
+        let want = (8 * prezero::cpu().llc()).max(4 * max);
+        // Touching gigabytes for the first time is slow on a VM (host faults):
+        // a later run in this process reuses the region (all of it dirty).
+        let cached = COLD_REGION.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(region) = cached.filter(|r| r.len() >= want) {
+            return Ok(Bench::Cold { region, cursor: 0 });
+        }
         let mut region = Region::new(want, PageKind::Thp).map_err(|e| e.to_string())?;
         eprintln!(
             "prezero: cold region {} (8x LLC or 4x the largest size), touching it once",
@@ -311,6 +333,16 @@ impl Bench {
                 *cursor = next * size;
                 Ok(g)
             }
+        }
+    }
+}
+
+impl Drop for Bench {
+    fn drop(&mut self) {
+        if let Bench::Cold { region, .. } = self {
+            // Every slice is dirty again (each figure re-dirties what it cleared).
+            let r = std::mem::replace(region, Region::new(1, PageKind::Base).expect("one page"));
+            *COLD_REGION.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         }
     }
 }

@@ -6,7 +6,8 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use prezero::{HugetlbReservation, PageKind};
 
-mod clear;
+pub(crate) mod clear;
+mod compare;
 mod faults;
 mod mmap;
 mod pool;
@@ -24,6 +25,8 @@ pub enum Which {
     Pool(pool::Args),
     /// Seed 004's memmap init: per-field vs template + streaming vs the ceiling.
     Template(template::Args),
+    /// Ratio per row of two `--json` outputs, marking changes beyond the noise.
+    Compare(compare::Args),
 }
 
 pub fn run(which: Which) -> Result<(), String> {
@@ -33,6 +36,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Faults(a) => faults::run(&a),
         Which::Pool(a) => pool::run(&a),
         Which::Template(a) => template::run(&a),
+        Which::Compare(a) => compare::run(&a),
     }
 }
 

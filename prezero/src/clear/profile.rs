@@ -4,11 +4,13 @@
 //! profile is resolved against the CPU into a small table of checked kernels per
 //! temperature, and every later clear is one table walk of at most a few entries.
 
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use super::kernel::{Kernel, KernelFn};
 use crate::cpu::{cpu, Cpu};
 use crate::error::{Error, Result};
+use crate::json::Json;
 
 /// What the caller knows about the memory it is about to clear (seed 003's rule:
 /// memory about to be touched is best zeroed hot, memory not in cache is best
@@ -238,6 +240,8 @@ type Table = [(usize, KernelFn); MAX_CLASSES];
 /// The process-wide choice, made once.
 pub(crate) struct Dispatch {
     profile: Profile,
+    /// Where the profile came from, for `prezero info`.
+    source: String,
     forced: Option<KernelFn>,
     /// Per temperature, classes resolved to checked kernels; unused slots repeat
     /// the last class, so the walk always ends by `usize::MAX`.
@@ -260,12 +264,14 @@ impl Dispatch {
         let tables = Temperature::ALL.map(table);
         Dispatch {
             profile,
+            source: "built-in defaults".into(),
             forced,
             tables,
         }
     }
 
     fn from_env() -> Dispatch {
+        let (profile, source) = profile_from_env();
         let forced = std::env::var("PREZERO_STRATEGY")
             .ok()
             .filter(|s| !s.is_empty() && s != "auto")
@@ -276,7 +282,9 @@ impl Dispatch {
                     None
                 }
             });
-        Dispatch::new(Profile::builtin(cpu()), forced)
+        let mut d = Dispatch::new(profile, forced);
+        d.source = source;
+        d
     }
 
     /// The kernel for `len` bytes at `temp`.
@@ -303,6 +311,12 @@ pub fn active_profile() -> &'static Profile {
     &dispatch().profile
 }
 
+/// Where the active profile came from, and why (e.g. "built-in defaults (no
+/// profile at ~/.config/prezero/profile.json)").
+pub fn profile_source() -> &'static str {
+    &dispatch().source
+}
+
 /// The kernel forced by `PREZERO_STRATEGY`, if any.
 pub fn forced_kernel() -> Option<Kernel> {
     dispatch().forced.map(KernelFn::kernel)
@@ -313,9 +327,221 @@ pub fn auto_kernel(len: usize, temp: Temperature) -> Kernel {
     dispatch().pick(len, temp).kernel()
 }
 
+/// The profile file format this library reads (`"format"` in the file).
+pub const PROFILE_FORMAT: u32 = 1;
+
+/// A calibration profile as stored by `prezero calibrate`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileFile {
+    /// `"format"`: must equal [`PROFILE_FORMAT`].
+    pub format: u32,
+    /// `"cpu_model"`: the CPU it was measured on; another CPU ignores it.
+    pub cpu_model: String,
+    /// `"date"`, as written.
+    pub date: String,
+    /// `"profile"`: the size classes.
+    pub profile: Profile,
+}
+
+/// Where `prezero calibrate` writes and the library looks by default:
+/// `$XDG_CONFIG_HOME/prezero/profile.json`, else `~/.config/prezero/profile.json`.
+pub fn default_profile_path() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CONFIG_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    Some(base.join("prezero").join("profile.json"))
+}
+
+/// Reads and checks a profile file. The error says what is wrong, in words.
+pub fn read_profile_file(path: &Path) -> Result<ProfileFile> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Error::invalid(format!("cannot read it: {e}")))?;
+    parse_profile_file(&text)
+}
+
+fn parse_profile_file(text: &str) -> Result<ProfileFile> {
+    let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
+    let field = |k: &str| {
+        v.get(k)
+            .ok_or_else(|| Error::invalid(format!("missing field \"{k}\"")))
+    };
+    let format = field("format")?
+        .as_f64()
+        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+        .ok_or_else(|| Error::invalid("\"format\" is not a whole number"))? as u32;
+    let text_of = |k: &str| -> Result<String> {
+        Ok(field(k)?
+            .as_str()
+            .ok_or_else(|| Error::invalid(format!("\"{k}\" is not a string")))?
+            .to_owned())
+    };
+    let cpu_model = text_of("cpu_model")?;
+    let date = text_of("date")?;
+    if format != PROFILE_FORMAT {
+        // The rest may be laid out differently: do not read it.
+        return Ok(ProfileFile {
+            format,
+            cpu_model,
+            date,
+            profile: Profile::builtin(cpu()),
+        });
+    }
+    let p = field("profile")?;
+    let classes = |t: Temperature| -> Result<Vec<SizeClass>> {
+        let arr = p.get(t.name()).and_then(Json::as_array).ok_or_else(|| {
+            Error::invalid(format!("\"profile.{}\" is missing or not a list", t.name()))
+        })?;
+        arr.iter()
+            .map(|c| {
+                let below = match c.get("below") {
+                    Some(Json::Null) => usize::MAX,
+                    Some(b) => b
+                        .as_f64()
+                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                        .ok_or_else(|| Error::invalid("a \"below\" is not a byte count"))?
+                        as usize,
+                    None => return Err(Error::invalid("a size class has no \"below\"")),
+                };
+                let kernel = c
+                    .get("kernel")
+                    .and_then(Json::as_str)
+                    .ok_or_else(|| Error::invalid("a size class has no \"kernel\""))?
+                    .parse()?;
+                Ok(SizeClass { below, kernel })
+            })
+            .collect()
+    };
+    let profile = Profile {
+        unknown: classes(Temperature::Unknown)?,
+        hot: classes(Temperature::Hot)?,
+        cold: classes(Temperature::Cold)?,
+    };
+    profile.validate()?;
+    Ok(ProfileFile {
+        format,
+        cpu_model,
+        date,
+        profile,
+    })
+}
+
+/// The profile this process uses, and a sentence saying where it came from.
+/// Problems are reported once on stderr; the built-in defaults are used then.
+fn profile_from_env() -> (Profile, String) {
+    let builtin = || Profile::builtin(cpu());
+    let (path, explicit) = match std::env::var_os("PREZERO_PROFILE") {
+        Some(v) if v == "none" => {
+            return (builtin(), "built-in defaults (PREZERO_PROFILE=none)".into())
+        }
+        Some(v) if !v.is_empty() => (PathBuf::from(v), true),
+        _ => match default_profile_path() {
+            Some(p) => (p, false),
+            None => {
+                return (
+                    builtin(),
+                    "built-in defaults (no HOME or XDG_CONFIG_HOME)".into(),
+                )
+            }
+        },
+    };
+    let shown = path.display();
+    if !explicit && !path.exists() {
+        return (
+            builtin(),
+            format!("built-in defaults (no profile at {shown}; run `prezero calibrate`)"),
+        );
+    }
+    let refuse = |why: String| {
+        eprintln!("prezero: ignoring profile {shown}: {why}; using the built-in defaults");
+        (
+            builtin(),
+            format!("built-in defaults ({shown} ignored: {why})"),
+        )
+    };
+    match read_profile_file(&path) {
+        Err(e) => refuse(e.to_string()),
+        Ok(f) if f.format != PROFILE_FORMAT => refuse(format!(
+            "it has format {}, this library reads format {PROFILE_FORMAT}",
+            f.format
+        )),
+        Ok(f) if f.cpu_model != cpu().model_name => refuse(format!(
+            "it was measured on \"{}\", this CPU is \"{}\"",
+            f.cpu_model,
+            cpu().model_name
+        )),
+        Ok(f) => (f.profile, format!("{shown} (calibrated {})", f.date)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn file_text(format: u32, model: &str, body: &str) -> String {
+        format!(
+            r#"{{"format": {format}, "cpu_model": "{model}", "date": "2026-11-22", "profile": {body}}}"#
+        )
+    }
+
+    const GOOD: &str = r#"{"unknown": [{"below": 4096, "kernel": "portable"}, {"below": null, "kernel": "portable"}],
+        "hot": [{"below": null, "kernel": "portable"}], "cold": [{"below": null, "kernel": "movnti"}]}"#;
+
+    #[test]
+    fn profile_files_round_trip_and_refuse_what_is_wrong() {
+        let model = cpu().model_name.replace('"', "");
+        let f = parse_profile_file(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
+        assert_eq!(
+            f.profile.unknown[0],
+            SizeClass {
+                below: 4096,
+                kernel: Kernel::Portable
+            }
+        );
+        assert_eq!(f.profile.cold[0].below, usize::MAX);
+        // Another format is reported as such, not parsed further.
+        assert_eq!(
+            parse_profile_file(&file_text(99, &model, "7"))
+                .unwrap()
+                .format,
+            99
+        );
+        let bad = [
+            file_text(PROFILE_FORMAT, &model, GOOD)[..60].to_string(),
+            r#"{"cpu_model": "x", "date": "d", "profile": {}}"#.to_string(),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                r#"{"hot": [], "cold": [], "unknown": []}"#,
+            ),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                &GOOD.replace("movnti", "warp-drive"),
+            ),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                &GOOD.replace("null, \"kernel\": \"movnti", "5, \"kernel\": \"movnti"),
+            ),
+            "not json".to_string(),
+        ];
+        for b in bad {
+            let e = parse_profile_file(&b).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn unreadable_files_and_directories_are_errors_not_panics() {
+        let dir = std::env::temp_dir();
+        assert!(read_profile_file(&dir)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+        assert!(read_profile_file(Path::new("/proc/self/mem")).is_err());
+        assert!(read_profile_file(Path::new("/nonexistent/profile.json")).is_err());
+    }
 
     #[test]
     fn builtin_profile_is_valid_and_resolves() {

@@ -1,0 +1,102 @@
+//! `prezero bench compare a.json b.json`: the ratio b/a for every row the two
+//! `--json` outputs share, marking changes beyond the noise both measured.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The baseline: lines of `prezero bench ... --json`.
+    a: PathBuf,
+    /// The run to compare against it.
+    b: PathBuf,
+}
+
+/// Measured fields: what is compared, never part of a row's identity.
+const MEASURES: [&str; 10] = [
+    "gbps",
+    "median_gbps",
+    "stdev_pct",
+    "ms",
+    "median_ms",
+    "p50_us",
+    "p99_us",
+    "max_us",
+    "kernel",
+    "scrubbed_bytes_during",
+];
+
+fn rows(path: &PathBuf) -> Result<Vec<Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    text.lines()
+        .filter(|l| l.trim_start().starts_with('{'))
+        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display())))
+        .collect()
+}
+
+fn key(v: &Value) -> String {
+    let mut parts: Vec<String> = v
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| !MEASURES.contains(&k.as_str()))
+        .map(|(k, v)| {
+            format!(
+                "{k}={}",
+                v.as_str().map_or_else(|| v.to_string(), str::to_owned)
+            )
+        })
+        .collect();
+    parts.sort();
+    parts.join(" ")
+}
+
+/// The figure to compare and whether higher is better.
+fn figure(v: &Value) -> Option<(f64, bool)> {
+    for (k, higher) in [
+        ("gbps", true),
+        ("ms", false),
+        ("p99_us", false),
+        ("slowdown_pct", false),
+    ] {
+        if let Some(x) = v[k].as_f64() {
+            return Some((x, higher));
+        }
+    }
+    None
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let (a, b) = (rows(&args.a)?, rows(&args.b)?);
+    let mut shown = 0;
+    println!("{:<70} {:>10} {:>10} {:>8}", "row", "a", "b", "b/a");
+    for rb in &b {
+        let k = key(rb);
+        let Some(ra) = a.iter().find(|r| key(r) == k) else {
+            continue;
+        };
+        let (Some((xa, higher)), Some((xb, _))) = (figure(ra), figure(rb)) else {
+            continue;
+        };
+        let ratio = xb / xa.max(1e-12);
+        // Beyond noise: more than twice the larger measured spread (or 5%).
+        let noise = 2.0
+            * ra["stdev_pct"]
+                .as_f64()
+                .unwrap_or(2.5)
+                .max(rb["stdev_pct"].as_f64().unwrap_or(2.5))
+            / 100.0;
+        let mark = if (ratio - 1.0).abs() <= noise {
+            ""
+        } else if (ratio > 1.0) == higher {
+            "  better"
+        } else {
+            "  WORSE"
+        };
+        println!("{k:<70} {xa:>10.2} {xb:>10.2} {ratio:>8.3}{mark}");
+        shown += 1;
+    }
+    println!("{shown} rows in common");
+    Ok(())
+}

@@ -1,0 +1,433 @@
+//! `prezero calibrate`: measure this machine and write the profile Auto follows.
+//!
+//! Per size class and temperature the fastest kernel; the elision knee of
+//! `rep stos` (seeds 001/002); the smallest `clear_bounded` chunk that keeps
+//! within 10% of a full-extent clear; scaling with threads; and whether
+//! streaming beats temporal stores for the pool's scrubber. Every figure the
+//! profile was derived from is stored with it.
+
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Value};
+
+use prezero::{Kernel, Temperature, MAX_CLASSES, PROFILE_FORMAT};
+
+use crate::bench::clear::{collect, Figure, Method};
+use crate::units::{fmt_size, parse_size};
+
+const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Where to write the profile (default: $XDG_CONFIG_HOME/prezero/profile.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Re-measure and report where the stored profile is off by more than 10%.
+    #[arg(long)]
+    check: bool,
+    /// Size classes to measure (fewer: faster, coarser).
+    #[arg(long, value_delimiter = ',', default_value = SIZES)]
+    sizes: Vec<String>,
+    /// Repetitions per figure.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Extent of the thread-scaling clears (the chunk study uses a quarter of it).
+    #[arg(long, default_value = "1G")]
+    large: String,
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let path = match &args.out {
+        Some(p) => p.clone(),
+        None => prezero::clear::default_profile_path()
+            .ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
+    };
+    let sizes = args
+        .sizes
+        .iter()
+        .map(|s| parse_size(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    let started = Instant::now();
+    let large = parse_size(&args.large)?;
+    let measured = measure(&sizes, args.reps, large)?;
+    if args.check {
+        return check(&path, &measured);
+    }
+    let profile = derive(&measured);
+    std::fs::create_dir_all(path.parent().unwrap_or(std::path::Path::new(".")))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let text = serde_json::to_string_pretty(&profile).expect("JSON values serialise");
+    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    summarise(&profile);
+    println!(
+        "wrote {} in {:.1} s",
+        path.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Everything calibration measures.
+struct Measured {
+    kernels: Vec<Kernel>,
+    figures: Vec<Figure>,
+    /// Cold 256 MiB clears: full extent and in chunks, per kernel.
+    chunks: Vec<Figure>,
+    /// Cold clears of the large extent with 1..=nproc threads.
+    threads: Vec<Figure>,
+    /// The extent of the chunk study.
+    chunk_extent: usize,
+}
+
+const CHUNKS: [usize; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
+
+fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, String> {
+    let chunk_extent = (large / 4).max(64 << 10);
+    let kernels: Vec<Kernel> = Kernel::available().collect();
+    let methods: Vec<Method> = kernels.iter().map(|&k| Method::Kernel(k)).collect();
+    let figures = collect(&["hot", "cold"], sizes, &methods, reps, |_| ())?;
+    let extent_kernels: Vec<Kernel> = kernels
+        .iter()
+        .copied()
+        .filter(|k| {
+            matches!(
+                k,
+                Kernel::RepStosb | Kernel::Avx512Stream | Kernel::Avx2Stream | Kernel::DcZva
+            )
+        })
+        .collect();
+    let mut chunk_methods: Vec<Method> =
+        extent_kernels.iter().map(|&k| Method::Kernel(k)).collect();
+    for &k in &extent_kernels {
+        chunk_methods.extend(CHUNKS.iter().map(|&c| Method::Chunks(k, c)));
+    }
+    let chunk_methods: Vec<Method> = chunk_methods
+        .into_iter()
+        .filter(|m| !matches!(m, Method::Chunks(_, c) if *c >= chunk_extent))
+        .collect();
+    let chunks = collect(&["cold"], &[chunk_extent], &chunk_methods, reps, |_| ())?;
+    let thread_methods: Vec<Method> = (1..=prezero::cpu().logical_cpus)
+        .map(Method::Parallel)
+        .collect();
+    let threads = collect(&["cold"], &[large], &thread_methods, reps, |_| ())?;
+    Ok(Measured {
+        kernels,
+        figures,
+        chunks,
+        threads,
+        chunk_extent,
+    })
+}
+
+fn median(figs: &[Figure], mode: &str, size: usize, m: Method) -> f64 {
+    figs.iter()
+        .find(|f| f.mode == mode && f.size == size && f.method == m)
+        .map_or(0.0, |f| f.stats.median)
+}
+
+/// The best kernel per size for `mode`, or (for "unknown") the kernel whose worse
+/// ratio to the best of hot and of cold is highest: the least regret either way.
+fn best_per_size(m: &Measured, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
+    let builtin = prezero::Profile::builtin(prezero::cpu());
+    let temp = match mode {
+        "hot" => Temperature::Hot,
+        "cold" => Temperature::Cold,
+        _ => Temperature::Unknown,
+    };
+    let mut prev: Option<Kernel> = None;
+    sizes
+        .iter()
+        .map(|&size| {
+            let score = |k: Kernel| -> f64 {
+                let ratio = |md: &str| {
+                    let best = m
+                        .kernels
+                        .iter()
+                        .map(|&b| median(&m.figures, md, size, Method::Kernel(b)))
+                        .fold(0.0, f64::max);
+                    median(&m.figures, md, size, Method::Kernel(k)) / best.max(1e-9)
+                };
+                match mode {
+                    "unknown" => ratio("hot").min(ratio("cold")),
+                    md => ratio(md),
+                }
+            };
+            let best = m.kernels.iter().map(|&k| score(k)).fold(0.0, f64::max);
+            // Kernels within 3% of the best are ties on this noisy a machine: keep
+            // the previous size's choice, else the built-in one, so that noise
+            // does not cut the sizes into needless classes.
+            let tied = |k: &Kernel| score(*k) >= 0.97 * best;
+            let builtin_k = builtin.kernel_for(size, temp);
+            let k = prev
+                .filter(tied)
+                .or(Some(builtin_k).filter(|k| m.kernels.contains(k) && tied(k)))
+                .unwrap_or_else(|| {
+                    *m.kernels
+                        .iter()
+                        .max_by(|a, b| score(**a).total_cmp(&score(**b)))
+                        .expect("a kernel")
+                });
+            prev = Some(k);
+            k
+        })
+        .collect()
+}
+
+/// Size classes from per-size winners: boundaries halfway (geometrically)
+/// between measured sizes, neighbours with the same kernel merged, at most
+/// MAX_CLASSES (the smallest classes merged first).
+fn classes(sizes: &[usize], winners: &[Kernel]) -> Vec<(Option<usize>, Kernel)> {
+    let mut out: Vec<(Option<usize>, Kernel)> = Vec::new();
+    for (i, &k) in winners.iter().enumerate() {
+        let below = sizes
+            .get(i + 1)
+            .map(|&next| ((sizes[i] as f64 * next as f64).sqrt()) as usize);
+        match out.last_mut() {
+            Some(last) if last.1 == k => last.0 = below,
+            _ => out.push((below, k)),
+        }
+    }
+    while out.len() > MAX_CLASSES {
+        out.remove(0);
+    }
+    out
+}
+
+fn class_json(c: &[(Option<usize>, Kernel)]) -> Value {
+    c.iter()
+        .map(|(below, k)| json!({"below": below, "kernel": k.name()}))
+        .collect()
+}
+
+fn derive(m: &Measured) -> Value {
+    let mut sizes: Vec<usize> = m.figures.iter().map(|f| f.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let profile: serde_json::Map<String, Value> = Temperature::ALL
+        .iter()
+        .map(|t| {
+            (
+                t.name().to_string(),
+                class_json(&classes(&sizes, &best_per_size(m, t.name(), &sizes))),
+            )
+        })
+        .collect();
+    // The elision knee: the smallest extent (from 1 MiB) from which cold
+    // `rep stosb` keeps within 20% of the best streaming kernel, i.e. it no
+    // longer reads each line before writing it (seeds 001/002).
+    let rep = |size| median(&m.figures, "cold", size, Method::Kernel(Kernel::RepStosb));
+    let stream = |size: usize| {
+        m.kernels
+            .iter()
+            .filter(|k| k.is_streaming())
+            .map(|&k| median(&m.figures, "cold", size, Method::Kernel(k)))
+            .fold(0.0, f64::max)
+    };
+    let keeps_up = |s: usize| stream(s) > 0.0 && rep(s) >= 0.8 * stream(s);
+    let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
+    let knee = big
+        .iter()
+        .copied()
+        .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
+    let bounded: serde_json::Map<String, Value> = m
+        .chunks
+        .iter()
+        .filter_map(|f| match f.method {
+            Method::Kernel(k) => Some(k),
+            _ => None,
+        })
+        .map(|k| {
+            let full = median(&m.chunks, "cold", m.chunk_extent, Method::Kernel(k));
+            let min = CHUNKS.iter().copied().find(|&c| {
+                median(&m.chunks, "cold", m.chunk_extent, Method::Chunks(k, c)) >= 0.9 * full
+            });
+            (k.name().to_string(), json!(min))
+        })
+        .collect();
+    let threads: Vec<Value> = m
+        .threads
+        .iter()
+        .map(|f| match f.method {
+            Method::Parallel(n) => json!({"threads": n, "gbps": round(f.stats.median)}),
+            _ => Value::Null,
+        })
+        .collect();
+    // The scrubber's question: on cold 2 MiB chunks, do streaming stores win?
+    let at = |streaming: bool| {
+        m.kernels
+            .iter()
+            .filter(|k| k.is_streaming() == streaming)
+            .map(|&k| median(&m.figures, "cold", 2 << 20, Method::Kernel(k)))
+            .fold(0.0, f64::max)
+    };
+    let cpu = prezero::cpu();
+    json!({
+        "format": PROFILE_FORMAT,
+        "cpu_model": cpu.model_name,
+        "microcode": cpuinfo_field("microcode"),
+        "kernel": prezero::memory().kernel_release,
+        "date": utc_now(),
+        "profile": profile,
+        "elision_knee": knee,
+        "bounded_min_chunk": bounded,
+        "threads": threads,
+        "scrubber": {"streaming_gbps": round(at(true)), "temporal_gbps": round(at(false)), "streaming_wins": at(true) >= at(false)},
+        "figures": m.figures.iter().chain(&m.chunks).chain(&m.threads).map(|f| json!({
+            "mode": f.mode, "size": f.size, "method": f.method.name(), "gbps_median": round(f.stats.median), "stdev_pct": round(f.stats.stdev_pct),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn round(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn summarise(p: &Value) {
+    println!("profile for {}", p["cpu_model"].as_str().unwrap_or("?"));
+    for t in Temperature::ALL {
+        let cls: Vec<String> = p["profile"][t.name()]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| match c["below"].as_u64() {
+                Some(b) => format!(
+                    "<{} {}",
+                    fmt_size(b as usize),
+                    c["kernel"].as_str().unwrap_or("?")
+                ),
+                None => format!("rest {}", c["kernel"].as_str().unwrap_or("?")),
+            })
+            .collect();
+        println!("  {:<8} {}", t.name(), cls.join(", "));
+    }
+    match p["elision_knee"].as_u64() {
+        Some(k) => println!(
+            "  rep stos elision knee: {} (cold rep stos keeps up with streaming stores from there)",
+            fmt_size(k as usize)
+        ),
+        None => println!(
+            "  rep stos elision knee: none (cold rep stos stays below streaming stores at every extent)"
+        ),
+    }
+    for (k, v) in p["bounded_min_chunk"].as_object().into_iter().flatten() {
+        match v.as_u64() {
+            Some(c) => println!(
+                "  clear_bounded with {k}: chunks of {} keep within 10% of the full extent",
+                fmt_size(c as usize)
+            ),
+            None => println!("  clear_bounded with {k}: no chunk size up to 64M keeps within 10%"),
+        }
+    }
+    let t: Vec<String> = p["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| format!("{}: {} GB/s", t["threads"], t["gbps"]))
+        .collect();
+    println!("  cold large clears by threads: {}", t.join(", "));
+    println!(
+        "  scrubber: streaming {} GB/s vs temporal {} GB/s on cold 2 MiB",
+        p["scrubber"]["streaming_gbps"], p["scrubber"]["temporal_gbps"]
+    );
+}
+
+fn check(path: &std::path::Path, m: &Measured) -> Result<(), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let stored: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut off = 0;
+    let mut compared = 0;
+    for f in m.figures.iter().chain(&m.chunks).chain(&m.threads) {
+        let Some(old) = stored["figures"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|o| {
+                o["mode"] == f.mode
+                    && o["size"].as_u64() == Some(f.size as u64)
+                    && o["method"] == f.method.name().as_str()
+            })
+        else {
+            continue;
+        };
+        compared += 1;
+        let was = old["gbps_median"].as_f64().unwrap_or(0.0);
+        let ratio = f.stats.median / was.max(1e-9);
+        if !(0.9..=1.1).contains(&ratio) {
+            off += 1;
+            println!(
+                "{:<5} {:>6} {:<18} stored {:>7.2} GB/s, now {:>7.2} GB/s ({:+.0}%)",
+                f.mode,
+                fmt_size(f.size),
+                f.method.name(),
+                was,
+                f.stats.median,
+                (ratio - 1.0) * 100.0
+            );
+        }
+    }
+    println!(
+        "{off} of {compared} figures are off by more than 10% from {}",
+        path.display()
+    );
+    Ok(())
+}
+
+fn cpuinfo_field(name: &str) -> Option<String> {
+    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == name).then(|| v.trim().to_owned())
+    })
+}
+
+/// Now as an ISO 8601 UTC timestamp (civil-from-days, no calendar crate needed).
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let mo = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(mo <= 2);
+    format!(
+        "{y:04}-{mo:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_merge_and_split_between_sizes() {
+        let sizes = [4096, 65536, 1 << 20, 1 << 30];
+        let w = [
+            Kernel::Avx512,
+            Kernel::Avx512,
+            Kernel::RepStosb,
+            Kernel::Avx512Stream,
+        ];
+        let c = classes(&sizes, &w);
+        assert_eq!(c.len(), 3);
+        assert_eq!(c[0], (Some(262_144), Kernel::Avx512));
+        assert_eq!(c[2], (None, Kernel::Avx512Stream));
+    }
+
+    #[test]
+    fn utc_dates() {
+        let d = utc_now();
+        assert_eq!(d.len(), 20);
+        assert!(d.starts_with("20") && d.ends_with('Z'));
+    }
+}
