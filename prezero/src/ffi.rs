@@ -483,25 +483,32 @@ unsafe fn pool_ref<'a>(p: *const PzPool) -> Result<&'a Pool> {
         .ok_or_else(|| inval("NULL pool"))
 }
 
-fn hand_out(out: *mut *mut c_void, r: Result<crate::pool::Chunk>) -> Result<()> {
-    let chunk = r?;
-    // SAFETY: `out` was checked non-NULL by the caller of this helper.
-    unsafe { out.write(chunk.into_raw().as_ptr().cast()) };
-    Ok(())
-}
-
-/// A chunk (`chunk_size` bytes) every byte of which is zero; `*out` receives it.
-/// `-EAGAIN` when the pool is exhausted; `-EIO` if verify mode caught non-zero memory.
-#[no_mangle]
-pub unsafe extern "C" fn pz_pool_alloc_zeroed(pool: *mut PzPool, out: *mut *mut c_void) -> c_int {
+/// The shared body of the three allocation calls: check the arguments, take a
+/// chunk with `take`, and hand it to C as a raw pointer in `*out`.
+unsafe fn alloc_into(
+    pool: *mut PzPool,
+    out: *mut *mut c_void,
+    take: impl FnOnce(&Pool) -> Result<crate::pool::Chunk>,
+) -> c_int {
     guard(|| {
         // SAFETY: see pool_ref.
         let p = unsafe { pool_ref(pool)? };
         if out.is_null() {
             return Err(inval("NULL output pointer"));
         }
-        hand_out(out, p.try_alloc_zeroed())
+        let chunk = take(p)?;
+        // SAFETY: checked non-NULL; the caller passed a writable pointer slot.
+        unsafe { out.write(chunk.into_raw().as_ptr().cast()) };
+        Ok(())
     })
+}
+
+/// A chunk (`chunk_size` bytes) every byte of which is zero; `*out` receives it.
+/// `-EAGAIN` when the pool is exhausted; `-EIO` if verify mode caught non-zero memory.
+#[no_mangle]
+pub unsafe extern "C" fn pz_pool_alloc_zeroed(pool: *mut PzPool, out: *mut *mut c_void) -> c_int {
+    // SAFETY: forwarded from the caller.
+    unsafe { alloc_into(pool, out, Pool::try_alloc_zeroed) }
 }
 
 /// As `pz_pool_alloc_zeroed`, waiting up to `timeout_ns` for a chunk when exhausted.
@@ -511,31 +518,20 @@ pub unsafe extern "C" fn pz_pool_alloc_zeroed_timeout(
     timeout_ns: u64,
     out: *mut *mut c_void,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: see pool_ref.
-        let p = unsafe { pool_ref(pool)? };
-        if out.is_null() {
-            return Err(inval("NULL output pointer"));
-        }
-        hand_out(
-            out,
-            p.try_alloc_zeroed_timeout(Duration::from_nanos(timeout_ns)),
-        )
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        alloc_into(pool, out, |p| {
+            p.try_alloc_zeroed_timeout(Duration::from_nanos(timeout_ns))
+        })
+    }
 }
 
 /// A chunk with unspecified contents (whatever this process last wrote there),
 /// for callers that overwrite it whole.
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_alloc(pool: *mut PzPool, out: *mut *mut c_void) -> c_int {
-    guard(|| {
-        // SAFETY: see pool_ref.
-        let p = unsafe { pool_ref(pool)? };
-        if out.is_null() {
-            return Err(inval("NULL output pointer"));
-        }
-        hand_out(out, p.alloc())
-    })
+    // SAFETY: forwarded from the caller.
+    unsafe { alloc_into(pool, out, Pool::alloc) }
 }
 
 /// Returns a chunk. A pointer that is not an outstanding chunk of this pool

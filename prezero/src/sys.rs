@@ -172,6 +172,23 @@ pub(crate) fn range_is_hugetlb(start: usize, len: usize) -> bool {
         .any(|v| v.start < start + len && start < v.end && v.kernel_page_size > base)
 }
 
+/// The calling thread's kernel id.
+pub(crate) fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
+/// Puts thread `tid` back under the normal policy (e.g. a `SCHED_IDLE` scrubber
+/// that must finish promptly on shutdown even when every core is busy).
+pub(crate) fn set_sched_normal(tid: libc::pid_t) -> io::Result<()> {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: `param` is a valid sched_param; the kernel validates the tid.
+    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// Puts the calling thread under `SCHED_IDLE`.
 pub(crate) fn set_sched_idle() -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };

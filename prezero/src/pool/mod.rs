@@ -194,6 +194,7 @@ impl PoolBuilder {
             counters: Counters::default(),
             latency: Histogram::new(),
             priority: Mutex::new("none (no scrubber)"),
+            scrubber_tids: Mutex::new(Vec::new()),
         });
         for _ in 0..self.prefill {
             let r = Region::new(self.chunk_size, self.backing)?;
@@ -237,6 +238,8 @@ pub(crate) struct Shared {
     counters: Counters,
     latency: Histogram,
     priority: Mutex<&'static str>,
+    /// Kernel thread ids of the scrubbers, to lift them out of `SCHED_IDLE` at shutdown.
+    scrubber_tids: Mutex<Vec<libc::pid_t>>,
 }
 
 impl Shared {
@@ -540,6 +543,17 @@ impl Drop for Pool {
             s.shutdown = true;
         }
         self.shared.scrub_wake.notify_all();
+        // An idle-priority scrubber may not run at all while the machine is busy:
+        // give it normal priority so it sees the stop flag and exits now.
+        for &tid in self
+            .shared
+            .scrubber_tids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = crate::sys::set_sched_normal(tid);
+        }
         for h in self.scrubbers.drain(..) {
             let _ = h.join();
         }

@@ -33,6 +33,11 @@ pub(super) fn spawn(
     std::thread::Builder::new()
         .name(format!("prezero-scrub-{index}"))
         .spawn(move || {
+            shared
+                .scrubber_tids
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(sys::gettid());
             let got = apply(priority);
             *shared.priority.lock().unwrap_or_else(|e| e.into_inner()) = got;
             run(&shared);

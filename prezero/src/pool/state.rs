@@ -154,38 +154,34 @@ impl State {
     /// cold zero chunk, seed 003), then a zeroed one, then a cold dirty one, then
     /// a released one. `None`: the caller must grow the pool or give up.
     pub(crate) fn take_zeroed(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
-        self.age(hot_chunks);
-        let (id, src) = if let Some(id) = self.hot.pop() {
-            (id, Source::Hot)
-        } else if let Some(id) = self.zeroed.pop() {
-            (id, Source::Zeroed)
-        } else if let Some(id) = self.dirty.pop_back() {
-            // The newest cold chunk: the scrubber works from the oldest end.
-            (id, Source::Cold)
-        } else if let Some(id) = self.released.pop() {
-            (id, Source::Released)
-        } else {
-            return None;
-        };
-        self.hand_out(id);
-        Some((id, src))
+        self.take(
+            hot_chunks,
+            [Source::Hot, Source::Zeroed, Source::Cold, Source::Released],
+        )
     }
 
     /// A chunk for `alloc` (contents not needed): dirty first, so that zeroed
     /// chunks stay for `alloc_zeroed` (seed 003).
     pub(crate) fn take_any(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
+        self.take(
+            hot_chunks,
+            [Source::Hot, Source::Cold, Source::Zeroed, Source::Released],
+        )
+    }
+
+    /// Hands out the first chunk found in the places of `order`.
+    fn take(&mut self, hot_chunks: u64, order: [Source; 4]) -> Option<(usize, Source)> {
         self.age(hot_chunks);
-        let (id, src) = if let Some(id) = self.hot.pop() {
-            (id, Source::Hot)
-        } else if let Some(id) = self.dirty.pop_back() {
-            (id, Source::Cold)
-        } else if let Some(id) = self.zeroed.pop() {
-            (id, Source::Zeroed)
-        } else if let Some(id) = self.released.pop() {
-            (id, Source::Released)
-        } else {
-            return None;
-        };
+        let (id, src) = order.into_iter().find_map(|src| {
+            let id = match src {
+                Source::Hot => self.hot.pop(),
+                Source::Zeroed => self.zeroed.pop(),
+                // The newest cold chunk: the scrubber works from the oldest end.
+                Source::Cold => self.dirty.pop_back(),
+                Source::Released => self.released.pop(),
+            };
+            id.map(|id| (id, src))
+        })?;
         self.hand_out(id);
         Some((id, src))
     }
