@@ -257,7 +257,7 @@ fn shutdown_while_the_scrubber_is_mid_chunk() {
         stop.store(true, std::sync::atomic::Ordering::Relaxed);
         // Stopping takes one bounded step; unmapping 512 MiB takes the rest.
         assert!(
-            t.elapsed() < Duration::from_secs(2),
+            t.elapsed() < Duration::from_secs(5),
             "shutdown took {:?}",
             t.elapsed()
         );
