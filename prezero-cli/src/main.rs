@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod calibrate;
 mod info;
+mod report;
 mod units;
 
 #[derive(Parser)]
@@ -27,6 +28,8 @@ enum Command {
     Info(info::Args),
     /// Measure this machine and write the profile Auto follows (under a minute).
     Calibrate(calibrate::Args),
+    /// The HTML report again, from a `bench all --json-out` file.
+    Report(report::Args),
     /// Benchmarks (GB/s, mean +- stdev, every result verified zero).
     Bench {
         #[command(subcommand)]
@@ -35,10 +38,15 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like other Unix tools, end quietly when the reader of our output goes away
+    // (`prezero bench ... | head`) instead of panicking on a broken pipe.
+    // SAFETY: restoring the default disposition of a signal has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),
+        Command::Report(args) => report::run(&args),
         Command::Bench { which } => bench::run(which),
     };
     match result {

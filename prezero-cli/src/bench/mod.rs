@@ -6,6 +6,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use prezero::{HugetlbReservation, PageKind};
 
+mod all;
 pub(crate) mod clear;
 mod compare;
 mod faults;
@@ -27,6 +28,8 @@ pub enum Which {
     Template(template::Args),
     /// Ratio per row of two `--json` outputs, marking changes beyond the noise.
     Compare(compare::Args),
+    /// Every benchmark in sequence; `--report report.html` for a self-contained report.
+    All(all::Args),
 }
 
 pub fn run(which: Which) -> Result<(), String> {
@@ -37,6 +40,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Pool(a) => pool::run(&a),
         Which::Template(a) => template::run(&a),
         Which::Compare(a) => compare::run(&a),
+        Which::All(a) => all::run(&a),
     }
 }
 
@@ -80,7 +84,7 @@ mod interrupt {
     static VALUE: AtomicPtr<libc::c_char> = AtomicPtr::new(std::ptr::null_mut());
     static VALUE_LEN: AtomicUsize = AtomicUsize::new(0);
 
-    /// On SIGINT or SIGTERM, writes `value` to `path` and exits with status 130.
+    /// On SIGINT, SIGTERM or SIGPIPE, writes `value` to `path` and exits with status 130.
     pub fn restore_on_interrupt(path: &str, value: usize) {
         let p = CString::new(path).expect("sysfs paths have no NUL");
         let v = CString::new(value.to_string()).expect("digits have no NUL");
@@ -93,6 +97,7 @@ mod interrupt {
         unsafe {
             libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
             libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+            libc::signal(libc::SIGPIPE, on_signal as *const () as libc::sighandler_t);
         }
     }
 

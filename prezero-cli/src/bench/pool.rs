@@ -18,6 +18,10 @@ use super::{hugetlb_for_run, Stats};
 use crate::units::parse_size;
 
 const CHUNK: usize = 2 << 20;
+/// Quantiles of the hand-out latency reported in `--json` (for the report's CDF).
+const CDF_POINTS: [f64; 12] = [
+    0.01, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 0.995, 0.999, 1.0,
+];
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -260,7 +264,8 @@ fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
         if args.json {
             println!(
                 "{}",
-                json!({"bench": "pool", "case": "handout", "source": source.name(), "p50_us": r3(p50), "p99_us": r3(p99), "max_us": r3(max)})
+                json!({"bench": "pool", "case": "handout", "source": source.name(), "p50_us": r3(p50), "p99_us": r3(p99), "max_us": r3(max),
+                       "cdf": CDF_POINTS.iter().map(|&p| [r3(q(p)), p]).collect::<Vec<_>>()})
             );
         } else {
             println!(
