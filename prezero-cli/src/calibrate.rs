@@ -126,8 +126,9 @@ fn median(figs: &[Figure], mode: &str, size: usize, m: Method) -> f64 {
         .map_or(0.0, |f| f.stats.median)
 }
 
-/// The best kernel per size for `mode`, or (for "unknown") the kernel whose worse
-/// ratio to the best of hot and of cold is highest: the least regret either way.
+/// The best kernel per size for `mode`. For "unknown" the built-in profile's
+/// assumption holds (a buffer smaller than L2 is hot, a larger one cold), with
+/// the winners measured here, so a profile never guesses worse than the defaults.
 fn best_per_size(m: &Measured, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
     let builtin = prezero::Profile::builtin(prezero::cpu());
     let temp = match mode {
@@ -149,7 +150,8 @@ fn best_per_size(m: &Measured, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
                     median(&m.figures, md, size, Method::Kernel(k)) / best.max(1e-9)
                 };
                 match mode {
-                    "unknown" => ratio("hot").min(ratio("cold")),
+                    "unknown" if size < prezero::cpu().l2() => ratio("hot"),
+                    "unknown" => ratio("cold"),
                     md => ratio(md),
                 }
             };
