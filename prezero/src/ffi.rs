@@ -12,7 +12,6 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::ptr;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -95,6 +94,21 @@ unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a mut [u8]> {
 unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8]> {
     // SAFETY: as bytes_mut; only read.
     unsafe { bytes_mut(ptr as *mut c_void, len).map(|b| &*b) }
+}
+
+/// A caller's versioned struct (its first field is `size_t struct_size`): not
+/// NULL, and of the size this library was built with.
+unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(inval("NULL argument"));
+    }
+    // SAFETY: not NULL, and every versioned struct begins with its size as a size_t.
+    if unsafe { p.cast::<usize>().read() } != std::mem::size_of::<T>() {
+        return Err(Error::invalid(format!(
+            "unknown {name}.struct_size (set it to sizeof({name}))"
+        )));
+    }
+    Ok(())
 }
 
 fn strategy(s: c_int) -> Result<Strategy> {
@@ -435,15 +449,10 @@ pub struct PzPool {
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_new(cfg: *const PzPoolConfig, out: *mut *mut PzPool) -> c_int {
     guard(|| {
-        if cfg.is_null() || out.is_null() {
-            return Err(inval("NULL argument"));
-        }
-        // SAFETY: checked non-NULL; struct_size is read before the rest.
-        let size = unsafe { ptr::addr_of!((*cfg).struct_size).read() };
-        if size != std::mem::size_of::<PzPoolConfig>() {
-            return Err(inval(
-                "unknown pz_pool_config.struct_size (use pz_pool_config_init)",
-            ));
+        // SAFETY: the caller passes a config (or NULL, refused).
+        unsafe { versioned(cfg, "pz_pool_config")? };
+        if out.is_null() {
+            return Err(inval("NULL output pointer"));
         }
         // SAFETY: the caller's struct has our layout (struct_size matches).
         let c = unsafe { cfg.read() };
@@ -615,14 +624,8 @@ pub unsafe extern "C" fn pz_pool_stats(pool: *const PzPool, out: *mut PzPoolStat
     guard(|| {
         // SAFETY: see pool_ref.
         let p = unsafe { pool_ref(pool)? };
-        if out.is_null() {
-            return Err(inval("NULL output pointer"));
-        }
-        // SAFETY: checked non-NULL.
-        if unsafe { ptr::addr_of!((*out).struct_size).read() } != std::mem::size_of::<PzPoolStats>()
-        {
-            return Err(inval("unknown pz_pool_stats.struct_size"));
-        }
+        // SAFETY: the caller passes a stats struct (or NULL, refused).
+        unsafe { versioned(out.cast_const(), "pz_pool_stats")? };
         let s = p.stats();
         let st = PzPoolStats {
             struct_size: std::mem::size_of::<PzPoolStats>(),
@@ -699,13 +702,8 @@ pub struct PzCpuInfo {
 #[no_mangle]
 pub unsafe extern "C" fn pz_cpu_info(out: *mut PzCpuInfo) -> c_int {
     guard(|| {
-        if out.is_null() {
-            return Err(inval("NULL output pointer"));
-        }
-        // SAFETY: checked non-NULL.
-        if unsafe { ptr::addr_of!((*out).struct_size).read() } != std::mem::size_of::<PzCpuInfo>() {
-            return Err(inval("unknown pz_cpu_info.struct_size"));
-        }
+        // SAFETY: the caller passes an info struct (or NULL, refused).
+        unsafe { versioned(out.cast_const(), "pz_cpu_info")? };
         let c = crate::cpu();
         let mut info = PzCpuInfo {
             struct_size: std::mem::size_of::<PzCpuInfo>(),
