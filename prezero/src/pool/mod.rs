@@ -299,7 +299,7 @@ impl Shared {
                 s.take_any(self.hot_chunks)
             };
             let r = match t {
-                Some((id, src)) => Some((id, Some(src), self.chunk_ptr(&s, id))),
+                Some((id, src)) => Some((id, src, self.chunk_ptr(&s, id))),
                 None if s.slots.len() + s.growing < self.max_chunks => {
                     s.growing += 1;
                     None
@@ -318,7 +318,7 @@ impl Shared {
         };
         let (id, ptr) = match taken {
             Some((id, src, ptr)) => {
-                self.prepare(ptr, src.expect("taken chunks have a source"), zeroed);
+                self.prepare(ptr, src, zeroed);
                 (id, ptr)
             }
             None => self.grow()?,
