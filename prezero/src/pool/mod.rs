@@ -26,7 +26,7 @@
 use std::fmt;
 use std::ops::{Deref, DerefMut};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -190,6 +190,7 @@ impl PoolBuilder {
             regions: Mutex::new(Vec::new()),
             scrub_wake: Condvar::new(),
             chunk_ready: Condvar::new(),
+            waiters: AtomicUsize::new(0),
             stop: AtomicBool::new(false),
             counters: Counters::default(),
             latency: Histogram::new(),
@@ -233,6 +234,9 @@ pub(crate) struct Shared {
     scrub_wake: Condvar,
     /// Wakes `alloc_zeroed_timeout` waiters: a chunk was freed or scrubbed.
     chunk_ready: Condvar,
+    /// Threads inside `alloc_zeroed_timeout`: frees and scrubs skip the wake-up
+    /// system call when there are none.
+    waiters: AtomicUsize,
     /// Set at shutdown; scrubbers check it between bounded steps.
     stop: AtomicBool,
     counters: Counters,
@@ -285,8 +289,19 @@ impl Shared {
         if wake {
             self.scrub_wake.notify_one();
         }
-        self.chunk_ready.notify_one();
+        self.wake_waiters();
         Ok(())
+    }
+
+    /// Wakes `alloc_zeroed_timeout` callers, if any. A waiter registers before
+    /// it last looks at the lists, so a chunk made available after that look is
+    /// always followed by this wake-up (at worst it costs the waiter a retry).
+    fn wake_waiters(&self) {
+        // Ordering: SeqCst pairs with the waiter's SeqCst increment, so either the
+        // waiter sees the chunk on its next look or we see the waiter here.
+        if self.waiters.load(Ordering::SeqCst) > 0 {
+            self.chunk_ready.notify_all();
+        }
     }
 
     fn hand_out(self: &Arc<Self>, zeroed: bool) -> Result<Chunk> {
@@ -419,20 +434,27 @@ impl Pool {
     /// [`Pool::alloc_zeroed_timeout`] with a verify failure as `Error::NotZero`.
     pub fn try_alloc_zeroed_timeout(&self, timeout: Duration) -> Result<Chunk> {
         let deadline = Instant::now() + timeout;
-        loop {
-            match self.shared.hand_out(true) {
+        let shared = &self.shared;
+        match shared.hand_out(true) {
+            Err(Error::Exhausted { .. }) => {}
+            r => return r,
+        }
+        shared.waiters.fetch_add(1, Ordering::SeqCst);
+        let r = loop {
+            match shared.hand_out(true) {
                 Err(Error::Exhausted { .. }) if Instant::now() < deadline => {
-                    let s = self.shared.lock();
+                    let s = shared.lock();
                     let left = deadline.saturating_duration_since(Instant::now());
-                    // Spurious or missed wake-ups only cost a retry.
-                    let _ = self
-                        .shared
+                    // A missed wake-up only costs a retry after 10 ms.
+                    let _ = shared
                         .chunk_ready
                         .wait_timeout(s, left.min(Duration::from_millis(10)));
                 }
-                r => return r,
+                r => break r,
             }
-        }
+        };
+        shared.waiters.fetch_sub(1, Ordering::SeqCst);
+        r
     }
 
     /// A chunk whose contents are whatever this process last wrote there (or

@@ -90,7 +90,7 @@ fn run(shared: &Shared) {
         }
         if cleared {
             Counters::add(&shared.counters.bytes_scrubbed, shared.chunk_size);
-            shared.chunk_ready.notify_all();
+            shared.wake_waiters();
         }
     }
 }
