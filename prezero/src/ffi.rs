@@ -111,6 +111,19 @@ unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// `count` records of `elem_size` bytes at `dst`, as one slice: a zero record
+/// size or a total that overflows is an error.
+unsafe fn records<'a>(dst: *mut c_void, count: usize, elem_size: usize) -> Result<&'a mut [u8]> {
+    if elem_size == 0 {
+        return Err(inval("elem_size is 0"));
+    }
+    let total = count
+        .checked_mul(elem_size)
+        .ok_or_else(|| inval("count * elem_size overflows"))?;
+    // SAFETY: the caller promises the range (see the module docs).
+    unsafe { bytes_mut(dst, total) }
+}
+
 fn strategy(s: c_int) -> Result<Strategy> {
     Ok(match s {
         PZ_STRATEGY_AUTO => Strategy::Auto(Temperature::Unknown),
@@ -268,14 +281,8 @@ pub unsafe extern "C" fn pz_template_fill(
     ctx: *mut c_void,
 ) -> c_int {
     guard(|| {
-        let total = count
-            .checked_mul(elem_size)
-            .ok_or_else(|| inval("count * elem_size overflows"))?;
-        if elem_size == 0 {
-            return Err(inval("elem_size is 0"));
-        }
         // SAFETY: the caller promises both ranges.
-        let (d, t) = unsafe { (bytes_mut(dst, total)?, bytes(tmpl, elem_size)?) };
+        let (d, t) = unsafe { (records(dst, count, elem_size)?, bytes(tmpl, elem_size)?) };
         Streamer::auto().fill_grouped_bytes(d, 1, t, t, |i, _, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context; `w` is elem_size bytes.
@@ -302,16 +309,10 @@ pub unsafe extern "C" fn pz_template_fill_grouped(
     ctx: *mut c_void,
 ) -> c_int {
     guard(|| {
-        let total = count
-            .checked_mul(elem_size)
-            .ok_or_else(|| inval("count * elem_size overflows"))?;
-        if elem_size == 0 {
-            return Err(inval("elem_size is 0"));
-        }
         // SAFETY: the caller promises the ranges.
         let (d, h, t) = unsafe {
             (
-                bytes_mut(dst, total)?,
+                records(dst, count, elem_size)?,
                 bytes(head, elem_size)?,
                 bytes(tail, elem_size)?,
             )
