@@ -7,8 +7,10 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod calibrate;
+mod client;
 mod info;
 mod report;
+mod serve;
 mod units;
 
 #[derive(Parser)]
@@ -35,6 +37,13 @@ enum Command {
         #[command(subcommand)]
         which: bench::Which,
     },
+    /// The node-wide service: pre-zeroed hugetlb memory handed out as memfds.
+    Serve(serve::Args),
+    /// Talk to `prezero serve`: alloc, stats, churn.
+    Client {
+        #[command(subcommand)]
+        which: client::Which,
+    },
 }
 
 fn main() -> ExitCode {
@@ -48,6 +57,8 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Bench { which } => bench::run(which),
+        Command::Serve(args) => serve::run(&args),
+        Command::Client { which } => client::run(which),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -44,6 +44,14 @@ pub enum Error {
         /// A command that reserves enough (run as root).
         reserve_cmd: String,
     },
+    /// `prezero serve` refused a request, or is not there.
+    Service {
+        /// The service's errno: ENOTCONN (no service), EACCES (uid not allowed),
+        /// ENOMEM (too little ready memory), EDQUOT (uid cap), EINVAL...
+        errno: i32,
+        /// The service's message.
+        reason: String,
+    },
     /// Any other failing system call: which call, and the OS error.
     Os {
         /// The call, e.g. "madvise(MADV_POPULATE_WRITE)".
@@ -71,6 +79,7 @@ impl Error {
             Error::Exhausted { .. } => libc::EAGAIN,
             Error::NotZero { .. } => libc::EIO,
             Error::Busy => libc::EBUSY,
+            Error::Service { errno, .. } => *errno,
             Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -101,6 +110,7 @@ impl fmt::Display for Error {
                 "need {needed} hugetlb pages of {} KiB but only {free} are free; reserve more with: {reserve_cmd}",
                 page_size / 1024
             ),
+            Error::Service { reason, .. } => write!(f, "prezero serve: {reason}"),
             Error::Os { call, source } => write!(f, "{call} failed: {source}"),
         }
     }

@@ -6,16 +6,17 @@ use crate::cpu::{hugetlb_pool, HugetlbPool};
 use crate::error::{Error, Result};
 use crate::sys;
 
-/// Serialises reservations in this process, so two of them never restore over
-/// each other's pages.
-static LOCK: Mutex<()> = Mutex::new(());
+/// Serialises reservations of one page size in this process, so two of them
+/// never restore over each other's pages: [0] for 2 MiB and other sizes, [1] for 1 GiB.
+static LOCKS: [Mutex<()>; 2] = [Mutex::new(()), Mutex::new(())];
 
 /// While alive, the hugetlb pool of one page size has been grown so that a
 /// requested number of pages were free; dropping it writes the previous pool size
 /// back (on every path: success, error, unwinding). Needs root.
 ///
-/// One reservation at a time per process: a second `ensure_free` waits until the
-/// first is dropped (so do not hold two in one thread).
+/// One reservation per page size at a time per process: a second `ensure_free`
+/// of the same size waits until the first is dropped (so do not hold two of one
+/// size in one thread).
 #[derive(Debug)]
 pub struct HugetlbReservation {
     page_size: usize,
@@ -29,7 +30,9 @@ impl HugetlbReservation {
     /// the shortfall. Errors: no such page size, not permitted (not root), or the
     /// kernel could not find enough contiguous memory (then the pool is put back).
     pub fn ensure_free(page_size: usize, pages: usize) -> Result<HugetlbReservation> {
-        let lock = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let lock = LOCKS[usize::from(page_size == 1 << 30)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let pool = hugetlb_pool(page_size).ok_or(Error::Unsupported {
             kernel: "hugetlb",
             needs: "a kernel with hugetlb pages of this size",

@@ -31,6 +31,7 @@ mod json;
 pub mod pool;
 pub mod prefault;
 pub mod region;
+pub mod service;
 mod sys;
 pub mod template;
 mod verify;

@@ -10,9 +10,17 @@ pub fn is_zero(buf: &[u8]) -> bool {
     body && lines.remainder().iter().all(|&b| b == 0)
 }
 
-/// The offset of the first non-zero byte, for error messages.
+/// The offset of the first non-zero byte: whole pages at `is_zero` speed, then
+/// the one page that holds it byte by byte.
 pub fn first_nonzero(buf: &[u8]) -> Option<usize> {
-    buf.iter().position(|&b| b != 0)
+    let mut offset = 0;
+    for block in buf.chunks(4096) {
+        if !is_zero(block) {
+            return block.iter().position(|&b| b != 0).map(|i| offset + i);
+        }
+        offset += block.len();
+    }
+    None
 }
 
 #[cfg(test)]
@@ -21,7 +29,7 @@ mod tests {
 
     #[test]
     fn finds_every_position() {
-        let mut v = vec![0u8; 300];
+        let mut v = vec![0u8; 9000];
         assert!(is_zero(&v));
         assert!(is_zero(&[]));
         for i in 0..v.len() {

@@ -1,0 +1,266 @@
+//! `prezero client`: talk to `prezero serve` by hand (and from the tests).
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use prezero::service::{AllocOptions, Client, ServiceStats, Source};
+use prezero::PageKind;
+
+use crate::units::{fmt_size, parse_size};
+
+#[derive(clap::Subcommand)]
+pub enum Which {
+    /// Ask for zeroed memory, check every byte, print which path served it.
+    Alloc(AllocArgs),
+    /// The service's counters.
+    Stats(StatsArgs),
+    /// Allocate and release random sizes for a while, checking every byte
+    /// (stress for the service; exits non-zero if any byte was not zero).
+    Churn(ChurnArgs),
+}
+
+#[derive(clap::Args)]
+pub struct Common {
+    /// Socket path [default: $PREZERO_SOCKET or /run/prezero/prezero.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+impl Common {
+    fn client(&self) -> Result<Client, String> {
+        match &self.socket {
+            Some(p) => Client::connect(p),
+            None => Client::connect_default(),
+        }
+        .map_err(|e| e.to_string())
+    }
+}
+
+#[derive(clap::Args)]
+pub struct AllocArgs {
+    /// Bytes (K/M/G/T suffixes).
+    size: String,
+    /// 2MB or 1GB.
+    #[arg(long, default_value = "2MB")]
+    page: String,
+    /// Keep the memory until stdin ends (Ctrl-D) or the process is killed.
+    #[arg(long)]
+    hold: bool,
+    /// Fail rather than fall back to local memory.
+    #[arg(long)]
+    no_fallback: bool,
+    /// Fill the memory with this byte before releasing it (to test scrubbing).
+    #[arg(long, value_name = "BYTE")]
+    fill: Option<u8>,
+    #[command(flatten)]
+    common: Common,
+    /// One JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct StatsArgs {
+    #[command(flatten)]
+    common: Common,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ChurnArgs {
+    /// How long.
+    #[arg(long, default_value_t = 3.0)]
+    seconds: f64,
+    /// Largest request (K/M/G suffixes); sizes are uniform in [page, max].
+    #[arg(long, default_value = "64M")]
+    max: String,
+    #[arg(long, default_value = "2MB")]
+    page: String,
+    /// Seed of the size sequence.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    #[command(flatten)]
+    common: Common,
+}
+
+pub fn run(which: Which) -> Result<(), String> {
+    match which {
+        Which::Alloc(a) => alloc(&a),
+        Which::Stats(a) => stats(&a),
+        Which::Churn(a) => churn(&a),
+    }
+}
+
+fn page(s: &str) -> Result<PageKind, String> {
+    s.parse().map_err(|e: prezero::Error| e.to_string())
+}
+
+fn alloc(args: &AllocArgs) -> Result<(), String> {
+    let size = parse_size(&args.size)?;
+    let page = page(&args.page)?;
+    let client = args.common.client()?;
+    let opts = AllocOptions {
+        fallback: !args.no_fallback,
+        ..AllocOptions::default()
+    };
+    let t = Instant::now();
+    let mut mem = client.alloc_with(size, page, opts).map_err(|e| e.to_string())?;
+    let took = t.elapsed();
+    let t = Instant::now();
+    if let Some(off) = prezero::first_nonzero(mem.as_slice()) {
+        return Err(format!("byte {off} of the memory handed out is not zero"));
+    }
+    let checked = t.elapsed();
+    let (source, detail) = match mem.source() {
+        Source::Service {
+            segments,
+            segment_size,
+        } => (
+            "service",
+            format!("{segments} segments of {}", fmt_size(*segment_size)),
+        ),
+        Source::Local { reason } => ("local", reason.clone()),
+    };
+    if args.json {
+        println!(
+            "{}",
+            json!({"source": source, "detail": detail, "bytes": mem.len(), "page": mem.page().name(),
+                   "alloc_us": took.as_secs_f64() * 1e6, "verify_us": checked.as_secs_f64() * 1e6})
+        );
+    } else {
+        println!(
+            "{} on {} pages from {source} ({detail}) in {:.3} ms, {:.1} GB/s; all zero (checked in {:.1} ms)",
+            fmt_size(mem.len()),
+            mem.page(),
+            took.as_secs_f64() * 1e3,
+            mem.len() as f64 / took.as_secs_f64() / 1e9,
+            checked.as_secs_f64() * 1e3
+        );
+    }
+    if args.hold {
+        println!("holding; end stdin (Ctrl-D) to release");
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+    }
+    if let Some(b) = args.fill {
+        mem.as_mut_slice().fill(b);
+    }
+    Ok(())
+}
+
+fn stats(args: &StatsArgs) -> Result<(), String> {
+    let client = args.common.client()?;
+    if !client.is_connected() {
+        return Err(format!("no service at {}", client.path().display()));
+    }
+    let s = client.stats().map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", stats_json(&s));
+        return Ok(());
+    }
+    println!(
+        "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9}",
+        "page", "segment", "target", "cap", "ready", "leased", "quarantined", "scrubbing"
+    );
+    for p in &s.pools {
+        println!(
+            "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9}",
+            fmt_size(p.page_size as usize),
+            fmt_size(p.segment_size as usize),
+            fmt_size(p.target as usize),
+            fmt_size(p.cap as usize),
+            p.ready,
+            p.leased,
+            p.quarantined,
+            p.scrubbing
+        );
+    }
+    let rate = |b: u64, ns: u64| if ns == 0 { 0.0 } else { b as f64 / ns as f64 };
+    println!(
+        "clients {}, hand-outs {}, refusals {}, protocol errors {}",
+        s.clients, s.handouts, s.refusals, s.protocol_errors
+    );
+    println!(
+        "scrubbed {} at {:.1} GB/s, verified {} at {:.1} GB/s, verify failures {}",
+        fmt_size(s.scrubbed_bytes as usize),
+        rate(s.scrubbed_bytes, s.scrub_ns),
+        fmt_size(s.verified_bytes as usize),
+        rate(s.verified_bytes, s.verify_ns),
+        s.verify_failures
+    );
+    let cap = if s.uid_cap == u64::MAX {
+        "none".to_string()
+    } else {
+        fmt_size(s.uid_cap as usize)
+    };
+    println!(
+        "uid {}: {} held or in quarantine, cap {cap}",
+        s.uid,
+        fmt_size(s.uid_used as usize)
+    );
+    Ok(())
+}
+
+pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
+    json!({
+        "pools": s.pools.iter().map(|p| json!({
+            "page_size": p.page_size, "segment_size": p.segment_size, "target": p.target,
+            "cap": p.cap, "ready": p.ready, "leased": p.leased,
+            "quarantined": p.quarantined, "scrubbing": p.scrubbing,
+        })).collect::<Vec<_>>(),
+        "clients": s.clients, "handouts": s.handouts, "refusals": s.refusals,
+        "protocol_errors": s.protocol_errors, "scrubbed_bytes": s.scrubbed_bytes,
+        "scrub_ns": s.scrub_ns, "verified_bytes": s.verified_bytes, "verify_ns": s.verify_ns,
+        "verify_failures": s.verify_failures, "uid": s.uid, "uid_used": s.uid_used,
+        "uid_cap": s.uid_cap,
+    })
+}
+
+fn churn(args: &ChurnArgs) -> Result<(), String> {
+    let page = page(&args.page)?;
+    let max = parse_size(&args.max)?.max(page.page_size());
+    let client = args.common.client()?;
+    if !client.is_connected() {
+        return Err(format!("no service at {}", client.path().display()));
+    }
+    let opts = AllocOptions {
+        fallback: false,
+        ..AllocOptions::default()
+    };
+    let mut rng = args.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    let end = Instant::now() + Duration::from_secs_f64(args.seconds);
+    let (mut served, mut refused, mut bytes) = (0u64, 0u64, 0usize);
+    while Instant::now() < end {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let pages = max / page.page_size();
+        let size = (1 + (rng as usize) % pages) * page.page_size();
+        match client.alloc_with(size, page, opts) {
+            Ok(mut m) => {
+                if let Some(off) = prezero::first_nonzero(m.as_slice()) {
+                    return Err(format!("byte {off} of a {size}-byte hand-out is not zero"));
+                }
+                m.as_mut_slice().fill(0xa5);
+                served += 1;
+                bytes += size;
+            }
+            Err(prezero::Error::Service { errno, .. })
+                if errno == libc::ENOMEM || errno == libc::EDQUOT =>
+            {
+                refused += 1;
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    println!(
+        "{served} served ({} in all, every byte zero), {refused} refused for lack of ready memory",
+        fmt_size(bytes)
+    );
+    Ok(())
+}

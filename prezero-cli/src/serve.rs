@@ -1,0 +1,232 @@
+//! `prezero serve`: the node-wide service, configured by a TOML file and flags.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use prezero::service::{PoolConfig, Server, ServerConfig, Verify};
+use prezero::{HugetlbReservation, PageKind, ScrubPriority};
+
+use crate::units::{fmt_size, parse_size};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// TOML configuration file (see packaging/prezero.toml); flags override it.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    /// Socket path [default: /run/prezero/prezero.sock].
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// A pool, PAGE:target=SIZE,cap=SIZE,segment=SIZE (e.g. 2MB:target=8G,cap=16G,segment=256M).
+    /// Repeat for 2MB and 1GB; replaces the file's pools. [default: 2MB:target=1G,cap=4G,segment=256M]
+    #[arg(long = "pool")]
+    pools: Vec<String>,
+    /// A uid that may connect (root and the daemon's own uid always may). Repeatable.
+    #[arg(long = "allow-uid")]
+    allow_uids: Vec<u32>,
+    /// A group whose members may connect. Repeatable.
+    #[arg(long = "allow-gid")]
+    allow_gids: Vec<u32>,
+    /// Most memory one uid may hold plus have in quarantine (e.g. 64G).
+    #[arg(long)]
+    uid_cap: Option<String>,
+    /// How scrubbed memory is checked: full (default), or sample:N (one cache
+    /// line in every N 4 KiB pages).
+    #[arg(long)]
+    verify: Option<String>,
+    /// Scrubber scheduling: idle (default), nice19 or normal.
+    #[arg(long)]
+    scrub_priority: Option<String>,
+    /// Grow the hugetlb pools so every pool's cap fits, and restore them on
+    /// exit (root). Without it the daemon takes what the admin reserved.
+    #[arg(long)]
+    reserve: bool,
+}
+
+/// The configuration file. Sizes are strings like "256M" or "8G".
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+struct File {
+    socket: Option<PathBuf>,
+    #[serde(default)]
+    allow_uids: Vec<u32>,
+    #[serde(default)]
+    allow_gids: Vec<u32>,
+    uid_cap: Option<String>,
+    verify: Option<String>,
+    scrub_priority: Option<String>,
+    #[serde(default, rename = "pool")]
+    pools: Vec<FilePool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePool {
+    page: String,
+    segment: Option<String>,
+    target: String,
+    cap: Option<String>,
+}
+
+fn page_kind(s: &str) -> Result<PageKind, String> {
+    let k: PageKind = s.parse().map_err(|e: prezero::Error| e.to_string())?;
+    if !k.is_hugetlb() {
+        return Err(format!("pool page '{s}': the service serves 2MB or 1GB pages"));
+    }
+    Ok(k)
+}
+
+fn pool(page: &str, target: &str, cap: Option<&str>, segment: Option<&str>) -> Result<PoolConfig, String> {
+    let page = page_kind(page)?;
+    let target = parse_size(target)?;
+    let default_segment = page.page_size().max(256 << 20);
+    let segment_size = segment.map_or(Ok(default_segment), parse_size)?;
+    let cap = cap.map_or(Ok(target.max(segment_size)), parse_size)?;
+    Ok(PoolConfig {
+        page,
+        segment_size,
+        target,
+        cap,
+    })
+}
+
+/// `2MB:target=8G,cap=16G,segment=256M`
+fn parse_pool_flag(s: &str) -> Result<PoolConfig, String> {
+    let (page, rest) = s.split_once(':').unwrap_or((s, ""));
+    let (mut target, mut cap, mut segment) = (None, None, None);
+    for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| format!("--pool {s}: '{kv}' is not key=value"))?;
+        match k {
+            "target" => target = Some(v),
+            "cap" => cap = Some(v),
+            "segment" => segment = Some(v),
+            _ => return Err(format!("--pool {s}: unknown key '{k}' (target, cap, segment)")),
+        }
+    }
+    pool(page, target.unwrap_or("1G"), cap, segment)
+}
+
+fn verify(s: &str) -> Result<Verify, String> {
+    match s.split_once(':') {
+        None if s == "full" => Ok(Verify::Full),
+        Some(("sample", n)) => Ok(Verify::Sampled {
+            one_in: n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("verify '{s}': N must be a positive integer"))?,
+        }),
+        _ => Err(format!("verify '{s}': expected full or sample:N")),
+    }
+}
+
+fn priority(s: &str) -> Result<ScrubPriority, String> {
+    match s {
+        "idle" => Ok(ScrubPriority::Idle),
+        "nice19" => Ok(ScrubPriority::Nice19),
+        "normal" => Ok(ScrubPriority::Normal),
+        _ => Err(format!("scrub priority '{s}': expected idle, nice19 or normal")),
+    }
+}
+
+/// The file, then the flags over it.
+fn config(args: &Args) -> Result<ServerConfig, String> {
+    let file: File = match &args.config {
+        Some(p) => {
+            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
+            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+        }
+        None => File::default(),
+    };
+    let mut cfg = ServerConfig::default();
+    if let Some(s) = args.socket.clone().or(file.socket) {
+        cfg.socket = s;
+    }
+    cfg.pools = if !args.pools.is_empty() {
+        args.pools.iter().map(|p| parse_pool_flag(p)).collect::<Result<_, _>>()?
+    } else if !file.pools.is_empty() {
+        file.pools
+            .iter()
+            .map(|p| pool(&p.page, &p.target, p.cap.as_deref(), p.segment.as_deref()))
+            .collect::<Result<_, _>>()?
+    } else {
+        vec![parse_pool_flag("2MB:target=1G,cap=4G,segment=256M")?]
+    };
+    cfg.allow_uids = file.allow_uids;
+    cfg.allow_uids.extend(&args.allow_uids);
+    cfg.allow_gids = file.allow_gids;
+    cfg.allow_gids.extend(&args.allow_gids);
+    if let Some(c) = args.uid_cap.as_ref().or(file.uid_cap.as_ref()) {
+        cfg.uid_cap = Some(parse_size(c)?);
+    }
+    if let Some(v) = args.verify.as_ref().or(file.verify.as_ref()) {
+        cfg.verify = verify(v)?;
+    }
+    if let Some(p) = args.scrub_priority.as_ref().or(file.scrub_priority.as_ref()) {
+        cfg.scrub_priority = priority(p)?;
+    }
+    cfg.recheck = Duration::from_millis(20);
+    Ok(cfg)
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let cfg = config(args)?;
+    for p in &cfg.pools {
+        eprintln!(
+            "prezero serve: pool {}: segments of {}, target {}, cap {}",
+            p.page,
+            fmt_size(p.segment_size),
+            fmt_size(p.target),
+            fmt_size(p.cap)
+        );
+    }
+    // Dropped after the server stops (on SIGINT/SIGTERM): the pools go back.
+    let _reservations = if args.reserve {
+        cfg.pools
+            .iter()
+            .map(|p| {
+                let page = p.page.page_size();
+                let pages = p.cap.next_multiple_of(p.segment_size) / page;
+                HugetlbReservation::ensure_free(page, pages)
+                    .map_err(|e| format!("--reserve {}: {e}", p.page))
+            })
+            .collect::<Result<Vec<_>, _>>()?
+    } else {
+        Vec::new()
+    };
+    let server = Server::start(cfg).map_err(|e| e.to_string())?;
+    server.run().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_flags_parse() {
+        let p = parse_pool_flag("2MB:target=8G,cap=16G,segment=256M").unwrap();
+        assert_eq!(
+            (p.page, p.target, p.cap, p.segment_size),
+            (PageKind::Huge2M, 8 << 30, 16 << 30, 256 << 20)
+        );
+        let p = parse_pool_flag("1GB:target=2G").unwrap();
+        assert_eq!((p.segment_size, p.cap), (1 << 30, 2 << 30));
+        assert!(parse_pool_flag("4KB:target=1G").is_err());
+        assert!(parse_pool_flag("2MB:size=1G").is_err());
+        assert!(verify("sample:0").is_err());
+        assert_eq!(verify("sample:8"), Ok(Verify::Sampled { one_in: 8 }));
+    }
+
+    #[test]
+    fn the_packaged_config_parses() {
+        let text = include_str!("../../packaging/prezero.toml");
+        let f: File = toml::from_str(text).unwrap();
+        assert!(!f.pools.is_empty());
+        for p in &f.pools {
+            pool(&p.page, &p.target, p.cap.as_deref(), p.segment.as_deref()).unwrap();
+        }
+    }
+}

@@ -1,0 +1,518 @@
+//! The client: ask `prezero serve` for zeroed hugetlb memory, map it as one
+//! contiguous populated range, give it back on drop; fall back to a local
+//! [`Region`] + [`prefault`](crate::prefault) when the service cannot serve.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::protocol::{self, Reply, Request, ServiceStats, MAX_MESSAGE, MAX_RELEASE_IDS};
+use super::{socket_address, DEFAULT_SOCKET};
+use crate::error::{Error, Result};
+use crate::region::{PageKind, Region};
+
+/// How long the client waits for any one reply before giving up on the service.
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Options of [`Client::alloc_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct AllocOptions {
+    /// Map and populate local memory when the service cannot serve (default true).
+    /// With false, the service's refusal is the error.
+    pub fallback: bool,
+    /// Threads that populate local fallback memory (default: every CPU).
+    pub prefault_threads: usize,
+}
+
+impl Default for AllocOptions {
+    fn default() -> Self {
+        AllocOptions {
+            fallback: true,
+            prefault_threads: crate::sys::online_cpus(),
+        }
+    }
+}
+
+/// Which path served an allocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// Pre-zeroed segments from the service.
+    Service {
+        /// Segments mapped.
+        segments: usize,
+        /// Bytes per segment.
+        segment_size: usize,
+    },
+    /// Local memory, mapped and populated here (the kernel zeroed it).
+    Local {
+        /// Why the service did not serve.
+        reason: String,
+    },
+}
+
+/// One segment of a service allocation, for programs that share the memory
+/// further (a VMM passing guest memory to a vhost-user backend).
+#[derive(Debug, Clone, Copy)]
+pub struct SegmentView<'a> {
+    /// The segment's memfd.
+    pub fd: BorrowedFd<'a>,
+    /// Where it starts in the allocation.
+    pub offset: usize,
+    /// Bytes of it that are mapped.
+    pub len: usize,
+}
+
+/// The connection, shared by the client and every allocation made through it
+/// (they release over it when dropped).
+struct Conn {
+    sock: OwnedFd,
+    seq: AtomicU32,
+    /// One request/answer exchange at a time.
+    lock: Mutex<()>,
+}
+
+impl Conn {
+    /// Sends `req` and reads its answer: one message, or for `ALLOC` every
+    /// message of it, with the descriptors that came along.
+    fn exchange(&self, req: &Request) -> Result<(Vec<Reply>, Vec<OwnedFd>)> {
+        let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let mut buf = vec![0u8; MAX_MESSAGE + 1];
+        if let Err(e) = protocol::send(self.sock.as_fd(), &req.encode(seq), &[]) {
+            return Err(self.parting_words(&mut buf).unwrap_or(Error::os("send to prezero serve", e)));
+        }
+        let mut replies = Vec::new();
+        let mut fds = Vec::new();
+        loop {
+            let got = match protocol::recv(self.sock.as_fd(), &mut buf, 0) {
+                Ok(got) => got,
+                Err(e) => {
+                    let e = Error::os("receive from prezero serve", e);
+                    return Err(self.parting_words(&mut buf).unwrap_or(e));
+                }
+            };
+            if got.len == 0 {
+                return Err(Error::os(
+                    "receive from prezero serve",
+                    io::Error::new(io::ErrorKind::UnexpectedEof, "the service closed the connection"),
+                ));
+            }
+            let broken = |why: &str| {
+                Error::os(
+                    "prezero serve reply",
+                    io::Error::new(io::ErrorKind::InvalidData, why.to_owned()),
+                )
+            };
+            if got.truncated || got.fds_truncated {
+                return Err(broken("oversized reply"));
+            }
+            let (rseq, reply) =
+                Reply::decode(&buf[..got.len]).map_err(|protocol::Malformed(m)| broken(m))?;
+            let n_fds = got.fds.len();
+            fds.extend(got.fds);
+            if rseq != seq && !matches!(reply, Reply::Error { .. }) {
+                return Err(broken("reply to another request"));
+            }
+            let more = match &reply {
+                Reply::Alloc {
+                    total,
+                    first,
+                    segments,
+                } => {
+                    if segments.len() != n_fds || *first as usize != fds.len() - n_fds {
+                        return Err(broken("segment records and descriptors disagree"));
+                    }
+                    fds.len() < *total as usize
+                }
+                _ => false,
+            };
+            replies.push(reply);
+            if !more {
+                return Ok((replies, fds));
+            }
+        }
+    }
+}
+
+impl Conn {
+    /// The error a daemon sent before it hung up (a refusal), if one is queued.
+    /// A reset reported first (the daemon closed with our request unread) is
+    /// skipped: the message is still behind it.
+    fn parting_words(&self, buf: &mut [u8]) -> Option<Error> {
+        for _ in 0..3 {
+            if let Ok(got) = protocol::recv(self.sock.as_fd(), buf, libc::MSG_DONTWAIT) {
+                if let Ok((_, Reply::Error { errno, message, .. })) = Reply::decode(&buf[..got.len]) {
+                    return Some(Error::Service {
+                        errno,
+                        reason: message,
+                    });
+                }
+                return None;
+            }
+        }
+        None
+    }
+}
+
+/// A connection to `prezero serve`, or the memory of why there is none.
+pub struct Client {
+    conn: Option<Arc<Conn>>,
+    path: PathBuf,
+    absent: Option<String>,
+}
+
+impl Client {
+    /// Connects to the service at `path`. A service that is absent (no socket,
+    /// refused, not allowed) is not an error: the client then serves every
+    /// allocation locally (unless told not to) and says why in [`Source::Local`].
+    /// Errors are for bad input only: a path too long for a unix socket.
+    pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
+        let path = path.as_ref().to_path_buf();
+        socket_address(&path)?;
+        Ok(match connect_socket(&path) {
+            Ok(sock) => Client {
+                conn: Some(Arc::new(Conn {
+                    sock,
+                    seq: AtomicU32::new(1),
+                    lock: Mutex::new(()),
+                })),
+                path,
+                absent: None,
+            },
+            Err(e) => Client {
+                conn: None,
+                absent: Some(format!("cannot connect to {}: {e}", path.display())),
+                path,
+            },
+        })
+    }
+
+    /// Connects to `$PREZERO_SOCKET`, or `/run/prezero/prezero.sock`.
+    pub fn connect_default() -> Result<Client> {
+        Client::connect(std::env::var_os("PREZERO_SOCKET").unwrap_or_else(|| DEFAULT_SOCKET.into()))
+    }
+
+    /// Whether a service answered the connection.
+    pub fn is_connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// The socket path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `bytes` of zeroed, populated memory on `page` pages (2MB or 1GB), from the
+    /// service, or local memory when the service cannot serve.
+    pub fn alloc(&self, bytes: usize, page: PageKind) -> Result<ServiceMemory> {
+        self.alloc_with(bytes, page, AllocOptions::default())
+    }
+
+    /// [`Client::alloc`] with options (e.g. no fallback).
+    pub fn alloc_with(&self, bytes: usize, page: PageKind, opts: AllocOptions) -> Result<ServiceMemory> {
+        if bytes == 0 {
+            return Err(Error::invalid("zero bytes requested"));
+        }
+        if !page.is_hugetlb() {
+            return Err(Error::invalid("the service serves hugetlb pages: 2MB or 1GB"));
+        }
+        let err = match &self.conn {
+            None => Error::Service {
+                errno: libc::ENOTCONN,
+                reason: self.absent.clone().unwrap_or_default(),
+            },
+            Some(conn) => match from_service(conn, bytes, page) {
+                Ok(m) => return Ok(m),
+                Err(e) => e,
+            },
+        };
+        if !opts.fallback {
+            return Err(err);
+        }
+        local(bytes, page, opts.prefault_threads, err.to_string())
+    }
+
+    /// The service's counters.
+    pub fn stats(&self) -> Result<ServiceStats> {
+        let conn = self.conn.as_ref().ok_or_else(|| Error::Service {
+            errno: libc::ENOTCONN,
+            reason: self.absent.clone().unwrap_or_default(),
+        })?;
+        let (mut replies, _) = conn.exchange(&Request::Stats)?;
+        match replies.pop() {
+            Some(Reply::Stats(s)) => Ok(s),
+            Some(Reply::Error { errno, message, .. }) => Err(Error::Service {
+                errno,
+                reason: message,
+            }),
+            _ => Err(Error::invalid("unexpected reply to STATS")),
+        }
+    }
+}
+
+/// Connects a `SOCK_SEQPACKET` socket to `path`, with a reply timeout.
+pub(crate) fn connect_socket(path: &Path) -> io::Result<OwnedFd> {
+    let (addr, len) = socket_address(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    // SAFETY: socket() has no memory-safety preconditions.
+    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
+    if unsafe { libc::connect(sock.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let tv = libc::timeval {
+        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt reads a timeval of the stated size.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    Ok(sock)
+}
+
+fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<ServiceMemory> {
+    let req = Request::Alloc {
+        bytes: bytes as u64,
+        page_size: page.page_size() as u64,
+        flags: 0,
+    };
+    let (replies, fds) = conn.exchange(&req)?;
+    let mut ids = Vec::new();
+    let mut seg_len = 0usize;
+    for r in replies {
+        match r {
+            Reply::Alloc { segments, .. } => {
+                for s in segments {
+                    ids.push(s.id);
+                    seg_len = s.len as usize;
+                }
+            }
+            Reply::Error { errno, message, .. } => {
+                return Err(Error::Service {
+                    errno,
+                    reason: message,
+                })
+            }
+            _ => return Err(Error::invalid("unexpected reply to ALLOC")),
+        }
+    }
+    let held = Held {
+        conn: conn.clone(),
+        ids,
+        fds,
+    };
+    let len = bytes.next_multiple_of(page.page_size());
+    if seg_len == 0 || seg_len % page.page_size() != 0 || held.ids.len() * seg_len < len {
+        return Err(Error::invalid("the service sent segments that do not cover the request"));
+    }
+    let base = reserve(len, page.page_size())?;
+    for (i, fd) in held.fds.iter().enumerate() {
+        let off = i * seg_len;
+        let n = seg_len.min(len - off);
+        // SAFETY: [base+off, base+off+n) lies inside our PROT_NONE reservation,
+        // which nothing else uses; MAP_FIXED replaces exactly that part of it.
+        let p = unsafe {
+            libc::mmap(
+                base.as_ptr().add(off).cast(),
+                n,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            let e = io::Error::last_os_error();
+            // SAFETY: the whole reservation (and what replaced parts of it) is ours.
+            unsafe { libc::munmap(base.as_ptr().cast(), len) };
+            return Err(Error::os("mmap(MAP_FIXED) of a service segment", e));
+        }
+    }
+    let segments = held.ids.len();
+    Ok(ServiceMemory {
+        ptr: base,
+        len,
+        page,
+        source: Source::Service {
+            segments,
+            segment_size: seg_len,
+        },
+        backing: Backing::Service { seg_len, held },
+    })
+}
+
+/// A `PROT_NONE` range of `len` bytes aligned to `align`, so the segments can be
+/// mapped into it back to back.
+fn reserve(len: usize, align: usize) -> Result<NonNull<u8>> {
+    let span = len + align;
+    // SAFETY: a fresh inaccessible anonymous mapping at a kernel-chosen address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            span,
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::OutOfMemory { size: span });
+    }
+    let start = p as usize;
+    let aligned = start.next_multiple_of(align);
+    // SAFETY: head and tail are parts of the reservation just made, unused.
+    unsafe {
+        if aligned > start {
+            libc::munmap(p, aligned - start);
+        }
+        let end = aligned + len;
+        if start + span > end {
+            libc::munmap(end as *mut libc::c_void, start + span - end);
+        }
+    }
+    Ok(NonNull::new(aligned as *mut u8).expect("mmap does not return NULL"))
+}
+
+fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<ServiceMemory> {
+    let (region, reason) = match Region::new(bytes, page) {
+        Ok(r) => (r, why),
+        Err(e @ Error::HugetlbShortage { .. }) => {
+            // No hugetlb pages left here either: transparent huge pages still
+            // give zeroed, populated memory.
+            (Region::new(bytes, PageKind::Thp)?, format!("{why}; local {page}: {e}; used THP"))
+        }
+        Err(e) => return Err(e),
+    };
+    crate::prefault::prefault(&region, threads.max(1))?;
+    Ok(ServiceMemory {
+        ptr: NonNull::new(region.as_ptr()).expect("regions are non-null"),
+        len: region.len(),
+        page: region.kind(),
+        source: Source::Local { reason },
+        backing: Backing::Local { _region: region },
+    })
+}
+
+/// Segments held from the service; dropping releases them.
+struct Held {
+    conn: Arc<Conn>,
+    ids: Vec<u64>,
+    fds: Vec<OwnedFd>,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // Descriptors close first, so the release finds them gone.
+        self.fds.clear();
+        for ids in self.ids.chunks(MAX_RELEASE_IDS) {
+            // A service that went away needs no release: its segments left with it.
+            let _ = self.conn.exchange(&Request::Release { ids: ids.to_vec() });
+        }
+    }
+}
+
+enum Backing {
+    Service { seg_len: usize, held: Held },
+    /// Kept for its Drop, which unmaps.
+    Local { _region: Region },
+}
+
+/// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when
+/// dropped.
+pub struct ServiceMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    page: PageKind,
+    source: Source,
+    backing: Backing,
+}
+
+// SAFETY: ServiceMemory owns its mapping exclusively; the connection inside is
+// Send + Sync (a socket behind a mutex).
+unsafe impl Send for ServiceMemory {}
+// SAFETY: shared references only read the mapping or the immutable metadata.
+unsafe impl Sync for ServiceMemory {}
+
+impl ServiceMemory {
+    /// Start of the memory (aligned to the page size).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes: the request rounded up to the page size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: zero-byte requests are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The page size actually backing the memory (THP if a local fallback found
+    /// no hugetlb pages).
+    pub fn page(&self) -> PageKind {
+        self.page
+    }
+
+    /// Which path served it, and why if not the service.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len is our mapping, readable, alive while self is.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The memory, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice; &mut self makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The service segments behind the memory (empty for local memory).
+    pub fn segments(&self) -> Vec<SegmentView<'_>> {
+        match &self.backing {
+            Backing::Local { .. } => Vec::new(),
+            Backing::Service { seg_len, held } => held
+                .fds
+                .iter()
+                .enumerate()
+                .map(|(i, fd)| SegmentView {
+                    fd: fd.as_fd(),
+                    offset: i * seg_len,
+                    len: (*seg_len).min(self.len - i * seg_len),
+                })
+                .collect(),
+        }
+    }
+}
+
+impl Drop for ServiceMemory {
+    fn drop(&mut self) {
+        if let Backing::Service { .. } = self.backing {
+            // SAFETY: the range is our reservation, now the segments' mappings;
+            // nothing borrows it once self is dropped.
+            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        }
+        // Then `backing` drops: Held closes the fds and releases, Region unmaps.
+    }
+}
