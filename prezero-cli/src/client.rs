@@ -108,7 +108,9 @@ fn alloc(args: &AllocArgs) -> Result<(), String> {
         ..AllocOptions::default()
     };
     let t = Instant::now();
-    let mut mem = client.alloc_with(size, page, opts).map_err(|e| e.to_string())?;
+    let mut mem = client
+        .alloc_with(size, page, opts)
+        .map_err(|e| e.to_string())?;
     let took = t.elapsed();
     let t = Instant::now();
     if let Some(off) = prezero::first_nonzero(mem.as_slice()) {

@@ -72,12 +72,19 @@ struct FilePool {
 fn page_kind(s: &str) -> Result<PageKind, String> {
     let k: PageKind = s.parse().map_err(|e: prezero::Error| e.to_string())?;
     if !k.is_hugetlb() {
-        return Err(format!("pool page '{s}': the service serves 2MB or 1GB pages"));
+        return Err(format!(
+            "pool page '{s}': the service serves 2MB or 1GB pages"
+        ));
     }
     Ok(k)
 }
 
-fn pool(page: &str, target: &str, cap: Option<&str>, segment: Option<&str>) -> Result<PoolConfig, String> {
+fn pool(
+    page: &str,
+    target: &str,
+    cap: Option<&str>,
+    segment: Option<&str>,
+) -> Result<PoolConfig, String> {
     let page = page_kind(page)?;
     let target = parse_size(target)?;
     let default_segment = page.page_size().max(256 << 20);
@@ -103,7 +110,11 @@ fn parse_pool_flag(s: &str) -> Result<PoolConfig, String> {
             "target" => target = Some(v),
             "cap" => cap = Some(v),
             "segment" => segment = Some(v),
-            _ => return Err(format!("--pool {s}: unknown key '{k}' (target, cap, segment)")),
+            _ => {
+                return Err(format!(
+                    "--pool {s}: unknown key '{k}' (target, cap, segment)"
+                ))
+            }
         }
     }
     pool(page, target.unwrap_or("1G"), cap, segment)
@@ -128,7 +139,9 @@ fn priority(s: &str) -> Result<ScrubPriority, String> {
         "idle" => Ok(ScrubPriority::Idle),
         "nice19" => Ok(ScrubPriority::Nice19),
         "normal" => Ok(ScrubPriority::Normal),
-        _ => Err(format!("scrub priority '{s}': expected idle, nice19 or normal")),
+        _ => Err(format!(
+            "scrub priority '{s}': expected idle, nice19 or normal"
+        )),
     }
 }
 
@@ -146,7 +159,10 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
         cfg.socket = s;
     }
     cfg.pools = if !args.pools.is_empty() {
-        args.pools.iter().map(|p| parse_pool_flag(p)).collect::<Result<_, _>>()?
+        args.pools
+            .iter()
+            .map(|p| parse_pool_flag(p))
+            .collect::<Result<_, _>>()?
     } else if !file.pools.is_empty() {
         file.pools
             .iter()
@@ -165,7 +181,11 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     if let Some(v) = args.verify.as_ref().or(file.verify.as_ref()) {
         cfg.verify = verify(v)?;
     }
-    if let Some(p) = args.scrub_priority.as_ref().or(file.scrub_priority.as_ref()) {
+    if let Some(p) = args
+        .scrub_priority
+        .as_ref()
+        .or(file.scrub_priority.as_ref())
+    {
         cfg.scrub_priority = priority(p)?;
     }
     cfg.recheck = Duration::from_millis(20);

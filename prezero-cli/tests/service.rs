@@ -112,11 +112,15 @@ impl Daemon {
 
     /// Waits until nothing is leased, quarantined or being scrubbed.
     fn wait_all_ready(&self) {
-        wait_for("every segment back and ready", Duration::from_secs(30), || {
-            let s = self.stats();
-            let p = s.pools[0];
-            p.leased + p.quarantined + p.scrubbing == 0 && p.ready * p.segment_size >= p.target
-        });
+        wait_for(
+            "every segment back and ready",
+            Duration::from_secs(30),
+            || {
+                let s = self.stats();
+                let p = s.pools[0];
+                p.leased + p.quarantined + p.scrubbing == 0 && p.ready * p.segment_size >= p.target
+            },
+        );
     }
 
     /// SIGTERM, and the exit status.
@@ -157,7 +161,7 @@ fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 
 const NO_FALLBACK: AllocOptions = AllocOptions {
     fallback: false,
-    prefault_threads: 1,
+    populate_threads: 1,
 };
 
 fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {
@@ -165,7 +169,11 @@ fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {
 }
 
 fn assert_all_zero(m: &ServiceMemory) {
-    assert!(matches!(m.source(), Source::Service { .. }), "{:?}", m.source());
+    assert!(
+        matches!(m.source(), Source::Service { .. }),
+        "{:?}",
+        m.source()
+    );
     if let Some(off) = prezero::first_nonzero(m.as_slice()) {
         panic!("byte {off} of {} handed out is not zero", m.len());
     }
@@ -229,7 +237,7 @@ fn every_byte_is_zero_across_cycles_of_garbage() {
         };
         assert_eq!(m.len(), bytes);
         assert_all_zero(&m);
-        m.as_mut_slice().fill(0x5a ^ cycle as u8 | 1);
+        m.as_mut_slice().fill((0x5a ^ cycle as u8) | 1);
     }
     d.wait_all_ready();
     let s = d.stats();
@@ -254,12 +262,16 @@ fn a_mapping_kept_after_release_keeps_the_segment_out_of_reuse() {
     assert_eq!(counts(&d), (1, 0, 1), "released but mapped: quarantined");
     let other = from_service(&c, 16 * MB).unwrap();
     assert_all_zero(&other);
-    let e = from_service(&c, 16 * MB).err().expect("the held segment is not handed out");
+    let e = from_service(&c, 16 * MB)
+        .err()
+        .expect("the held segment is not handed out");
     assert_eq!(e.errno(), libc::ENOMEM, "{e}");
     drop(kept);
-    wait_for("the let-go segment to be scrubbed", Duration::from_secs(10), || {
-        counts(&d) == (1, 1, 0)
-    });
+    wait_for(
+        "the let-go segment to be scrubbed",
+        Duration::from_secs(10),
+        || counts(&d) == (1, 1, 0),
+    );
     let again = from_service(&c, 16 * MB).unwrap();
     assert_all_zero(&again);
 }
@@ -310,9 +322,11 @@ fn a_forked_child_holding_the_segment_keeps_it_out_of_reuse() {
     assert!(from_service(&c, 16 * MB).is_err());
     drop(release);
     reap(child);
-    wait_for("the child's segment to come back", Duration::from_secs(10), || {
-        counts(&d) == (1, 1, 0)
-    });
+    wait_for(
+        "the child's segment to come back",
+        Duration::from_secs(10),
+        || counts(&d) == (1, 1, 0),
+    );
     drop(other);
     d.wait_all_ready();
 }
@@ -323,7 +337,14 @@ fn pass_to_third_process(fd: libc::c_int) -> (libc::pid_t, OwnedFd, OwnedFd) {
     let mut sv = [0; 2];
     // SAFETY: socketpair fills a local array.
     assert_eq!(
-        unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0, sv.as_mut_ptr()) },
+        unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                sv.as_mut_ptr(),
+            )
+        },
         0
     );
     let mut go = [0; 2];
@@ -375,7 +396,11 @@ fn pass_to_third_process(fd: libc::c_int) -> (libc::pid_t, OwnedFd, OwnedFd) {
         let fdb = std::os::fd::BorrowedFd::borrow_raw(fd);
         protocol::send(sock.as_fd(), &[1], &[fdb]).unwrap();
         drop(sock);
-        (pid, OwnedFd::from_raw_fd(go[1]), OwnedFd::from_raw_fd(rel[1]))
+        (
+            pid,
+            OwnedFd::from_raw_fd(go[1]),
+            OwnedFd::from_raw_fd(rel[1]),
+        )
     }
 }
 
@@ -443,12 +468,18 @@ fn a_uid_not_allowed_is_refused() {
         return;
     }
     let s = d.socket.to_str().unwrap();
-    let (ok, out) = prezero_as(NOBODY, &["client", "alloc", "2M", "--no-fallback", "--socket", s]);
+    let (ok, out) = prezero_as(
+        NOBODY,
+        &["client", "alloc", "2M", "--no-fallback", "--socket", s],
+    );
     assert!(!ok, "{out}");
     assert!(out.contains("may not use this service"), "{out}");
     // With fallback, the refused client still gets zeroed memory, locally, and says why.
     let (ok, out) = prezero_as(NOBODY, &["client", "alloc", "2M", "--socket", s]);
-    assert!(ok && out.contains("from local") && out.contains("may not use"), "{out}");
+    assert!(
+        ok && out.contains("from local") && out.contains("may not use"),
+        "{out}"
+    );
     assert_eq!(counts(&d), (2, 0, 0));
     assert!(d.stats().refusals >= 2);
 }
@@ -465,9 +496,15 @@ fn an_allowed_uid_is_served_within_its_cap() {
         return;
     }
     let s = d.socket.to_str().unwrap();
-    let (ok, out) = prezero_as(NOBODY, &["client", "alloc", "32M", "--no-fallback", "--socket", s]);
+    let (ok, out) = prezero_as(
+        NOBODY,
+        &["client", "alloc", "32M", "--no-fallback", "--socket", s],
+    );
     assert!(ok && out.contains("from service"), "{out}");
-    let (ok, out) = prezero_as(NOBODY, &["client", "alloc", "48M", "--no-fallback", "--socket", s]);
+    let (ok, out) = prezero_as(
+        NOBODY,
+        &["client", "alloc", "48M", "--no-fallback", "--socket", s],
+    );
     assert!(!ok && out.contains("cap"), "{out}");
 }
 
@@ -484,7 +521,9 @@ fn quarantined_memory_counts_against_the_uid_cap() {
     let kept = KeptMapping::of(&a);
     drop(a);
     std::thread::sleep(Duration::from_millis(200));
-    let e = from_service(&c, 16 * MB).err().expect("quarantine still counts");
+    let e = from_service(&c, 16 * MB)
+        .err()
+        .expect("quarantine still counts");
     assert_eq!(e.errno(), libc::EDQUOT, "{e}");
     drop(kept);
     wait_for("the cap to free up", Duration::from_secs(10), || {
@@ -582,7 +621,7 @@ fn fuzzed_messages_get_errors_or_a_disconnect_and_the_daemon_keeps_serving() {
             2 => {
                 let mut v = valid[r as usize % 3].clone();
                 let k = (r >> 8) as usize % v.len();
-                v[k] ^= 1 << (r >> 20) % 8;
+                v[k] ^= 1 << ((r >> 20) % 8);
                 v
             }
             // Absurd requests: huge, zero, odd page sizes, unknown flags.
@@ -652,7 +691,14 @@ fn a_client_killed_mid_request_or_while_holding_leaks_nothing() {
     d.wait_all_ready();
     // A holding client process, SIGKILLed.
     let mut holder = Command::new(bin())
-        .args(["client", "alloc", "32M", "--hold", "--no-fallback", "--socket"])
+        .args([
+            "client",
+            "alloc",
+            "32M",
+            "--hold",
+            "--no-fallback",
+            "--socket",
+        ])
         .arg(&d.socket)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -678,7 +724,15 @@ fn sixteen_concurrent_clients_churn_without_leak_or_stall() {
     let mut clients: Vec<Child> = (0..16)
         .map(|i| {
             Command::new(bin())
-                .args(["client", "churn", "--seconds", "3", "--max", "48M", "--seed"])
+                .args([
+                    "client",
+                    "churn",
+                    "--seconds",
+                    "3",
+                    "--max",
+                    "48M",
+                    "--seed",
+                ])
                 .arg((i + 1).to_string())
                 .arg("--socket")
                 .arg(&d.socket)
@@ -703,7 +757,12 @@ fn sixteen_concurrent_clients_churn_without_leak_or_stall() {
                 "client {i}: {text}{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            served += text.split_whitespace().next().unwrap().parse::<u64>().unwrap();
+            served += text
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
         }
     }
     assert!(t.elapsed() < Duration::from_secs(60), "a client stalled");
@@ -724,12 +783,20 @@ fn after_shutdown_clients_keep_valid_memory() {
     assert_all_zero(&m);
     m.as_mut_slice().fill(0x3c);
     assert!(d.stop().success(), "{}", d.log());
-    assert!(d.log().contains("2 segments still with clients"), "{}", d.log());
+    assert!(
+        d.log().contains("2 segments still with clients"),
+        "{}",
+        d.log()
+    );
     assert!(m.as_slice().iter().all(|&b| b == 0x3c));
     m.as_mut_slice().fill(0xc3);
     assert!(m.as_slice().iter().all(|&b| b == 0xc3));
     drop(m);
-    assert_eq!(free_pages(), d.free_before, "the pages went back when the last holder let go");
+    assert_eq!(
+        free_pages(),
+        d.free_before,
+        "the pages went back when the last holder let go"
+    );
 }
 
 #[test]
@@ -745,7 +812,10 @@ fn without_a_service_the_client_falls_back_and_says_why() {
     let m = c.alloc(4 * MB, PageKind::Huge2M).unwrap();
     assert!(matches!(m.source(), Source::Local { reason } if reason.contains("cannot connect")));
     assert!(prezero::is_zero(m.as_slice()));
-    assert!(Client::connect("x".repeat(200)).is_err(), "too long for a socket path");
+    assert!(
+        Client::connect("x".repeat(200)).is_err(),
+        "too long for a socket path"
+    );
     assert!(c.alloc(0, PageKind::Huge2M).is_err());
     assert!(c.alloc(PAGE, PageKind::Base).is_err());
 }

@@ -21,7 +21,8 @@ pub struct Args {
         default_value = "4KB"
     )]
     pages: Vec<String>,
-    /// Functions, comma-separated: demand, populate, populate-parallel (default: all).
+    /// Functions, comma-separated: demand, populate, populate-parallel, pool,
+    /// service (default: all but service).
     #[arg(short = 'f', long = "function", value_delimiter = ',')]
     functions: Vec<String>,
     /// Bytes per loop (K/M/G suffixes).
@@ -41,6 +42,10 @@ pub struct Args {
     /// (also on error and on Ctrl-C). Needs root.
     #[arg(long)]
     reserve: bool,
+    /// For `-f service`: the daemon at this socket, instead of a private one
+    /// the run starts (with `--reserve` passed on).
+    #[arg(long)]
+    socket: Option<std::path::PathBuf>,
     /// One JSON object per figure.
     #[arg(long)]
     json: bool,
@@ -52,14 +57,16 @@ enum Function {
     Populate,
     PopulateParallel,
     Pool,
+    Service,
 }
 
 impl Function {
-    const ALL: [Function; 4] = [
+    const ALL: [Function; 5] = [
         Function::Demand,
         Function::Populate,
         Function::PopulateParallel,
         Function::Pool,
+        Function::Service,
     ];
 
     fn name(self) -> &'static str {
@@ -68,6 +75,7 @@ impl Function {
             Function::Populate => "populate",
             Function::PopulateParallel => "populate-parallel",
             Function::Pool => "pool",
+            Function::Service => "service",
         }
     }
 
@@ -77,6 +85,9 @@ impl Function {
             Function::Populate => "mmap() + MADV_POPULATE_WRITE, one thread",
             Function::PopulateParallel => "mmap() + prezero::prefault over all threads",
             Function::Pool => "zeroed chunks from a warm prezero::Pool, scrubbed between loops",
+            Function::Service => {
+                "memfds from prezero serve: mapped, populated, one write per page; scrubbed between loops"
+            }
         }
     }
 
@@ -101,7 +112,9 @@ impl Function {
             Function::Populate | Function::PopulateParallel => {
                 prezero::prefault(&r, self.threads(threads))?;
             }
-            Function::Pool => unreachable!("the pool function has its own loop"),
+            Function::Pool | Function::Service => {
+                unreachable!("the pool and service functions have their own loops")
+            }
         }
         Ok(r)
     }
@@ -144,6 +157,55 @@ fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>, Str
     Ok(samples)
 }
 
+/// The `service` function: a `prezero serve` holding `size` bytes ready; each
+/// loop asks for all of it (mapped and populated into one range), writes one
+/// byte per page as `demand` does (timed), gives it back, and waits, untimed,
+/// for the daemon to scrub it.
+fn service_loops(
+    size: usize,
+    kind: PageKind,
+    loops: usize,
+    socket: Option<&std::path::Path>,
+    reserve: bool,
+) -> Result<Vec<f64>, String> {
+    use super::service::{connect, no_fallback, wait_ready, PrivateDaemon};
+    if !kind.is_hugetlb() {
+        return Err(format!(
+            "-f service: page {kind}: the service serves 2MB or 1GB pages"
+        ));
+    }
+    let daemon = match socket {
+        Some(_) => None,
+        None => Some(PrivateDaemon::start(kind, size, reserve)?),
+    };
+    let path = socket.map_or_else(
+        || daemon.as_ref().expect("started").socket.clone(),
+        |p| p.to_path_buf(),
+    );
+    let c = connect(&path)?;
+    let mut samples = Vec::with_capacity(loops);
+    for _ in 0..loops {
+        let ready = wait_ready(&c, kind, size)?;
+        if ready < size {
+            let log = daemon.as_ref().map_or(String::new(), |d| d.log());
+            return Err(format!(
+                "-f service: the service has {} ready, {} needed (rerun with --reserve, or reserve more hugetlb pages){log}",
+                fmt_size(ready),
+                fmt_size(size)
+            ));
+        }
+        let t = Instant::now();
+        let mut m = c
+            .alloc_with(size, kind, no_fallback())
+            .map_err(|e| e.to_string())?;
+        touch_each_page(m.as_mut_slice(), kind.page_size());
+        let d = t.elapsed();
+        drop(m);
+        samples.push(gbps(size, d));
+    }
+    Ok(samples)
+}
+
 /// Demand faults one write per page; THP regions are touched per base page so
 /// that any part the kernel could not back with a huge page is faulted too.
 fn touch_stride(kind: PageKind) -> usize {
@@ -167,19 +229,18 @@ pub fn run(args: &Args) -> Result<(), String> {
         .iter()
         .map(|p| p.parse::<PageKind>().map_err(|e| e.to_string()))
         .collect::<Result<Vec<_>, _>>()?;
-    let functions =
-        if args.functions.is_empty() {
-            Function::ALL.to_vec()
-        } else {
-            args.functions
+    let functions = if args.functions.is_empty() {
+        Function::ALL[..4].to_vec()
+    } else {
+        args.functions
                 .iter()
                 .map(|n| {
                     Function::ALL.into_iter().find(|f| f.name() == n).ok_or_else(|| {
-                    format!("unknown function '{n}' (known: demand, populate, populate-parallel)")
+                    format!("unknown function '{n}' (known: demand, populate, populate-parallel, pool, service)")
                 })
                 })
                 .collect::<Result<Vec<_>, _>>()?
-        };
+    };
     if args.loops == 0 {
         return Err("--nr_loops must be at least 1".into());
     }
@@ -214,6 +275,10 @@ pub fn run(args: &Args) -> Result<(), String> {
             let mut samples = Vec::with_capacity(args.loops);
             if f == Function::Pool {
                 samples = pool_loops(size, kind, args.loops)?;
+            }
+            if f == Function::Service {
+                samples =
+                    service_loops(size, kind, args.loops, args.socket.as_deref(), args.reserve)?;
             }
             while samples.len() < args.loops {
                 if let Some(secs) = args.host_cold {

@@ -12,6 +12,7 @@ mod compare;
 mod faults;
 mod mmap;
 mod pool;
+mod service;
 mod template;
 
 #[derive(clap::Subcommand)]
@@ -26,6 +27,8 @@ pub enum Which {
     Pool(pool::Args),
     /// Seed 004's memmap init: per-field vs template + streaming vs the ceiling.
     Template(template::Args),
+    /// prezero serve: hand-out latency, scrub GB/s, VM boot vs the kernel.
+    Service(service::Args),
     /// Ratio per row of two `--json` outputs, marking changes beyond the noise.
     Compare(compare::Args),
     /// Every benchmark in sequence; `--report report.html` for a self-contained report.
@@ -39,6 +42,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Faults(a) => faults::run(&a),
         Which::Pool(a) => pool::run(&a),
         Which::Template(a) => template::run(&a),
+        Which::Service(a) => service::run(&a),
         Which::Compare(a) => compare::run(&a),
         Which::All(a) => all::run(&a),
     }

@@ -24,15 +24,16 @@ pub struct AllocOptions {
     /// Map and populate local memory when the service cannot serve (default true).
     /// With false, the service's refusal is the error.
     pub fallback: bool,
-    /// Threads that populate local fallback memory (default: every CPU).
-    pub prefault_threads: usize,
+    /// Threads that populate local fallback memory (default: every CPU). Service
+    /// memory needs none: its pages exist, only page tables are built.
+    pub populate_threads: usize,
 }
 
 impl Default for AllocOptions {
     fn default() -> Self {
         AllocOptions {
             fallback: true,
-            prefault_threads: crate::sys::online_cpus(),
+            populate_threads: crate::sys::online_cpus(),
         }
     }
 }
@@ -83,7 +84,9 @@ impl Conn {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut buf = vec![0u8; MAX_MESSAGE + 1];
         if let Err(e) = protocol::send(self.sock.as_fd(), &req.encode(seq), &[]) {
-            return Err(self.parting_words(&mut buf).unwrap_or(Error::os("send to prezero serve", e)));
+            return Err(self
+                .parting_words(&mut buf)
+                .unwrap_or(Error::os("send to prezero serve", e)));
         }
         let mut replies = Vec::new();
         let mut fds = Vec::new();
@@ -98,7 +101,10 @@ impl Conn {
             if got.len == 0 {
                 return Err(Error::os(
                     "receive from prezero serve",
-                    io::Error::new(io::ErrorKind::UnexpectedEof, "the service closed the connection"),
+                    io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        "the service closed the connection",
+                    ),
                 ));
             }
             let broken = |why: &str| {
@@ -145,7 +151,8 @@ impl Conn {
     fn parting_words(&self, buf: &mut [u8]) -> Option<Error> {
         for _ in 0..3 {
             if let Ok(got) = protocol::recv(self.sock.as_fd(), buf, libc::MSG_DONTWAIT) {
-                if let Ok((_, Reply::Error { errno, message, .. })) = Reply::decode(&buf[..got.len]) {
+                if let Ok((_, Reply::Error { errno, message, .. })) = Reply::decode(&buf[..got.len])
+                {
                     return Some(Error::Service {
                         errno,
                         reason: message,
@@ -213,12 +220,19 @@ impl Client {
     }
 
     /// [`Client::alloc`] with options (e.g. no fallback).
-    pub fn alloc_with(&self, bytes: usize, page: PageKind, opts: AllocOptions) -> Result<ServiceMemory> {
+    pub fn alloc_with(
+        &self,
+        bytes: usize,
+        page: PageKind,
+        opts: AllocOptions,
+    ) -> Result<ServiceMemory> {
         if bytes == 0 {
             return Err(Error::invalid("zero bytes requested"));
         }
         if !page.is_hugetlb() {
-            return Err(Error::invalid("the service serves hugetlb pages: 2MB or 1GB"));
+            return Err(Error::invalid(
+                "the service serves hugetlb pages: 2MB or 1GB",
+            ));
         }
         let err = match &self.conn {
             None => Error::Service {
@@ -233,7 +247,7 @@ impl Client {
         if !opts.fallback {
             return Err(err);
         }
-        local(bytes, page, opts.prefault_threads, err.to_string())
+        local(bytes, page, opts.populate_threads, err.to_string())
     }
 
     /// The service's counters.
@@ -256,7 +270,8 @@ impl Client {
 
 /// Connects a `SOCK_SEQPACKET` socket to `path`, with a reply timeout.
 pub(crate) fn connect_socket(path: &Path) -> io::Result<OwnedFd> {
-    let (addr, len) = socket_address(path).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let (addr, len) = socket_address(path)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     // SAFETY: socket() has no memory-safety preconditions.
     let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
     if raw < 0 {
@@ -265,7 +280,14 @@ pub(crate) fn connect_socket(path: &Path) -> io::Result<OwnedFd> {
     // SAFETY: a fresh descriptor nobody else owns.
     let sock = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    if unsafe { libc::connect(sock.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), len) } != 0 {
+    if unsafe {
+        libc::connect(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    } != 0
+    {
         return Err(io::Error::last_os_error());
     }
     let tv = libc::timeval {
@@ -317,32 +339,55 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
         fds,
     };
     let len = bytes.next_multiple_of(page.page_size());
-    if seg_len == 0 || seg_len % page.page_size() != 0 || held.ids.len() * seg_len < len {
-        return Err(Error::invalid("the service sent segments that do not cover the request"));
+    if seg_len == 0 || !seg_len.is_multiple_of(page.page_size()) || held.ids.len() * seg_len < len {
+        return Err(Error::invalid(
+            "the service sent segments that do not cover the request",
+        ));
     }
-    let base = reserve(len, page.page_size())?;
+    // One segment maps anywhere (hugetlb mappings come page-aligned); several
+    // go back to back into a reservation.
+    let base = if held.fds.len() == 1 {
+        None
+    } else {
+        Some(reserve(len, page.page_size())?)
+    };
+    let mut start = None;
     for (i, fd) in held.fds.iter().enumerate() {
         let off = i * seg_len;
         let n = seg_len.min(len - off);
-        // SAFETY: [base+off, base+off+n) lies inside our PROT_NONE reservation,
-        // which nothing else uses; MAP_FIXED replaces exactly that part of it.
+        let (hint, fixed) = match base {
+            // SAFETY: off < len, inside the reservation.
+            Some(b) => (unsafe { b.as_ptr().add(off) }, libc::MAP_FIXED),
+            None => (std::ptr::null_mut(), 0),
+        };
+        // SAFETY: with MAP_FIXED, [hint, hint+n) lies inside our PROT_NONE
+        // reservation, which nothing else uses, and only that part is replaced;
+        // without, the kernel picks a free range.
         let p = unsafe {
             libc::mmap(
-                base.as_ptr().add(off).cast(),
+                hint.cast(),
                 n,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_FIXED | libc::MAP_POPULATE,
+                // The pages exist (the daemon populated them): populating only
+                // builds page tables, ~1 us per 2 MiB page, faster in one thread
+                // than the start-up of a second (measured).
+                libc::MAP_SHARED | libc::MAP_POPULATE | fixed,
                 fd.as_raw_fd(),
                 0,
             )
         };
         if p == libc::MAP_FAILED {
             let e = io::Error::last_os_error();
-            // SAFETY: the whole reservation (and what replaced parts of it) is ours.
-            unsafe { libc::munmap(base.as_ptr().cast(), len) };
-            return Err(Error::os("mmap(MAP_FIXED) of a service segment", e));
+            if let Some(b) = base {
+                // SAFETY: the whole reservation (and what replaced parts of it) is ours.
+                unsafe { libc::munmap(b.as_ptr().cast(), len) };
+            }
+            return Err(Error::os("mmap of a service segment", e));
         }
+        start.get_or_insert(p.cast::<u8>());
     }
+    let base =
+        NonNull::new(start.expect("at least one segment")).expect("mmap does not return NULL");
     let segments = held.ids.len();
     Ok(ServiceMemory {
         ptr: base,
@@ -395,7 +440,10 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
         Err(e @ Error::HugetlbShortage { .. }) => {
             // No hugetlb pages left here either: transparent huge pages still
             // give zeroed, populated memory.
-            (Region::new(bytes, PageKind::Thp)?, format!("{why}; local {page}: {e}; used THP"))
+            (
+                Region::new(bytes, PageKind::Thp)?,
+                format!("{why}; local {page}: {e}; used THP"),
+            )
         }
         Err(e) => return Err(e),
     };
@@ -428,9 +476,14 @@ impl Drop for Held {
 }
 
 enum Backing {
-    Service { seg_len: usize, held: Held },
+    Service {
+        seg_len: usize,
+        held: Held,
+    },
     /// Kept for its Drop, which unmaps.
-    Local { _region: Region },
+    Local {
+        _region: Region,
+    },
 }
 
 /// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when

@@ -196,10 +196,14 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
     fn u32(&mut self) -> Result<u32, Malformed> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
     }
     fn u64(&mut self) -> Result<u64, Malformed> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
     }
     fn end(&self) -> Result<(), Malformed> {
         if self.0.is_empty() {
@@ -475,7 +479,10 @@ impl Reply {
 
 /// Sends one datagram with `fds` attached (`SCM_RIGHTS`). Never raises SIGPIPE.
 pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
-    assert!(fds.len() <= MAX_FDS, "at most MAX_FDS descriptors per message");
+    assert!(
+        fds.len() <= MAX_FDS,
+        "at most MAX_FDS descriptors per message"
+    );
     let mut iov = libc::iovec {
         iov_base: msg.as_ptr() as *mut libc::c_void,
         iov_len: msg.len(),
@@ -545,13 +552,8 @@ pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Res
     hdr.msg_controllen = std::mem::size_of_val(&control) as _;
     let n = loop {
         // SAFETY: hdr points at live buffers of the sizes it states.
-        let n = unsafe {
-            libc::recvmsg(
-                sock.as_raw_fd(),
-                &mut hdr,
-                flags | libc::MSG_CMSG_CLOEXEC,
-            )
-        };
+        let n =
+            unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, flags | libc::MSG_CMSG_CLOEXEC) };
         if n >= 0 {
             break n as usize;
         }
@@ -631,7 +633,13 @@ mod tests {
             Reply::Alloc {
                 total: 3,
                 first: 0,
-                segments: vec![SegmentRecord { id: 9, len: 1 << 28 }; 3],
+                segments: vec![
+                    SegmentRecord {
+                        id: 9,
+                        len: 1 << 28
+                    };
+                    3
+                ],
             },
             Reply::Released { count: 2 },
             Reply::Stats(stats),

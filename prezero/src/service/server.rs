@@ -28,7 +28,7 @@ use super::protocol::{
     self, Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, MAX_FDS,
     MAX_MESSAGE,
 };
-use super::segment::{held_elsewhere, Segment};
+use super::segment::Segment;
 use super::worker::{Done, Job, Verify, Worker};
 use super::{socket_address, DEFAULT_SOCKET};
 use crate::error::{Error, Result};
@@ -102,7 +102,7 @@ impl ServerConfig {
                 return Err(Error::invalid(format!("two pools of page size {name}")));
             }
             let page = p.page.page_size();
-            if p.segment_size == 0 || p.segment_size % page != 0 {
+            if p.segment_size == 0 || !p.segment_size.is_multiple_of(page) {
                 return Err(Error::invalid(format!(
                     "pool {name}: segment size {} is not a positive multiple of the page size",
                     p.segment_size
@@ -191,7 +191,7 @@ fn log(msg: &str) {
 }
 
 fn mib(bytes: usize) -> String {
-    if bytes >= 1 << 30 && bytes % (1 << 30) == 0 {
+    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
         format!("{} GiB", bytes >> 30)
     } else {
         format!("{} MiB", bytes >> 20)
@@ -425,10 +425,7 @@ impl Server {
             };
             if let Err(why) = self.authorize(sock.as_fd(), &cred) {
                 self.counters.refusals += 1;
-                log(&format!(
-                    "refused pid {} uid {}: {why}",
-                    cred.pid, cred.uid
-                ));
+                log(&format!("refused pid {} uid {}: {why}", cred.pid, cred.uid));
                 let _ = send_error(sock.as_fd(), 0, libc::EACCES, 0, &why);
                 continue;
             }
@@ -452,7 +449,11 @@ impl Server {
         }
     }
 
-    fn authorize(&self, sock: BorrowedFd<'_>, cred: &libc::ucred) -> std::result::Result<(), String> {
+    fn authorize(
+        &self,
+        sock: BorrowedFd<'_>,
+        cred: &libc::ucred,
+    ) -> std::result::Result<(), String> {
         if cred.uid == 0
             || cred.uid == self.my_uid
             || self.cfg.allow_uids.contains(&cred.uid)
@@ -501,7 +502,10 @@ impl Server {
                 Err(Malformed(why)) => {
                     self.counters.protocol_errors += 1;
                     let c = &self.conns[&id];
-                    log(&format!("pid {} uid {}: malformed message ({why}): disconnected", c.pid, c.uid));
+                    log(&format!(
+                        "pid {} uid {}: malformed message ({why}): disconnected",
+                        c.pid, c.uid
+                    ));
                     let _ = send_error(c.sock.as_fd(), 0, libc::EPROTO, 0, why);
                     return self.disconnect(id);
                 }
@@ -571,7 +575,10 @@ impl Server {
             return refuse(
                 libc::EINVAL,
                 0,
-                format!("no pool of page size {page_size} (this daemon serves {})", served.join(", ")),
+                format!(
+                    "no pool of page size {page_size} (this daemon serves {})",
+                    served.join(", ")
+                ),
             );
         };
         let cfg = self.pools[pool].cfg;
@@ -589,7 +596,11 @@ impl Server {
             return refuse(
                 libc::ENOMEM,
                 ready_bytes,
-                format!("{bytes} bytes is more than the {} pool's cap of {}", cfg.page.name(), cfg.cap),
+                format!(
+                    "{bytes} bytes is more than the {} pool's cap of {}",
+                    cfg.page.name(),
+                    cfg.cap
+                ),
             );
         }
         let n = (bytes as usize).div_ceil(cfg.segment_size);
@@ -622,7 +633,10 @@ impl Server {
         let chosen = &ready[..n];
         let mut files = Vec::with_capacity(n);
         for id in chosen {
-            let seg = self.slots[id].seg.as_ref().expect("ready segments are home");
+            let seg = self.slots[id]
+                .seg
+                .as_ref()
+                .expect("ready segments are home");
             match seg.open_for_client() {
                 Ok(f) => files.push(f),
                 Err(e) => return refuse(e.errno(), ready_bytes, e.to_string()),
@@ -633,7 +647,11 @@ impl Server {
         }
         self.counters.handouts += 1;
         let sock = self.conns[&conn].sock.as_fd();
-        for (k, (ids, fds)) in chosen.chunks(MAX_FDS).zip(files.chunks(MAX_FDS)).enumerate() {
+        for (k, (ids, fds)) in chosen
+            .chunks(MAX_FDS)
+            .zip(files.chunks(MAX_FDS))
+            .enumerate()
+        {
             let reply = Reply::Alloc {
                 total: n as u32,
                 first: (k * MAX_FDS) as u32,
@@ -665,7 +683,9 @@ impl Server {
                 return Reply::Error {
                     errno: libc::EINVAL,
                     ready: 0,
-                    message: format!("segment {id} is not held on this connection (or named twice)"),
+                    message: format!(
+                        "segment {id} is not held on this connection (or named twice)"
+                    ),
                 };
             }
         }
@@ -698,34 +718,54 @@ impl Server {
         for (&id, s) in &self.slots {
             if let (State::Quarantined { .. }, Some(seg)) = (s.state, &s.seg) {
                 match seg.has_other_openers() {
-                    Ok(false) => candidates.push((id, (seg.dev, seg.ino))),
+                    Ok(false) => candidates.push(id),
                     Ok(true) => {}
-                    Err(e) => log(&format!("segment {id}: lease check failed ({e}); kept in quarantine")),
+                    Err(e) => log(&format!(
+                        "segment {id}: lease check failed ({e}); kept in quarantine"
+                    )),
                 }
             }
         }
         if candidates.is_empty() {
             return;
         }
-        let wanted: HashSet<_> = candidates.iter().map(|&(_, k)| k).collect();
-        let held = held_elsewhere(&wanted);
-        for (id, key) in candidates {
-            if held.contains(&key) {
-                continue;
-            }
+        let mut batch = Vec::with_capacity(candidates.len());
+        for id in candidates {
             let s = self.slots.get_mut(&id).expect("candidate from slots");
-            let State::Quarantined { uid } = s.state else {
-                continue;
+            if let State::Quarantined { uid } = s.state {
+                batch.push((id, s.seg.take().expect("quarantined segments are home")));
+                s.state = State::Scrubbing { uid };
+            }
+        }
+        let jobs = self
+            .worker
+            .jobs
+            .as_ref()
+            .expect("worker runs until shutdown");
+        if let Err(e) = jobs.send(Job::Scrub(batch)) {
+            let Job::Scrub(batch) = e.0 else {
+                unreachable!("sent a scrub job")
             };
-            let seg = s.seg.take().expect("quarantined segments are home");
-            s.state = State::Scrubbing { uid };
-            let jobs = self.worker.jobs.as_ref().expect("worker runs until shutdown");
-            if let Err(e) = jobs.send(Job::Scrub { id, seg }) {
-                let Job::Scrub { seg, .. } = e.0 else {
-                    unreachable!("sent a scrub job")
-                };
+            for (id, seg) in batch {
+                self.requarantine(id, seg);
+            }
+        }
+    }
+
+    fn requarantine(&mut self, id: u64, seg: Segment) {
+        if let Some(s) = self.slots.get_mut(&id) {
+            if let State::Scrubbing { uid } = s.state {
                 s.seg = Some(seg);
                 s.state = State::Quarantined { uid };
+            }
+        }
+    }
+
+    /// Frees a segment's pages in the worker, not in the event loop.
+    fn destroy(&mut self, id: u64) {
+        if let Some(seg) = self.slots.remove(&id).and_then(|s| s.seg) {
+            if let Some(jobs) = &self.worker.jobs {
+                let _ = jobs.send(Job::Destroy(seg));
             }
         }
     }
@@ -736,6 +776,7 @@ impl Server {
         unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
         while let Ok(done) = self.done.try_recv() {
             match done {
+                Done::StillHeld { id, seg } => self.requarantine(id, seg),
                 Done::Scrubbed {
                     id,
                     seg,
@@ -817,13 +858,14 @@ impl Server {
                     .take((ready - cfg.target) / cfg.segment_size)
                     .collect::<Vec<_>>();
                 for id in extra {
-                    self.slots.remove(&id);
+                    self.destroy(id);
                 }
                 continue;
             }
             let p = &mut self.pools[i];
             let waiting = p.retry_at.is_some_and(|t| Instant::now() < t);
-            if ready < cfg.target && total + cfg.segment_size <= cfg.cap && !p.creating && !waiting {
+            if ready < cfg.target && total + cfg.segment_size <= cfg.cap && !p.creating && !waiting
+            {
                 let job = Job::Create {
                     pool: i,
                     page: cfg.page,
@@ -899,7 +941,13 @@ fn pollfd(fd: RawFd) -> libc::pollfd {
     }
 }
 
-fn send_error(sock: BorrowedFd<'_>, seq: u32, errno: i32, ready: u64, message: &str) -> io::Result<()> {
+fn send_error(
+    sock: BorrowedFd<'_>,
+    seq: u32,
+    errno: i32,
+    ready: u64,
+    message: &str,
+) -> io::Result<()> {
     let r = Reply::Error {
         errno,
         ready,
@@ -974,7 +1022,14 @@ fn bind(path: &Path) -> Result<OwnedFd> {
     // SAFETY: a fresh descriptor nobody else owns.
     let sock = unsafe { OwnedFd::from_raw_fd(raw) };
     // SAFETY: addr is a valid sockaddr_un of addr_len bytes.
-    if unsafe { libc::bind(sock.as_raw_fd(), (&addr as *const libc::sockaddr_un).cast(), addr_len) } != 0 {
+    if unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            addr_len,
+        )
+    } != 0
+    {
         return Err(Error::os("bind", io::Error::last_os_error()));
     }
     use std::os::unix::fs::PermissionsExt;

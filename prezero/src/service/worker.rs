@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::segment::Segment;
+use super::segment::{held_elsewhere, Segment};
 use crate::clear::{clear_bounded_with, Temperature};
 use crate::error::Result;
 use crate::pool::ScrubPriority;
@@ -34,11 +34,25 @@ pub enum Verify {
 const STEP: usize = 64 << 20;
 
 pub(crate) enum Job {
-    Scrub { id: u64, seg: Segment },
-    Create { pool: usize, page: PageKind, len: usize },
+    /// Quarantined segments the lease check found unheld: one /proc scan for
+    /// all of them (off the event loop: it takes milliseconds), then a scrub of
+    /// each one no process holds.
+    Scrub(Vec<(u64, Segment)>),
+    Create {
+        pool: usize,
+        page: PageKind,
+        len: usize,
+    },
+    /// Unmapping and closing frees hugetlb pages: milliseconds per GiB.
+    Destroy(Segment),
 }
 
 pub(crate) enum Done {
+    /// The /proc scan found a descriptor or mapping of it: back to quarantine.
+    StillHeld {
+        id: u64,
+        seg: Segment,
+    },
     Scrubbed {
         id: u64,
         seg: Segment,
@@ -49,8 +63,13 @@ pub(crate) enum Done {
         verified: usize,
     },
     /// Shutdown came first; the segment was unmapped unscrubbed.
-    Abandoned { id: u64 },
-    Created { pool: usize, seg: Result<Segment> },
+    Abandoned {
+        id: u64,
+    },
+    Created {
+        pool: usize,
+        seg: Result<Segment>,
+    },
 }
 
 pub(crate) struct Worker {
@@ -121,20 +140,40 @@ impl Drop for Worker {
 }
 
 fn run(rx: Receiver<Job>, done: Sender<Done>, wake: &OwnedFd, stop: &AtomicBool, verify: Verify) {
-    while let Ok(job) = rx.recv() {
-        let result = match job {
-            Job::Scrub { id, seg } => scrub(id, seg, stop, verify),
-            Job::Create { pool, page, len } => Done::Created {
-                pool,
-                seg: Segment::create(page, len, 1),
-            },
-        };
-        if done.send(result).is_err() {
-            return;
+    let report = |d: Done| {
+        if done.send(d).is_err() {
+            return false;
         }
         let one: u64 = 1;
         // SAFETY: an 8-byte write from a local to our eventfd.
         unsafe { libc::write(wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        true
+    };
+    while let Ok(job) = rx.recv() {
+        let sent = match job {
+            Job::Scrub(batch) => {
+                let wanted = batch.iter().map(|(_, s)| (s.dev, s.ino)).collect();
+                let held = held_elsewhere(&wanted);
+                batch.into_iter().all(|(id, seg)| {
+                    report(if held.contains(&(seg.dev, seg.ino)) {
+                        Done::StillHeld { id, seg }
+                    } else {
+                        scrub(id, seg, stop, verify)
+                    })
+                })
+            }
+            Job::Create { pool, page, len } => report(Done::Created {
+                pool,
+                seg: Segment::create(page, len, 1),
+            }),
+            Job::Destroy(seg) => {
+                drop(seg);
+                true
+            }
+        };
+        if !sent {
+            return;
+        }
     }
 }
 

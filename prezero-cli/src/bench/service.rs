@@ -1,0 +1,543 @@
+//! `prezero bench service`: what `prezero serve` costs a client and what it
+//! saves one. Hand-out latency (p50/p99) per request size, the background
+//! scrubber's GB/s beside the clearing engine's cold-memory rate, and a "VM
+//! boot": N GiB of zeroed, populated 2 MiB memory from the service against
+//! the kernel paths a VMM uses today, host-warm and host-cold.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use prezero::service::{AllocOptions, Client, ServiceStats};
+use prezero::{PageKind, Region, Temperature};
+
+use super::{gbps, hugetlb_for_run, verify_zero, Stats};
+use crate::units::{fmt_size, parse_size};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Request sizes for the hand-out latency table.
+    #[arg(long, value_delimiter = ',', default_value = "2M,64M,1G,4G,16G")]
+    sizes: Vec<String>,
+    /// Page sizes: 2MB, 1GB.
+    #[arg(
+        short = 'p',
+        long = "page",
+        value_delimiter = ',',
+        default_value = "2MB"
+    )]
+    pages: Vec<String>,
+    /// Hand-outs per size (fewer above 1 GiB: each waits for its scrub).
+    #[arg(long, default_value_t = 100)]
+    reps: usize,
+    /// Bytes of the VM-boot scenario (2 MiB pages); 0 skips it.
+    #[arg(long, default_value = "8G")]
+    boot: String,
+    /// Runs per VM-boot row.
+    #[arg(long, default_value_t = 3)]
+    boot_runs: usize,
+    /// Also run the VM boot host-cold: before each kernel run the hugetlb pages
+    /// go back to the buddy allocator and this long passes, so the host reclaims
+    /// them (VMs only).
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "5")]
+    host_cold: Option<u64>,
+    /// Use the daemon at this socket instead of starting a private one.
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// Reserve the hugetlb pages the run needs (restored afterwards; root).
+    #[arg(long)]
+    reserve: bool,
+    /// One JSON object per figure.
+    #[arg(long)]
+    json: bool,
+}
+
+/// A `prezero serve` of this benchmark on a temporary socket; stopped on drop.
+pub struct PrivateDaemon {
+    child: Child,
+    dir: PathBuf,
+    pub socket: PathBuf,
+}
+
+impl PrivateDaemon {
+    /// Starts a daemon with one pool and waits until `target` bytes are ready
+    /// (or as many as it could get: the daemon logs a shortage and goes on).
+    pub fn start(kind: PageKind, target: usize, reserve: bool) -> Result<PrivateDaemon, String> {
+        let segment = kind.page_size().max(256 << 20);
+        let target = target.next_multiple_of(segment);
+        let dir = std::env::temp_dir().join(format!("prezero-bench-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let socket = dir.join("s.sock");
+        let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["serve", "--socket"])
+            .arg(&socket)
+            .arg("--pool")
+            .arg(format!(
+                "{}:target={},cap={},segment={}",
+                kind.name(),
+                fmt_size(target),
+                fmt_size(target),
+                fmt_size(segment)
+            ))
+            .stdin(Stdio::null())
+            .stderr(log);
+        if reserve {
+            cmd.arg("--reserve");
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting prezero serve: {e}"))?;
+        let mut d = PrivateDaemon { child, dir, socket };
+        let t = Instant::now();
+        while !d.socket.exists() {
+            if let Ok(Some(status)) = d.child.try_wait() {
+                return Err(format!("prezero serve exited ({status}): {}", d.log()));
+            }
+            if t.elapsed() > Duration::from_secs(300) {
+                return Err(format!("prezero serve did not start: {}", d.log()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Ok(d)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PrivateDaemon {
+    fn drop(&mut self) {
+        // SAFETY: kill on our own child's pid.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Connects and fails unless a daemon answers.
+pub fn connect(path: &Path) -> Result<Client, String> {
+    let c = Client::connect(path).map_err(|e| e.to_string())?;
+    if !c.is_connected() {
+        return Err(format!("no prezero serve at {}", path.display()));
+    }
+    Ok(c)
+}
+
+/// Ready bytes of the pool of `kind`.
+pub fn ready(s: &ServiceStats, kind: PageKind) -> usize {
+    s.pools
+        .iter()
+        .find(|p| p.page_size == kind.page_size() as u64)
+        .map_or(0, |p| (p.ready * p.segment_size) as usize)
+}
+
+/// Waits (untimed) until `bytes` are ready, or until the pool is quiet (nothing
+/// in quarantine or scrubbing) and that is all there is.
+pub fn wait_ready(c: &Client, kind: PageKind, bytes: usize) -> Result<usize, String> {
+    let t = Instant::now();
+    loop {
+        let s = c.stats().map_err(|e| e.to_string())?;
+        let r = ready(&s, kind);
+        let busy = s.pools.iter().any(|p| p.quarantined + p.scrubbing > 0);
+        if r >= bytes || (!busy && t.elapsed() > Duration::from_millis(500)) {
+            return Ok(r);
+        }
+        if t.elapsed() > Duration::from_secs(120) {
+            return Err("the service's memory did not come back within 120 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Service or error, populated with every CPU (as a VMM would).
+pub fn no_fallback() -> AllocOptions {
+    AllocOptions {
+        fallback: false,
+        ..AllocOptions::default()
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+/// Most bytes this run may ask of the machine for one page kind.
+fn memory_budget() -> usize {
+    let avail = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(0, |kib| kib << 10);
+    // Free hugetlb pages are not in MemAvailable but are usable here.
+    let avail = avail
+        + [PageKind::Huge2M, PageKind::Huge1G]
+            .iter()
+            .filter_map(|k| prezero::cpu::hugetlb_pool(k.page_size()))
+            .map(|p| p.free * p.page_size)
+            .sum::<usize>();
+    // Leave room for the kernel rows and everything else on the machine.
+    avail.saturating_sub(4 << 30) / 2
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let kinds = args
+        .pages
+        .iter()
+        .map(|p| p.parse::<PageKind>().map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some(k) = kinds.iter().find(|k| !k.is_hugetlb()) {
+        return Err(format!("page {k}: the service serves 2MB or 1GB pages"));
+    }
+    let mut sizes = args
+        .sizes
+        .iter()
+        .map(|s| parse_size(s))
+        .collect::<Result<Vec<_>, _>>()?;
+    sizes.sort_unstable();
+    let boot = match args.boot.as_str() {
+        "0" => 0,
+        b => parse_size(b)?,
+    };
+    if args.reps == 0 || args.boot_runs == 0 {
+        return Err("--reps and --boot-runs must be at least 1".into());
+    }
+    for kind in kinds {
+        latency_and_scrub(args, kind, &sizes)?;
+    }
+    if boot > 0 {
+        vm_boot(args, boot, Temperature::Hot)?;
+        if args.host_cold.is_some() {
+            vm_boot(args, boot, Temperature::Cold)?;
+        }
+    }
+    Ok(())
+}
+
+/// The hand-out latency table and the scrub rate, for one page kind.
+fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(), String> {
+    let budget = memory_budget();
+    let mut fitting: Vec<usize> = sizes
+        .iter()
+        .map(|s| s.next_multiple_of(kind.page_size()))
+        .filter(|&s| args.socket.is_some() || s <= budget)
+        .collect();
+    fitting.dedup();
+    for s in sizes
+        .iter()
+        .filter(|&&s| s.next_multiple_of(kind.page_size()) > budget)
+    {
+        if args.socket.is_none() {
+            println!(
+                "# page {kind}: {} skipped: more than half of the available memory ({})",
+                fmt_size(*s),
+                fmt_size(budget)
+            );
+        }
+    }
+    let Some(&largest) = fitting.last() else {
+        return Ok(());
+    };
+    let _daemon;
+    let socket = match &args.socket {
+        Some(s) => s.clone(),
+        None => {
+            let d = PrivateDaemon::start(kind, largest, args.reserve)?;
+            let s = d.socket.clone();
+            _daemon = d;
+            s
+        }
+    };
+    let c = connect(&socket)?;
+    let have = wait_ready(&c, kind, largest)?;
+    if !args.json {
+        println!(
+            "# prezero serve: hand-out latency, page {kind} (request -> mapped, populated, zero)"
+        );
+        println!(
+            "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}",
+            "size", "reps", "p50 us", "p99 us", "max us", "GB/s p50"
+        );
+    }
+    let before = c.stats().map_err(|e| e.to_string())?;
+    for &size in &fitting {
+        if size > have {
+            println!(
+                "# {}: skipped: the service has {} ready (hugetlb shortage; see its log)",
+                fmt_size(size),
+                fmt_size(have)
+            );
+            continue;
+        }
+        let reps = if size > 1 << 30 {
+            args.reps.min(10)
+        } else {
+            args.reps
+        };
+        let mut us = Vec::with_capacity(reps);
+        for _ in 0..reps {
+            wait_ready(&c, kind, size)?;
+            let t = Instant::now();
+            let m = c
+                .alloc_with(size, kind, no_fallback())
+                .map_err(|e| e.to_string())?;
+            us.push(t.elapsed().as_secs_f64() * 1e6);
+            // Check a sample per page (a full check of 16 GiB x reps would
+            // dominate the run; the tests check every byte).
+            for off in (0..m.len()).step_by(kind.page_size()) {
+                verify_zero(&m.as_slice()[off..off + 64], "service hand-out")?;
+            }
+            drop(m);
+        }
+        us.sort_by(f64::total_cmp);
+        let (p50, p99, max) = (
+            percentile(&us, 0.5),
+            percentile(&us, 0.99),
+            us[us.len() - 1],
+        );
+        let rate = size as f64 / (p50 / 1e6) / 1e9;
+        if args.json {
+            println!(
+                "{}",
+                json!({"bench": "service", "table": "handout", "page": kind.name(), "size": size,
+                       "reps": reps, "p50_us": p50, "p99_us": p99, "max_us": max, "gbps_p50": rate})
+            );
+        } else {
+            println!(
+                "{:>8} {reps:>6} {p50:>10.1} {p99:>10.1} {max:>10.1} {rate:>10.0}",
+                fmt_size(size)
+            );
+        }
+    }
+    wait_ready(&c, kind, largest)?;
+    let after = c.stats().map_err(|e| e.to_string())?;
+    scrub_rate(args, kind, &before, &after)
+}
+
+/// The scrubber's rate over the run, beside this process clearing cold memory
+/// with the same kernel choice (Auto, cold) in one thread.
+fn scrub_rate(
+    args: &Args,
+    kind: PageKind,
+    before: &ServiceStats,
+    after: &ServiceStats,
+) -> Result<(), String> {
+    let bytes = after.scrubbed_bytes - before.scrubbed_bytes;
+    let ns = after.scrub_ns - before.scrub_ns;
+    let vbytes = after.verified_bytes - before.verified_bytes;
+    let vns = after.verify_ns - before.verify_ns;
+    if ns == 0 {
+        return Ok(());
+    }
+    let scrub = bytes as f64 / ns as f64;
+    let verify = vbytes as f64 / vns.max(1) as f64;
+    let both = bytes as f64 / (ns + vns) as f64;
+    let cold = cold_clear_rate()?;
+    if args.json {
+        println!(
+            "{}",
+            json!({"bench": "service", "table": "scrub", "page": kind.name(), "bytes": bytes,
+                   "scrub_gbps": scrub, "verify_gbps": verify, "scrub_verify_gbps": both,
+                   "engine_cold_gbps": cold, "ratio": scrub / cold})
+        );
+    } else {
+        println!(
+            "# scrubber: {} cleared at {scrub:.1} GB/s, verified at {verify:.1} GB/s ({both:.1} GB/s both); \
+             clearing engine, cold memory, 1 thread: {cold:.1} GB/s; scrub/engine = {:.2}",
+            fmt_size(bytes as usize),
+            scrub / cold
+        );
+    }
+    Ok(())
+}
+
+/// Auto (cold) over 1 GiB halves of a 2 GiB region, alternately, so each
+/// clear meets memory the previous one pushed out of every cache; median GB/s.
+fn cold_clear_rate() -> Result<f64, String> {
+    let half = 1 << 30;
+    let mut r = Region::new(2 * half, PageKind::Thp).map_err(|e| e.to_string())?;
+    prezero::prefault(&r, prezero::cpu().logical_cpus).map_err(|e| e.to_string())?;
+    let mut samples = Vec::new();
+    for i in 0..8 {
+        let s = &mut r.as_mut_slice()[(i % 2) * half..][..half];
+        let t = Instant::now();
+        prezero::clear_with(s, Temperature::Cold).map_err(|e| e.to_string())?;
+        samples.push(gbps(half, t.elapsed()));
+    }
+    verify_zero(r.as_slice(), "cold clear")?;
+    Ok(Stats::of(&samples[2..]).median)
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum BootPath {
+    Service,
+    Populate,
+    PopulateParallel,
+    Demand,
+}
+
+impl BootPath {
+    fn name(self) -> &'static str {
+        match self {
+            BootPath::Service => "prezero serve",
+            BootPath::Populate => "mmap + MADV_POPULATE_WRITE (1 thread)",
+            BootPath::PopulateParallel => "mmap + prefault (all threads, like -mem-prealloc)",
+            BootPath::Demand => "mmap + first touch per page (no prealloc)",
+        }
+    }
+}
+
+/// Gives `pages` free hugetlb pages back to the buddy allocator for `secs`
+/// (so a VM's host can reclaim them), then takes them back: the next kernel
+/// run meets host-cold memory, as a VM booting on an idle host does.
+fn cool_hugetlb(kind: PageKind, pages: usize, secs: u64) -> Result<(), String> {
+    let page = kind.page_size();
+    let path = prezero::cpu::HugetlbPool::nr_path(page);
+    let total = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
+    let write = |n: usize| std::fs::write(&path, n.to_string()).map_err(|e| format!("{path}: {e}"));
+    write(total.saturating_sub(pages))?;
+    std::thread::sleep(Duration::from_secs(secs));
+    write(total)?;
+    let now = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
+    if now < total {
+        return Err(format!(
+            "could not take back {} hugetlb pages after cooling",
+            total - now
+        ));
+    }
+    Ok(())
+}
+
+fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
+    let kind = PageKind::Huge2M;
+    let size = size
+        .next_multiple_of(256 << 20)
+        .min(memory_budget().next_multiple_of(256 << 20));
+    let _daemon;
+    let socket = match &args.socket {
+        Some(s) => s.clone(),
+        None => {
+            let d = PrivateDaemon::start(kind, size, args.reserve)?;
+            let s = d.socket.clone();
+            _daemon = d;
+            s
+        }
+    };
+    let c = connect(&socket)?;
+    wait_ready(&c, kind, size)?;
+    // The kernel rows' pages, reserved once the daemon holds its own (dropped
+    // first: reservations are given back in the reverse order).
+    let _pages = hugetlb_for_run(kind, size, args.reserve)?;
+    let host_name = if host == Temperature::Cold {
+        "cold"
+    } else {
+        "warm"
+    };
+    if !args.json {
+        println!(
+            "# VM boot: {} of zeroed, populated 2 MiB memory, host-{host_name} ({} runs, median)",
+            fmt_size(size),
+            args.boot_runs
+        );
+        println!(
+            "{:<52} {:>10} {:>9} {:>8}",
+            "path", "ms", "GB/s", "x kernel"
+        );
+    }
+    let paths = [
+        BootPath::Service,
+        BootPath::PopulateParallel,
+        BootPath::Populate,
+        BootPath::Demand,
+    ];
+    let threads = prezero::cpu().logical_cpus;
+    let mut samples: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
+    // Host-warm: back every page once before timing anything.
+    if host == Temperature::Hot {
+        let r = Region::new(size, kind).map_err(|e| e.to_string())?;
+        prezero::prefault(&r, threads).map_err(|e| e.to_string())?;
+    }
+    for _ in 0..args.boot_runs {
+        for (i, &p) in paths.iter().enumerate() {
+            if let (Some(secs), true) = (
+                args.host_cold,
+                host == Temperature::Cold && p != BootPath::Service,
+            ) {
+                cool_hugetlb(kind, size / kind.page_size(), secs)?;
+            }
+            let t = Instant::now();
+            let d = match p {
+                BootPath::Service => {
+                    if wait_ready(&c, kind, size)? < size {
+                        return Err(format!(
+                            "the service has less than {} ready",
+                            fmt_size(size)
+                        ));
+                    }
+                    let t = Instant::now();
+                    let m = c
+                        .alloc_with(size, kind, no_fallback())
+                        .map_err(|e| e.to_string())?;
+                    let d = t.elapsed();
+                    verify_zero(&m.as_slice()[..1 << 20], "service boot memory")?;
+                    d
+                }
+                _ => {
+                    let mut r = Region::new(size, kind).map_err(|e| e.to_string())?;
+                    match p {
+                        BootPath::PopulateParallel => {
+                            prezero::prefault(&r, threads).map_err(|e| e.to_string())?;
+                        }
+                        BootPath::Populate => {
+                            prezero::prefault(&r, 1).map_err(|e| e.to_string())?;
+                        }
+                        _ => {
+                            let buf = r.as_mut_slice();
+                            for off in (0..buf.len()).step_by(kind.page_size()) {
+                                // SAFETY: off < len; volatile keeps every faulting store.
+                                unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(off), 0) };
+                            }
+                        }
+                    }
+                    let d = t.elapsed();
+                    verify_zero(&r.as_slice()[..1 << 20], "kernel boot memory")?;
+                    d
+                }
+            };
+            samples[i].push(d.as_secs_f64());
+        }
+    }
+    let best_kernel = samples[1..]
+        .iter()
+        .map(|s| Stats::of(s).median)
+        .fold(f64::INFINITY, f64::min);
+    for (i, &p) in paths.iter().enumerate() {
+        let s = Stats::of(&samples[i]);
+        let rate = size as f64 / s.median / 1e9;
+        let x = best_kernel / s.median;
+        if args.json {
+            println!(
+                "{}",
+                json!({"bench": "service", "table": "vm-boot", "host": host_name, "path": p.name(),
+                       "size": size, "ms": s.median * 1e3, "stdev_pct": s.stdev_pct, "gbps": rate,
+                       "x_best_kernel": x})
+            );
+        } else {
+            println!(
+                "{:<52} {:>10.2} {:>9.1} {:>7.1}x",
+                p.name(),
+                s.median * 1e3,
+                rate,
+                x
+            );
+        }
+    }
+    Ok(())
+}
