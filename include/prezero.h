@@ -14,6 +14,9 @@
  *   chunks are outstanding, and the pool stays usable). Chunks belong to the caller
  *   until pz_pool_free; a foreign or double free is -EINVAL and changes nothing.
  * - Regions from pz_region_map belong to the caller until pz_region_unmap (once).
+ * - pz_service: thread-safe, except pz_service_disconnect (the last call). Memory
+ *   from pz_service_alloc belongs to the caller until pz_service_free (once), which
+ *   works before or after pz_service_disconnect.
  */
 
 #ifndef PREZERO_H
@@ -79,10 +82,54 @@
 // Scrubber at normal priority.
 #define PZ_SCRUB_NORMAL 2
 
+// `pz_service_alloc` flag: fail rather than map local memory when the service
+// cannot serve.
+#define PZ_SERVICE_NO_FALLBACK 1
+
+// `pz_service_alloc` result: the memory came from `prezero serve`.
+#define PZ_SOURCE_SERVICE 0
+
+// `pz_service_alloc` result: local memory, mapped and populated here.
+#define PZ_SOURCE_LOCAL 1
+
+// The protocol version this library speaks.
+#define VERSION 1
+
+// Bytes of the header.
+#define HEADER_LEN 16
+
+// The largest datagram either side sends or accepts.
+#define MAX_MESSAGE 4096
+
+// Most file descriptors in one `ALLOC` reply message (the kernel allows 253).
+#define MAX_FDS 64
+
+// Most segment ids one `RELEASE` names.
+#define MAX_RELEASE_IDS (((MAX_MESSAGE - HEADER_LEN) - 8) / 8)
+
+// Request: memory. Payload: bytes u64, page_size u64, flags u32, reserved u32.
+#define ALLOC 1
+
+// Request: give segments back. Payload: count u32, reserved u32, count x id u64.
+#define RELEASE 2
+
+// Request: counters. Empty payload.
+#define STATS 3
+
+// Reply bit: set on every message the daemon sends.
+#define REPLY 32768
+
+// Reply: the request failed. Payload: errno i32, reserved u32, ready u64, message.
+#define ERROR REPLY
+
 // A pool of pre-zeroed chunks (opaque). Thread-safe: every `pz_pool_*` call may
 // be made from any thread at the same time, except `pz_pool_destroy`, which
 // must be the last call on the pool and made at most once.
 struct pz_pool;
+
+// A connection to `prezero serve` (opaque). Thread-safe: calls may be made from
+// any thread at once, except `pz_service_disconnect`, the last call on it.
+struct pz_service;
 
 // Pool settings. Initialise with `pz_pool_config_init` (which sets
 // `struct_size`), then change what you need: later versions append fields and
@@ -297,6 +344,48 @@ int pz_pool_destroy(struct pz_pool *pool);
 
 // Fills `*out`, whose `struct_size` the caller sets to `sizeof(pz_cpu_info)`.
 int pz_cpu_info(struct pz_cpu_info *out);
+
+// Connects to `prezero serve` at `path` (NULL: `$PREZERO_SOCKET`, else
+// `/run/prezero/prezero.sock`). On success `*out` is the connection; when no
+// service answers, `*out` is NULL and the return is connect(2)'s error
+// (`-ENOENT`, `-ECONNREFUSED`, `-EACCES`): `pz_service_alloc` with a NULL
+// connection still serves, locally.
+int pz_service_connect(const char *path, struct pz_service **out);
+
+// `bytes` of zeroed, populated memory on `page` pages (`PZ_PAGE_HUGE_2M` or
+// `PZ_PAGE_HUGE_1G`) into `*ptr_out`, `*len_out` (bytes rounded up to the
+// page size). Returns `PZ_SOURCE_SERVICE` or `PZ_SOURCE_LOCAL` (the service
+// is absent (`svc` NULL), refused, or had too little ready; local memory falls
+// to THP if hugetlb pages run short), or a negative code: with
+// `PZ_SERVICE_NO_FALLBACK`, the service's refusal (`-ENOMEM`: too little
+// ready, `-EDQUOT`: over the uid's cap, `-EACCES`: uid not allowed,
+// `-ENOTCONN`: `svc` NULL). Free with `pz_service_free`.
+int pz_service_alloc(const struct pz_service *svc,
+                     size_t bytes,
+                     int page,
+                     uint32_t flags,
+                     void **ptr_out,
+                     size_t *len_out);
+
+// The `index`th segment of service memory at `ptr` (from `pz_service_alloc`):
+// its memfd (owned by the library until `pz_service_free`; `dup` it to keep
+// it), its offset in the memory and its mapped length, e.g. for a vhost-user
+// memory table. `-ENOENT` past the last segment (local memory has none);
+// `-EINVAL` for a pointer not from `pz_service_alloc`.
+int pz_service_segment(const void *ptr,
+                       size_t index,
+                       int *fd_out,
+                       size_t *offset_out,
+                       size_t *len_out);
+
+// Unmaps memory from `pz_service_alloc` and gives service segments back.
+// Any other pointer (or a second free) is `-EINVAL` and changes nothing.
+// Works after `pz_service_disconnect` too.
+int pz_service_free(void *ptr);
+
+// Closes the connection. Memory already allocated stays valid until
+// `pz_service_free`. NULL is `-EINVAL`.
+int pz_service_disconnect(struct pz_service *svc);
 
 #ifdef __cplusplus
 }  // extern "C"

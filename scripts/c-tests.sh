@@ -22,6 +22,26 @@ for ex in examples/c/*.c; do
   "$build/$name"
 done
 
+# With a service: a private prezero serve on a temporary socket (root, for the
+# hugetlb pages it reserves and gives back), and the VMM example against it.
+if [ "$(id -u)" = 0 ]; then
+  cargo build -q -p prezero-cli
+  sock="$build/prezero.sock"
+  target/debug/prezero serve --socket "$sock" --pool 2MB:target=256M,cap=256M,segment=64M --reserve 2>"$build/serve.log" &
+  serve=$!
+  for _ in $(seq 600); do [ -S "$sock" ] && break; kill -0 $serve 2>/dev/null || break; sleep 0.1; done
+  if [ -S "$sock" ]; then
+    PREZERO_SOCKET="$sock" "$build/vmm_guest_memory" 200 | tee "$build/vmm.out"
+    grep -q "from prezero serve" "$build/vmm.out"
+    kill -TERM $serve; wait $serve
+  else
+    echo "skipped: the VMM example against a service: prezero serve did not start: $(cat "$build/serve.log")"
+    kill -TERM $serve 2>/dev/null || true
+  fi
+else
+  echo "skipped: the VMM example against a service: reserving hugetlb pages needs root"
+fi
+
 static=("$prefix/lib/libprezero.a" $(pkg-config --libs-only-l --static prezero | sed 's/-lprezero//'))
 for t in test_ffi stress; do
   gcc "${cflags[@]}" tests/c/$t.c -o "$build/$t" $(pkg-config --cflags --libs prezero) -pthread

@@ -19,6 +19,7 @@ use crate::clear::{Kernel, Strategy, Temperature};
 use crate::error::{Error, Result};
 use crate::pool::{Pool, ScrubPriority};
 use crate::region::{PageKind, Region};
+use crate::service::{AllocOptions, Client, ServiceMemory, Source};
 use crate::template::Streamer;
 
 /// Auto, temperature unknown.
@@ -159,6 +160,11 @@ pub extern "C" fn pz_strerror(code: c_int) -> *const c_char {
         libc::ENOTRECOVERABLE => b"internal error (a panic was stopped at the C boundary)\0",
         libc::EPERM | libc::EACCES => b"not permitted\0",
         libc::EFAULT => b"bad address\0",
+        libc::ENOENT => b"no such file (no prezero serve socket at that path)\0",
+        libc::ECONNREFUSED => b"connection refused (a stale prezero serve socket)\0",
+        libc::ENOTCONN => b"not connected to prezero serve\0",
+        libc::EDQUOT => b"over this uid's cap at prezero serve\0",
+        libc::EPROTO => b"protocol error talking to prezero serve\0",
         _ => b"system error (see errno for this value)\0",
     };
     s.as_ptr().cast()
@@ -731,6 +737,190 @@ pub unsafe extern "C" fn pz_cpu_info(out: *mut PzCpuInfo) -> c_int {
         }
         // SAFETY: checked non-NULL, size agreed.
         unsafe { out.write(info) };
+        Ok(())
+    })
+}
+
+/// `pz_service_alloc` flag: fail rather than map local memory when the service
+/// cannot serve.
+pub const PZ_SERVICE_NO_FALLBACK: u32 = 1;
+/// `pz_service_alloc` result: the memory came from `prezero serve`.
+pub const PZ_SOURCE_SERVICE: c_int = 0;
+/// `pz_service_alloc` result: local memory, mapped and populated here.
+pub const PZ_SOURCE_LOCAL: c_int = 1;
+
+/// A connection to `prezero serve` (opaque). Thread-safe: calls may be made from
+/// any thread at once, except `pz_service_disconnect`, the last call on it.
+pub struct PzService {
+    client: Client,
+}
+
+/// Memory from `pz_service_alloc`, by address, until `pz_service_free`.
+static SERVICE_MEMORY: Mutex<Vec<ServiceMemory>> = Mutex::new(Vec::new());
+
+/// Connects to `prezero serve` at `path` (NULL: `$PREZERO_SOCKET`, else
+/// `/run/prezero/prezero.sock`). On success `*out` is the connection; when no
+/// service answers, `*out` is NULL and the return is connect(2)'s error
+/// (`-ENOENT`, `-ECONNREFUSED`, `-EACCES`): `pz_service_alloc` with a NULL
+/// connection still serves, locally.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_connect(
+    path: *const c_char,
+    out: *mut *mut PzService,
+) -> c_int {
+    guard(|| {
+        if out.is_null() {
+            return Err(inval("NULL output pointer"));
+        }
+        // SAFETY: out is not NULL; the caller gave a writable slot.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let client = if path.is_null() {
+            Client::connect_default()?
+        } else {
+            // SAFETY: the caller passes a NUL-terminated string.
+            let p = unsafe { std::ffi::CStr::from_ptr(path) };
+            use std::os::unix::ffi::OsStrExt;
+            Client::connect(std::ffi::OsStr::from_bytes(p.to_bytes()))?
+        };
+        if let Some(errno) = client.connect_errno() {
+            return Err(Error::Service {
+                errno,
+                reason: "no service".into(),
+            });
+        }
+        // SAFETY: as above.
+        unsafe { out.write(Box::into_raw(Box::new(PzService { client }))) };
+        Ok(())
+    })
+}
+
+/// `bytes` of zeroed, populated memory on `page` pages (`PZ_PAGE_HUGE_2M` or
+/// `PZ_PAGE_HUGE_1G`) into `*ptr_out`, `*len_out` (bytes rounded up to the
+/// page size). Returns `PZ_SOURCE_SERVICE` or `PZ_SOURCE_LOCAL` (the service
+/// is absent (`svc` NULL), refused, or had too little ready; local memory falls
+/// to THP if hugetlb pages run short), or a negative code: with
+/// `PZ_SERVICE_NO_FALLBACK`, the service's refusal (`-ENOMEM`: too little
+/// ready, `-EDQUOT`: over the uid's cap, `-EACCES`: uid not allowed,
+/// `-ENOTCONN`: `svc` NULL). Free with `pz_service_free`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_alloc(
+    svc: *const PzService,
+    bytes: usize,
+    page: c_int,
+    flags: u32,
+    ptr_out: *mut *mut c_void,
+    len_out: *mut usize,
+) -> c_int {
+    let mut source = PZ_SOURCE_SERVICE;
+    let rc = guard(|| {
+        if ptr_out.is_null() || len_out.is_null() {
+            return Err(inval("NULL output pointer"));
+        }
+        if flags & !PZ_SERVICE_NO_FALLBACK != 0 {
+            return Err(inval("unknown flags"));
+        }
+        let opts = AllocOptions {
+            fallback: flags & PZ_SERVICE_NO_FALLBACK == 0,
+            ..AllocOptions::default()
+        };
+        let kind = page_kind(page)?;
+        let local;
+        let client = if svc.is_null() {
+            local = Client::local("no connection (pz_service_alloc was given NULL)");
+            &local
+        } else {
+            // SAFETY: a non-NULL svc comes from pz_service_connect and is alive
+            // (the caller's contract); only shared access is taken.
+            unsafe { &(*svc).client }
+        };
+        let m = client.alloc_with(bytes, kind, opts)?;
+        if let Source::Local { .. } = m.source() {
+            source = PZ_SOURCE_LOCAL;
+        }
+        // SAFETY: both outputs were checked non-NULL.
+        unsafe {
+            ptr_out.write(m.as_ptr().cast());
+            len_out.write(m.len());
+        }
+        SERVICE_MEMORY
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(m);
+        Ok(())
+    });
+    if rc == 0 {
+        source
+    } else {
+        rc
+    }
+}
+
+/// The `index`th segment of service memory at `ptr` (from `pz_service_alloc`):
+/// its memfd (owned by the library until `pz_service_free`; `dup` it to keep
+/// it), its offset in the memory and its mapped length, e.g. for a vhost-user
+/// memory table. `-ENOENT` past the last segment (local memory has none);
+/// `-EINVAL` for a pointer not from `pz_service_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_segment(
+    ptr: *const c_void,
+    index: usize,
+    fd_out: *mut c_int,
+    offset_out: *mut usize,
+    len_out: *mut usize,
+) -> c_int {
+    guard(|| {
+        if fd_out.is_null() || offset_out.is_null() || len_out.is_null() {
+            return Err(inval("NULL output pointer"));
+        }
+        let mem = SERVICE_MEMORY.lock().unwrap_or_else(|e| e.into_inner());
+        let m = mem
+            .iter()
+            .find(|m| m.as_ptr() as *const c_void == ptr)
+            .ok_or_else(|| inval("not memory from pz_service_alloc"))?;
+        let segs = m.segments();
+        let s = segs.get(index).ok_or(Error::Os {
+            call: "pz_service_segment",
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })?;
+        use std::os::fd::AsRawFd;
+        // SAFETY: all three outputs were checked non-NULL.
+        unsafe {
+            fd_out.write(s.fd.as_raw_fd());
+            offset_out.write(s.offset);
+            len_out.write(s.len);
+        }
+        Ok(())
+    })
+}
+
+/// Unmaps memory from `pz_service_alloc` and gives service segments back.
+/// Any other pointer (or a second free) is `-EINVAL` and changes nothing.
+/// Works after `pz_service_disconnect` too.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_free(ptr: *mut c_void) -> c_int {
+    guard(|| {
+        let mut mem = SERVICE_MEMORY.lock().unwrap_or_else(|e| e.into_inner());
+        let i = mem
+            .iter()
+            .position(|m| m.as_ptr() == ptr.cast())
+            .ok_or_else(|| inval("not memory from pz_service_alloc"))?;
+        let m = mem.swap_remove(i);
+        drop(mem);
+        drop(m);
+        Ok(())
+    })
+}
+
+/// Closes the connection. Memory already allocated stays valid until
+/// `pz_service_free`. NULL is `-EINVAL`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_disconnect(svc: *mut PzService) -> c_int {
+    guard(|| {
+        if svc.is_null() {
+            return Err(inval("NULL connection"));
+        }
+        // SAFETY: from Box::into_raw in pz_service_connect; the caller's last call.
+        drop(unsafe { Box::from_raw(svc) });
         Ok(())
     })
 }

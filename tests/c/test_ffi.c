@@ -270,6 +270,38 @@ static void test_pool(void)
 	RC(pz_pool_destroy(NULL), -EINVAL);
 }
 
+/* Without a service: connect says why, NULL serves locally, every error path. */
+static void test_service_absent(void)
+{
+	struct pz_service *svc = (struct pz_service *)1;
+	RC(pz_service_connect("/nonexistent/prezero.sock", &svc), -ENOENT);
+	CHECK(svc == NULL);
+	RC(pz_service_connect("/nonexistent/prezero.sock", NULL), -EINVAL);
+
+	void *p = NULL;
+	size_t len = 0;
+	RC(pz_service_alloc(NULL, 3 << 20, PZ_PAGE_HUGE_2M, 0, &p, &len), PZ_SOURCE_LOCAL);
+	CHECK(p != NULL && len == 4 << 20 && all(p, len, 0));
+	memset(p, 0x5a, len);
+	int fd = -1;
+	size_t off = 0, slen = 0;
+	RC(pz_service_segment(p, 0, &fd, &off, &slen), -ENOENT);
+	RC(pz_service_segment(p, 0, NULL, &off, &slen), -EINVAL);
+	RC(pz_service_segment((char *)p + 1, 0, &fd, &off, &slen), -EINVAL);
+	RC(pz_service_free((char *)p + 4096), -EINVAL);
+	RC(pz_service_free(p), 0);
+	RC(pz_service_free(p), -EINVAL);
+
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, PZ_SERVICE_NO_FALLBACK, &p, &len), -ENOTCONN);
+	RC(pz_service_alloc(NULL, 0, PZ_PAGE_HUGE_2M, 0, &p, &len), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_BASE, 0, &p, &len), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, 99, 0, &p, &len), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0x80, &p, &len), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, NULL, &len), -EINVAL);
+	RC(pz_service_alloc(NULL, SIZE_MAX, PZ_PAGE_HUGE_2M, 0, &p, &len), -EINVAL);
+	RC(pz_service_disconnect(NULL), -EINVAL);
+}
+
 int main(void)
 {
 	test_info();
@@ -277,6 +309,7 @@ int main(void)
 	test_stream_and_template();
 	test_regions_and_prefault();
 	test_pool();
+	test_service_absent();
 	if (failures) {
 		printf("%d passed, %d failed\n", 0, failures);
 		return 1;

@@ -169,7 +169,8 @@ impl Conn {
 pub struct Client {
     conn: Option<Arc<Conn>>,
     path: PathBuf,
-    absent: Option<String>,
+    /// Why there is no connection: the errno of connect(2), and a message.
+    absent: Option<(i32, String)>,
 }
 
 impl Client {
@@ -192,15 +193,42 @@ impl Client {
             },
             Err(e) => Client {
                 conn: None,
-                absent: Some(format!("cannot connect to {}: {e}", path.display())),
+                absent: Some((
+                    e.raw_os_error().unwrap_or(libc::ENOTCONN),
+                    format!("cannot connect to {}: {e}", path.display()),
+                )),
                 path,
             },
         })
     }
 
+    /// A client with no service: every allocation is local (or, without
+    /// fallback, `ENOTCONN` with `reason`).
+    pub fn local(reason: &str) -> Client {
+        Client {
+            conn: None,
+            path: PathBuf::new(),
+            absent: Some((libc::ENOTCONN, reason.to_owned())),
+        }
+    }
+
     /// Connects to `$PREZERO_SOCKET`, or `/run/prezero/prezero.sock`.
     pub fn connect_default() -> Result<Client> {
         Client::connect(std::env::var_os("PREZERO_SOCKET").unwrap_or_else(|| DEFAULT_SOCKET.into()))
+    }
+
+    /// `ENOTCONN`, with why connect(2) failed.
+    fn not_connected(&self) -> Error {
+        Error::Service {
+            errno: libc::ENOTCONN,
+            reason: self.absent.as_ref().map_or(String::new(), |a| a.1.clone()),
+        }
+    }
+
+    /// The errno connect(2) gave, if no service answered (ENOENT: no socket;
+    /// ECONNREFUSED: a stale socket; EACCES: no permission on its directory).
+    pub fn connect_errno(&self) -> Option<i32> {
+        self.absent.as_ref().map(|a| a.0)
     }
 
     /// Whether a service answered the connection.
@@ -235,10 +263,7 @@ impl Client {
             ));
         }
         let err = match &self.conn {
-            None => Error::Service {
-                errno: libc::ENOTCONN,
-                reason: self.absent.clone().unwrap_or_default(),
-            },
+            None => self.not_connected(),
             Some(conn) => match from_service(conn, bytes, page) {
                 Ok(m) => return Ok(m),
                 Err(e) => e,
@@ -252,10 +277,7 @@ impl Client {
 
     /// The service's counters.
     pub fn stats(&self) -> Result<ServiceStats> {
-        let conn = self.conn.as_ref().ok_or_else(|| Error::Service {
-            errno: libc::ENOTCONN,
-            reason: self.absent.clone().unwrap_or_default(),
-        })?;
+        let conn = self.conn.as_ref().ok_or_else(|| self.not_connected())?;
         let (mut replies, _) = conn.exchange(&Request::Stats)?;
         match replies.pop() {
             Some(Reply::Stats(s)) => Ok(s),
