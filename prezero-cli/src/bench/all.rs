@@ -43,12 +43,31 @@ fn steps(quick: bool, reserve: bool) -> Vec<Vec<&'static str>> {
             vec!["template"],
         ]
     };
+    let service: Vec<&str> = if quick {
+        vec![
+            "service",
+            "--sizes",
+            "2M,64M,1G",
+            "--reps",
+            "20",
+            "--boot",
+            "2G",
+            "--boot-runs",
+            "2",
+        ]
+    } else {
+        vec!["service"]
+    };
     if reserve {
         for s in &mut v {
             if matches!(s[0], "mmap" | "pool") {
                 s.push("--reserve");
             }
         }
+        v.push(service);
+        v.last_mut().expect("just pushed").push("--reserve");
+    } else {
+        eprintln!("prezero: bench service skipped: its daemon needs hugetlb pages (rerun with --reserve, as root)");
     }
     v
 }
@@ -83,7 +102,12 @@ fn run_json(args: &[&str]) -> Result<Vec<Value>, String> {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
-    let steps = steps(args.quick, args.reserve);
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if args.reserve && !root {
+        eprintln!("prezero: --reserve needs root (it writes nr_hugepages): running without it");
+    }
+    let steps = steps(args.quick, args.reserve && root);
     let mut progress = Progress::new(steps.len() as u64 + 1);
     progress.step("info".into());
     let mut info = run_json(&["info"])?

@@ -162,6 +162,11 @@ pub fn no_fallback() -> AllocOptions {
     }
 }
 
+/// Two decimals, for JSON rows people read.
+fn r2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
@@ -307,7 +312,8 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
             println!(
                 "{}",
                 json!({"bench": "service", "table": "handout", "page": kind.name(), "size": size,
-                       "reps": reps, "p50_us": p50, "p99_us": p99, "max_us": max, "gbps_p50": rate})
+                       "reps": reps, "p50_us": r2(p50), "p99_us": r2(p99), "max_us": r2(max),
+                       "gbps_p50": r2(rate)})
             );
         } else {
             println!(
@@ -344,8 +350,8 @@ fn scrub_rate(
         println!(
             "{}",
             json!({"bench": "service", "table": "scrub", "page": kind.name(), "bytes": bytes,
-                   "scrub_gbps": scrub, "verify_gbps": verify, "scrub_verify_gbps": both,
-                   "engine_cold_gbps": cold, "ratio": scrub / cold})
+                   "scrub_gbps": r2(scrub), "verify_gbps": r2(verify), "scrub_verify_gbps": r2(both),
+                   "engine_cold_gbps": r2(cold), "ratio": r2(scrub / cold)})
         );
     } else {
         println!(
@@ -526,8 +532,8 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
             println!(
                 "{}",
                 json!({"bench": "service", "table": "vm-boot", "host": host_name, "path": p.name(),
-                       "size": size, "ms": s.median * 1e3, "stdev_pct": s.stdev_pct, "gbps": rate,
-                       "x_best_kernel": x})
+                       "size": size, "ms": r2(s.median * 1e3), "stdev_pct": r2(s.stdev_pct),
+                       "gbps": r2(rate), "x_best_kernel": r2(x)})
             );
         } else {
             println!(

@@ -119,6 +119,28 @@ impl Segment {
         Ok(seg)
     }
 
+    /// A zero-length plain memfd handled like a segment, to check at start-up
+    /// that the lease check works on this system.
+    pub(crate) fn probe() -> Result<Segment> {
+        let name = CString::new("prezero-lease-probe").expect("no NUL");
+        // SAFETY: name is NUL-terminated; MFD_CLOEXEC is a valid flag.
+        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(Error::os("memfd_create", io::Error::last_os_error()));
+        }
+        // SAFETY: raw is a fresh descriptor nobody else owns.
+        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let file = reopen(memfd.as_fd())?;
+        drop(memfd);
+        Ok(Segment {
+            file,
+            ptr: NonNull::dangling(),
+            len: 0,
+            dev: 0,
+            ino: 0,
+        })
+    }
+
     /// Bytes of the memfd.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -156,6 +178,9 @@ impl Segment {
 
 impl Drop for Segment {
     fn drop(&mut self) {
+        if self.len == 0 {
+            return; // the probe maps nothing
+        }
         // SAFETY: the mapping was made in `create` and nothing borrows it once the
         // segment is dropped (the scrubber returns segments before they die).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };

@@ -206,6 +206,7 @@ impl Server {
     /// shortage is logged and leaves a smaller pool.
     pub fn start(cfg: ServerConfig) -> Result<Server> {
         cfg.validate()?;
+        check_leases_work()?;
         let signals = block_stop_signals()?;
         // A lease break (someone opening a segment during the lease probe) would
         // send SIGIO, whose default action ends the process.
@@ -236,9 +237,6 @@ impl Server {
             while got < want {
                 match Segment::create(p.page, p.segment_size, threads) {
                     Ok(seg) => {
-                        if slots.is_empty() {
-                            check_leases_work(&seg)?;
-                        }
                         slots.insert(
                             next_id,
                             Slot {
@@ -473,9 +471,12 @@ impl Server {
         ))
     }
 
+    /// Answers what one connection has sent, at most `MAX_BATCH` messages per
+    /// turn so a client that floods cannot starve the others.
     fn serve_conn(&mut self, id: u64) {
+        const MAX_BATCH: usize = 64;
         let mut buf = vec![0u8; MAX_MESSAGE + 1];
-        loop {
+        for _ in 0..MAX_BATCH {
             let Some(c) = self.conns.get(&id) else { return };
             let got = match protocol::recv(c.sock.as_fd(), &mut buf, libc::MSG_DONTWAIT) {
                 Ok(r) => r,
@@ -956,18 +957,23 @@ fn send_error(
     protocol::send(sock, &r.encode(seq), &[])
 }
 
-/// The first segment proves file leases work here; without them the daemon
-/// could not see descriptors in flight, so it refuses to start.
-fn check_leases_work(seg: &Segment) -> Result<()> {
-    match seg.has_other_openers() {
-        Ok(false) => Ok(()),
-        Ok(true) => Err(Error::invalid(
-            "a fresh segment already has another opener: cannot prove isolation",
-        )),
-        Err(e) => Err(Error::invalid(format!(
+/// Without file leases the daemon could not see descriptors in flight, so it
+/// refuses to start: a probe file (a plain memfd, opened as segments are) must
+/// show "no other opener" alone and "another opener" with a second open.
+fn check_leases_work() -> Result<()> {
+    let probe = Segment::probe()?;
+    let other = probe.open_for_client()?;
+    let with_other = probe.has_other_openers();
+    drop(other);
+    match (probe.has_other_openers(), with_other) {
+        (Ok(false), Ok(true)) => Ok(()),
+        (Err(e), _) | (_, Err(e)) => Err(Error::invalid(format!(
             "file leases do not work here ({e}); prezero serve needs them to prove no \
-             process still holds a segment (check /proc/sys/fs/leases-enable = 1)"
+             process still holds a segment (check that /proc/sys/fs/leases-enable is 1)"
         ))),
+        _ => Err(Error::invalid(
+            "file leases do not see other openers here: cannot prove isolation",
+        )),
     }
 }
 
