@@ -210,8 +210,18 @@ pub fn run(args: &Args) -> Result<(), String> {
             .map(|p| {
                 let page = p.page.page_size();
                 let pages = p.cap.next_multiple_of(p.segment_size) / page;
-                HugetlbReservation::ensure_free(page, pages)
-                    .map_err(|e| format!("--reserve {}: {e}", p.page))
+                match HugetlbReservation::ensure_free(page, pages) {
+                    // Short: take what the kernel could find; the pool logs the rest.
+                    Err(prezero::Error::HugetlbShortage { free, .. }) if free > 0 => {
+                        eprintln!(
+                            "prezero serve: --reserve {}: the kernel found {free} of {pages} pages",
+                            p.page
+                        );
+                        HugetlbReservation::ensure_free(page, free)
+                    }
+                    r => r,
+                }
+                .map_err(|e| format!("--reserve {}: {e}", p.page))
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {

@@ -172,7 +172,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// Most bytes this run may ask of the machine for one page kind.
+/// Most bytes of memory this run may take, leaving 4 GiB to everything else.
 fn memory_budget() -> usize {
     let avail = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -188,8 +188,7 @@ fn memory_budget() -> usize {
             .filter_map(|k| prezero::cpu::hugetlb_pool(k.page_size()))
             .map(|p| p.free * p.page_size)
             .sum::<usize>();
-    // Leave room for the kernel rows and everything else on the machine.
-    avail.saturating_sub(4 << 30) / 2
+    avail.saturating_sub(4 << 30)
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
@@ -241,7 +240,7 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
     {
         if args.socket.is_none() {
             println!(
-                "# page {kind}: {} skipped: more than half of the available memory ({})",
+                "# page {kind}: {} skipped: more than the available memory less 4 GiB ({})",
                 fmt_size(*s),
                 fmt_size(budget)
             );
