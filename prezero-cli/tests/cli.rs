@@ -376,3 +376,49 @@ fn calibrate_writes_a_profile_the_library_loads() {
     assert!(ok, "{err}");
     assert!(out.contains("figures are off by more than 10%"));
 }
+
+#[test]
+fn serve_rejects_bad_configuration_before_doing_anything() {
+    for (args, want) in [
+        (&["serve", "--pool", "4KB:target=1G"][..], "2MB or 1GB"),
+        (
+            &["serve", "--pool", "2MB:target=1G,cap=512M"][..],
+            "target <= cap",
+        ),
+        (&["serve", "--pool", "2MB:size=1G"][..], "unknown key"),
+        (
+            &["serve", "--pool", "2MB:target=1G", "--verify", "sample:0"][..],
+            "positive",
+        ),
+        (&["serve", "--socket", &"x".repeat(200)][..], "socket path"),
+        (
+            &["serve", "--config", "/nonexistent.toml"][..],
+            "/nonexistent.toml",
+        ),
+    ] {
+        let (ok, _, err) = prezero(args);
+        assert!(!ok && err.contains(want), "{args:?}: {err}");
+    }
+    let dir = std::env::temp_dir().join(format!("prezero-cli-cfg-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, "sockets = \"/tmp/x\"\n").unwrap();
+    let (ok, _, err) = prezero(&["serve", "--config", cfg.to_str().unwrap()]);
+    assert!(!ok && err.contains("unknown field"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn client_without_a_service() {
+    let (ok, _, err) = prezero(&["client", "stats", "--socket", "/nonexistent/p.sock"]);
+    assert!(!ok && err.contains("no service"), "{err}");
+    let (ok, _, err) = prezero(&[
+        "client",
+        "alloc",
+        "2M",
+        "--no-fallback",
+        "--socket",
+        "/nonexistent/p.sock",
+    ]);
+    assert!(!ok && err.contains("cannot connect"), "{err}");
+}

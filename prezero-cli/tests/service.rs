@@ -866,3 +866,45 @@ fn a_1gb_pool_hands_out_zeroed_1gb_pages_and_scrubs_them() {
     assert!(d.stop().success());
     pages_come_back(PageKind::Huge1G, d.free_before);
 }
+
+#[test]
+fn a_second_daemon_on_a_live_socket_is_refused_and_a_stale_socket_is_replaced() {
+    let Some(d) = Daemon::start("target=16M,cap=16M,segment=16M", &[]) else {
+        return;
+    };
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--pool",
+            "2MB:target=16M,cap=16M,segment=16M",
+            "--socket",
+        ])
+        .arg(&d.socket)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("served by a running daemon"));
+    assert_eq!(counts(&d), (1, 0, 0), "the first daemon is untouched");
+    // A socket file nobody listens on (a daemon that was killed) is replaced.
+    let stale = d.dir.join("stale.sock");
+    std::os::unix::net::UnixListener::bind(&stale).unwrap();
+    let mut second = Command::new(bin())
+        .args([
+            "serve",
+            "--pool",
+            "2MB:target=2M,cap=2M,segment=2M",
+            "--socket",
+        ])
+        .arg(&stale)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(
+        "the second daemon on the stale socket",
+        Duration::from_secs(30),
+        || Client::connect(&stale).unwrap().is_connected(),
+    );
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
+    assert!(second.wait().unwrap().success());
+}

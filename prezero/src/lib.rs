@@ -17,7 +17,11 @@
 //! ```
 //!
 //! The pieces, one module each: [`cpu`] (what the machine offers), [`clear`]
-//! (the kernels and how they are chosen). See `docs/ARCHITECTURE.md`.
+//! (the kernels and how they are chosen), [`region`] and [`prefault`] (mapping
+//! and populating), [`pool`] (pre-zeroed chunks and their scrubber),
+//! [`template`] (record arrays with streaming stores), [`service`] (`prezero
+//! serve` and its client: pre-zeroed hugetlb memory for the whole machine), and
+//! [`ffi`] (the C ABI). See `docs/ARCHITECTURE.md`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]

@@ -206,6 +206,9 @@ impl Server {
     /// shortage is logged and leaves a smaller pool.
     pub fn start(cfg: ServerConfig) -> Result<Server> {
         cfg.validate()?;
+        // Fail before populating gigabytes, not after.
+        socket_address(&cfg.socket)?;
+        refuse_if_served(&cfg.socket)?;
         check_leases_work()?;
         let signals = block_stop_signals()?;
         // A lease break (someone opening a segment during the lease probe) would
@@ -998,6 +1001,17 @@ fn block_stop_signals() -> Result<OwnedFd> {
 /// Creates the listening socket: the directory if missing, a stale socket file
 /// replaced, a live one refused; mode 0666 because `SO_PEERCRED` decides who
 /// may use it.
+/// A daemon already answering at `path` is an error; a stale socket file is not.
+fn refuse_if_served(path: &Path) -> Result<()> {
+    if path.exists() && super::client::connect_socket(path).is_ok() {
+        return Err(Error::invalid(format!(
+            "{} is served by a running daemon",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 fn bind(path: &Path) -> Result<OwnedFd> {
     let (addr, addr_len) = socket_address(path)?;
     if let Some(dir) = path.parent() {
@@ -1006,12 +1020,7 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         }
     }
     if path.exists() {
-        if super::client::connect_socket(path).is_ok() {
-            return Err(Error::invalid(format!(
-                "{} is served by a running daemon",
-                path.display()
-            )));
-        }
+        refuse_if_served(path)?;
         std::fs::remove_file(path).map_err(|e| Error::os("remove stale socket", e))?;
     }
     // SAFETY: socket() has no memory-safety preconditions.
