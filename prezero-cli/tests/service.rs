@@ -468,6 +468,14 @@ fn prezero_as(uid: u32, args: &[&str]) -> (bool, String) {
     )
 }
 
+/// `prezero client ARGS --socket <d's socket>` as uid nobody.
+fn client_as_nobody(d: &Daemon, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["client"];
+    all.extend(args);
+    all.extend(["--socket", d.socket.to_str().unwrap()]);
+    prezero_as(NOBODY, &all)
+}
+
 fn can_switch_uid() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
@@ -489,15 +497,11 @@ fn a_uid_not_allowed_is_refused() {
     if !can_switch_uid() {
         return;
     }
-    let s = d.socket.to_str().unwrap();
-    let (ok, out) = prezero_as(
-        NOBODY,
-        &["client", "alloc", "2M", "--no-fallback", "--socket", s],
-    );
+    let (ok, out) = client_as_nobody(&d, &["alloc", "2M", "--no-fallback"]);
     assert!(!ok, "{out}");
     assert!(out.contains("may not use this service"), "{out}");
     // With fallback, the refused client still gets zeroed memory, locally, and says why.
-    let (ok, out) = prezero_as(NOBODY, &["client", "alloc", "2M", "--socket", s]);
+    let (ok, out) = client_as_nobody(&d, &["alloc", "2M"]);
     assert!(
         ok && out.contains("from local") && out.contains("may not use"),
         "{out}"
@@ -517,16 +521,9 @@ fn an_allowed_uid_is_served_within_its_cap() {
     if !can_switch_uid() {
         return;
     }
-    let s = d.socket.to_str().unwrap();
-    let (ok, out) = prezero_as(
-        NOBODY,
-        &["client", "alloc", "32M", "--no-fallback", "--socket", s],
-    );
+    let (ok, out) = client_as_nobody(&d, &["alloc", "32M", "--no-fallback"]);
     assert!(ok && out.contains("from service"), "{out}");
-    let (ok, out) = prezero_as(
-        NOBODY,
-        &["client", "alloc", "48M", "--no-fallback", "--socket", s],
-    );
+    let (ok, out) = client_as_nobody(&d, &["alloc", "48M", "--no-fallback"]);
     assert!(!ok && out.contains("cap"), "{out}");
 }
 

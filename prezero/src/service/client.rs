@@ -3,7 +3,7 @@
 //! [`Region`] + [`prefault`](crate::prefault) when the service cannot serve.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -294,13 +294,7 @@ impl Client {
 pub(crate) fn connect_socket(path: &Path) -> io::Result<OwnedFd> {
     let (addr, len) = socket_address(path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    // SAFETY: socket() has no memory-safety preconditions.
-    let raw = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let sock = super::seqpacket_socket(0)?;
     // SAFETY: addr is a valid sockaddr_un of `len` bytes.
     if unsafe {
         libc::connect(

@@ -14,6 +14,8 @@ mod segment;
 mod server;
 mod worker;
 
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
@@ -43,4 +45,21 @@ fn socket_address(path: &Path) -> crate::Result<(libc::sockaddr_un, libc::sockle
     }
     let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
     Ok((addr, len as libc::socklen_t))
+}
+
+/// A new close-on-exec `SOCK_SEQPACKET` unix socket, with extra type `flags`.
+fn seqpacket_socket(flags: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: socket() has no memory-safety preconditions.
+    let raw = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+            0,
+        )
+    };
+    if raw < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }

@@ -1023,19 +1023,7 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         refuse_if_served(path)?;
         std::fs::remove_file(path).map_err(|e| Error::os("remove stale socket", e))?;
     }
-    // SAFETY: socket() has no memory-safety preconditions.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(Error::os("socket", io::Error::last_os_error()));
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    let sock = unsafe { OwnedFd::from_raw_fd(raw) };
+    let sock = super::seqpacket_socket(libc::SOCK_NONBLOCK).map_err(|e| Error::os("socket", e))?;
     // SAFETY: addr is a valid sockaddr_un of addr_len bytes.
     if unsafe {
         libc::bind(
