@@ -905,3 +905,23 @@ fn a_second_daemon_on_a_live_socket_is_refused_and_a_stale_socket_is_replaced() 
     unsafe { libc::kill(second.id() as i32, libc::SIGTERM) };
     assert!(second.wait().unwrap().success());
 }
+
+#[test]
+fn a_client_short_of_descriptors_gets_a_clear_error_and_the_daemon_takes_all_back() {
+    let Some(d) = Daemon::start("target=128M,cap=128M,segment=2M", &[]) else {
+        return;
+    };
+    // 64 segments, 16 descriptors allowed: the reply cannot be received whole.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "ulimit -n 16 && exec {} client alloc 128M --no-fallback --socket {}",
+            bin(),
+            d.socket.display()
+        ))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("RLIMIT_NOFILE"), "{err}");
+    d.wait_all_ready();
+}

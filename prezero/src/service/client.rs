@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -74,13 +74,36 @@ struct Conn {
     seq: AtomicU32,
     /// One request/answer exchange at a time.
     lock: Mutex<()>,
+    /// Set after a failed exchange; the socket is shut down.
+    broken: AtomicBool,
 }
 
 impl Conn {
     /// Sends `req` and reads its answer: one message, or for `ALLOC` every
     /// message of it, with the descriptors that came along.
+    ///
+    /// Any failure but a refusal leaves the stream in an unknown state (half an
+    /// answer read, descriptors lost to RLIMIT_NOFILE): the connection is then
+    /// shut down, so the daemon takes back everything it holds (safely: it
+    /// reuses nothing this process still maps), and refuses every later request.
     fn exchange(&self, req: &Request) -> Result<(Vec<Reply>, Vec<OwnedFd>)> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
+        if self.broken.load(Ordering::Relaxed) {
+            return Err(Error::Service {
+                errno: libc::ENOTCONN,
+                reason: "the connection was closed after an earlier error".into(),
+            });
+        }
+        let r = self.exchange_locked(req);
+        if r.is_err() {
+            self.broken.store(true, Ordering::Relaxed);
+            // SAFETY: shutdown on our own socket.
+            unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+        r
+    }
+
+    fn exchange_locked(&self, req: &Request) -> Result<(Vec<Reply>, Vec<OwnedFd>)> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let mut buf = vec![0u8; MAX_MESSAGE + 1];
         if let Err(e) = protocol::send(self.sock.as_fd(), &req.encode(seq), &[]) {
@@ -113,7 +136,12 @@ impl Conn {
                     io::Error::new(io::ErrorKind::InvalidData, why.to_owned()),
                 )
             };
-            if got.truncated || got.fds_truncated {
+            if got.fds_truncated {
+                return Err(broken(
+                    "the reply's descriptors did not fit: raise RLIMIT_NOFILE (one descriptor per segment)",
+                ));
+            }
+            if got.truncated {
                 return Err(broken("oversized reply"));
             }
             let (rseq, reply) =
@@ -187,6 +215,7 @@ impl Client {
                     sock,
                     seq: AtomicU32::new(1),
                     lock: Mutex::new(()),
+                    broken: AtomicBool::new(false),
                 })),
                 path,
                 absent: None,
