@@ -833,6 +833,8 @@ fn without_a_service_the_client_falls_back_and_says_why() {
         "too long for a socket path"
     );
     assert!(c.alloc(0, PageKind::Huge2M).is_err());
+    // More than the machine has: an error, not the OOM killer.
+    assert!(c.alloc(1 << 50, PageKind::Huge2M).is_err());
     assert!(c.alloc(PAGE, PageKind::Base).is_err());
 }
 

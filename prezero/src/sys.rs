@@ -36,6 +36,16 @@ pub(crate) fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
     read_text(path)?.parse().ok()
 }
 
+/// `MemAvailable` of `/proc/meminfo` in bytes (0 if unreadable).
+pub(crate) fn mem_available() -> usize {
+    read_text("/proc/meminfo")
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
 /// Anonymous private mapping of `len` bytes with extra `flags` (e.g. MAP_HUGETLB).
 ///
 /// pre: `len > 0`; for hugetlb flags, `len` is a multiple of the huge page size.

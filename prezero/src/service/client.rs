@@ -484,7 +484,15 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
         Ok(r) => (r, why),
         Err(e @ Error::HugetlbShortage { .. }) => {
             // No hugetlb pages left here either: transparent huge pages still
-            // give zeroed, populated memory.
+            // give zeroed, populated memory, if the machine has it (populating
+            // more than is available would end in the OOM killer, not an error).
+            let available = crate::sys::mem_available();
+            if bytes > available {
+                return Err(Error::invalid(format!(
+                    "{why}; local {page}: {e}; and {bytes} bytes is more than the {available} \
+                     bytes of memory available for a THP fallback"
+                )));
+            }
             (
                 Region::new(bytes, PageKind::Thp)?,
                 format!("{why}; local {page}: {e}; used THP"),

@@ -182,6 +182,8 @@ pub struct Server {
     wake: Arc<OwnedFd>,
     signals: OwnedFd,
     last_check: Instant,
+    /// Set while accept(2) fails for want of descriptors.
+    accept_paused_until: Option<Instant>,
     /// Peer credentials of the process that starts the daemon.
     my_uid: u32,
 }
@@ -210,6 +212,7 @@ impl Server {
         socket_address(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
         check_leases_work()?;
+        raise_nofile_limit();
         let signals = block_stop_signals()?;
         // A lease break (someone opening a segment during the lease probe) would
         // send SIGIO, whose default action ends the process.
@@ -311,6 +314,7 @@ impl Server {
             wake,
             signals,
             last_check: Instant::now(),
+            accept_paused_until: None,
             // SAFETY: geteuid has no preconditions.
             my_uid: unsafe { libc::geteuid() },
         })
@@ -322,9 +326,11 @@ impl Server {
     pub fn run(mut self) -> Result<()> {
         loop {
             self.maintain();
+            let paused = self.accept_paused_until.filter(|&t| Instant::now() < t);
             let mut fds = vec![
                 pollfd(self.signals.as_raw_fd()),
-                pollfd(self.listener.as_raw_fd()),
+                // A negative fd is skipped by poll: no accepting while out of descriptors.
+                pollfd(paused.map_or(self.listener.as_raw_fd(), |_| -1)),
                 pollfd(self.wake.as_raw_fd()),
             ];
             let mut owners = Vec::with_capacity(self.conns.len() * 2);
@@ -336,7 +342,7 @@ impl Server {
                     owners.push(id);
                 }
             }
-            let timeout = if self.any_quarantined() {
+            let timeout = if self.any_quarantined() || paused.is_some() {
                 self.cfg.recheck.as_millis().max(1) as libc::c_int
             } else {
                 -1
@@ -417,8 +423,18 @@ impl Server {
                 )
             };
             if raw < 0 {
+                let e = io::Error::last_os_error().raw_os_error();
+                if matches!(e, Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
+                    // The connection waits in the backlog; polling the listener
+                    // now would only spin.
+                    if self.accept_paused_until.is_none() {
+                        log("out of descriptors: accepting paused (raise LimitNOFILE)");
+                    }
+                    self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
+                }
                 return;
             }
+            self.accept_paused_until = None;
             // SAFETY: a fresh descriptor nobody else owns.
             let sock = unsafe { OwnedFd::from_raw_fd(raw) };
             let Ok(cred) = peer_cred(sock.as_fd()) else {
@@ -1001,6 +1017,18 @@ fn block_stop_signals() -> Result<OwnedFd> {
 /// Creates the listening socket: the directory if missing, a stale socket file
 /// replaced, a live one refused; mode 0666 because `SO_PEERCRED` decides who
 /// may use it.
+/// One descriptor per segment and two per connection: take the hard limit.
+fn raise_nofile_limit() {
+    // SAFETY: getrlimit/setrlimit read and write a local struct.
+    unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
 /// A daemon already answering at `path` is an error; a stale socket file is not.
 fn refuse_if_served(path: &Path) -> Result<()> {
     if path.exists() && super::client::connect_socket(path).is_ok() {
