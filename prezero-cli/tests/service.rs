@@ -924,6 +924,9 @@ fn a_client_short_of_descriptors_gets_a_clear_error_and_the_daemon_takes_all_bac
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("RLIMIT_NOFILE"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("RLIMIT_NOFILE"),
+        "{err}"
+    );
     d.wait_all_ready();
 }

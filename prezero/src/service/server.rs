@@ -424,7 +424,10 @@ impl Server {
             };
             if raw < 0 {
                 let e = io::Error::last_os_error().raw_os_error();
-                if matches!(e, Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)) {
+                if matches!(
+                    e,
+                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                ) {
                     // The connection waits in the backlog; polling the listener
                     // now would only spin.
                     if self.accept_paused_until.is_none() {
