@@ -96,18 +96,8 @@ impl Worker {
             .name("prezero-serve-scrub".into())
             .spawn(move || {
                 t.store(sys::gettid(), Ordering::Release);
-                match priority {
-                    ScrubPriority::Idle => {
-                        if sys::set_sched_idle().is_err() {
-                            let _ = sys::set_nice(19);
-                        }
-                    }
-                    ScrubPriority::Nice19 => {
-                        let _ = sys::set_nice(19);
-                    }
-                    ScrubPriority::Normal => {}
-                }
-                run(rx, done, &wake, &s, verify)
+                lower(priority);
+                run(rx, done, &wake, &s, verify, priority)
             })?;
         Ok(Worker {
             jobs: Some(tx),
@@ -139,7 +129,44 @@ impl Drop for Worker {
     }
 }
 
-fn run(rx: Receiver<Job>, done: Sender<Done>, wake: &OwnedFd, stop: &AtomicBool, verify: Verify) {
+/// Puts the calling thread at the configured scrubbing priority.
+fn lower(priority: ScrubPriority) {
+    match priority {
+        ScrubPriority::Idle => {
+            if sys::set_sched_idle().is_err() {
+                let _ = sys::set_nice(19);
+            }
+        }
+        ScrubPriority::Nice19 => {
+            let _ = sys::set_nice(19);
+        }
+        ScrubPriority::Normal => {}
+    }
+}
+
+/// Runs `f` at normal priority. Reading a process's `/proc/PID/maps` takes its
+/// `mmap_lock`, and unmapping takes our own: a `SCHED_IDLE` thread preempted
+/// while holding one would stall that process's next mmap (a client mapping
+/// its hand-out, measured as 8 ms outliers) until a core fell idle.
+fn at_normal_priority<T>(priority: ScrubPriority, f: impl FnOnce() -> T) -> T {
+    if priority == ScrubPriority::Normal {
+        return f();
+    }
+    let _ = sys::set_sched_normal(0);
+    let _ = sys::set_nice(0);
+    let r = f();
+    lower(priority);
+    r
+}
+
+fn run(
+    rx: Receiver<Job>,
+    done: Sender<Done>,
+    wake: &OwnedFd,
+    stop: &AtomicBool,
+    verify: Verify,
+    priority: ScrubPriority,
+) {
     let report = |d: Done| {
         if done.send(d).is_err() {
             return false;
@@ -153,7 +180,7 @@ fn run(rx: Receiver<Job>, done: Sender<Done>, wake: &OwnedFd, stop: &AtomicBool,
         let sent = match job {
             Job::Scrub(batch) => {
                 let wanted = batch.iter().map(|(_, s)| (s.dev, s.ino)).collect();
-                let held = held_elsewhere(&wanted);
+                let held = at_normal_priority(priority, || held_elsewhere(&wanted));
                 batch.into_iter().all(|(id, seg)| {
                     report(if held.contains(&(seg.dev, seg.ino)) {
                         Done::StillHeld { id, seg }
@@ -167,7 +194,7 @@ fn run(rx: Receiver<Job>, done: Sender<Done>, wake: &OwnedFd, stop: &AtomicBool,
                 seg: Segment::create(page, len, 1),
             }),
             Job::Destroy(seg) => {
-                drop(seg);
+                at_normal_priority(priority, || drop(seg));
                 true
             }
         };
