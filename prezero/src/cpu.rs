@@ -210,6 +210,8 @@ pub struct Memory {
     pub numa_nodes: usize,
     /// `uname -r`.
     pub kernel_release: String,
+    /// `MemAvailable` in bytes: what can be allocated without swapping.
+    pub available: usize,
 }
 
 /// The kernel's memory-management state at this moment.
@@ -231,6 +233,7 @@ pub fn memory() -> Memory {
         hugetlb: hugetlb_pools(),
         numa_nodes: numa_nodes(),
         kernel_release: sys::read_text("/proc/sys/kernel/osrelease").unwrap_or_default(),
+        available: sys::mem_available(),
     }
 }
 

@@ -174,13 +174,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Most bytes of memory this run may take, leaving 4 GiB to everything else.
 fn memory_budget() -> usize {
-    let avail = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            line.split_whitespace().nth(1)?.parse::<usize>().ok()
-        })
-        .map_or(0, |kib| kib << 10);
+    let avail = prezero::memory().available;
     // Free hugetlb pages are not in MemAvailable but are usable here.
     let avail = avail
         + [PageKind::Huge2M, PageKind::Huge1G]
