@@ -119,28 +119,6 @@ impl Segment {
         Ok(seg)
     }
 
-    /// A zero-length plain memfd handled like a segment, to check at start-up
-    /// that the lease check works on this system.
-    pub(crate) fn probe() -> Result<Segment> {
-        let name = CString::new("prezero-lease-probe").expect("no NUL");
-        // SAFETY: name is NUL-terminated; MFD_CLOEXEC is a valid flag.
-        let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-        if raw < 0 {
-            return Err(Error::os("memfd_create", io::Error::last_os_error()));
-        }
-        // SAFETY: raw is a fresh descriptor nobody else owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        let file = reopen(memfd.as_fd())?;
-        drop(memfd);
-        Ok(Segment {
-            file,
-            ptr: NonNull::dangling(),
-            len: 0,
-            dev: 0,
-            ino: 0,
-        })
-    }
-
     /// Bytes of the memfd.
     pub(crate) fn len(&self) -> usize {
         self.len
@@ -160,27 +138,59 @@ impl Segment {
     /// Whether any open file description other than the daemon's own exists:
     /// another process's descriptor, a mapping, or a descriptor in flight.
     pub(crate) fn has_other_openers(&self) -> Result<bool> {
-        // SAFETY: fcntl lease calls on our own descriptor; a granted lease is
-        // dropped again at once, so no opener is ever made to wait on it.
-        unsafe {
-            if libc::fcntl(self.file.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0 {
-                libc::fcntl(self.file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
-                return Ok(false);
-            }
+        other_openers(self.file.as_fd())
+    }
+}
+
+/// Whether the file behind `fd` has an open file description besides `fd`'s
+/// own: true if a write lease is refused.
+fn other_openers(fd: BorrowedFd<'_>) -> Result<bool> {
+    // SAFETY: fcntl lease calls on a descriptor we own; a granted lease is
+    // dropped again at once, so no opener is ever made to wait on it.
+    unsafe {
+        if libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0 {
+            libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
+            return Ok(false);
         }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(true),
-            _ => Err(Error::os("fcntl(F_SETLEASE)", e)),
-        }
+    }
+    let e = io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(true),
+        _ => Err(Error::os("fcntl(F_SETLEASE)", e)),
+    }
+}
+
+/// Without file leases the daemon could not see descriptors in flight, so it
+/// refuses to start: a plain memfd, reopened as segments are, must show "no
+/// other opener" alone and "another opener" while a second open exists.
+pub(crate) fn check_leases_work() -> Result<()> {
+    let name = CString::new("prezero-lease-probe").expect("no NUL");
+    // SAFETY: name is NUL-terminated; MFD_CLOEXEC is a valid flag.
+    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if raw < 0 {
+        return Err(Error::os("memfd_create", io::Error::last_os_error()));
+    }
+    // SAFETY: raw is a fresh descriptor nobody else owns.
+    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let probe = reopen(memfd.as_fd())?;
+    drop(memfd);
+    let other = reopen(probe.as_fd())?;
+    let with_other = other_openers(probe.as_fd());
+    drop(other);
+    match (other_openers(probe.as_fd()), with_other) {
+        (Ok(false), Ok(true)) => Ok(()),
+        (Err(e), _) | (_, Err(e)) => Err(Error::invalid(format!(
+            "file leases do not work here ({e}); prezero serve needs them to prove no \
+             process still holds a segment (check that /proc/sys/fs/leases-enable is 1)"
+        ))),
+        _ => Err(Error::invalid(
+            "file leases do not see other openers here: cannot prove isolation",
+        )),
     }
 }
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        if self.len == 0 {
-            return; // the probe maps nothing
-        }
         // SAFETY: the mapping was made in `create` and nothing borrows it once the
         // segment is dropped (the scrubber returns segments before they die).
         unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };

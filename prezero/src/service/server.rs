@@ -28,7 +28,7 @@ use super::protocol::{
     self, Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, MAX_FDS,
     MAX_MESSAGE,
 };
-use super::segment::Segment;
+use super::segment::{check_leases_work, Segment};
 use super::worker::{Done, Job, Verify, Worker};
 use super::{socket_address, DEFAULT_SOCKET};
 use crate::error::{Error, Result};
@@ -977,26 +977,6 @@ fn send_error(
         message: message.into(),
     };
     protocol::send(sock, &r.encode(seq), &[])
-}
-
-/// Without file leases the daemon could not see descriptors in flight, so it
-/// refuses to start: a probe file (a plain memfd, opened as segments are) must
-/// show "no other opener" alone and "another opener" with a second open.
-fn check_leases_work() -> Result<()> {
-    let probe = Segment::probe()?;
-    let other = probe.open_for_client()?;
-    let with_other = probe.has_other_openers();
-    drop(other);
-    match (probe.has_other_openers(), with_other) {
-        (Ok(false), Ok(true)) => Ok(()),
-        (Err(e), _) | (_, Err(e)) => Err(Error::invalid(format!(
-            "file leases do not work here ({e}); prezero serve needs them to prove no \
-             process still holds a segment (check that /proc/sys/fs/leases-enable is 1)"
-        ))),
-        _ => Err(Error::invalid(
-            "file leases do not see other openers here: cannot prove isolation",
-        )),
-    }
 }
 
 fn block_stop_signals() -> Result<OwnedFd> {
