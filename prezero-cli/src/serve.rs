@@ -1,7 +1,6 @@
 //! `prezero serve`: the node-wide service, configured by a TOML file and flags.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -188,7 +187,6 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     {
         cfg.scrub_priority = priority(p)?;
     }
-    cfg.recheck = Duration::from_millis(20);
     Ok(cfg)
 }
 
