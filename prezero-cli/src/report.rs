@@ -664,16 +664,16 @@ pub fn render(info: &Value, all: &[Value]) -> String {
                 })
                 .collect(),
         ));
-        h.push_str("<p>The background scrubber (streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory.</p>\n");
+        h.push_str("<p>The daemon's worker making released memory zero again between tenants (the file punched and repopulated with fresh pages the kernel zeroes, one thread, then every byte verified) beside the clearing engine on cold memory: the price of pages no earlier tenant's pin can reach.</p>\n");
         h.push_str(&table(
             &[
                 "page",
                 "bytes",
-                "scrub GB/s",
+                "refresh GB/s",
                 "verify GB/s",
                 "both GB/s",
                 "engine cold GB/s",
-                "scrub / engine",
+                "refresh / engine",
             ],
             of("scrub")
                 .iter()

@@ -34,9 +34,19 @@ pub struct Args {
     /// line in every N 4 KiB pages).
     #[arg(long)]
     verify: Option<String>,
-    /// Scrubber scheduling: idle (default), nice19 or normal.
+    /// Scrubber scheduling: idle (default), nice19 or normal. It runs at
+    /// normal priority on every core while clients are refused for want of
+    /// ready memory, until the pools are back at their targets.
     #[arg(long)]
     scrub_priority: Option<String>,
+    /// Most connections one uid may have open at once [default: 64].
+    #[arg(long)]
+    max_conns_per_uid: Option<usize>,
+    /// Where the daemon records its segments, so that after a restart it finds
+    /// the ones still held and charges their uids [default: the socket path
+    /// with .ledger appended].
+    #[arg(long)]
+    ledger: Option<PathBuf>,
     /// Grow the hugetlb pools so every pool's cap fits, and restore them on
     /// exit (root). Without it the daemon takes what the admin reserved.
     #[arg(long)]
@@ -55,6 +65,8 @@ struct File {
     uid_cap: Option<String>,
     verify: Option<String>,
     scrub_priority: Option<String>,
+    max_conns_per_uid: Option<usize>,
+    ledger: Option<PathBuf>,
     #[serde(default, rename = "pool")]
     pools: Vec<FilePool>,
 }
@@ -187,6 +199,10 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     {
         cfg.scrub_priority = priority(p)?;
     }
+    if let Some(n) = args.max_conns_per_uid.or(file.max_conns_per_uid) {
+        cfg.max_conns_per_uid = n;
+    }
+    cfg.ledger = args.ledger.clone().or(file.ledger);
     Ok(cfg)
 }
 

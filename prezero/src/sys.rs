@@ -199,20 +199,22 @@ pub(crate) fn set_sched_normal(tid: libc::pid_t) -> io::Result<()> {
     Ok(())
 }
 
-/// Puts the calling thread under `SCHED_IDLE`.
-pub(crate) fn set_sched_idle() -> io::Result<()> {
+/// Puts thread `tid` (0: the calling thread) under `SCHED_IDLE`.
+pub(crate) fn set_sched_idle_of(tid: libc::pid_t) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: pid 0 is the calling thread; `param` is a valid sched_param.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+    // SAFETY: `param` is a valid sched_param; the kernel validates the tid.
+    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
 }
 
-/// Sets the calling thread's nice value (Linux: per thread, by tid).
-pub(crate) fn set_nice(nice: libc::c_int) -> io::Result<()> {
-    // SAFETY: gettid and setpriority have no memory-safety preconditions.
-    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) };
+/// Sets thread `tid`'s nice value (0: the calling thread; Linux keeps nice per
+/// thread). Lowering it needs `CAP_SYS_NICE`.
+pub(crate) fn set_nice_of(tid: libc::pid_t, nice: libc::c_int) -> io::Result<()> {
+    let tid = if tid == 0 { gettid() } else { tid };
+    // SAFETY: setpriority has no memory-safety preconditions.
+    let r = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
     if r != 0 {
         return Err(io::Error::last_os_error());
     }

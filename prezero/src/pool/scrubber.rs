@@ -46,10 +46,10 @@ pub(super) fn spawn(
 
 fn apply(p: ScrubPriority) -> &'static str {
     match p {
-        ScrubPriority::Idle if sys::set_sched_idle().is_ok() => "SCHED_IDLE",
-        ScrubPriority::Idle if sys::set_nice(19).is_ok() => "nice 19 (SCHED_IDLE refused)",
+        ScrubPriority::Idle if sys::set_sched_idle_of(0).is_ok() => "SCHED_IDLE",
+        ScrubPriority::Idle if sys::set_nice_of(0, 19).is_ok() => "nice 19 (SCHED_IDLE refused)",
         ScrubPriority::Idle => "normal (SCHED_IDLE and nice 19 refused)",
-        ScrubPriority::Nice19 if sys::set_nice(19).is_ok() => "nice 19",
+        ScrubPriority::Nice19 if sys::set_nice_of(0, 19).is_ok() => "nice 19",
         ScrubPriority::Nice19 => "normal (nice 19 refused)",
         ScrubPriority::Normal => "normal",
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::protocol::{self, Reply, Request, ServiceStats, MAX_MESSAGE, MAX_RELEASE_IDS};
 use super::{socket_address, DEFAULT_SOCKET};
@@ -209,7 +209,7 @@ impl Client {
     pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
         let path = path.as_ref().to_path_buf();
         socket_address(&path)?;
-        Ok(match connect_socket(&path) {
+        Ok(match connect_socket(&path, CONNECT_TIMEOUT) {
             Ok(sock) => Client {
                 conn: Some(Arc::new(Conn {
                     sock,
@@ -223,8 +223,18 @@ impl Client {
             Err(e) => Client {
                 conn: None,
                 absent: Some((
-                    e.raw_os_error().unwrap_or(libc::ENOTCONN),
-                    format!("cannot connect to {}: {e}", path.display()),
+                    e.raw_os_error().unwrap_or(match e.kind() {
+                        io::ErrorKind::TimedOut => libc::ETIMEDOUT,
+                        _ => libc::ENOTCONN,
+                    }),
+                    match e.raw_os_error() {
+                        Some(libc::EACCES) => format!(
+                            "cannot connect to {}: {e} (this uid may not use this service: \
+                             the daemon's allow_uids or allow_gids name who may)",
+                            path.display()
+                        ),
+                        _ => format!("cannot connect to {}: {e}", path.display()),
+                    },
                 )),
                 path,
             },
@@ -319,36 +329,68 @@ impl Client {
     }
 }
 
-/// Connects a `SOCK_SEQPACKET` socket to `path`, with a reply timeout.
-pub(crate) fn connect_socket(path: &Path) -> io::Result<OwnedFd> {
+/// How long a client waits for the daemon to take its connection before it
+/// falls back: a full listen backlog makes connect(2) block indefinitely.
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Connects a `SOCK_SEQPACKET` socket to `path` within `timeout` (`TimedOut`
+/// while the listen backlog stays full), with send and reply timeouts.
+pub(crate) fn connect_socket(path: &Path, timeout: Duration) -> io::Result<OwnedFd> {
     let (addr, len) = socket_address(path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
-    let sock = super::seqpacket_socket(0)?;
-    // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-    if unsafe {
-        libc::connect(
-            sock.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            len,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
+    // Non-blocking: a unix socket's connect then fails with EAGAIN at once
+    // when the backlog is full, instead of waiting for room.
+    let sock = super::seqpacket_socket(libc::SOCK_NONBLOCK)?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        // SAFETY: addr is a valid sockaddr_un of `len` bytes.
+        let r = unsafe {
+            libc::connect(
+                sock.as_raw_fd(),
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        };
+        if r == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EAGAIN) {
+            return Err(e);
+        }
+        if Instant::now() >= deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "the daemon took no connection within {} ms (its listen backlog is full)",
+                    timeout.as_millis()
+                ),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // SAFETY: fcntl on our own descriptor: back to blocking I/O, bounded by the
+    // timeouts below.
+    unsafe {
+        let fl = libc::fcntl(sock.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(sock.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
     }
     let tv = libc::timeval {
         tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
         tv_usec: 0,
     };
-    // SAFETY: setsockopt reads a timeval of the stated size.
-    unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: setsockopt reads a timeval of the stated size.
+        unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&tv as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+    }
     Ok(sock)
 }
 

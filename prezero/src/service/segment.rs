@@ -1,25 +1,45 @@
-//! One segment: a hugetlb memfd the daemon created, populated and keeps mapped,
-//! and the proof that nobody else holds it any more.
+//! One segment: a sealed hugetlb memfd the daemon created, populated and keeps
+//! mapped, the proof that no other process holds it, and its refresh with fresh
+//! pages between tenants.
 //!
-//! The daemon's handle is a reopened file (`open("/proc/self/fd/N")`, mode 0600),
-//! not the `memfd_create` descriptor, and each hand-out is another such reopen.
-//! That makes every holder visible to the kernel's lease check: a write lease on
-//! the daemon's handle is granted only while no other *open file description* of
-//! the inode exists anywhere (`fs/locks.c`, `check_conflicting_open`). A mapping
-//! keeps its file description open, and so does a descriptor in flight inside a
-//! unix socket's queue, so the check sees both, which a scan of `/proc` cannot.
-//! An `O_PATH` descriptor is the one kind of holder it does not count: the /proc
-//! scan catches those, and mode 0600 keeps them from being reopened by other uids.
+//! Three kernel mechanisms carry the isolation, none of them a scan:
+//!
+//! * **Leases see every file holder.** The daemon's handle is a reopened file
+//!   (`open("/proc/self/fd/N")`, mode 0600), and each hand-out is another such
+//!   reopen. A write lease on the daemon's handle is granted only while no other
+//!   *open file description* of the inode exists anywhere (`fs/locks.c`,
+//!   `check_conflicting_open`): descriptors in any process, mappings (a mapping
+//!   keeps its file open) and descriptors in flight in a socket queue. `O_PATH`
+//!   descriptors are not counted, and need not be: they cannot read, write or
+//!   map, and reopening one needs the file's permission (0600, the daemon's uid).
+//! * **A punch hands pinned pages to their pinner.** Pages can be held with no
+//!   file at all (io_uring fixed buffers, `vmsplice` into a pipe, VFIO and RDMA
+//!   pins). Punching the whole file takes every page out of it; a pinned page
+//!   stays with its pinner, and the repopulation that follows faults in fresh
+//!   pages the kernel zeroes. The next tenant's pages were never reachable by the
+//!   last one.
+//! * **Seals fix the size.** `F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL` before
+//!   the first hand-out: no tenant can truncate a segment under the daemon (a
+//!   SIGBUS when it scrubs) or grow it past what the daemon clears and counts,
+//!   nor add a seal that would stop the punch.
+//!
+//! A tenant can still punch holes (and take the freed pages elsewhere): the
+//! repopulation is `MADV_POPULATE_WRITE`, so a page the kernel cannot find is an
+//! error and a destroyed segment, never a signal.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::fs;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
+use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
 use crate::region::PageKind;
+
+/// The seals every segment carries from before its first hand-out.
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// A populated hugetlb memfd and the daemon's mapping of it.
 pub(crate) struct Segment {
@@ -27,7 +47,8 @@ pub(crate) struct Segment {
     file: OwnedFd,
     ptr: NonNull<u8>,
     len: usize,
-    /// `st_dev`, `st_ino` of the memfd: what the /proc scan looks for.
+    page: PageKind,
+    /// `st_dev`, `st_ino` of the memfd: its name in the ledger.
     pub(crate) dev: u64,
     pub(crate) ino: u64,
 }
@@ -37,10 +58,10 @@ pub(crate) struct Segment {
 unsafe impl Send for Segment {}
 
 impl Segment {
-    /// Creates a memfd of `len` bytes on `page` pages, maps it and populates it
-    /// with `threads` threads (the kernel zeroes each page once). A hugetlb
-    /// shortage is `HugetlbShortage`, never a SIGBUS: the mapping reserves the
-    /// pages before anything touches them.
+    /// Creates a sealed memfd of `len` bytes on `page` pages, maps it and
+    /// populates it with `threads` threads (the kernel zeroes each page once). A
+    /// hugetlb shortage is `HugetlbShortage`, never a SIGBUS: the mapping reserves
+    /// the pages before anything touches them.
     pub(crate) fn create(page: PageKind, len: usize, threads: usize) -> Result<Segment> {
         let size_flag = match page {
             PageKind::Huge2M => libc::MFD_HUGE_2MB,
@@ -52,7 +73,7 @@ impl Segment {
         let raw = unsafe {
             libc::memfd_create(
                 name.as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_HUGETLB | size_flag,
+                libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING | size_flag,
             )
         };
         if raw < 0 {
@@ -60,9 +81,15 @@ impl Segment {
         }
         // SAFETY: raw is a fresh descriptor nobody else owns.
         let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate on our own memfd.
-        if unsafe { libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) } != 0 {
-            return Err(Error::os("ftruncate", io::Error::last_os_error()));
+        // SAFETY: ftruncate and fcntl(F_ADD_SEALS) on our own memfd, which no
+        // other process can have yet.
+        unsafe {
+            if libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) != 0 {
+                return Err(Error::os("ftruncate", io::Error::last_os_error()));
+            }
+            if libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) != 0 {
+                return Err(Error::os("fcntl(F_ADD_SEALS)", io::Error::last_os_error()));
+            }
         }
         let file = reopen(memfd.as_fd())?;
         drop(memfd);
@@ -70,6 +97,39 @@ impl Segment {
         if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
             return Err(Error::os("fchmod", io::Error::last_os_error()));
         }
+        let seg = Segment::map(file, page, len)?;
+        // SAFETY: [ptr, ptr+len) is the mapping just made, which reserved its pages.
+        unsafe { crate::prefault::prefault_raw(seg.ptr.as_ptr(), len, threads)? };
+        Ok(seg)
+    }
+
+    /// Takes over a segment a previous daemon made, from a holder's descriptor
+    /// reopened as the daemon's own handle. Only a file that is still exactly
+    /// what a daemon makes (sealed, of its uid, mode 0600, a whole number of
+    /// pages) is adopted; its pages are not touched (a holder may have punched
+    /// holes).
+    pub(crate) fn adopt(file: OwnedFd, page: PageKind) -> Result<Segment> {
+        let st = fstat(file.as_fd())?;
+        // SAFETY: fcntl(F_GET_SEALS) reads the seals of our own descriptor.
+        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let len = st.st_size as usize;
+        if seals != SEALS
+            || st.st_uid != me
+            || st.st_mode & 0o777 != 0o600
+            || len == 0
+            || !len.is_multiple_of(page.page_size())
+        {
+            return Err(Error::invalid(
+                "not a prezero segment (seals, owner, mode or size differ)",
+            ));
+        }
+        Segment::map(file, page, len)
+    }
+
+    /// Maps `file` shared; a hugetlb shortage is `HugetlbShortage`.
+    fn map(file: OwnedFd, page: PageKind, len: usize) -> Result<Segment> {
         // SAFETY: a new shared mapping of our memfd at a kernel-chosen address.
         let p = unsafe {
             libc::mmap(
@@ -101,22 +161,27 @@ impl Segment {
             return Err(Error::os("mmap(memfd)", e));
         }
         let ptr = NonNull::new(p.cast()).expect("mmap does not return NULL on success");
-        // SAFETY: the fstat buffer is a local.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat on our own descriptor into a local buffer.
-        if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-            return Err(Error::os("fstat", io::Error::last_os_error()));
-        }
-        let seg = Segment {
+        let st = match fstat(file.as_fd()) {
+            Ok(st) => st,
+            Err(e) => {
+                // SAFETY: the mapping just made; nothing refers to it yet.
+                unsafe { libc::munmap(p, len) };
+                return Err(e);
+            }
+        };
+        Ok(Segment {
             file,
             ptr,
             len,
+            page,
             dev: st.st_dev,
             ino: st.st_ino,
-        };
-        // SAFETY: [ptr, ptr+len) is the mapping just made, which reserved its pages.
-        unsafe { crate::prefault::prefault_raw(ptr.as_ptr(), len, threads)? };
-        Ok(seg)
+        })
+    }
+
+    /// Bytes of one of its pages.
+    pub(crate) fn page_size(&self) -> usize {
+        self.page.page_size()
     }
 
     /// Bytes of the memfd.
@@ -124,8 +189,8 @@ impl Segment {
         self.len
     }
 
-    /// The daemon's mapping, for the scrubber. The caller must be the only user
-    /// of the segment's memory (the segment is quarantined and proven unheld).
+    /// The daemon's mapping, for verification. The caller must be the only user
+    /// of the segment's memory (the segment is proven unheld and refreshed).
     pub(crate) fn memory(&self) -> (NonNull<u8>, usize) {
         (self.ptr, self.len)
     }
@@ -140,6 +205,56 @@ impl Segment {
     pub(crate) fn has_other_openers(&self) -> Result<bool> {
         other_openers(self.file.as_fd())
     }
+
+    /// Takes every page out of the file (`FALLOC_FL_PUNCH_HOLE` over all of it).
+    /// Unpinned pages go back to the hugetlb pool; a page someone pinned stays
+    /// with that pinner and leaves the file for good.
+    pub(crate) fn punch(&self) -> Result<()> {
+        // SAFETY: fallocate on our own descriptor; KEEP_SIZE leaves the length
+        // (sealed) unchanged. The daemon's mapping stays valid: the pages behind
+        // it are gone until the next fault, which nothing takes before
+        // `repopulate` has succeeded.
+        let r = unsafe {
+            libc::fallocate(
+                self.file.as_raw_fd(),
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                0,
+                self.len as libc::off_t,
+            )
+        };
+        if r != 0 {
+            return Err(Error::os(
+                "fallocate(PUNCH_HOLE) of a segment",
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Faults fresh pages into `[off, off+len)` of the file with `threads`
+    /// threads (`MADV_POPULATE_WRITE`): the kernel zeroes each. A page the
+    /// hugetlb pool cannot supply is an error, not a SIGBUS.
+    pub(crate) fn repopulate(&self, off: usize, len: usize, threads: usize) -> Result<()> {
+        assert!(
+            off <= self.len && len <= self.len - off,
+            "range in the segment"
+        );
+        // SAFETY: the range lies in our own shared mapping; nobody relies on its
+        // pages being absent.
+        unsafe { crate::prefault::prefault_raw(self.ptr.as_ptr().add(off), len, threads)? };
+        Ok(())
+    }
+}
+
+/// `fstat` of our own descriptor.
+fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
+    // SAFETY: an all-zero stat is valid; fstat writes into the local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a descriptor we hold, into a local buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Error::os("fstat", io::Error::last_os_error()));
+    }
+    Ok(st)
 }
 
 /// Whether the file behind `fd` has an open file description besides `fd`'s
@@ -159,7 +274,6 @@ fn other_openers(fd: BorrowedFd<'_>) -> Result<bool> {
         _ => Err(Error::os("fcntl(F_SETLEASE)", e)),
     }
 }
-
 /// Without file leases the daemon could not see descriptors in flight, so it
 /// refuses to start: a plain memfd, reopened as segments are, must show "no
 /// other opener" alone and "another opener" while a second open exists.
@@ -212,61 +326,98 @@ fn reopen(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(raw) })
 }
 
-/// Every `(dev, ino)` in `wanted` that some process other than this one holds:
-/// an entry in any task's descriptor table (`/proc/*/task/*/fd`, which also
-/// shows threads that unshared their table and `O_PATH` descriptors) or a mapping
-/// (`/proc/*/maps`). Processes that vanish during the scan hold nothing.
-pub(crate) fn held_elsewhere(wanted: &HashSet<(u64, u64)>) -> HashSet<(u64, u64)> {
-    let mut held = HashSet::new();
-    if wanted.is_empty() {
-        return held;
-    }
+/// A file of a previous daemon found open in a process, reopened as our own.
+pub(crate) struct Found {
+    pub(crate) file: OwnedFd,
+    /// The real uid of the process that holds it: who is charged for it.
+    pub(crate) uid: u32,
+}
+
+/// Finds, for each `(dev, ino)` in `wanted`, one process that holds it as a
+/// descriptor (`/proc/PID/fd`) or a mapping (`/proc/PID/map_files`), and reopens
+/// it from there. Run once at start-up, to take over what a previous instance
+/// handed out; it stops at `deadline`. Only the descriptor table of each process
+/// is read (not each thread's), so its cost grows with descriptors, not with
+/// threads times descriptors; and only links named `memfd:prezero-*` are opened.
+pub(crate) fn find_holders(
+    wanted: &HashMap<(u64, u64), PageKind>,
+    deadline: Instant,
+) -> HashMap<(u64, u64), Found> {
+    let mut found = HashMap::new();
     let me = std::process::id().to_string();
     let Ok(procs) = fs::read_dir("/proc") else {
-        return held;
+        return found;
     };
     for p in procs.flatten() {
+        if found.len() == wanted.len() || Instant::now() >= deadline {
+            break;
+        }
         let name = p.file_name();
         let Some(pid) = name.to_str() else { continue };
         if !pid.bytes().all(|b| b.is_ascii_digit()) || pid == me {
             continue;
         }
         let base = p.path();
-        if let Ok(maps) = fs::read_to_string(base.join("maps")) {
-            for line in maps.lines() {
-                if let Some(key) = maps_inode(line) {
-                    if wanted.contains(&key) {
-                        held.insert(key);
-                    }
+        let Some(uid) = real_uid(&base) else { continue };
+        let mut take = |path: std::path::PathBuf| {
+            let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+                return;
+            };
+            // SAFETY: c is NUL-terminated; opening a magic link reopens the file.
+            let raw = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            if raw < 0 {
+                return;
+            }
+            // SAFETY: a fresh descriptor nobody else owns.
+            let file = unsafe { OwnedFd::from_raw_fd(raw) };
+            let Ok(st) = fstat(file.as_fd()) else { return };
+            let key = (st.st_dev, st.st_ino);
+            if wanted.contains_key(&key) && !found.contains_key(&key) {
+                found.insert(key, Found { file, uid });
+            }
+        };
+        if let Ok(fds) = fs::read_dir(base.join("fd")) {
+            for fd in fds.flatten() {
+                let is_ours = fs::read_link(fd.path())
+                    .is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(MEMFD_PREFIX));
+                if is_ours {
+                    take(fd.path());
                 }
             }
         }
-        let Ok(tasks) = fs::read_dir(base.join("task")) else {
-            continue;
-        };
-        for t in tasks.flatten() {
-            let Ok(fds) = fs::read_dir(t.path().join("fd")) else {
-                continue;
-            };
-            for fd in fds.flatten() {
-                // stat follows the magic link to the open file itself.
-                if let Ok(md) = fs::metadata(fd.path()) {
-                    use std::os::unix::fs::MetadataExt;
-                    let key = (md.dev(), md.ino());
-                    if wanted.contains(&key) {
-                        held.insert(key);
-                    }
+        if let Ok(maps) = fs::read_to_string(base.join("maps")) {
+            for line in maps.lines() {
+                let Some((key, range)) = maps_inode(line) else {
+                    continue;
+                };
+                if line.contains("/memfd:prezero-") && wanted.contains_key(&key) {
+                    take(base.join("map_files").join(range));
                 }
             }
         }
     }
-    held
+    found
 }
 
-/// `(dev, ino)` of a `/proc/PID/maps` line: "addr perms offset MAJ:MIN inode path".
-fn maps_inode(line: &str) -> Option<(u64, u64)> {
+/// What `/proc/PID/fd/N` reads for a segment: "/memfd:prezero-2MB (deleted)".
+const MEMFD_PREFIX: &[u8] = b"/memfd:prezero-";
+
+/// The real uid of the process at `/proc/PID` (its "Uid:" line).
+fn real_uid(proc_dir: &std::path::Path) -> Option<u32> {
+    let status = fs::read_to_string(proc_dir.join("status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("Uid:"))?;
+    line.split_ascii_whitespace().nth(1)?.parse().ok()
+}
+
+/// How long start-up may look for a previous instance's holders.
+pub(crate) const ADOPT_BUDGET: Duration = Duration::from_secs(2);
+
+/// `(dev, ino)` and the address range of a `/proc/PID/maps` line:
+/// "addr perms offset MAJ:MIN inode path".
+fn maps_inode(line: &str) -> Option<((u64, u64), &str)> {
     let mut f = line.split_ascii_whitespace();
-    let dev = f.nth(3)?;
+    let range = f.next()?;
+    let dev = f.nth(2)?;
     let ino: u64 = f.next()?.parse().ok()?;
     if ino == 0 {
         return None;
@@ -274,7 +425,7 @@ fn maps_inode(line: &str) -> Option<(u64, u64)> {
     let (maj, min) = dev.split_once(':')?;
     let maj = u64::from_str_radix(maj, 16).ok()?;
     let min = u64::from_str_radix(min, 16).ok()?;
-    Some((libc::makedev(maj as u32, min as u32), ino))
+    Some(((libc::makedev(maj as u32, min as u32), ino), range))
 }
 
 #[cfg(test)]
@@ -284,7 +435,13 @@ mod tests {
     #[test]
     fn maps_lines_parse_to_dev_and_inode() {
         let l = "7f0000000000-7f0010000000 rw-s 00000000 00:11 115182 /memfd:prezero-2MB (deleted)";
-        assert_eq!(maps_inode(l), Some((libc::makedev(0, 0x11), 115182)));
+        assert_eq!(
+            maps_inode(l),
+            Some((
+                (libc::makedev(0, 0x11), 115182),
+                "7f0000000000-7f0010000000"
+            ))
+        );
         assert_eq!(
             maps_inode("7ffd1000-7ffd2000 rw-p 00000000 00:00 0 [stack]"),
             None

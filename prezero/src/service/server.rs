@@ -6,15 +6,19 @@
 //! ```text
 //!   create ──> Ready ──ALLOC──> Leased(conn) ──RELEASE / disconnect / exit──> Quarantined(uid)
 //!                ^                                                              │
-//!                │               no other open file description (lease check)   │
-//!                │               and no fd or mapping in /proc                  v
-//!                └──── verified zero <── Scrubbing(uid) <───────────────────────┘
+//!                │         no other open file description anywhere (lease)      │
+//!                │                                                              v
+//!                └── verified zero <── fresh pages (punch, repopulate) <── Scrubbing(uid)
 //! ```
 //!
 //! * Only the event loop changes states; the worker owns a segment's memory
 //!   only while it is `Scrubbing`, and hands it back by message.
 //! * `Quarantined` and `Scrubbing` segments count against the uid that held them.
-//! * A segment that fails verification is destroyed, never handed out.
+//! * A segment that fails verification, or whose fresh pages cannot be had, is
+//!   destroyed, never handed out.
+//! * Every segment is in the ledger file, so that a restarted daemon finds the
+//!   ones still held (start-up only: [`find_holders`]), takes them over as
+//!   `Quarantined`, and charges their holders' uids.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
@@ -28,7 +32,7 @@ use super::protocol::{
     self, Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, MAX_FDS,
     MAX_MESSAGE,
 };
-use super::segment::{check_leases_work, Segment};
+use super::segment::{check_leases_work, find_holders, Segment, ADOPT_BUDGET};
 use super::worker::{Done, Job, Verify, Worker};
 use super::{socket_address, DEFAULT_SOCKET};
 use crate::error::{Error, Result};
@@ -68,6 +72,11 @@ pub struct ServerConfig {
     pub scrub_priority: ScrubPriority,
     /// How often quarantined segments are checked for other holders.
     pub recheck: Duration,
+    /// Most connections one uid may have open at once.
+    pub max_conns_per_uid: usize,
+    /// Where the daemon records its segments, for the next instance (default:
+    /// the socket path with `.ledger` appended).
+    pub ledger: Option<PathBuf>,
 }
 
 impl Default for ServerConfig {
@@ -81,6 +90,8 @@ impl Default for ServerConfig {
             verify: Verify::Full,
             scrub_priority: ScrubPriority::Idle,
             recheck: Duration::from_millis(20),
+            max_conns_per_uid: 64,
+            ledger: None,
         }
     }
 }
@@ -114,10 +125,21 @@ impl ServerConfig {
                 )));
             }
         }
+        if self.max_conns_per_uid == 0 {
+            return Err(Error::invalid("max_conns_per_uid must be at least 1"));
+        }
         if let Verify::Sampled { one_in: 0 } = self.verify {
             return Err(Error::invalid("sampled verification needs one_in >= 1"));
         }
         Ok(())
+    }
+
+    fn ledger_path(&self) -> PathBuf {
+        self.ledger.clone().unwrap_or_else(|| {
+            let mut p = self.socket.clone().into_os_string();
+            p.push(".ledger");
+            PathBuf::from(p)
+        })
     }
 }
 
@@ -166,6 +188,10 @@ struct PoolRun {
 /// Most connections at once: each costs two descriptors.
 const MAX_CONNS: usize = 4096;
 
+/// Refusals of one uid's connections are logged at most this often (with the
+/// count of those not logged), so a tenant cannot flood the log.
+const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
+
 /// The daemon. [`Server::start`] creates the pools and the socket; [`Server::run`]
 /// serves until SIGINT or SIGTERM.
 pub struct Server {
@@ -184,8 +210,11 @@ pub struct Server {
     last_check: Instant,
     /// Set while accept(2) fails for want of descriptors.
     accept_paused_until: Option<Instant>,
-    /// Peer credentials of the process that starts the daemon.
+    /// The daemon's effective uid (always allowed to connect).
     my_uid: u32,
+    /// Per uid: when a refused connection was last logged, and refusals since.
+    refusal_log: HashMap<u32, (Instant, u64)>,
+    ledger: PathBuf,
 }
 
 fn log(msg: &str) {
@@ -232,11 +261,30 @@ impl Server {
         let worker = Worker::spawn(cfg.scrub_priority, cfg.verify, tx, wake.clone())
             .map_err(|e| Error::os("spawn scrubber thread", e))?;
 
+        let ledger = cfg.ledger_path();
         let mut slots = BTreeMap::new();
         let mut next_id = 1;
+        for (pool, seg, uid) in adopt(&ledger, &cfg.pools) {
+            log(&format!(
+                "segment of {} from a previous instance is still held by uid {uid}: \
+                 taken over in quarantine and charged to that uid",
+                mib(seg.len())
+            ));
+            slots.insert(
+                next_id,
+                Slot {
+                    pool,
+                    len: seg.len(),
+                    state: State::Quarantined { uid },
+                    seg: Some(seg),
+                },
+            );
+            next_id += 1;
+        }
         let threads = crate::sys::online_cpus();
         for (i, p) in cfg.pools.iter().enumerate() {
-            let want = p.target.div_ceil(p.segment_size);
+            let held: usize = slots.values().filter(|s| s.pool == i).map(|s| s.len).sum();
+            let want = p.target.min(p.cap.saturating_sub(held)) / p.segment_size;
             let t = Instant::now();
             let mut got = 0;
             let mut shortage = None;
@@ -286,7 +334,9 @@ impl Server {
                 }
             }
         }
+        write_ledger(&ledger, &slots);
         let listener = bind(&cfg.socket)?;
+        restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
             "listening on {} (protocol {})",
             cfg.socket.display(),
@@ -317,6 +367,8 @@ impl Server {
             accept_paused_until: None,
             // SAFETY: geteuid has no preconditions.
             my_uid: unsafe { libc::geteuid() },
+            refusal_log: HashMap::new(),
+            ledger,
         })
     }
 
@@ -444,14 +496,21 @@ impl Server {
                 continue;
             };
             if let Err(why) = self.authorize(sock.as_fd(), &cred) {
-                self.counters.refusals += 1;
-                log(&format!("refused pid {} uid {}: {why}", cred.pid, cred.uid));
-                let _ = send_error(sock.as_fd(), 0, libc::EACCES, 0, &why);
+                self.refuse_conn(sock.as_fd(), &cred, libc::EACCES, &why);
+                continue;
+            }
+            let of_uid = self.conns.values().filter(|c| c.uid == cred.uid).count();
+            if of_uid >= self.cfg.max_conns_per_uid {
+                let why = format!(
+                    "uid {} has {of_uid} connections open, its limit (max_conns_per_uid)",
+                    cred.uid
+                );
+                self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
                 continue;
             }
             if self.conns.len() >= MAX_CONNS {
-                self.counters.refusals += 1;
-                let _ = send_error(sock.as_fd(), 0, libc::EAGAIN, 0, "too many connections");
+                let why = format!("{MAX_CONNS} connections open, the daemon's limit");
+                self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
                 continue;
             }
             let pidfd = peer_pidfd(sock.as_fd(), cred.pid);
@@ -466,6 +525,31 @@ impl Server {
                     uid: cred.uid,
                 },
             );
+        }
+    }
+
+    /// Answers a refused connection with `errno` and logs it, at most once per
+    /// uid every [`REFUSAL_LOG_EVERY`] (with the count of refusals not logged).
+    fn refuse_conn(&mut self, sock: BorrowedFd<'_>, cred: &libc::ucred, errno: i32, why: &str) {
+        self.counters.refusals += 1;
+        let _ = send_error(sock, 0, errno, 0, why);
+        let now = Instant::now();
+        let entry = self
+            .refusal_log
+            .entry(cred.uid)
+            .or_insert((now - REFUSAL_LOG_EVERY, 0));
+        if now.duration_since(entry.0) >= REFUSAL_LOG_EVERY {
+            let more = match entry.1 {
+                0 => String::new(),
+                n => format!(" ({n} more refusals of this uid not logged)"),
+            };
+            log(&format!(
+                "refused pid {} uid {}: {why}{more}",
+                cred.pid, cred.uid
+            ));
+            *entry = (now, 0);
+        } else {
+            entry.1 += 1;
         }
     }
 
@@ -642,6 +726,9 @@ impl Server {
             }
         }
         if ready.len() < n {
+            // Clients wait on the worker now: it runs at normal priority on
+            // every core until the pools are back at their targets.
+            self.worker.set_urgent(true);
             return refuse(
                 libc::ENOMEM,
                 ready_bytes,
@@ -734,7 +821,7 @@ impl Server {
         }
     }
 
-    /// Sends every quarantined segment nobody else holds to the scrubber.
+    /// Sends every quarantined segment nobody else holds to the worker for fresh pages.
     fn check_quarantine(&mut self) {
         self.last_check = Instant::now();
         let mut candidates = Vec::new();
@@ -765,9 +852,9 @@ impl Server {
             .jobs
             .as_ref()
             .expect("worker runs until shutdown");
-        if let Err(e) = jobs.send(Job::Scrub(batch)) {
-            let Job::Scrub(batch) = e.0 else {
-                unreachable!("sent a scrub job")
+        if let Err(e) = jobs.send(Job::Refresh(batch)) {
+            let Job::Refresh(batch) = e.0 else {
+                unreachable!("sent a refresh job")
             };
             for (id, seg) in batch {
                 self.requarantine(id, seg);
@@ -787,9 +874,14 @@ impl Server {
     /// Frees a segment's pages in the worker, not in the event loop.
     fn destroy(&mut self, id: u64) {
         if let Some(seg) = self.slots.remove(&id).and_then(|s| s.seg) {
-            if let Some(jobs) = &self.worker.jobs {
-                let _ = jobs.send(Job::Destroy(seg));
-            }
+            self.destroy_segment(seg);
+        }
+        write_ledger(&self.ledger, &self.slots);
+    }
+
+    fn destroy_segment(&self, seg: Segment) {
+        if let Some(jobs) = &self.worker.jobs {
+            let _ = jobs.send(Job::Destroy(seg));
         }
     }
 
@@ -799,33 +891,46 @@ impl Server {
         unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
         while let Ok(done) = self.done.try_recv() {
             match done {
-                Done::StillHeld { id, seg } => self.requarantine(id, seg),
-                Done::Scrubbed {
+                Done::Refreshed {
                     id,
                     seg,
                     bad,
-                    scrub,
+                    refresh,
                     verify,
                     verified,
                 } => {
                     self.counters.scrubbed_bytes += seg.len() as u64;
-                    self.counters.scrub_ns += scrub.as_nanos() as u64;
+                    self.counters.scrub_ns += refresh.as_nanos() as u64;
                     self.counters.verified_bytes += verified as u64;
                     self.counters.verify_ns += verify.as_nanos() as u64;
                     if let Some(off) = bad {
                         self.counters.verify_failures += 1;
                         log(&format!(
-                            "segment {id}: non-zero byte at offset {off} after scrubbing; destroyed, never handed out"
+                            "segment {id}: non-zero byte at offset {off} after its refresh; destroyed, never handed out"
                         ));
-                        self.slots.remove(&id);
+                        self.destroy_segment(seg);
+                        self.destroy(id);
                         continue;
                     }
-                    if let Some(s) = self.slots.get_mut(&id) {
-                        s.seg = Some(seg);
-                        s.state = State::Ready;
+                    let Some(s) = self.slots.get_mut(&id) else {
+                        continue;
+                    };
+                    if seg.len() != self.pools[s.pool].cfg.segment_size {
+                        // Taken over from an instance configured otherwise.
+                        self.destroy_segment(seg);
+                        self.destroy(id);
+                        continue;
                     }
+                    s.seg = Some(seg);
+                    s.state = State::Ready;
                 }
-                Done::Abandoned { id, .. } => {
+                Done::Lost { id, why } => {
+                    log(&format!(
+                        "segment {id}: no fresh pages for it ({why}); destroyed, the pool is smaller until it grows back"
+                    ));
+                    self.destroy(id);
+                }
+                Done::Abandoned { id } => {
                     self.slots.remove(&id);
                 }
                 Done::Created { pool, seg } => {
@@ -844,6 +949,7 @@ impl Server {
                                 },
                             );
                             self.next_id += 1;
+                            write_ledger(&self.ledger, &self.slots);
                         }
                         Err(e) => {
                             if p.retry_at.is_none() {
@@ -863,6 +969,7 @@ impl Server {
     /// Grows each pool toward its ready target (one segment at a time, in the
     /// worker) and gives ready memory beyond the target back to the hugetlb pool.
     fn maintain(&mut self) {
+        let mut short = false;
         for i in 0..self.pools.len() {
             let cfg = self.pools[i].cfg;
             let (mut ready, mut total) = (0, 0);
@@ -872,6 +979,7 @@ impl Server {
                     ready += s.len;
                 }
             }
+            short |= ready < cfg.target;
             if ready >= cfg.target + cfg.segment_size {
                 let extra = self
                     .slots
@@ -898,6 +1006,9 @@ impl Server {
                     p.creating = jobs.send(job).is_ok();
                 }
             }
+        }
+        if !short {
+            self.worker.set_urgent(false);
         }
     }
 
@@ -997,9 +1108,6 @@ fn block_stop_signals() -> Result<OwnedFd> {
     }
 }
 
-/// Creates the listening socket: the directory if missing, a stale socket file
-/// replaced, a live one refused; mode 0666 because `SO_PEERCRED` decides who
-/// may use it.
 /// One descriptor per segment and two per connection: take the hard limit.
 fn raise_nofile_limit() {
     // SAFETY: getrlimit/setrlimit read and write a local struct.
@@ -1012,17 +1120,34 @@ fn raise_nofile_limit() {
     }
 }
 
-/// A daemon already answering at `path` is an error; a stale socket file is not.
+/// How long the start-up check waits for a daemon already on the socket.
+const LIVE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A daemon already answering at `path` is an error, and so is one whose
+/// backlog is full (it is alive, only busy or stopped); a stale socket file is
+/// not.
 fn refuse_if_served(path: &Path) -> Result<()> {
-    if path.exists() && super::client::connect_socket(path).is_ok() {
-        return Err(Error::invalid(format!(
+    if !path.exists() {
+        return Ok(());
+    }
+    match super::client::connect_socket(path, LIVE_CHECK_TIMEOUT) {
+        Ok(_) => Err(Error::invalid(format!(
             "{} is served by a running daemon",
             path.display()
-        )));
+        ))),
+        Err(e) if e.kind() == io::ErrorKind::TimedOut => Err(Error::invalid(format!(
+            "{} is served by a running daemon that accepts no connection (its backlog \
+             stayed full for {} s)",
+            path.display(),
+            LIVE_CHECK_TIMEOUT.as_secs()
+        ))),
+        Err(_) => Ok(()),
     }
-    Ok(())
 }
 
+/// Creates the listening socket: the directory if missing, a stale socket file
+/// replaced, a live one refused. The file starts at mode 0600 and
+/// [`restrict_socket`] opens it to the allowed uids and groups.
 fn bind(path: &Path) -> Result<OwnedFd> {
     let (addr, addr_len) = socket_address(path)?;
     if let Some(dir) = path.parent() {
@@ -1035,25 +1160,197 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         std::fs::remove_file(path).map_err(|e| Error::os("remove stale socket", e))?;
     }
     let sock = super::seqpacket_socket(libc::SOCK_NONBLOCK).map_err(|e| Error::os("socket", e))?;
+    // The socket file is created with mode 0777 & ~umask: nobody else may
+    // connect before its permissions are set.
+    // SAFETY: umask only changes this process's file-creation mask; set back below.
+    let old = unsafe { libc::umask(0o177) };
     // SAFETY: addr is a valid sockaddr_un of addr_len bytes.
-    if unsafe {
+    let r = unsafe {
         libc::bind(
             sock.as_raw_fd(),
             (&addr as *const libc::sockaddr_un).cast(),
             addr_len,
         )
-    } != 0
-    {
-        return Err(Error::os("bind", io::Error::last_os_error()));
+    };
+    let e = io::Error::last_os_error();
+    // SAFETY: as above.
+    unsafe { libc::umask(old) };
+    if r != 0 {
+        return Err(Error::os("bind", e));
     }
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| Error::os("chmod socket", e))?;
     // SAFETY: listen on our own bound socket.
-    if unsafe { libc::listen(sock.as_raw_fd(), 128) } != 0 {
+    if unsafe { libc::listen(sock.as_raw_fd(), libc::SOMAXCONN) } != 0 {
         return Err(Error::os("listen", io::Error::last_os_error()));
     }
     Ok(sock)
+}
+
+/// Lets exactly root, the daemon's uid, `uids` and members of `gids` connect:
+/// the kernel checks write permission on the socket file at connect(2), so a
+/// uid that may not use the service cannot even fill the listen backlog. The
+/// file stays 0600 with a POSIX ACL (`system.posix_acl_access`) naming the
+/// others; where the file system has no ACLs and others are allowed, it falls
+/// back to mode 0666 (and `SO_PEERCRED` alone decides), which it logs.
+fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
+    if uids.is_empty() && gids.is_empty() {
+        return;
+    }
+    const USER_OBJ: u16 = 0x01;
+    const USER: u16 = 0x02;
+    const GROUP_OBJ: u16 = 0x04;
+    const GROUP: u16 = 0x08;
+    const MASK: u16 = 0x10;
+    const OTHER: u16 = 0x20;
+    const RW: u16 = 6;
+    const NO_ID: u32 = u32::MAX;
+    let mut entries = vec![(USER_OBJ, RW, NO_ID)];
+    let mut uids = uids.to_vec();
+    uids.sort_unstable();
+    uids.dedup();
+    let mut gids = gids.to_vec();
+    gids.sort_unstable();
+    gids.dedup();
+    entries.extend(uids.iter().map(|&u| (USER, RW, u)));
+    entries.push((GROUP_OBJ, 0, NO_ID));
+    entries.extend(gids.iter().map(|&g| (GROUP, RW, g)));
+    entries.push((MASK, RW, NO_ID));
+    entries.push((OTHER, 0, NO_ID));
+    // The xattr format of <linux/posix_acl_xattr.h>: version 2, then entries.
+    let mut blob = 2u32.to_le_bytes().to_vec();
+    for (tag, perm, id) in entries {
+        blob.extend(tag.to_le_bytes());
+        blob.extend(perm.to_le_bytes());
+        blob.extend(id.to_le_bytes());
+    }
+    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+    // SAFETY: both strings are NUL-terminated; the value is `blob.len()` bytes.
+    let r = unsafe {
+        libc::setxattr(
+            c.as_ptr(),
+            c"system.posix_acl_access".as_ptr(),
+            blob.as_ptr().cast(),
+            blob.len(),
+            0,
+        )
+    };
+    if r == 0 {
+        return;
+    }
+    let e = io::Error::last_os_error();
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
+    log(&format!(
+        "cannot set an ACL on {} ({e}): mode 0666, and peer credentials alone decide who is served",
+        path.display()
+    ));
+}
+
+/// Records every segment's file, `dev ino page-size` a line, so that a
+/// restarted daemon can tell its predecessor's files from any other. Written
+/// whole (a temporary file renamed over the old one) when segments come or go.
+fn write_ledger(path: &Path, slots: &BTreeMap<u64, Slot>) {
+    let mut text = String::from("prezero-ledger 1\n");
+    for s in slots.values() {
+        if let Some(seg) = &s.seg {
+            text.push_str(&format!("{} {} {}\n", seg.dev, seg.ino, seg.page_size()));
+        }
+    }
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    let _ = std::fs::remove_file(&tmp);
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
+        .and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = written {
+        log(&format!(
+            "cannot write the ledger {} ({e}): a restart would not find what is held",
+            path.display()
+        ));
+    }
+}
+
+/// The segments a previous instance recorded in its ledger, keyed by
+/// `(dev, ino)`. A ledger that is not a regular file of ours, or that others
+/// could have written, is ignored (logged).
+fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut wanted = HashMap::new();
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return wanted;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let trusted = f
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.uid() == me && m.mode() & 0o022 == 0);
+    let mut text = String::new();
+    if !trusted || f.read_to_string(&mut text).is_err() {
+        log(&format!(
+            "ignoring the ledger {}: not a regular file of uid {me} that only it may write",
+            path.display()
+        ));
+        return wanted;
+    }
+    for line in text.lines().skip(1) {
+        let f: Vec<u64> = line
+            .split_ascii_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let page = match f.get(2) {
+            Some(&p) if p == PageKind::Huge2M.page_size() as u64 => PageKind::Huge2M,
+            Some(&p) if p == PageKind::Huge1G.page_size() as u64 => PageKind::Huge1G,
+            _ => continue,
+        };
+        wanted.insert((f[0], f[1]), page);
+    }
+    wanted
+}
+
+/// Takes over what a previous instance handed out and some process still
+/// holds: `(pool index, segment, uid to charge)`. Segments of a page size no
+/// pool serves now are left to their holders.
+fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(usize, Segment, u32)> {
+    let wanted = read_ledger(ledger);
+    if wanted.is_empty() {
+        return Vec::new();
+    }
+    let deadline = Instant::now() + ADOPT_BUDGET;
+    let found = find_holders(&wanted, deadline);
+    if Instant::now() >= deadline {
+        log(&format!(
+            "looking for segments a previous instance handed out took over {} s: stopped; \
+             what was not found is not charged",
+            ADOPT_BUDGET.as_secs()
+        ));
+    }
+    let mut adopted = Vec::new();
+    for (key, f) in found {
+        let page = wanted[&key];
+        let Some(pool) = pools.iter().position(|p| p.page == page) else {
+            continue;
+        };
+        match Segment::adopt(f.file, page) {
+            Ok(seg) => adopted.push((pool, seg, f.uid)),
+            Err(e) => log(&format!(
+                "a segment of the previous instance (held by uid {}) cannot be taken over: {e}",
+                f.uid
+            )),
+        }
+    }
+    adopted
 }
 
 fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
@@ -1075,25 +1372,34 @@ fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
     }
 }
 
-/// The peer's supplementary groups (`SO_PEERGROUPS`), empty if unavailable.
+/// The peer's supplementary groups (`SO_PEERGROUPS`, however many), empty if
+/// unavailable.
 fn peer_groups(sock: BorrowedFd<'_>) -> Vec<u32> {
-    let mut groups = vec![0u32; 256];
-    let mut len = (groups.len() * 4) as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `groups`.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERGROUPS,
-            groups.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    if r != 0 {
-        return Vec::new();
+    let mut groups = vec![0u32; 64];
+    loop {
+        let mut len = (groups.len() * 4) as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `groups`.
+        let r = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_PEERGROUPS,
+                groups.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            groups.truncate(len as usize / 4);
+            return groups;
+        }
+        // ERANGE: `len` now holds the size needed (NGROUPS_MAX is 65536).
+        let needed = len as usize / 4;
+        if io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) || needed <= groups.len()
+        {
+            return Vec::new();
+        }
+        groups.resize(needed, 0);
     }
-    groups.truncate(len as usize / 4);
-    groups
 }
 
 /// A pidfd for the peer: `SO_PEERPIDFD` (Linux 6.5, immune to pid reuse), else
