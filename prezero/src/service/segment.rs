@@ -364,7 +364,12 @@ pub(crate) fn find_holders(
                 return;
             };
             // SAFETY: c is NUL-terminated; opening a magic link reopens the file.
-            let raw = unsafe { libc::open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+            let raw = unsafe {
+                libc::open(
+                    c.as_ptr(),
+                    libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY,
+                )
+            };
             if raw < 0 {
                 return;
             }

@@ -1327,8 +1327,22 @@ fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(usize, Segment, u32)> {
     if wanted.is_empty() {
         return Vec::new();
     }
+    // In a thread of its own, so that a process whose descriptor blocks on
+    // open (a FUSE file, say) cannot hold the start-up past the budget.
     let deadline = Instant::now() + ADOPT_BUDGET;
-    let found = find_holders(&wanted, deadline);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let looking = wanted.clone();
+    let spawned = std::thread::Builder::new()
+        .name("prezero-serve-adopt".into())
+        .spawn(move || {
+            let _ = tx.send(find_holders(&looking, deadline));
+        });
+    let found = match spawned {
+        Ok(_) => rx
+            .recv_timeout(ADOPT_BUDGET + Duration::from_millis(500))
+            .unwrap_or_default(),
+        Err(_) => HashMap::new(),
+    };
     if Instant::now() >= deadline {
         log(&format!(
             "looking for segments a previous instance handed out took over {} s: stopped; \
