@@ -241,8 +241,16 @@ impl Segment {
         );
         // SAFETY: the range lies in our own shared mapping; nobody relies on its
         // pages being absent.
-        unsafe { crate::prefault::prefault_raw(self.ptr.as_ptr().add(off), len, threads)? };
-        Ok(())
+        let r = unsafe { crate::prefault::prefault_raw(self.ptr.as_ptr().add(off), len, threads) };
+        match r {
+            Ok(_) => Ok(()),
+            // The fault found no page to allocate (the kernel says EFAULT).
+            Err(e) if e.errno() == libc::EFAULT => Err(Error::invalid(format!(
+                "the hugetlb pool had no free {} page for it",
+                self.page.name()
+            ))),
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -397,7 +397,17 @@ impl Server {
             let timeout = if self.any_quarantined() || paused.is_some() {
                 self.cfg.recheck.as_millis().max(1) as libc::c_int
             } else {
-                -1
+                // A pool that could not grow retries when its time comes,
+                // whether or not a client asks anything meanwhile.
+                self.pools
+                    .iter()
+                    .filter_map(|p| p.retry_at)
+                    .min()
+                    .map_or(-1, |t| {
+                        t.saturating_duration_since(Instant::now())
+                            .as_millis()
+                            .clamp(1, i32::MAX as u128) as libc::c_int
+                    })
             };
             // SAFETY: fds is a live array of pollfd of the stated length.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
@@ -632,7 +642,13 @@ impl Server {
                 Err(AllocError::Gone) => return false,
                 Err(AllocError::Refused(r)) => r,
             },
-            Request::Release { ids } => self.release(conn, &ids),
+            Request::Release { ids } => {
+                let r = self.release(conn, &ids);
+                // Clients let go before they release: the lease is usually
+                // granted now, and the refresh need not wait for the next round.
+                self.check_quarantine_of(&ids);
+                r
+            }
             Request::Stats => Reply::Stats(self.stats(self.conns[&conn].uid)),
         };
         if matches!(reply, Reply::Error { .. }) {
@@ -824,8 +840,18 @@ impl Server {
     /// Sends every quarantined segment nobody else holds to the worker for fresh pages.
     fn check_quarantine(&mut self) {
         self.last_check = Instant::now();
+        let all: Vec<u64> = self.slots.keys().copied().collect();
+        self.check_quarantine_of(&all);
+    }
+
+    /// Sends those of `ids` that are quarantined and held by nobody else to the
+    /// worker for fresh pages.
+    fn check_quarantine_of(&mut self, ids: &[u64]) {
         let mut candidates = Vec::new();
-        for (&id, s) in &self.slots {
+        for &id in ids {
+            let Some(s) = self.slots.get(&id) else {
+                continue;
+            };
             if let (State::Quarantined { .. }, Some(seg)) = (s.state, &s.seg) {
                 match seg.has_other_openers() {
                     Ok(false) => candidates.push(id),

@@ -1,0 +1,435 @@
+//! The harness shared by the `prezero serve` tests: a daemon of the test's own
+//! on a temporary socket, with 2 MiB hugetlb pages it reserves and gives back,
+//! and the helpers that check what it hands out.
+
+// Each test file uses part of the harness.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use prezero::service::protocol;
+use prezero::service::{AllocOptions, Client, ServiceMemory, ServiceStats, Source};
+use prezero::{HugetlbReservation, PageKind};
+
+pub const MB: usize = 1 << 20;
+pub const PAGE: usize = 2 * MB;
+pub const NOBODY: u32 = 65534;
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_prezero")
+}
+
+/// A daemon of this test: stopped (SIGTERM) and its directory removed on drop,
+/// then the hugetlb pool put back.
+pub struct Daemon {
+    pub child: Option<Child>,
+    pub dir: PathBuf,
+    pub socket: PathBuf,
+    /// Free 2 MiB pages before the daemon started: what must be free after it.
+    pub free_before: usize,
+    /// Everything after `serve`, for [`Daemon::restart`].
+    args: Vec<OsString>,
+    _pages: HugetlbReservation,
+}
+
+/// The kernel may free a dead process's hugetlb pages a moment after wait()
+/// returns; a leak is pages that stay gone.
+pub fn pages_come_back(page: PageKind, free_before: usize) {
+    let t = Instant::now();
+    while free_pages_of(page) != free_before {
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "{page} hugetlb pages leaked: {} free, {free_before} before",
+            free_pages_of(page)
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn free_pages_of(page: PageKind) -> usize {
+    prezero::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free)
+}
+
+impl Daemon {
+    /// A daemon with one 2 MiB pool (`pool` is the `--pool` value after "2MB:").
+    pub fn start(pool: &str, extra: &[&str]) -> Option<Daemon> {
+        Daemon::start_on(PageKind::Huge2M, pool, extra)
+    }
+
+    /// A daemon with one pool of `page` pages.
+    pub fn start_on(page: PageKind, pool: &str, extra: &[&str]) -> Option<Daemon> {
+        let cap = pool
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("cap="))
+            .map(|v| v.trim_end_matches('M').parse::<usize>().unwrap() * MB)
+            .expect("tests give cap in M");
+        // Room for the daemon's cap plus local fallbacks the tests make (2 MiB).
+        let slack = if page == PageKind::Huge2M { 64 } else { 0 };
+        let pages =
+            match HugetlbReservation::ensure_free(page.page_size(), cap / page.page_size() + slack)
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    eprintln!("skipped: cannot reserve {page} hugetlb pages: {e}");
+                    return None;
+                }
+            };
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "prezero-serve-test-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let socket = dir.join("s.sock");
+        let free_before = free_pages_of(page);
+        let mut args: Vec<OsString> = vec!["--socket".into(), socket.clone().into()];
+        args.push("--pool".into());
+        args.push(format!("{}:{pool}", page.name()).into());
+        args.extend(extra.iter().map(OsString::from));
+        let mut d = Daemon {
+            child: None,
+            dir,
+            socket,
+            free_before,
+            args,
+            _pages: pages,
+        };
+        d.spawn();
+        let t = Instant::now();
+        while !d.socket.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "daemon did not start: {}",
+                d.log()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Some(d)
+    }
+
+    /// Starts `prezero serve` with this daemon's arguments; its log is
+    /// appended to daemon.log, so that a restart keeps both instances' lines.
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "one instance at a time");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .unwrap();
+        let child = Command::new(bin())
+            .arg("serve")
+            .args(&self.args)
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> libc::pid_t {
+        self.child.as_ref().expect("running").id() as libc::pid_t
+    }
+
+    /// Whether the daemon process has not exited (a stopped one has not).
+    pub fn is_running(&self) -> bool {
+        let Some(child) = &self.child else {
+            return false;
+        };
+        // SAFETY: an all-zero siginfo_t is valid; waitid writes into the local.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child; WNOWAIT leaves it to be reaped by Child.
+        let r = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                child.id(),
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is set by waitid (0 when nothing has exited).
+        r == 0 && unsafe { info.si_pid() } == 0
+    }
+
+    /// The daemon lives on: its process runs, and a fresh client connects and
+    /// gets answers.
+    pub fn assert_serves(&self) {
+        assert!(self.is_running(), "the daemon died:\n{}", self.log());
+        let c = Client::connect(&self.socket).unwrap();
+        assert!(
+            c.is_connected(),
+            "a fresh client cannot connect (errno {:?}):\n{}",
+            c.connect_errno(),
+            self.log()
+        );
+        if let Err(e) = c.stats() {
+            panic!("a fresh client is not served: {e}\n{}", self.log());
+        }
+    }
+
+    pub fn client(&self) -> Client {
+        let c = Client::connect(&self.socket).unwrap();
+        assert!(c.is_connected());
+        c
+    }
+
+    pub fn stats(&self) -> ServiceStats {
+        self.client().stats().unwrap()
+    }
+
+    /// Waits until nothing is leased, quarantined or being scrubbed.
+    pub fn wait_all_ready(&self) {
+        wait_for(
+            "every segment back and ready",
+            Duration::from_secs(30),
+            || {
+                let s = self.stats();
+                let p = s.pools[0];
+                p.leased + p.quarantined + p.scrubbing == 0 && p.ready * p.segment_size >= p.target
+            },
+        );
+    }
+
+    /// SIGTERM (after a SIGCONT, in case a test stopped it), and the exit status.
+    pub fn stop(&mut self) -> std::process::ExitStatus {
+        let mut child = self.child.take().expect("running");
+        // SAFETY: kill on our own child's pid.
+        unsafe {
+            libc::kill(child.id() as i32, libc::SIGCONT);
+            libc::kill(child.id() as i32, libc::SIGTERM);
+        }
+        let t = Instant::now();
+        loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                return status;
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                let _ = child.kill();
+                panic!("daemon did not stop within 30 s: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL: no shutdown, the socket file and the ledger stay behind.
+    pub fn kill9(&mut self) {
+        let mut child = self.child.take().expect("running");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    /// A new instance on the same socket, directory and arguments, once the
+    /// last one is gone (killed or stopped); returns when it accepts clients.
+    pub fn restart(&mut self) {
+        self.spawn();
+        wait_for(
+            "the restarted daemon to accept clients",
+            Duration::from_secs(30),
+            || {
+                assert!(self.is_running(), "restart failed:\n{}", self.log());
+                Client::connect(&self.socket).unwrap().is_connected()
+            },
+        );
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if self.child.is_some() {
+            self.stop();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !cond() {
+        assert!(t.elapsed() < limit, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub const NO_FALLBACK: AllocOptions = AllocOptions {
+    fallback: false,
+    populate_threads: 1,
+};
+
+pub fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {
+    c.alloc_with(bytes, PageKind::Huge2M, NO_FALLBACK)
+}
+
+/// [`from_service`], retried while the pool has nothing ready (ENOMEM), up to `limit`.
+pub fn from_service_within(c: &Client, bytes: usize, limit: Duration) -> ServiceMemory {
+    let t = Instant::now();
+    loop {
+        match from_service(c, bytes) {
+            Ok(m) => return m,
+            Err(e) if e.errno() == libc::ENOMEM && t.elapsed() < limit => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            Err(e) => panic!("no {bytes} bytes from the service within {limit:?}: {e}"),
+        }
+    }
+}
+
+pub fn assert_all_zero(m: &ServiceMemory) {
+    assert!(
+        matches!(m.source(), Source::Service { .. }),
+        "{:?}",
+        m.source()
+    );
+    if let Some(off) = prezero::first_nonzero(m.as_slice()) {
+        panic!("byte {off} of {} handed out is not zero", m.len());
+    }
+}
+
+/// A second mapping of `m`'s first segment, independent of `m`.
+pub struct KeptMapping(pub *mut u8, pub usize);
+
+impl KeptMapping {
+    pub fn of(m: &ServiceMemory) -> KeptMapping {
+        let s = m.segments()[0];
+        // SAFETY: a new shared mapping of a memfd we hold, at a kernel-chosen address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                s.len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                s.fd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        KeptMapping(p.cast(), s.len)
+    }
+}
+
+impl Drop for KeptMapping {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping, unused after this.
+        unsafe { libc::munmap(self.0.cast(), self.1) };
+    }
+}
+
+/// The pool's counters: (ready, leased, quarantined + scrubbing).
+pub fn counts(d: &Daemon) -> (u64, u64, u64) {
+    let p = d.stats().pools[0];
+    (p.ready, p.leased, p.quarantined + p.scrubbing)
+}
+
+pub fn prezero_as(uid: u32, args: &[&str]) -> (bool, String) {
+    use std::os::unix::process::CommandExt;
+    let out = Command::new(bin())
+        .args(args)
+        .uid(uid)
+        .gid(uid)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// `prezero client ARGS --socket <d's socket>` as uid nobody.
+pub fn client_as_nobody(d: &Daemon, args: &[&str]) -> (bool, String) {
+    let mut all = vec!["client"];
+    all.extend(args);
+    all.extend(["--socket", d.socket.to_str().unwrap()]);
+    prezero_as(NOBODY, &all)
+}
+
+pub fn can_switch_uid() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: running a client under another uid needs root");
+        return false;
+    }
+    let (ok, out) = prezero_as(NOBODY, &["--version"]);
+    if !ok {
+        eprintln!("skipped: uid {NOBODY} cannot run {} ({out})", bin());
+    }
+    ok
+}
+
+/// A connected `SOCK_SEQPACKET` socket to `path`, or connect(2)'s error.
+pub fn seqpacket_connect(path: &Path, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    // SAFETY: socket() then connect() to a sockaddr_un built on the stack; the
+    // descriptor is owned as soon as it exists.
+    unsafe {
+        let fd = libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
+            0,
+        );
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let sock = OwnedFd::from_raw_fd(fd);
+        let mut addr: libc::sockaddr_un = std::mem::zeroed();
+        addr.sun_family = libc::AF_UNIX as _;
+        for (d, s) in addr.sun_path.iter_mut().zip(path.to_str().unwrap().bytes()) {
+            *d = s as libc::c_char;
+        }
+        let r = libc::connect(
+            fd,
+            (&addr as *const libc::sockaddr_un).cast(),
+            std::mem::size_of::<libc::sockaddr_un>() as _,
+        );
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(sock)
+    }
+}
+
+/// Sends raw datagrams (and descriptors) on a fresh connection.
+pub struct Raw(pub OwnedFd);
+
+impl Raw {
+    pub fn connect(path: &Path) -> Raw {
+        Raw(seqpacket_connect(path, 0).unwrap())
+    }
+
+    pub fn send(&self, msg: &[u8], fds: &[std::os::fd::BorrowedFd<'_>]) -> bool {
+        protocol::send(self.0.as_fd(), msg, fds).is_ok()
+    }
+
+    /// Drains replies for up to `wait`; false once the daemon has hung up.
+    pub fn drain(&self, wait: Duration) -> bool {
+        let mut buf = vec![0u8; protocol::MAX_MESSAGE + 1];
+        let mut p = libc::pollfd {
+            fd: self.0.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: poll on one local pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, wait.as_millis() as i32) };
+            if n <= 0 {
+                return true;
+            }
+            match protocol::recv(self.0.as_fd(), &mut buf, libc::MSG_DONTWAIT) {
+                Ok(r) if r.len == 0 => return false,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+}
