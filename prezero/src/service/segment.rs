@@ -58,11 +58,10 @@ pub(crate) struct Segment {
 unsafe impl Send for Segment {}
 
 impl Segment {
-    /// Creates a sealed memfd of `len` bytes on `page` pages, maps it and
-    /// populates it with `threads` threads (the kernel zeroes each page once). A
-    /// hugetlb shortage is `HugetlbShortage`, never a SIGBUS: the mapping reserves
-    /// the pages before anything touches them.
-    pub(crate) fn create(page: PageKind, len: usize, threads: usize) -> Result<Segment> {
+    /// Creates a sealed memfd of `len` bytes on `page` pages and maps it, which
+    /// reserves its pages: a hugetlb shortage is `HugetlbShortage` here, never a
+    /// SIGBUS later. [`Segment::repopulate`] then faults them in.
+    pub(crate) fn create(page: PageKind, len: usize) -> Result<Segment> {
         let size_flag = match page {
             PageKind::Huge2M => libc::MFD_HUGE_2MB,
             PageKind::Huge1G => libc::MFD_HUGE_1GB,
@@ -97,10 +96,7 @@ impl Segment {
         if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
             return Err(Error::os("fchmod", io::Error::last_os_error()));
         }
-        let seg = Segment::map(file, page, len)?;
-        // SAFETY: [ptr, ptr+len) is the mapping just made, which reserved its pages.
-        unsafe { crate::prefault::prefault_raw(seg.ptr.as_ptr(), len, threads)? };
-        Ok(seg)
+        Segment::map(file, page, len)
     }
 
     /// Takes over a segment a previous daemon made, from a holder's descriptor

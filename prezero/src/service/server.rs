@@ -289,7 +289,9 @@ impl Server {
             let mut got = 0;
             let mut shortage = None;
             while got < want {
-                match Segment::create(p.page, p.segment_size, threads) {
+                let made = Segment::create(p.page, p.segment_size)
+                    .and_then(|seg| seg.repopulate(0, p.segment_size, threads).map(|()| seg));
+                match made {
                     Ok(seg) => {
                         slots.insert(
                             next_id,
@@ -772,6 +774,11 @@ impl Server {
             self.slots.get_mut(id).expect("chosen from slots").state = State::Leased { conn, uid };
         }
         self.counters.handouts += 1;
+        // The client now maps and populates the segments: page-table work that
+        // waits on the kernel's hugetlb fault locks, which the worker's page
+        // faulting would hold for a page's zeroing at a time.
+        self.worker
+            .stand_back(Duration::from_micros(500 + (n * cfg.segment_size >> 20) as u64));
         let sock = self.conns[&conn].sock.as_fd();
         for (k, (ids, fds)) in chosen
             .chunks(MAX_FDS)
