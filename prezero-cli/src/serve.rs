@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use prezero::service::{PoolConfig, Server, ServerConfig, Verify};
+use prezero::service::{PoolConfig, Reuse, Server, ServerConfig, Verify};
 use prezero::{HugetlbReservation, PageKind, ScrubPriority};
 
 use crate::units::{fmt_size, parse_size};
@@ -39,6 +39,13 @@ pub struct Args {
     /// ready memory, until the pools are back at their targets.
     #[arg(long)]
     scrub_priority: Option<String>,
+    /// What a released segment comes back as: same-uid (default: scrubbed in
+    /// place with streaming stores for the uid that held it, fresh pages when
+    /// another uid needs it) or fresh (fresh pages after every release, so
+    /// not even a pin its own uid kept past the release reaches the next
+    /// hand-out; ~8x the CPU).
+    #[arg(long)]
+    reuse: Option<String>,
     /// Most connections one uid may have open at once [default: 64].
     #[arg(long)]
     max_conns_per_uid: Option<usize>,
@@ -65,6 +72,7 @@ struct File {
     uid_cap: Option<String>,
     verify: Option<String>,
     scrub_priority: Option<String>,
+    reuse: Option<String>,
     max_conns_per_uid: Option<usize>,
     ledger: Option<PathBuf>,
     #[serde(default, rename = "pool")]
@@ -198,6 +206,13 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
         .or(file.scrub_priority.as_ref())
     {
         cfg.scrub_priority = priority(p)?;
+    }
+    if let Some(r) = args.reuse.as_ref().or(file.reuse.as_ref()) {
+        cfg.reuse = match r.as_str() {
+            "same-uid" => Reuse::SameUid,
+            "fresh" => Reuse::Fresh,
+            _ => return Err(format!("reuse '{r}': expected same-uid or fresh")),
+        };
     }
     if let Some(n) = args.max_conns_per_uid.or(file.max_conns_per_uid) {
         cfg.max_conns_per_uid = n;

@@ -411,6 +411,66 @@ fn an_io_uring_fixed_buffer_kept_after_release_never_reaches_the_next_tenant() {
 }
 
 #[test]
+fn with_reuse_fresh_a_tenants_own_io_uring_pin_never_reaches_its_next_hand_out() {
+    let Some(d) = daemon_for_tenants(ONE_SEGMENT, &["--reuse", "fresh"]) else {
+        return;
+    };
+    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
+    let first = a.ask("alloc 16M");
+    assert_eq!(first.num("nonzero"), -1, "{first}");
+    a.ask("fill 17");
+    let reg = a.ask("uring-register 2M");
+    if reg.has("skip") {
+        eprintln!(
+            "skipped: io_uring is not available here (io_uring_setup: errno {})",
+            reg.num("skip")
+        );
+        return;
+    }
+    assert_eq!(reg.errno(), 0, "IORING_REGISTER_BUFFERS: {reg}");
+    a.ask("release");
+    // The same uid asks again: the same segment, with fresh pages.
+    let again = a.ask("alloc 16M");
+    assert_eq!(again.num("ino"), first.num("ino"), "{again}");
+    assert_eq!(again.num("nonzero"), -1, "{again}");
+    let wrote = a.ask("uring-in 170");
+    assert_eq!(wrote.num("bytes"), (2 * MB) as i64, "{wrote}");
+    let mine = a.ask("check 0");
+    assert_eq!(
+        mine.num("first"),
+        -1,
+        "the write through the pin kept from the last hand-out reached this one: {mine}"
+    );
+    a.ask("release");
+    a.exit();
+    d.assert_serves();
+}
+
+#[test]
+fn a_pool_full_of_one_uids_scrubbed_segments_still_serves_another_uid_fresh_ones() {
+    // Two segments, both released by A (scrubbed in place, for A only): B's
+    // request makes them fresh for B, and B's bytes are zero.
+    let Some(d) = daemon_for_tenants("target=32M,cap=32M,segment=16M", &[]) else {
+        return;
+    };
+    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
+    for _ in 0..2 {
+        assert_eq!(a.ask("alloc 16M").num("nonzero"), -1);
+        a.ask("fill 17");
+    }
+    a.ask("release");
+    a.ask("release");
+    a.exit();
+    let mut b = Tenant::spawn(TENANT_B, &[], &d.socket);
+    let got = b.ask("alloc 32M");
+    assert_eq!(got.errno(), 0, "{got}");
+    assert_eq!(got.num("nonzero"), -1, "{got}");
+    b.ask("release");
+    b.exit();
+    d.assert_serves();
+}
+
+#[test]
 fn a_vmspliced_pipe_kept_after_release_never_shows_the_next_tenants_bytes() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;

@@ -21,7 +21,7 @@ use std::path::Path;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
 pub use protocol::{PoolCounters, ServiceStats};
-pub use server::{PoolConfig, Server, ServerConfig};
+pub use server::{PoolConfig, Reuse, Server, ServerConfig};
 pub use worker::Verify;
 
 /// Where `prezero serve` listens unless told otherwise.

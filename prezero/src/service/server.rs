@@ -33,7 +33,7 @@ use super::protocol::{
     MAX_MESSAGE,
 };
 use super::segment::{check_leases_work, find_holders, Segment, ADOPT_BUDGET};
-use super::worker::{Done, Job, Verify, Worker};
+use super::worker::{Clean, Done, Job, Verify, Worker};
 use super::{socket_address, DEFAULT_SOCKET};
 use crate::error::{Error, Result};
 use crate::pool::ScrubPriority;
@@ -68,6 +68,8 @@ pub struct ServerConfig {
     pub uid_cap: Option<usize>,
     /// How scrubbed segments are checked.
     pub verify: Verify,
+    /// Scrub in place for the same uid, or fresh pages always.
+    pub reuse: Reuse,
     /// The worker's scheduling.
     pub scrub_priority: ScrubPriority,
     /// How often quarantined segments are checked for other holders.
@@ -88,6 +90,7 @@ impl Default for ServerConfig {
             allow_gids: Vec::new(),
             uid_cap: None,
             verify: Verify::Full,
+            reuse: Reuse::SameUid,
             scrub_priority: ScrubPriority::Idle,
             recheck: Duration::from_millis(20),
             max_conns_per_uid: 64,
@@ -143,12 +146,35 @@ impl ServerConfig {
     }
 }
 
+/// Which memory a released segment may come back as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reuse {
+    /// Scrubbed in place (streaming stores) for the uid that held it; fresh
+    /// pages when another uid needs it. A pin the uid kept past the release
+    /// can reach only that uid's later hand-outs.
+    SameUid,
+    /// Fresh pages after every release.
+    Fresh,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Ready,
-    Leased { conn: u64, uid: u32 },
-    Quarantined { uid: u32 },
-    Scrubbing { uid: u32 },
+    /// Zero and verified; `owner`: only that uid may have it (scrubbed in place).
+    Ready {
+        owner: Option<u32>,
+    },
+    Leased {
+        conn: u64,
+        uid: u32,
+    },
+    Quarantined {
+        uid: u32,
+    },
+    /// With the worker; `uid`: who is charged meanwhile (none for ready
+    /// memory of one uid made fresh for another).
+    Scrubbing {
+        uid: Option<u32>,
+    },
 }
 
 struct Slot {
@@ -157,6 +183,9 @@ struct Slot {
     state: State,
     /// `None` while the worker has it.
     seg: Option<Segment>,
+    /// Taken over from a previous instance: who held it last is a guess, so
+    /// it gets fresh pages.
+    adopted: bool,
 }
 
 struct Conn {
@@ -277,6 +306,7 @@ impl Server {
                     len: seg.len(),
                     state: State::Quarantined { uid },
                     seg: Some(seg),
+                    adopted: true,
                 },
             );
             next_id += 1;
@@ -298,8 +328,9 @@ impl Server {
                             Slot {
                                 pool: i,
                                 len: p.segment_size,
-                                state: State::Ready,
+                                state: State::Ready { owner: None },
                                 seg: Some(seg),
+                                adopted: false,
                             },
                         );
                         next_id += 1;
@@ -666,8 +697,8 @@ impl Server {
             .filter(|s| match s.state {
                 State::Leased { uid: u, .. }
                 | State::Quarantined { uid: u }
-                | State::Scrubbing { uid: u } => u == uid,
-                State::Ready => false,
+                | State::Scrubbing { uid: Some(u) } => u == uid,
+                State::Ready { .. } | State::Scrubbing { uid: None } => false,
             })
             .map(|s| s.len)
             .sum()
@@ -707,12 +738,16 @@ impl Server {
             );
         };
         let cfg = self.pools[pool].cfg;
-        let ready: Vec<u64> = self
-            .slots
-            .iter()
-            .filter(|(_, s)| s.pool == pool && s.state == State::Ready)
-            .map(|(&id, _)| id)
-            .collect();
+        let uid = self.conns[&conn].uid;
+        // What this uid may have: its own scrubbed segments first (they spare
+        // fresh ones for others), then fresh ones.
+        let of_pool = |owner| {
+            self.slots
+                .iter()
+                .filter(move |(_, s)| s.pool == pool && s.state == State::Ready { owner })
+                .map(|(&id, _)| id)
+        };
+        let ready: Vec<u64> = of_pool(Some(uid)).chain(of_pool(None)).collect();
         let ready_bytes = ready.len() * cfg.segment_size;
         if bytes == 0 {
             return refuse(libc::EINVAL, ready_bytes, "zero bytes requested".into());
@@ -729,7 +764,6 @@ impl Server {
             );
         }
         let n = (bytes as usize).div_ceil(cfg.segment_size);
-        let uid = self.conns[&conn].uid;
         if let Some(cap) = self.cfg.uid_cap {
             let used = self.uid_used(uid);
             if used + n * cfg.segment_size > cap {
@@ -745,8 +779,10 @@ impl Server {
         }
         if ready.len() < n {
             // Clients wait on the worker now: it runs at normal priority on
-            // every core until the pools are back at their targets.
+            // every core until the pools are back at their targets, and other
+            // uids' scrubbed segments get fresh pages for this one.
             self.worker.set_urgent(true);
+            self.make_fresh_for(pool, uid, n - ready.len());
             return refuse(
                 libc::ENOMEM,
                 ready_bytes,
@@ -777,8 +813,9 @@ impl Server {
         // The client now maps and populates the segments: page-table work that
         // waits on the kernel's hugetlb fault locks, which the worker's page
         // faulting would hold for a page's zeroing at a time.
-        self.worker
-            .stand_back(Duration::from_micros(500 + (n * cfg.segment_size >> 20) as u64));
+        self.worker.stand_back(Duration::from_micros(
+            500 + (n * cfg.segment_size >> 20) as u64,
+        ));
         let sock = self.conns[&conn].sock.as_fd();
         for (k, (ids, fds)) in chosen
             .chunks(MAX_FDS)
@@ -869,37 +906,54 @@ impl Server {
                 }
             }
         }
-        if candidates.is_empty() {
-            return;
-        }
-        let mut batch = Vec::with_capacity(candidates.len());
+        // Scrubbed in place only for the uid that held it, and only if that
+        // uid is known for sure; fresh pages otherwise.
+        let (mut in_place, mut fresh) = (Vec::new(), Vec::new());
         for id in candidates {
             let s = self.slots.get_mut(&id).expect("candidate from slots");
             if let State::Quarantined { uid } = s.state {
-                batch.push((id, s.seg.take().expect("quarantined segments are home")));
-                s.state = State::Scrubbing { uid };
+                let seg = s.seg.take().expect("quarantined segments are home");
+                s.state = State::Scrubbing { uid: Some(uid) };
+                if s.adopted || self.cfg.reuse == Reuse::Fresh {
+                    fresh.push((id, seg));
+                } else {
+                    in_place.push((id, seg));
+                }
             }
         }
-        let jobs = self
-            .worker
-            .jobs
-            .as_ref()
-            .expect("worker runs until shutdown");
-        if let Err(e) = jobs.send(Job::Refresh(batch)) {
-            let Job::Refresh(batch) = e.0 else {
-                unreachable!("sent a refresh job")
-            };
-            for (id, seg) in batch {
-                self.requarantine(id, seg);
-            }
-        }
+        self.send_clean(in_place, Clean::InPlace);
+        self.send_clean(fresh, Clean::Fresh);
     }
 
-    fn requarantine(&mut self, id: u64, seg: Segment) {
-        if let Some(s) = self.slots.get_mut(&id) {
-            if let State::Scrubbing { uid } = s.state {
-                s.seg = Some(seg);
-                s.state = State::Quarantined { uid };
+    /// Gives up to `k` ready segments of `pool` that only other uids may have
+    /// fresh pages, for `uid`.
+    fn make_fresh_for(&mut self, pool: usize, uid: u32, k: usize) {
+        let mut batch = Vec::new();
+        for (&id, s) in self.slots.iter_mut() {
+            if batch.len() == k {
+                break;
+            }
+            if s.pool == pool && matches!(s.state, State::Ready { owner: Some(o) } if o != uid) {
+                batch.push((id, s.seg.take().expect("ready segments are home")));
+                s.state = State::Scrubbing { uid: None };
+            }
+        }
+        self.send_clean(batch, Clean::Fresh);
+    }
+
+    /// Sends `batch` to the worker; if it is gone (shutdown), the segments go.
+    fn send_clean(&mut self, batch: Vec<(u64, Segment)>, how: Clean) {
+        if batch.is_empty() {
+            return;
+        }
+        let ids: Vec<u64> = batch.iter().map(|&(id, _)| id).collect();
+        let sent = match &self.worker.jobs {
+            Some(jobs) => jobs.send(Job::Clean(batch, how)).is_ok(),
+            None => false,
+        };
+        if !sent {
+            for id in ids {
+                self.slots.remove(&id);
             }
         }
     }
@@ -924,22 +978,23 @@ impl Server {
         unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
         while let Ok(done) = self.done.try_recv() {
             match done {
-                Done::Refreshed {
+                Done::Cleaned {
                     id,
                     seg,
+                    how,
                     bad,
-                    refresh,
+                    clean,
                     verify,
                     verified,
                 } => {
                     self.counters.scrubbed_bytes += seg.len() as u64;
-                    self.counters.scrub_ns += refresh.as_nanos() as u64;
+                    self.counters.scrub_ns += clean.as_nanos() as u64;
                     self.counters.verified_bytes += verified as u64;
                     self.counters.verify_ns += verify.as_nanos() as u64;
                     if let Some(off) = bad {
                         self.counters.verify_failures += 1;
                         log(&format!(
-                            "segment {id}: non-zero byte at offset {off} after its refresh; destroyed, never handed out"
+                            "segment {id}: non-zero byte at offset {off} after cleaning; destroyed, never handed out"
                         ));
                         self.destroy_segment(seg);
                         self.destroy(id);
@@ -954,8 +1009,13 @@ impl Server {
                         self.destroy(id);
                         continue;
                     }
+                    let owner = match (how, s.state) {
+                        (Clean::InPlace, State::Scrubbing { uid }) => uid,
+                        _ => None,
+                    };
                     s.seg = Some(seg);
-                    s.state = State::Ready;
+                    s.state = State::Ready { owner };
+                    s.adopted = false;
                 }
                 Done::Lost { id, why } => {
                     log(&format!(
@@ -977,8 +1037,9 @@ impl Server {
                                 Slot {
                                     pool,
                                     len: seg.len(),
-                                    state: State::Ready,
+                                    state: State::Ready { owner: None },
                                     seg: Some(seg),
+                                    adopted: false,
                                 },
                             );
                             self.next_id += 1;
@@ -1008,19 +1069,24 @@ impl Server {
             let (mut ready, mut total) = (0, 0);
             for s in self.slots.values().filter(|s| s.pool == i) {
                 total += s.len;
-                if s.state == State::Ready {
+                if matches!(s.state, State::Ready { .. }) {
                     ready += s.len;
                 }
             }
             short |= ready < cfg.target;
             if ready >= cfg.target + cfg.segment_size {
-                let extra = self
+                // Segments only one uid may have go first: fresh ones serve anyone.
+                let mut extra: Vec<(bool, u64)> = self
                     .slots
                     .iter()
-                    .filter(|(_, s)| s.pool == i && s.state == State::Ready)
-                    .map(|(&id, _)| id)
-                    .take((ready - cfg.target) / cfg.segment_size)
-                    .collect::<Vec<_>>();
+                    .filter_map(|(&id, s)| match s.state {
+                        State::Ready { owner } if s.pool == i => Some((owner.is_none(), id)),
+                        _ => None,
+                    })
+                    .collect();
+                extra.sort_unstable();
+                extra.truncate((ready - cfg.target) / cfg.segment_size);
+                let extra: Vec<u64> = extra.into_iter().map(|(_, id)| id).collect();
                 for id in extra {
                     self.destroy(id);
                 }
@@ -1060,7 +1126,7 @@ impl Server {
                 };
                 for s in self.slots.values().filter(|s| s.pool == i) {
                     match s.state {
-                        State::Ready => c.ready += 1,
+                        State::Ready { .. } => c.ready += 1,
                         State::Leased { .. } => c.leased += 1,
                         State::Quarantined { .. } => c.quarantined += 1,
                         State::Scrubbing { .. } => c.scrubbing += 1,

@@ -1,15 +1,19 @@
-//! The daemon's background thread: it gives released segments fresh pages and
+//! The daemon's background thread: it makes released segments zero again and
 //! verifies them, and creates and destroys segments, so the event loop never
 //! spends more than a system call on any one client.
 //!
-//! A refresh punches the whole file and faults fresh pages back in: the kernel
-//! zeroes them (~10 GB/s per thread for 2 MiB pages on a Zen 4, against ~85 GB/s
-//! for a streaming-store scrub of the same memory in place), but only fresh
-//! pages are out of reach of a page reference the last tenant kept without a
-//! file (an io_uring fixed buffer, a `vmsplice`d pipe, a VFIO or RDMA pin).
-//! When clients are being refused for want of ready memory the event loop
-//! raises the thread to normal priority and refreshes on every core.
+//! Two ways to make a segment zero ([`Clean`]): scrub it in place with
+//! streaming stores (~85 GB/s a thread on a Zen 4), or punch the whole file and
+//! fault fresh pages in, which the kernel zeroes (~10 GB/s). Only fresh pages
+//! are out of reach of a page reference the last tenant kept without a file
+//! (an io_uring fixed buffer, a `vmsplice`d pipe, a VFIO or RDMA pin), so the
+//! event loop asks for them whenever a segment passes to another uid. Either
+//! way every page is faulted in first with `MADV_POPULATE_WRITE`, so a page a
+//! tenant punched out is an error, not a SIGBUS. When clients are being refused
+//! for want of ready memory the event loop raises the thread to normal priority
+//! and it faults pages in on every core.
 
+use std::ops::ControlFlow;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -18,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::segment::Segment;
+use crate::clear::{clear_bounded_with, Temperature};
 use crate::error::{Error, Result};
 use crate::pool::ScrubPriority;
 use crate::region::PageKind;
@@ -44,9 +49,9 @@ const STEP: usize = 64 << 20;
 const POPULATE_STEP: usize = 16 << 20;
 
 pub(crate) enum Job {
-    /// Quarantined segments the lease check found unheld: each gets fresh pages
-    /// and is verified.
-    Refresh(Vec<(u64, Segment)>),
+    /// Quarantined segments the lease check found unheld (or ready segments of
+    /// one uid wanted by another): each is made zero and verified.
+    Clean(Vec<(u64, Segment)>, Clean),
     Create {
         pool: usize,
         page: PageKind,
@@ -56,13 +61,23 @@ pub(crate) enum Job {
     Destroy(Segment),
 }
 
+/// How a segment is made zero again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clean {
+    /// Streaming stores over the pages it has: for the uid that held it.
+    InPlace,
+    /// Punched and repopulated: for anyone.
+    Fresh,
+}
+
 pub(crate) enum Done {
-    Refreshed {
+    Cleaned {
         id: u64,
         seg: Segment,
+        how: Clean,
         /// Offset of a non-zero byte found by verification.
         bad: Option<usize>,
-        refresh: Duration,
+        clean: Duration,
         verify: Duration,
         verified: usize,
     },
@@ -298,9 +313,9 @@ impl Env<'_> {
 fn run(rx: Receiver<Job>, env: &Env<'_>) {
     while let Ok(job) = rx.recv() {
         let sent = match job {
-            Job::Refresh(batch) => batch
+            Job::Clean(batch, how) => batch
                 .into_iter()
-                .all(|(id, seg)| env.report(refresh(id, seg, env))),
+                .all(|(id, seg)| env.report(clean(id, seg, how, env))),
             Job::Create { pool, page, len } => {
                 let seg = Segment::create(page, len).and_then(|seg| match env.populate(&seg) {
                     Ok(true) => Ok(seg),
@@ -327,12 +342,14 @@ fn destroy(seg: Segment) {
     drop(seg);
 }
 
-fn refresh(id: u64, seg: Segment, env: &Env<'_>) -> Done {
+fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
     let len = seg.len();
     let t = Instant::now();
-    if let Err(why) = env.at_normal_priority(|| seg.punch()) {
-        env.at_normal_priority(|| drop(seg));
-        return Done::Lost { id, why };
+    if how == Clean::Fresh {
+        if let Err(why) = env.at_normal_priority(|| seg.punch()) {
+            env.at_normal_priority(|| drop(seg));
+            return Done::Lost { id, why };
+        }
     }
     match env.populate(&seg) {
         Ok(true) => {}
@@ -345,13 +362,26 @@ fn refresh(id: u64, seg: Segment, env: &Env<'_>) -> Done {
             return Done::Lost { id, why };
         }
     }
-    let refresh = t.elapsed();
     let (ptr, _) = seg.memory();
     // SAFETY: the event loop sends a segment here only once the lease check has
     // proven that no other open file description exists, and keeps no reference
     // to its memory while the worker owns it; every page was just populated, so
-    // reading cannot fault; the mapping lives as long as `seg`.
-    let buf = unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) };
+    // no access can fault; the mapping lives as long as `seg`.
+    let buf = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) };
+    if how == Clean::InPlace {
+        let check = |_: usize| {
+            if env.stopping() {
+                ControlFlow::Break(())
+            } else {
+                ControlFlow::Continue(())
+            }
+        };
+        let cleared = clear_bounded_with(buf, Temperature::Cold, STEP, check).unwrap_or(0);
+        if cleared < len {
+            return Done::Abandoned { id };
+        }
+    }
+    let clean = t.elapsed();
     let t = Instant::now();
     let mut bad = None;
     let mut verified = 0;
@@ -379,11 +409,12 @@ fn refresh(id: u64, seg: Segment, env: &Env<'_>) -> Done {
             }
         }
     }
-    Done::Refreshed {
+    Done::Cleaned {
         id,
         seg,
+        how,
         bad,
-        refresh,
+        clean,
         verify: t.elapsed(),
         verified,
     }
