@@ -664,16 +664,16 @@ pub fn render(info: &Value, all: &[Value]) -> String {
                 })
                 .collect(),
         ));
-        h.push_str("<p>The daemon's worker making released memory zero again between tenants (the file punched and repopulated with fresh pages the kernel zeroes, one thread, then every byte verified) beside the clearing engine on cold memory: the price of pages no earlier tenant's pin can reach.</p>\n");
+        h.push_str("<p>The daemon's scrubber (a segment going back to the uid that released it: streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory. Between uids the daemon gives fresh pages instead, which the kernel zeroes.</p>\n");
         h.push_str(&table(
             &[
                 "page",
                 "bytes",
-                "refresh GB/s",
+                "scrub GB/s",
                 "verify GB/s",
                 "both GB/s",
                 "engine cold GB/s",
-                "refresh / engine",
+                "scrub / engine",
             ],
             of("scrub")
                 .iter()

@@ -1,7 +1,6 @@
 //! `prezero bench service`: what `prezero serve` costs a client and what it
-//! saves one. Hand-out latency (p50/p99) per request size, the GB/s at which
-//! the daemon makes released memory zero again (fresh pages, verified) beside
-//! the clearing engine's cold-memory rate, and a "VM
+//! saves one. Hand-out latency (p50/p99) per request size, the background
+//! scrubber's GB/s beside the clearing engine's cold-memory rate, and a "VM
 //! boot": N GiB of zeroed, populated 2 MiB memory from the service against
 //! the kernel paths a VMM uses today, host-warm and host-cold.
 
@@ -322,13 +321,12 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
 /// Rounds of this scrub-rate phase.
 const SCRUB_ROUNDS: usize = 3;
 
-/// The daemon's refresh of released memory (punch, fresh pages the kernel
-/// zeroes, one thread at idle priority) against the clearing engine on cold
-/// memory (Auto, cold, one thread, in this process), in alternating rounds so
-/// both meet the same machine: each round clears two cold GiB here, then hands
-/// `bytes` of the service's memory back and waits, polling gently, until it is
-/// refreshed and verified. Rates are the worker's own timings; medians over
-/// the rounds.
+/// The scrubber against the clearing engine on cold memory (Auto, cold, one
+/// thread, in this process), in alternating rounds so both meet the same
+/// machine: each round clears two cold GiB here, then hands `bytes` of the
+/// service's memory back and waits, polling gently, until it is scrubbed and
+/// verified (in place: the segments go back to this process's uid). Rates are
+/// the worker's own timings; medians over the rounds.
 fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(), String> {
     if bytes == 0 {
         return Ok(());
@@ -385,9 +383,9 @@ fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(
         );
     } else {
         println!(
-            "# refresh between tenants ({SCRUB_ROUNDS} rounds of {}, medians): fresh pages at {scrub:.1} GB/s, \
+            "# scrubber, same uid ({SCRUB_ROUNDS} rounds of {}, medians): cleared at {scrub:.1} GB/s, \
              verified at {verify:.1} GB/s ({both:.1} GB/s both); clearing engine, cold memory, 1 thread: \
-             {cold:.1} GB/s; refresh/engine = {:.2}",
+             {cold:.1} GB/s; scrub/engine = {:.2}",
             fmt_size(bytes),
             scrub / cold
         );

@@ -186,7 +186,7 @@ impl Segment {
     }
 
     /// The daemon's mapping, for verification. The caller must be the only user
-    /// of the segment's memory (the segment is proven unheld and refreshed).
+    /// of the segment's memory (the segment is proven unheld and populated).
     pub(crate) fn memory(&self) -> (NonNull<u8>, usize) {
         (self.ptr, self.len)
     }
@@ -227,9 +227,10 @@ impl Segment {
         Ok(())
     }
 
-    /// Faults fresh pages into `[off, off+len)` of the file with `threads`
-    /// threads (`MADV_POPULATE_WRITE`): the kernel zeroes each. A page the
-    /// hugetlb pool cannot supply is an error, not a SIGBUS.
+    /// Faults every missing page of `[off, off+len)` into the file with
+    /// `threads` threads (`MADV_POPULATE_WRITE`): the kernel zeroes each new one,
+    /// and pages already there are left as they are. A page the hugetlb pool
+    /// cannot supply is an error, not a SIGBUS.
     pub(crate) fn repopulate(&self, off: usize, len: usize, threads: usize) -> Result<()> {
         assert!(
             off <= self.len && len <= self.len - off,

@@ -4,17 +4,21 @@
 //! A segment's life, and the rule that keeps tenants apart:
 //!
 //! ```text
-//!   create ──> Ready ──ALLOC──> Leased(conn) ──RELEASE / disconnect / exit──> Quarantined(uid)
-//!                ^                                                              │
-//!                │         no other open file description anywhere (lease)      │
-//!                │                                                              v
-//!                └── verified zero <── fresh pages (punch, repopulate) <── Scrubbing(uid)
+//!   create ──> Ready(anyone) ──ALLOC──> Leased(conn, uid) ──RELEASE / disconnect / exit──> Quarantined(uid)
+//!                ^      ^                    ^                                                │
+//!                │      │ fresh pages        │ ALLOC by uid      no other open file           │
+//!                │      │ (another uid       │                   description anywhere (lease) v
+//!                │      │  asked)       Ready(uid) <── scrubbed in place ──────────── Scrubbing(uid)
+//!                │      └───────────────────┘                                                 │
+//!                └────────── fresh pages (reuse = fresh, or taken over at start-up) ──────────┘
 //! ```
 //!
 //! * Only the event loop changes states; the worker owns a segment's memory
 //!   only while it is `Scrubbing`, and hands it back by message.
+//! * A segment passes to another uid only with fresh pages (punched and
+//!   repopulated): a page reference held without a file stays with the old page.
 //! * `Quarantined` and `Scrubbing` segments count against the uid that held them.
-//! * A segment that fails verification, or whose fresh pages cannot be had, is
+//! * A segment that fails verification, or whose pages cannot be had, is
 //!   destroyed, never handed out.
 //! * Every segment is in the ledger file, so that a restarted daemon finds the
 //!   ones still held (start-up only: [`find_holders`]), takes them over as
@@ -678,7 +682,7 @@ impl Server {
             Request::Release { ids } => {
                 let r = self.release(conn, &ids);
                 // Clients let go before they release: the lease is usually
-                // granted now, and the refresh need not wait for the next round.
+                // granted now, and the cleaning need not wait for the next round.
                 self.check_quarantine_of(&ids);
                 r
             }
