@@ -233,12 +233,13 @@ impl Segment {
     /// cannot supply is an error, not a SIGBUS.
     pub(crate) fn repopulate(&self, off: usize, len: usize, threads: usize) -> Result<()> {
         assert!(
-            off <= self.len && len <= self.len - off,
-            "range in the segment"
+            off <= self.len && len <= self.len - off && off.is_multiple_of(self.page_size()),
+            "a range of the segment from a page boundary"
         );
-        // SAFETY: the range lies in our own shared mapping; nobody relies on its
-        // pages being absent.
-        let r = unsafe { crate::prefault::prefault_raw(self.ptr.as_ptr().add(off), len, threads) };
+        // SAFETY: the range lies in our own shared hugetlb mapping, from a page
+        // boundary; nobody relies on its pages being absent.
+        let r =
+            unsafe { crate::prefault::prefault_as(self.ptr.as_ptr().add(off), len, threads, true) };
         match r {
             Ok(_) => Ok(()),
             // The fault found no page to allocate (the kernel says EFAULT).
