@@ -41,12 +41,10 @@ pub enum Verify {
     },
 }
 
-/// Bytes verified between checks for shutdown.
-const STEP: usize = 64 << 20;
-
-/// Bytes faulted in between checks for shutdown and for a client mapping its
-/// hand-out: 16 MiB is ~1.6 ms of kernel zeroing on one thread.
-const POPULATE_STEP: usize = 16 << 20;
+/// Bytes faulted in, scrubbed or verified between checks for shutdown and
+/// for a client mapping its hand-out: 16 MiB is ~1.6 ms of kernel zeroing on
+/// one thread, ~0.2 ms of streaming stores.
+const STEP: usize = 16 << 20;
 
 pub(crate) enum Job {
     /// Quarantined segments the lease check found unheld (or ready segments of
@@ -254,7 +252,9 @@ impl Env<'_> {
         self.stop.load(Ordering::Acquire)
     }
 
-    /// Waits while a client maps its hand-out (see [`Worker::stand_back`]).
+    /// Waits while a client maps its hand-out (see [`Worker::stand_back`]);
+    /// between steps of every phase, so a client's mapping does not share the
+    /// memory bandwidth with a scrub or a read-back either.
     fn wait_quiet(&self) {
         while !self.stopping() && !self.urgent.load(Ordering::Acquire) {
             let now = self.epoch.elapsed().as_nanos() as u64;
@@ -269,7 +269,7 @@ impl Env<'_> {
     /// Faults in every page of `seg`, a step at a time, standing back while
     /// clients map their hand-outs. `Ok(false)`: stopped by shutdown.
     fn populate(&self, seg: &Segment) -> Result<bool> {
-        let step = POPULATE_STEP.max(seg.page_size());
+        let step = STEP.max(seg.page_size());
         let mut off = 0;
         while off < seg.len() {
             self.wait_quiet();
@@ -370,6 +370,7 @@ fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
     let buf = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) };
     if how == Clean::InPlace {
         let check = |_: usize| {
+            env.wait_quiet();
             if env.stopping() {
                 ControlFlow::Break(())
             } else {
@@ -388,6 +389,7 @@ fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
     match env.verify {
         Verify::Full => {
             for (i, chunk) in buf.chunks(STEP).enumerate() {
+                env.wait_quiet();
                 if env.stopping() {
                     return Done::Abandoned { id };
                 }
