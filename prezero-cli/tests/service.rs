@@ -625,3 +625,45 @@ fn a_client_short_of_descriptors_gets_a_clear_error_and_the_daemon_takes_all_bac
     );
     d.wait_all_ready();
 }
+
+/// The scheduling policy of the daemon's worker thread ("prezero-serve-scrub",
+/// cut to 15 characters in `comm`).
+fn worker_policy(d: &Daemon) -> libc::c_int {
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", d.pid())).unwrap();
+    for t in tasks.flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == "prezero-serve-s" {
+            let tid: libc::pid_t = t.file_name().to_str().unwrap().parse().unwrap();
+            // SAFETY: sched_getscheduler only reads another thread's policy.
+            let p = unsafe { libc::sched_getscheduler(tid) };
+            return p & !libc::SCHED_RESET_ON_FORK;
+        }
+    }
+    panic!("the daemon has no worker thread");
+}
+
+#[test]
+fn the_worker_leaves_idle_priority_while_clients_are_refused_and_goes_back_after() {
+    let Some(d) = Daemon::start("target=32M,cap=32M,segment=16M", &[]) else {
+        return;
+    };
+    wait_for("the worker at SCHED_IDLE", Duration::from_secs(5), || {
+        worker_policy(&d) == libc::SCHED_IDLE
+    });
+    let c = d.client();
+    let all = from_service(&c, 32 * MB).unwrap();
+    let e = from_service(&c, 16 * MB).err().expect("nothing is ready");
+    assert_eq!(e.errno(), libc::ENOMEM, "{e}");
+    assert_eq!(
+        worker_policy(&d),
+        libc::SCHED_OTHER,
+        "a refusal lifts the worker to normal priority"
+    );
+    drop(all);
+    d.wait_all_ready();
+    wait_for(
+        "the worker back at SCHED_IDLE once the target is met",
+        Duration::from_secs(10),
+        || worker_policy(&d) == libc::SCHED_IDLE,
+    );
+}

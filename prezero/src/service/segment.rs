@@ -96,14 +96,17 @@ impl Segment {
         if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
             return Err(Error::os("fchmod", io::Error::last_os_error()));
         }
-        Segment::map(file, page, len)
+        Segment::map(file, page, len, 0)
     }
 
     /// Takes over a segment a previous daemon made, from a holder's descriptor
     /// reopened as the daemon's own handle. Only a file that is still exactly
     /// what a daemon makes (sealed, of its uid, mode 0600, a whole number of
     /// pages) is adopted; its pages are not touched (a holder may have punched
-    /// holes).
+    /// holes). The mapping reserves nothing (`MAP_NORESERVE`): a hole would
+    /// otherwise need a free page now, and a tenant that emptied the hugetlb
+    /// pool would escape its charge; the pages are faulted in, or the segment
+    /// dropped, when it is cleaned.
     pub(crate) fn adopt(file: OwnedFd, page: PageKind) -> Result<Segment> {
         let st = fstat(file.as_fd())?;
         // SAFETY: fcntl(F_GET_SEALS) reads the seals of our own descriptor.
@@ -121,18 +124,19 @@ impl Segment {
                 "not a prezero segment (seals, owner, mode or size differ)",
             ));
         }
-        Segment::map(file, page, len)
+        Segment::map(file, page, len, libc::MAP_NORESERVE)
     }
 
-    /// Maps `file` shared; a hugetlb shortage is `HugetlbShortage`.
-    fn map(file: OwnedFd, page: PageKind, len: usize) -> Result<Segment> {
+    /// Maps `file` shared, with extra mmap `flags`; a hugetlb shortage is
+    /// `HugetlbShortage`.
+    fn map(file: OwnedFd, page: PageKind, len: usize, flags: libc::c_int) -> Result<Segment> {
         // SAFETY: a new shared mapping of our memfd at a kernel-chosen address.
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
+                libc::MAP_SHARED | flags,
                 file.as_raw_fd(),
                 0,
             )
@@ -340,23 +344,29 @@ pub(crate) struct Found {
 }
 
 /// Finds, for each `(dev, ino)` in `wanted`, one process that holds it as a
-/// descriptor (`/proc/PID/fd`) or a mapping (`/proc/PID/map_files`), and reopens
-/// it from there. Run once at start-up, to take over what a previous instance
-/// handed out; it stops at `deadline`. Only the descriptor table of each process
-/// is read (not each thread's), so its cost grows with descriptors, not with
-/// threads times descriptors; and only links named `memfd:prezero-*` are opened.
+/// descriptor (`/proc/PID/fd`) or a mapping (`/proc/PID/map_files`, which
+/// needs `CAP_CHECKPOINT_RESTORE` or `CAP_SYS_ADMIN`), reopens it from there
+/// and passes it to `found` at once. Run once at start-up, to take over what a
+/// previous instance handed out; it stops at `deadline`, checked at every
+/// descriptor. Only the descriptor table of each process is read (not each
+/// thread's), so its cost grows with descriptors, not threads times
+/// descriptors; a link is opened only if its name is `memfd:prezero-*` and its
+/// `(dev, ino)` (a `stat`, which opens nothing) is one of `wanted`.
 pub(crate) fn find_holders(
     wanted: &HashMap<(u64, u64), PageKind>,
     deadline: Instant,
-) -> HashMap<(u64, u64), Found> {
-    let mut found = HashMap::new();
+    mut found: impl FnMut((u64, u64), Found),
+) {
+    use std::os::unix::fs::MetadataExt;
+    let mut seen = std::collections::HashSet::new();
     let me = std::process::id().to_string();
     let Ok(procs) = fs::read_dir("/proc") else {
-        return found;
+        return;
     };
+    let over = || Instant::now() >= deadline;
     for p in procs.flatten() {
-        if found.len() == wanted.len() || Instant::now() >= deadline {
-            break;
+        if seen.len() == wanted.len() || over() {
+            return;
         }
         let name = p.file_name();
         let Some(pid) = name.to_str() else { continue };
@@ -366,6 +376,11 @@ pub(crate) fn find_holders(
         let base = p.path();
         let Some(uid) = real_uid(&base) else { continue };
         let mut take = |path: std::path::PathBuf| {
+            let Ok(md) = fs::metadata(&path) else { return };
+            let key = (md.dev(), md.ino());
+            if !wanted.contains_key(&key) || seen.contains(&key) {
+                return;
+            }
             let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
                 return;
             };
@@ -381,14 +396,20 @@ pub(crate) fn find_holders(
             }
             // SAFETY: a fresh descriptor nobody else owns.
             let file = unsafe { OwnedFd::from_raw_fd(raw) };
-            let Ok(st) = fstat(file.as_fd()) else { return };
-            let key = (st.st_dev, st.st_ino);
-            if wanted.contains_key(&key) && !found.contains_key(&key) {
-                found.insert(key, Found { file, uid });
+            // The link may have changed between the stat and the open.
+            match fstat(file.as_fd()) {
+                Ok(st) if (st.st_dev, st.st_ino) == key => {
+                    seen.insert(key);
+                    found(key, Found { file, uid });
+                }
+                _ => {}
             }
         };
         if let Ok(fds) = fs::read_dir(base.join("fd")) {
             for fd in fds.flatten() {
+                if over() {
+                    return;
+                }
                 let is_ours = fs::read_link(fd.path())
                     .is_ok_and(|t| t.as_os_str().as_encoded_bytes().starts_with(MEMFD_PREFIX));
                 if is_ours {
@@ -407,7 +428,6 @@ pub(crate) fn find_holders(
             }
         }
     }
-    found
 }
 
 /// What `/proc/PID/fd/N` reads for a segment: "/memfd:prezero-2MB (deleted)".

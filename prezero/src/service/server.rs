@@ -190,6 +190,9 @@ struct Slot {
     /// Taken over from a previous instance: who held it last is a guess, so
     /// it gets fresh pages.
     adopted: bool,
+    /// The memfd's `(dev, ino)`: its line in the ledger, also while the
+    /// worker has the segment.
+    file: (u64, u64),
 }
 
 struct Conn {
@@ -221,9 +224,10 @@ struct PoolRun {
 /// Most connections at once: each costs two descriptors.
 const MAX_CONNS: usize = 4096;
 
-/// Refusals of one uid's connections are logged at most this often (with the
-/// count of those not logged), so a tenant cannot flood the log.
-const REFUSAL_LOG_EVERY: Duration = Duration::from_secs(1);
+/// What one uid causes (refused connections, malformed messages) is logged at
+/// most this often (with the count of lines not logged), so a tenant cannot
+/// flood the log.
+const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The daemon. [`Server::start`] creates the pools and the socket; [`Server::run`]
 /// serves until SIGINT or SIGTERM.
@@ -245,9 +249,11 @@ pub struct Server {
     accept_paused_until: Option<Instant>,
     /// The daemon's effective uid (always allowed to connect).
     my_uid: u32,
-    /// Per uid: when a refused connection was last logged, and refusals since.
-    refusal_log: HashMap<u32, (Instant, u64)>,
+    /// Per uid: when a line it caused was last logged, and lines not logged since.
+    log_last: HashMap<u32, (Instant, u64)>,
     ledger: PathBuf,
+    /// The worker could not be raised once already (logged then).
+    told_no_escalation: bool,
 }
 
 fn log(msg: &str) {
@@ -309,6 +315,7 @@ impl Server {
                     pool,
                     len: seg.len(),
                     state: State::Quarantined { uid },
+                    file: (seg.dev, seg.ino),
                     seg: Some(seg),
                     adopted: true,
                 },
@@ -333,6 +340,7 @@ impl Server {
                                 pool: i,
                                 len: p.segment_size,
                                 state: State::Ready { owner: None },
+                                file: (seg.dev, seg.ino),
                                 seg: Some(seg),
                                 adopted: false,
                             },
@@ -371,7 +379,7 @@ impl Server {
                 }
             }
         }
-        write_ledger(&ledger, &slots);
+        write_ledger(&ledger, &slots, &cfg.pools);
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
@@ -404,8 +412,9 @@ impl Server {
             accept_paused_until: None,
             // SAFETY: geteuid has no preconditions.
             my_uid: unsafe { libc::geteuid() },
-            refusal_log: HashMap::new(),
+            log_last: HashMap::new(),
             ledger,
+            told_no_escalation: false,
         })
     }
 
@@ -575,25 +584,27 @@ impl Server {
         }
     }
 
-    /// Answers a refused connection with `errno` and logs it, at most once per
-    /// uid every [`REFUSAL_LOG_EVERY`] (with the count of refusals not logged).
+    /// Answers a refused connection with `errno` and logs it.
     fn refuse_conn(&mut self, sock: BorrowedFd<'_>, cred: &libc::ucred, errno: i32, why: &str) {
         self.counters.refusals += 1;
         let _ = send_error(sock, 0, errno, 0, why);
+        self.log_for(
+            cred.uid,
+            &format!("refused pid {} uid {}: {why}", cred.pid, cred.uid),
+        );
+    }
+
+    /// Logs what one uid caused, at most once every [`LOG_EVERY`] per
+    /// uid (with the count of lines not logged), so a tenant cannot flood the log.
+    fn log_for(&mut self, uid: u32, msg: &str) {
         let now = Instant::now();
-        let entry = self
-            .refusal_log
-            .entry(cred.uid)
-            .or_insert((now - REFUSAL_LOG_EVERY, 0));
-        if now.duration_since(entry.0) >= REFUSAL_LOG_EVERY {
+        let entry = self.log_last.entry(uid).or_insert((now - LOG_EVERY, 0));
+        if now.duration_since(entry.0) >= LOG_EVERY {
             let more = match entry.1 {
                 0 => String::new(),
                 n => format!(" ({n} more refusals of this uid not logged)"),
             };
-            log(&format!(
-                "refused pid {} uid {}: {why}{more}",
-                cred.pid, cred.uid
-            ));
+            log(&format!("{msg}{more}"));
             *entry = (now, 0);
         } else {
             entry.1 += 1;
@@ -656,11 +667,12 @@ impl Server {
                 Err(Malformed(why)) => {
                     self.counters.protocol_errors += 1;
                     let c = &self.conns[&id];
-                    log(&format!(
-                        "pid {} uid {}: malformed message ({why}): disconnected",
-                        c.pid, c.uid
-                    ));
                     let _ = send_error(c.sock.as_fd(), 0, libc::EPROTO, 0, why);
+                    let (pid, uid) = (c.pid, c.uid);
+                    self.log_for(
+                        uid,
+                        &format!("pid {pid} uid {uid}: malformed message ({why}): disconnected"),
+                    );
                     return self.disconnect(id);
                 }
             }
@@ -679,13 +691,7 @@ impl Server {
                 Err(AllocError::Gone) => return false,
                 Err(AllocError::Refused(r)) => r,
             },
-            Request::Release { ids } => {
-                let r = self.release(conn, &ids);
-                // Clients let go before they release: the lease is usually
-                // granted now, and the cleaning need not wait for the next round.
-                self.check_quarantine_of(&ids);
-                r
-            }
+            Request::Release { ids } => self.release(conn, &ids),
             Request::Stats => Reply::Stats(self.stats(self.conns[&conn].uid)),
         };
         if matches!(reply, Reply::Error { .. }) {
@@ -785,7 +791,7 @@ impl Server {
             // Clients wait on the worker now: it runs at normal priority on
             // every core until the pools are back at their targets, and other
             // uids' scrubbed segments get fresh pages for this one.
-            self.worker.set_urgent(true);
+            self.escalate(true);
             self.make_fresh_for(pool, uid, n - ready.len());
             return refuse(
                 libc::ENOMEM,
@@ -818,7 +824,7 @@ impl Server {
         // waits on the kernel's hugetlb fault locks, which the worker's page
         // faulting would hold for a page's zeroing at a time.
         self.worker.stand_back(Duration::from_micros(
-            500 + (n * cfg.segment_size >> 20) as u64,
+            500 + ((n * cfg.segment_size) >> 20) as u64,
         ));
         let sock = self.conns[&conn].sock.as_fd();
         for (k, (ids, fds)) in chosen
@@ -869,6 +875,9 @@ impl Server {
                 s.state = State::Quarantined { uid };
             }
         }
+        // Clients let go before they release: the lease is usually granted
+        // now, and the cleaning need not wait for the next round.
+        self.check_quarantine_of(ids);
         Reply::Released {
             count: ids.len() as u32,
         }
@@ -967,7 +976,7 @@ impl Server {
         if let Some(seg) = self.slots.remove(&id).and_then(|s| s.seg) {
             self.destroy_segment(seg);
         }
-        write_ledger(&self.ledger, &self.slots);
+        write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
     }
 
     fn destroy_segment(&self, seg: Segment) {
@@ -1042,12 +1051,13 @@ impl Server {
                                     pool,
                                     len: seg.len(),
                                     state: State::Ready { owner: None },
+                                    file: (seg.dev, seg.ino),
                                     seg: Some(seg),
                                     adopted: false,
                                 },
                             );
                             self.next_id += 1;
-                            write_ledger(&self.ledger, &self.slots);
+                            write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
                         }
                         Err(e) => {
                             if p.retry_at.is_none() {
@@ -1111,7 +1121,22 @@ impl Server {
             }
         }
         if !short {
-            self.worker.set_urgent(false);
+            self.escalate(false);
+        }
+    }
+
+    /// Raises the worker while clients are refused (see [`Worker::set_urgent`]);
+    /// says once if it cannot.
+    fn escalate(&mut self, urgent: bool) {
+        if let Err(e) = self.worker.set_urgent(urgent) {
+            if !self.told_no_escalation {
+                self.told_no_escalation = true;
+                log(&format!(
+                    "cannot raise the worker's priority while clients are refused ({e}): it stays \
+                     at {:?} (give the daemon CAP_SYS_NICE)",
+                    self.cfg.scrub_priority
+                ));
+            }
         }
     }
 
@@ -1257,6 +1282,11 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         if !dir.as_os_str().is_empty() && !dir.exists() {
             std::fs::create_dir_all(dir).map_err(|e| Error::os("create socket directory", e))?;
         }
+        check_private_dir(if dir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            dir
+        })?;
     }
     if path.exists() {
         refuse_if_served(path)?;
@@ -1286,6 +1316,25 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         return Err(Error::os("listen", io::Error::last_os_error()));
     }
     Ok(sock)
+}
+
+/// The socket's directory must be the daemon's (or root's), and others may
+/// not write to it unless it is sticky: else another user could swap the
+/// socket or the ledger for a link between their creation and their use.
+fn check_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(dir).map_err(|e| Error::os("stat the socket directory", e))?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let shared = md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0;
+    if (md.uid() != me && md.uid() != 0) || shared {
+        return Err(Error::invalid(format!(
+            "the socket directory {} must belong to uid {me} or root and not be writable by \
+             others (unless sticky): another user could replace the socket or the ledger",
+            dir.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Lets exactly root, the daemon's uid, `uids` and members of `gids` connect:
@@ -1328,7 +1377,7 @@ fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
     let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
     // SAFETY: both strings are NUL-terminated; the value is `blob.len()` bytes.
     let r = unsafe {
-        libc::setxattr(
+        libc::lsetxattr(
             c.as_ptr(),
             c"system.posix_acl_access".as_ptr(),
             blob.as_ptr().cast(),
@@ -1351,12 +1400,12 @@ fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
 /// Records every segment's file, `dev ino page-size` a line, so that a
 /// restarted daemon can tell its predecessor's files from any other. Written
 /// whole (a temporary file renamed over the old one) when segments come or go.
-fn write_ledger(path: &Path, slots: &BTreeMap<u64, Slot>) {
+fn write_ledger(path: &Path, slots: &BTreeMap<u64, Slot>, pools: &[PoolConfig]) {
     let mut text = String::from("prezero-ledger 1\n");
     for s in slots.values() {
-        if let Some(seg) = &s.seg {
-            text.push_str(&format!("{} {} {}\n", seg.dev, seg.ino, seg.page_size()));
-        }
+        let (dev, ino) = s.file;
+        let page = pools[s.pool].page.page_size();
+        text.push_str(&format!("{dev} {ino} {page}\n"));
     }
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -1389,7 +1438,7 @@ fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
     let mut wanted = HashMap::new();
     let Ok(mut f) = std::fs::OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
     else {
         return wanted;
@@ -1430,22 +1479,19 @@ fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(usize, Segment, u32)> {
     if wanted.is_empty() {
         return Vec::new();
     }
-    // In a thread of its own, so that a process whose descriptor blocks on
-    // open (a FUSE file, say) cannot hold the start-up past the budget.
+    // In a thread of its own, which passes on each file as it finds it, so
+    // that a process whose descriptor blocks in stat or open (a FUSE file,
+    // say) cannot hold the start-up past the budget, nor cost what was found.
     let deadline = Instant::now() + ADOPT_BUDGET;
     let (tx, rx) = std::sync::mpsc::channel();
     let looking = wanted.clone();
-    let spawned = std::thread::Builder::new()
+    let _ = std::thread::Builder::new()
         .name("prezero-serve-adopt".into())
-        .spawn(move || {
-            let _ = tx.send(find_holders(&looking, deadline));
-        });
-    let found = match spawned {
-        Ok(_) => rx
-            .recv_timeout(ADOPT_BUDGET + Duration::from_millis(500))
-            .unwrap_or_default(),
-        Err(_) => HashMap::new(),
-    };
+        .spawn(move || find_holders(&looking, deadline, |key, f| drop(tx.send((key, f)))));
+    let mut found = Vec::new();
+    while let Ok(f) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+        found.push(f);
+    }
     if Instant::now() >= deadline {
         log(&format!(
             "looking for segments a previous instance handed out took over {} s: stopped; \

@@ -161,20 +161,23 @@ impl Worker {
     /// Raises the thread to normal priority and all cores (`true`), or puts it
     /// back at its configured priority. Takes effect at once, also mid-job: a
     /// `SCHED_IDLE` thread on a busy machine would not run to notice a flag.
-    pub(crate) fn set_urgent(&self, urgent: bool) {
+    /// An error says the thread could not be raised (without `CAP_SYS_NICE`
+    /// a thread cannot leave `SCHED_IDLE` or lower its nice value).
+    pub(crate) fn set_urgent(&self, urgent: bool) -> std::io::Result<()> {
         if self.urgent.swap(urgent, Ordering::AcqRel) == urgent {
-            return;
+            return Ok(());
         }
         let tid = self.tid.load(Ordering::Acquire);
         if tid == 0 {
-            return;
+            return Ok(());
         }
         if urgent {
-            let _ = sys::set_sched_normal(tid);
-            let _ = sys::set_nice_of(tid, 0);
+            sys::set_sched_normal(tid)?;
+            sys::set_nice_of(tid, 0)?;
         } else {
             lower(self.priority, tid);
         }
+        Ok(())
     }
 
     /// Keeps the worker from faulting in pages for `d` from now (unless clients
