@@ -333,6 +333,31 @@ fn signal(d: &Daemon, sig: libc::c_int) {
     assert_eq!(unsafe { libc::kill(d.pid(), sig) }, 0);
 }
 
+/// A tenant of `uid` holding a segment of 16 MiB, zero when handed out and
+/// then filled with `fill`; and the answer to its request.
+fn holding_a_segment(d: &Daemon, uid: u32, fill: u8) -> (Tenant, Answer) {
+    let mut t = Tenant::spawn(uid, &[], &d.socket);
+    let got = t.ask("alloc 16M");
+    assert_eq!(got.num("nonzero"), -1, "{got}");
+    t.ask(&format!("fill {fill}"));
+    (t, got)
+}
+
+/// Tenant B, handed the segment A had (`got_a`): zero, then filled with 187.
+fn takes_over(d: &Daemon, got_a: &Answer) -> Tenant {
+    let mut b = Tenant::spawn(TENANT_B, &[], &d.socket);
+    let got_b = b.ask("alloc 16M");
+    assert_eq!(got_b.errno(), 0, "{got_b}");
+    assert_eq!(
+        got_b.num("ino"),
+        got_a.num("ino"),
+        "one segment in the pool: B has A's former segment"
+    );
+    assert_eq!(got_b.num("nonzero"), -1, "B's memory is zero: {got_b}");
+    b.ask("fill 187");
+    b
+}
+
 // ---------------------------------------------------------------------------
 // The attacks.
 
@@ -341,10 +366,7 @@ fn an_io_uring_fixed_buffer_kept_after_release_never_reaches_the_next_tenant() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;
     };
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let got_a = a.ask("alloc 16M");
-    assert_eq!(got_a.num("nonzero"), -1, "{got_a}");
-    a.ask("fill 17");
+    let (mut a, got_a) = holding_a_segment(&d, TENANT_A, 17);
     // The tenant pins the segment's first page in the kernel, with no file.
     let reg = a.ask("uring-register 2M");
     if reg.has("skip") {
@@ -361,16 +383,7 @@ fn an_io_uring_fixed_buffer_kept_after_release_never_reaches_the_next_tenant() {
     );
     a.ask("release");
 
-    let mut b = Tenant::spawn(TENANT_B, &[], &d.socket);
-    let got_b = b.ask("alloc 16M");
-    assert_eq!(got_b.errno(), 0, "{got_b}");
-    assert_eq!(
-        got_b.num("ino"),
-        got_a.num("ino"),
-        "one segment in the pool: B has A's former segment"
-    );
-    assert_eq!(got_b.num("nonzero"), -1, "B's memory is zero: {got_b}");
-    b.ask("fill 187");
+    let mut b = takes_over(&d, &got_a);
 
     // A reads its fixed buffer out (WRITE_FIXED to a file), writes into it
     // (READ_FIXED from a file of 0xaa), and reads it out again.
@@ -415,10 +428,7 @@ fn with_reuse_fresh_a_tenants_own_io_uring_pin_never_reaches_its_next_hand_out()
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &["--reuse", "fresh"]) else {
         return;
     };
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let first = a.ask("alloc 16M");
-    assert_eq!(first.num("nonzero"), -1, "{first}");
-    a.ask("fill 17");
+    let (mut a, first) = holding_a_segment(&d, TENANT_A, 17);
     let reg = a.ask("uring-register 2M");
     if reg.has("skip") {
         eprintln!(
@@ -475,25 +485,13 @@ fn a_vmspliced_pipe_kept_after_release_never_shows_the_next_tenants_bytes() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;
     };
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let got_a = a.ask("alloc 16M");
-    assert_eq!(got_a.num("nonzero"), -1, "{got_a}");
-    a.ask("fill 17");
+    let (mut a, got_a) = holding_a_segment(&d, TENANT_A, 17);
     // The pipe holds references to the segment's pages, with no file.
     let spliced = a.ask("vmsplice 1M");
     assert_eq!(spliced.num("bytes"), MB as i64, "{spliced}");
     a.ask("release");
 
-    let mut b = Tenant::spawn(TENANT_B, &[], &d.socket);
-    let got_b = b.ask("alloc 16M");
-    assert_eq!(got_b.errno(), 0, "{got_b}");
-    assert_eq!(
-        got_b.num("ino"),
-        got_a.num("ino"),
-        "one segment in the pool: B has A's former segment"
-    );
-    assert_eq!(got_b.num("nonzero"), -1, "B's memory is zero: {got_b}");
-    b.ask("fill 187");
+    let mut b = takes_over(&d, &got_a);
 
     let seen = a.ask("pipe-read 187");
     assert_eq!(seen.num("bytes"), MB as i64, "{seen}");
@@ -517,10 +515,7 @@ fn truncating_a_segment_fails_and_the_next_hand_out_is_zero() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;
     };
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let got_a = a.ask("alloc 16M");
-    assert_eq!(got_a.num("nonzero"), -1, "{got_a}");
-    a.ask("fill 90");
+    let (mut a, got_a) = holding_a_segment(&d, TENANT_A, 90);
     // Truncated under the daemon, the segment would SIGBUS its scrubber.
     let r = a.ask("ftruncate 0");
     assert_eq!(r.errno(), libc::EPERM, "ftruncate(fd, 0): {r}");
@@ -554,10 +549,7 @@ fn growing_a_segment_fails_and_the_next_tenant_gets_exactly_the_segment_size() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;
     };
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let got_a = a.ask("alloc 16M");
-    assert_eq!(got_a.num("nonzero"), -1, "{got_a}");
-    a.ask("fill 60");
+    let (mut a, got_a) = holding_a_segment(&d, TENANT_A, 60);
     // Grown, the segment would hold pages the daemon neither clears nor counts.
     let r = a.ask("ftruncate 18M");
     assert_eq!(r.errno(), libc::EPERM, "ftruncate to a larger size: {r}");
@@ -595,10 +587,7 @@ fn a_hole_punched_under_a_hugetlb_shortage_costs_a_segment_not_the_daemon() {
         return;
     };
     let c = d.client();
-    let mut a = Tenant::spawn(TENANT_A, &[], &d.socket);
-    let got_a = a.ask("alloc 16M");
-    assert_eq!(got_a.num("nonzero"), -1, "{got_a}");
-    a.ask("fill 119");
+    let (mut a, _) = holding_a_segment(&d, TENANT_A, 119);
     // Two pages out of the segment, then every free page of the machine into A's hands.
     let r = a.ask("fallocate 3 0 4M");
     assert_eq!(
