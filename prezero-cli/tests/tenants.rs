@@ -481,6 +481,82 @@ fn a_pool_full_of_one_uids_scrubbed_segments_still_serves_another_uid_fresh_ones
 }
 
 #[test]
+fn a_users_processes_in_a_user_namespace_it_made_share_its_cap() {
+    // A user with subordinate uids could run a process as each of them and
+    // get a cap per uid; the daemon charges the namespace's owner instead.
+    const SUBUID: u32 = 64210;
+    let sub = SUBUID.to_string();
+    let Some(d) = daemon_for_tenants(
+        "target=32M,cap=32M,segment=16M",
+        &["--allow-uid", &sub, "--uid-cap", "16M"],
+    ) else {
+        return;
+    };
+    let (mut a, _) = holding_a_segment(&d, TENANT_A, 1);
+    // A process of A's in a user namespace A made, which root maps as
+    // newuidmap does for a rootless container (0: A itself, 1: SUBUID from
+    // /etc/subuid); it waits on a FIFO for the map, then becomes uid 1 there:
+    // SUBUID to everyone outside.
+    let go = d.dir.join("go");
+    let c = std::ffi::CString::new(go.to_str().unwrap()).unwrap();
+    // SAFETY: c is NUL-terminated.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    // SAFETY: chmod of the FIFO just made (mkfifo's mode is cut by the umask).
+    unsafe { libc::chmod(c.as_ptr(), 0o666) };
+    let a_id = TENANT_A.to_string();
+    let script = format!(
+        "read x < {}; exec setpriv --reuid 1 --regid 1 --keep-groups {} client alloc 16M \
+         --no-fallback --socket {}",
+        go.display(),
+        bin(),
+        d.socket.display()
+    );
+    let child = Command::new("setpriv")
+        .args(["--reuid", &a_id, "--regid", &a_id, "--clear-groups"])
+        .args(["unshare", "--user", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let Ok(child) = child else {
+        eprintln!("skipped: setpriv and unshare (util-linux) are not installed");
+        return;
+    };
+    let pid = child.id();
+    let mine = std::fs::read_link("/proc/self/ns/user").unwrap();
+    wait_for(
+        "the child in its own user namespace",
+        Duration::from_secs(5),
+        || {
+            std::fs::read_link(format!("/proc/{pid}/ns/user")).is_ok_and(|n| n != mine)
+                || std::fs::metadata(format!("/proc/{pid}")).is_err()
+        },
+    );
+    let map = format!("0 {TENANT_A} 1\n1 {SUBUID} 1\n");
+    let mapped = std::fs::write(format!("/proc/{pid}/setgroups"), "deny")
+        .and_then(|()| std::fs::write(format!("/proc/{pid}/uid_map"), &map))
+        .and_then(|()| std::fs::write(format!("/proc/{pid}/gid_map"), &map));
+    std::fs::write(&go, "go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if let Err(e) = mapped {
+        eprintln!("skipped: user namespaces cannot be made or mapped here ({e}; {text})");
+        return;
+    }
+    assert!(!out.status.success(), "served past A's cap: {text}");
+    assert!(
+        text.contains(&format!("uid {TENANT_A} holds")) && text.contains("cap"),
+        "charged to A, the namespace's owner: {text}"
+    );
+    a.ask("release");
+    a.exit();
+    d.assert_serves();
+}
+
+#[test]
 fn a_vmspliced_pipe_kept_after_release_never_shows_the_next_tenants_bytes() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;

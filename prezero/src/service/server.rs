@@ -555,11 +555,12 @@ impl Server {
                 self.refuse_conn(sock.as_fd(), &cred, libc::EACCES, &why);
                 continue;
             }
-            let of_uid = self.conns.values().filter(|c| c.uid == cred.uid).count();
+            let pidfd = peer_pidfd(sock.as_fd(), cred.pid);
+            let tenant = tenant_uid(pidfd.as_ref(), cred.pid, cred.uid);
+            let of_uid = self.conns.values().filter(|c| c.uid == tenant).count();
             if of_uid >= self.cfg.max_conns_per_uid {
                 let why = format!(
-                    "uid {} has {of_uid} connections open, its limit (max_conns_per_uid)",
-                    cred.uid
+                    "uid {tenant} has {of_uid} connections open, its limit (max_conns_per_uid)"
                 );
                 self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
                 continue;
@@ -569,7 +570,6 @@ impl Server {
                 self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
                 continue;
             }
-            let pidfd = peer_pidfd(sock.as_fd(), cred.pid);
             let id = self.next_conn;
             self.next_conn += 1;
             self.conns.insert(
@@ -578,7 +578,7 @@ impl Server {
                     sock,
                     pidfd,
                     pid: cred.pid,
-                    uid: cred.uid,
+                    uid: tenant,
                 },
             );
         }
@@ -1562,6 +1562,55 @@ fn peer_groups(sock: BorrowedFd<'_>) -> Vec<u32> {
             return Vec::new();
         }
         groups.resize(needed, 0);
+    }
+}
+
+/// The uid a peer is a tenant as: its own, unless it runs in a user namespace
+/// that an unprivileged user made (`unshare -U`, a rootless container), where
+/// it may take any of that user's subordinate uids: then that user's, so they
+/// share one cap, one connection limit and one scrubbed-reuse tag. Namespaces
+/// root made (container runtimes giving each container its own range) keep
+/// their peers' uids. Without a way to see the namespace, the peer's uid.
+fn tenant_uid(pidfd: Option<&OwnedFd>, pid: i32, uid: u32) -> u32 {
+    const PIDFD_GET_USER_NAMESPACE: libc::c_ulong = 0xff09; // _IO(0xFF, 9), Linux 6.11
+    const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 2)
+    const NS_GET_OWNER_UID: libc::c_ulong = 0xb704; // _IO(0xb7, 4)
+    let own = |raw: libc::c_int| {
+        // SAFETY: a descriptor the kernel just returned, nobody else's.
+        (raw >= 0).then(|| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
+    };
+    let Some(mine) = std::fs::metadata("/proc/self/ns/user").ok() else {
+        return uid;
+    };
+    // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
+    let ns = pidfd
+        .and_then(|p| own(unsafe { libc::ioctl(p.as_raw_fd(), PIDFD_GET_USER_NAMESPACE) }))
+        .or_else(|| std::fs::File::open(format!("/proc/{pid}/ns/user")).ok());
+    let Some(mut ns) = ns else { return uid };
+    let mut owner = None;
+    use std::os::unix::fs::MetadataExt;
+    // Up to the daemon's namespace, remembering the last owner met; nesting
+    // is at most 32 deep.
+    for _ in 0..33 {
+        let Ok(md) = ns.metadata() else { break };
+        if (md.dev(), md.ino()) == (mine.dev(), mine.ino()) {
+            break;
+        }
+        let mut o: libc::uid_t = 0;
+        // SAFETY: NS_GET_OWNER_UID writes one uid_t into `o`.
+        if unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_OWNER_UID, &mut o) } != 0 {
+            break;
+        }
+        owner = Some(o);
+        // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
+        match own(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) }) {
+            Some(parent) => ns = parent,
+            None => break,
+        }
+    }
+    match owner {
+        Some(o) if o != 0 => o,
+        _ => uid,
     }
 }
 
