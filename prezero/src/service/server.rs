@@ -971,18 +971,15 @@ impl Server {
         }
     }
 
-    /// Frees a segment's pages in the worker, not in the event loop.
-    fn destroy(&mut self, id: u64) {
-        if let Some(seg) = self.slots.remove(&id).and_then(|s| s.seg) {
-            self.destroy_segment(seg);
-        }
-        write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
-    }
-
-    fn destroy_segment(&self, seg: Segment) {
-        if let Some(jobs) = &self.worker.jobs {
+    /// Forgets segment `id` and frees its pages in the worker, not in the
+    /// event loop: the slot's segment, or `returned` by the worker.
+    fn destroy(&mut self, id: u64, returned: Option<Segment>) {
+        let home = self.slots.remove(&id).and_then(|s| s.seg);
+        let seg = returned.or(home);
+        if let (Some(seg), Some(jobs)) = (seg, &self.worker.jobs) {
             let _ = jobs.send(Job::Destroy(seg));
         }
+        write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
     }
 
     fn collect_done(&mut self) {
@@ -1009,8 +1006,7 @@ impl Server {
                         log(&format!(
                             "segment {id}: non-zero byte at offset {off} after cleaning; destroyed, never handed out"
                         ));
-                        self.destroy_segment(seg);
-                        self.destroy(id);
+                        self.destroy(id, Some(seg));
                         continue;
                     }
                     let Some(s) = self.slots.get_mut(&id) else {
@@ -1018,8 +1014,7 @@ impl Server {
                     };
                     if seg.len() != self.pools[s.pool].cfg.segment_size {
                         // Taken over from an instance configured otherwise.
-                        self.destroy_segment(seg);
-                        self.destroy(id);
+                        self.destroy(id, Some(seg));
                         continue;
                     }
                     let owner = match (how, s.state) {
@@ -1034,7 +1029,7 @@ impl Server {
                     log(&format!(
                         "segment {id}: no fresh pages for it ({why}); destroyed, the pool is smaller until it grows back"
                     ));
-                    self.destroy(id);
+                    self.destroy(id, None);
                 }
                 Done::Abandoned { id } => {
                     self.slots.remove(&id);
@@ -1102,7 +1097,7 @@ impl Server {
                 extra.truncate((ready - cfg.target) / cfg.segment_size);
                 let extra: Vec<u64> = extra.into_iter().map(|(_, id)| id).collect();
                 for id in extra {
-                    self.destroy(id);
+                    self.destroy(id, None);
                 }
                 continue;
             }
