@@ -191,19 +191,19 @@ pub(crate) fn gettid() -> libc::pid_t {
 /// Puts thread `tid` back under the normal policy (e.g. a `SCHED_IDLE` scrubber
 /// that must finish promptly on shutdown even when every core is busy).
 pub(crate) fn set_sched_normal(tid: libc::pid_t) -> io::Result<()> {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: `param` is a valid sched_param; the kernel validates the tid.
-    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_OTHER, &param) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    set_policy(tid, libc::SCHED_OTHER)
 }
 
 /// Puts thread `tid` (0: the calling thread) under `SCHED_IDLE`.
 pub(crate) fn set_sched_idle_of(tid: libc::pid_t) -> io::Result<()> {
+    set_policy(tid, libc::SCHED_IDLE)
+}
+
+/// Sets thread `tid`'s scheduling policy (one without a static priority).
+fn set_policy(tid: libc::pid_t, policy: libc::c_int) -> io::Result<()> {
     let param = libc::sched_param { sched_priority: 0 };
     // SAFETY: `param` is a valid sched_param; the kernel validates the tid.
-    if unsafe { libc::sched_setscheduler(tid, libc::SCHED_IDLE, &param) } != 0 {
+    if unsafe { libc::sched_setscheduler(tid, policy, &param) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
