@@ -82,6 +82,33 @@
 // Scrubber at normal priority.
 #define PZ_SCRUB_NORMAL 2
 
+// `pz_cpu_features` bit: enhanced `rep stosb` (x86_64).
+#define PZ_FEATURE_ERMS (1 << 0)
+
+// `pz_cpu_features` bit: fast short `rep mov` (x86_64).
+#define PZ_FEATURE_FSRM (1 << 1)
+
+// `pz_cpu_features` bit: SSE2 (x86_64).
+#define PZ_FEATURE_SSE2 (1 << 2)
+
+// `pz_cpu_features` bit: AVX2 (x86_64).
+#define PZ_FEATURE_AVX2 (1 << 3)
+
+// `pz_cpu_features` bit: AVX-512F (x86_64).
+#define PZ_FEATURE_AVX512F (1 << 4)
+
+// `pz_cpu_features` bit: AVX-512BW (x86_64).
+#define PZ_FEATURE_AVX512BW (1 << 5)
+
+// `pz_cpu_features` bit: AMD `clzero` (x86_64).
+#define PZ_FEATURE_CLZERO (1 << 6)
+
+// `pz_cpu_features` bit: `dc zva` permitted (aarch64).
+#define PZ_FEATURE_DC_ZVA (1 << 7)
+
+// `pz_cpu_features` bit: FEAT_MOPS (aarch64).
+#define PZ_FEATURE_MOPS (1 << 8)
+
 // `pz_service_alloc` flag: fail rather than map local memory when the service
 // cannot serve.
 #define PZ_SERVICE_NO_FALLBACK 1
@@ -344,6 +371,13 @@ int pz_pool_destroy(struct pz_pool *pool);
 
 // Fills `*out`, whose `struct_size` the caller sets to `sizeof(pz_cpu_info)`.
 int pz_cpu_info(struct pz_cpu_info *out);
+
+// The CPU features the library uses (`PZ_FEATURE_*` bits), after
+// `PREZERO_CPU`, into `*features`, and those detection found into `*detected`;
+// either pointer may be NULL. Returns 0, or `-EINVAL` when `PREZERO_CPU` could
+// not be honoured (it names a level this CPU does not reach, or something
+// unknown): the library then uses no optional feature, and said why on stderr.
+int pz_cpu_features(uint32_t *features, uint32_t *detected);
 
 // Connects to `prezero serve` at `path` (NULL: `$PREZERO_SOCKET`, else
 // `/run/prezero/prezero.sock`). On success `*out` is the connection; when no

@@ -50,4 +50,10 @@ for t in test_ffi stress; do
     -o "$build/$t-asan" $(pkg-config --cflags prezero) "${static[@]}" -pthread
   ASAN_OPTIONS=detect_leaks=1 "$build/$t-asan"
 done
+# The C ABI honours PREZERO_CPU as the library does: a narrower CPU, and a mask
+# this CPU cannot honour (refused with -EINVAL, the library left on its baseline).
+if [ "$(uname -m)" = x86_64 ]; then
+  PREZERO_CPU=x86-64-v2,-clzero "$build/test_ffi"
+  PREZERO_CPU=x86-64-v9 "$build/test_ffi" 2>/dev/null
+fi
 echo "c tests: examples, test_ffi and stress passed, plain and under ASan/UBSan"

@@ -87,16 +87,7 @@ fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, Strin
     let kernels: Vec<Kernel> = Kernel::available().collect();
     let methods: Vec<Method> = kernels.iter().map(|&k| Method::Kernel(k)).collect();
     let figures = collect(&["hot", "cold"], sizes, &methods, reps, |_| ())?;
-    let extent_kernels: Vec<Kernel> = kernels
-        .iter()
-        .copied()
-        .filter(|k| {
-            matches!(
-                k,
-                Kernel::RepStosb | Kernel::Avx512Stream | Kernel::Avx2Stream | Kernel::DcZva
-            )
-        })
-        .collect();
+    let extent_kernels = contenders_at_largest(&figures, &kernels);
     let mut chunk_methods: Vec<Method> =
         extent_kernels.iter().map(|&k| Method::Kernel(k)).collect();
     for &k in &extent_kernels {
@@ -118,6 +109,20 @@ fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, Strin
         threads,
         chunk_extent,
     })
+}
+
+/// The kernels a large cold clear would use: within 20% of the fastest on the
+/// largest cold extent measured. Named by measurement, not by instruction set,
+/// so `clzero` or `movnti` are studied wherever they keep up.
+fn contenders_at_largest(figures: &[Figure], kernels: &[Kernel]) -> Vec<Kernel> {
+    let largest = figures.iter().map(|f| f.size).max().unwrap_or(0);
+    let at = |k: Kernel| median(figures, "cold", largest, Method::Kernel(k));
+    let best = kernels.iter().map(|&k| at(k)).fold(0.0, f64::max);
+    kernels
+        .iter()
+        .copied()
+        .filter(|&k| at(k) >= 0.8 * best)
+        .collect()
 }
 
 fn median(figs: &[Figure], mode: &str, size: usize, m: Method) -> f64 {
@@ -215,10 +220,10 @@ fn derive(m: &Measured) -> Value {
             )
         })
         .collect();
-    // The elision knee: the smallest extent (from 1 MiB) from which cold
-    // `rep stosb` keeps within 20% of the best streaming kernel, i.e. it no
-    // longer reads each line before writing it (seeds 001/002).
-    let rep = |size| median(&m.figures, "cold", size, Method::Kernel(Kernel::RepStosb));
+    // The elision knee of each temporal kernel: the smallest extent (from 1 MiB)
+    // from which it keeps within 20% of the best streaming kernel on cold
+    // memory, i.e. it no longer reads each line before writing it (seeds
+    // 001/002: `rep stos` on AMD Zen above ~LLC size).
     let stream = |size: usize| {
         m.kernels
             .iter()
@@ -226,12 +231,23 @@ fn derive(m: &Measured) -> Value {
             .map(|&k| median(&m.figures, "cold", size, Method::Kernel(k)))
             .fold(0.0, f64::max)
     };
-    let keeps_up = |s: usize| stream(s) > 0.0 && rep(s) >= 0.8 * stream(s);
     let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
-    let knee = big
+    let knees: serde_json::Map<String, Value> = m
+        .kernels
         .iter()
-        .copied()
-        .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
+        .filter(|k| !k.is_streaming())
+        .map(|&k| {
+            let keeps_up = |s: usize| {
+                stream(s) > 0.0
+                    && median(&m.figures, "cold", s, Method::Kernel(k)) >= 0.8 * stream(s)
+            };
+            let knee = big
+                .iter()
+                .copied()
+                .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
+            (k.name().to_string(), json!(knee))
+        })
+        .collect();
     let bounded: serde_json::Map<String, Value> = m
         .chunks
         .iter()
@@ -267,11 +283,12 @@ fn derive(m: &Measured) -> Value {
     json!({
         "format": PROFILE_FORMAT,
         "cpu_model": cpu.model_name,
+        "cpu_id": cpu.identity(),
         "microcode": cpuinfo_field("microcode"),
         "kernel": prezero::memory().kernel_release,
         "date": utc_now(),
         "profile": profile,
-        "elision_knee": knee,
+        "elision_knee": knees,
         "bounded_min_chunk": bounded,
         "threads": threads,
         "scrubber": {"streaming_gbps": round(at(true)), "temporal_gbps": round(at(false)), "streaming_wins": at(true) >= at(false)},
@@ -303,14 +320,14 @@ fn summarise(p: &Value) {
             .collect();
         println!("  {:<8} {}", t.name(), cls.join(", "));
     }
-    match p["elision_knee"].as_u64() {
-        Some(k) => println!(
-            "  rep stos elision knee: {} (cold rep stos keeps up with streaming stores from there)",
-            fmt_size(k as usize)
-        ),
-        None => println!(
-            "  rep stos elision knee: none (cold rep stos stays below streaming stores at every extent)"
-        ),
+    for (k, v) in p["elision_knee"].as_object().into_iter().flatten() {
+        match v.as_u64() {
+            Some(knee) => println!(
+                "  elision knee of {k}: {} (cold {k} keeps up with streaming stores from there)",
+                fmt_size(knee as usize)
+            ),
+            None => println!("  elision knee of {k}: none (cold {k} stays below streaming stores at every extent)"),
+        }
     }
     for (k, v) in p["bounded_min_chunk"].as_object().into_iter().flatten() {
         match v.as_u64() {

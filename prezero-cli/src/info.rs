@@ -39,7 +39,6 @@ pub fn run(args: &Args) -> Result<(), String> {
 fn collect() -> Value {
     let c = prezero::cpu();
     let m = prezero::memory();
-    let f = &c.features;
     let profile = prezero::active_profile();
     let classes = |t: Temperature| -> Value {
         profile
@@ -56,11 +55,10 @@ fn collect() -> Value {
             "model": c.model,
             "stepping": c.stepping,
             "logical_cpus": c.logical_cpus,
-            "features": {
-                "erms": f.erms, "fsrm": f.fsrm, "sse2": f.sse2, "avx2": f.avx2,
-                "avx512f": f.avx512f, "avx512bw": f.avx512bw, "clzero": f.clzero,
-                "dc_zva": f.dc_zva, "mops": f.mops,
-            },
+            "features": feature_map(&c.features),
+            "detected": feature_map(&c.detected),
+            "mask": c.mask,
+            "identity": c.identity(),
             "dc_zva_block": c.dc_zva_block,
             "caches": c.caches.iter().map(|k| json!({"level": k.level, "type": k.kind, "size": k.size})).collect::<Vec<_>>(),
             "cache_source": c.cache_source,
@@ -92,6 +90,14 @@ fn collect() -> Value {
     })
 }
 
+fn feature_map(f: &prezero::cpu::Features) -> Value {
+    f.list()
+        .into_iter()
+        .map(|(name, on)| (name.to_string(), Value::from(on)))
+        .collect::<serde_json::Map<_, _>>()
+        .into()
+}
+
 fn print_text(v: &Value) {
     let cpu = &v["cpu"];
     let mem = &v["memory"];
@@ -104,16 +110,30 @@ fn print_text(v: &Value) {
         cpu["stepping"],
         cpu["logical_cpus"]
     );
-    let feats: Vec<&str> = cpu["features"]
-        .as_object()
-        .map(|o| {
-            o.iter()
-                .filter(|(_, on)| on.as_bool() == Some(true))
-                .map(|(k, _)| k.as_str())
-                .collect()
-        })
-        .unwrap_or_default();
-    println!("Features {}", feats.join(" "));
+    let present = |key: &str, want: bool| -> Vec<String> {
+        cpu[key]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(name, on)| {
+                on.as_bool() == Some(want)
+                    && (key == "features" || cpu["features"][name.as_str()] != true)
+            })
+            .map(|(name, _)| name.clone())
+            .collect()
+    };
+    println!("Features {}", present("features", true).join(" "));
+    if let Some(mask) = cpu["mask"].as_str() {
+        let hidden = present("detected", true);
+        println!(
+            "         as PREZERO_CPU={mask} asks; hidden: {}",
+            if hidden.is_empty() {
+                "none".to_string()
+            } else {
+                hidden.join(" ")
+            }
+        );
+    }
     let caches: Vec<String> = cpu["caches"]
         .as_array()
         .into_iter()

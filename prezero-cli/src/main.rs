@@ -52,6 +52,12 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of a signal has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
+    // A mask the CPU cannot honour would make every figure a pretence (the
+    // library has said why on stderr).
+    if prezero::cpu().mask_error.is_some() {
+        eprintln!("prezero: stopping: PREZERO_CPU cannot be honoured on this CPU");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Info(args) => info::run(&args),
         Command::Calibrate(args) => calibrate::run(&args),

@@ -741,6 +741,67 @@ pub unsafe extern "C" fn pz_cpu_info(out: *mut PzCpuInfo) -> c_int {
     })
 }
 
+/// `pz_cpu_features` bit: enhanced `rep stosb` (x86_64).
+pub const PZ_FEATURE_ERMS: u32 = 1 << 0;
+/// `pz_cpu_features` bit: fast short `rep mov` (x86_64).
+pub const PZ_FEATURE_FSRM: u32 = 1 << 1;
+/// `pz_cpu_features` bit: SSE2 (x86_64).
+pub const PZ_FEATURE_SSE2: u32 = 1 << 2;
+/// `pz_cpu_features` bit: AVX2 (x86_64).
+pub const PZ_FEATURE_AVX2: u32 = 1 << 3;
+/// `pz_cpu_features` bit: AVX-512F (x86_64).
+pub const PZ_FEATURE_AVX512F: u32 = 1 << 4;
+/// `pz_cpu_features` bit: AVX-512BW (x86_64).
+pub const PZ_FEATURE_AVX512BW: u32 = 1 << 5;
+/// `pz_cpu_features` bit: AMD `clzero` (x86_64).
+pub const PZ_FEATURE_CLZERO: u32 = 1 << 6;
+/// `pz_cpu_features` bit: `dc zva` permitted (aarch64).
+pub const PZ_FEATURE_DC_ZVA: u32 = 1 << 7;
+/// `pz_cpu_features` bit: FEAT_MOPS (aarch64).
+pub const PZ_FEATURE_MOPS: u32 = 1 << 8;
+
+fn feature_bits(f: &crate::cpu::Features) -> u32 {
+    [
+        (f.erms, PZ_FEATURE_ERMS),
+        (f.fsrm, PZ_FEATURE_FSRM),
+        (f.sse2, PZ_FEATURE_SSE2),
+        (f.avx2, PZ_FEATURE_AVX2),
+        (f.avx512f, PZ_FEATURE_AVX512F),
+        (f.avx512bw, PZ_FEATURE_AVX512BW),
+        (f.clzero, PZ_FEATURE_CLZERO),
+        (f.dc_zva, PZ_FEATURE_DC_ZVA),
+        (f.mops, PZ_FEATURE_MOPS),
+    ]
+    .into_iter()
+    .filter(|(on, _)| *on)
+    .fold(0, |m, (_, bit)| m | bit)
+}
+
+/// The CPU features the library uses (`PZ_FEATURE_*` bits), after
+/// `PREZERO_CPU`, into `*features`, and those detection found into `*detected`;
+/// either pointer may be NULL. Returns 0, or `-EINVAL` when `PREZERO_CPU` could
+/// not be honoured (it names a level this CPU does not reach, or something
+/// unknown): the library then uses no optional feature, and said why on stderr.
+#[no_mangle]
+pub unsafe extern "C" fn pz_cpu_features(features: *mut u32, detected: *mut u32) -> c_int {
+    guard(|| {
+        let c = crate::cpu();
+        // SAFETY: each pointer is NULL (skipped) or, as documented, writable.
+        unsafe {
+            if !features.is_null() {
+                features.write(feature_bits(&c.features));
+            }
+            if !detected.is_null() {
+                detected.write(feature_bits(&c.detected));
+            }
+        }
+        match &c.mask_error {
+            Some(e) => Err(Error::invalid(format!("PREZERO_CPU: {e}"))),
+            None => Ok(()),
+        }
+    })
+}
+
 /// `pz_service_alloc` flag: fail rather than map local memory when the service
 /// cannot serve.
 pub const PZ_SERVICE_NO_FALLBACK: u32 = 1;

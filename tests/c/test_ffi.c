@@ -72,6 +72,20 @@ static void test_info(void)
 	struct pz_cpu_info bad = { .struct_size = 3 };
 	RC(pz_cpu_info(&bad), -EINVAL);
 	RC(pz_cpu_info(NULL), -EINVAL);
+
+	/* PREZERO_CPU only ever removes; a kernel it removed is refused as on a CPU without it. */
+	uint32_t feat = 0, det = 0;
+	const char *mask = getenv("PREZERO_CPU");
+	int rc = pz_cpu_features(&feat, &det);
+	CHECK(rc == 0 || (rc == -EINVAL && mask && *mask));
+	CHECK((feat & ~det) == 0);
+	if (!mask || !*mask)
+		CHECK(feat == det);
+	RC(pz_cpu_features(NULL, NULL), rc);
+	if (!(feat & PZ_FEATURE_AVX2))
+		CHECK(!(ci.kernels & (1u << (PZ_STRATEGY_AVX2 - 3))));
+	if (!(feat & PZ_FEATURE_CLZERO))
+		CHECK(!(ci.kernels & (1u << (PZ_STRATEGY_CLZERO - 3))));
 }
 
 static void test_clear(void)

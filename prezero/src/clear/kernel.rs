@@ -4,6 +4,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
+use crate::cpu::Features;
 use crate::error::Error;
 
 #[cfg(target_arch = "aarch64")]
@@ -87,9 +88,25 @@ impl Kernel {
         )
     }
 
-    /// Whether this CPU can run the kernel.
+    /// Whether this CPU can run the kernel (under `PREZERO_CPU`, if set).
     pub fn is_available(self) -> bool {
         self.checked().is_some()
+    }
+
+    /// Whether a CPU of this architecture with features `f` could run the
+    /// kernel: what [`Profile::builtin`](super::Profile::builtin) asks of a CPU
+    /// that is not necessarily this one.
+    pub fn is_available_with(self, f: &Features) -> bool {
+        let x86 = cfg!(target_arch = "x86_64");
+        match self {
+            Kernel::RepStosb => x86,
+            Kernel::Avx512Stream | Kernel::Avx512 => x86 && f.avx512f,
+            Kernel::Avx2Stream | Kernel::Avx2 => x86 && f.avx2,
+            Kernel::Movnti => x86 && f.sse2,
+            Kernel::Clzero => x86 && f.clzero,
+            Kernel::DcZva => cfg!(target_arch = "aarch64") && f.dc_zva,
+            Kernel::Portable => true,
+        }
     }
 
     /// Every kernel this CPU can run.
@@ -107,26 +124,29 @@ impl Kernel {
     }
 
     fn detect(self) -> Option<KernelFn> {
+        // `cpu().features` honours PREZERO_CPU and never claims a feature the
+        // CPU lacks: the obligation each kernel's `# Safety` names.
+        if !self.is_available_with(&crate::cpu::cpu().features) {
+            return None;
+        }
         let f: unsafe fn(*mut u8, usize) = match self {
             #[cfg(target_arch = "x86_64")]
-            Kernel::RepStosb if x86_64::rep_stosb::is_available() => x86_64::rep_stosb::clear,
+            Kernel::RepStosb => x86_64::rep_stosb::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512Stream if x86_64::avx512_stream::is_available() => {
-                x86_64::avx512_stream::clear
-            }
+            Kernel::Avx512Stream => x86_64::avx512_stream::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2Stream if x86_64::avx2_stream::is_available() => x86_64::avx2_stream::clear,
+            Kernel::Avx2Stream => x86_64::avx2_stream::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Movnti if x86_64::movnti::is_available() => x86_64::movnti::clear,
+            Kernel::Movnti => x86_64::movnti::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Clzero if x86_64::clzero::is_available() => x86_64::clzero::clear,
+            Kernel::Clzero => x86_64::clzero::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx512 if x86_64::avx512::is_available() => x86_64::avx512::clear,
+            Kernel::Avx512 => x86_64::avx512::clear,
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 if x86_64::avx2::is_available() => x86_64::avx2::clear,
+            Kernel::Avx2 => x86_64::avx2::clear,
             #[cfg(target_arch = "aarch64")]
-            Kernel::DcZva if aarch64::dc_zva::is_available() => aarch64::dc_zva::clear,
-            Kernel::Portable if portable::is_available() => portable::clear,
+            Kernel::DcZva if aarch64::dc_zva::block_size_ok() => aarch64::dc_zva::clear,
+            Kernel::Portable => portable::clear,
             _ => return None,
         };
         Some(KernelFn { kernel: self, f })

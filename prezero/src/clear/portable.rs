@@ -2,11 +2,6 @@
 
 use core::ptr;
 
-/// Available everywhere: `ptr::write_bytes`, which the compiler lowers to libc `memset`.
-pub(crate) fn is_available() -> bool {
-    true
-}
-
 /// # Safety
 /// `ptr` is valid for writes of `len` bytes.
 pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {

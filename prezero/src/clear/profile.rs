@@ -66,39 +66,36 @@ pub struct Profile {
 }
 
 impl Profile {
-    /// The built-in defaults for `cpu`, good without calibration.
+    /// The built-in defaults for `cpu`, good without calibration: checked
+    /// against every machine recorded in `machines/` (see the `defaults` test).
     ///
-    /// Why these: below ~2 KiB, temporal vector stores win (`rep stosb` has a
-    /// start-up cost of tens of cycles); from there to where a hot extent stops
-    /// fitting in cache, `rep stosb` wins (measured on a Xeon VM: 143 vs 123 GB/s
-    /// at 4 KiB, equal from 16 KiB); past that, and for any cold memory of a page
-    /// or more, streaming stores win: no read-for-ownership, no eviction of the
-    /// caller's working set (same VM: 23.8 vs 9.8 GB/s at 128 MiB).
+    /// Why these, with the figures behind them (GB/s, medians of one run each,
+    /// Zen 3 / Zen 4 under KVM, from `machines/*/`):
+    /// - Below a page, libc's `memset`: its overlapping vector stores beat our
+    ///   kernels and `rep stosb` there (hot 2 KiB: 92 / 105 against `rep stosb`
+    ///   45 / 86 and AVX 76 / 94; hot 512 B: 58 / 72 against AVX 39 / 54).
+    /// - From a page to where a hot extent stops fitting in cache, `rep stosb`
+    ///   (hot 64 KiB to 8 MiB: within 5% of the best everywhere).
+    /// - Past that, and for cold memory from `COLD_STREAM_FROM`, streaming
+    ///   stores: no read-for-ownership, no eviction of the caller's working set
+    ///   (cold 2 MiB: 48 / 76 against `rep stosb` 14 / 27). Cold single pages
+    ///   are the exception: streaming stores pay their fence on every call
+    ///   (cold 4 KiB on Zen 4: 16 against 23-25 for `rep stosb`).
     pub fn builtin(cpu: &Cpu) -> Profile {
         let f = &cpu.features;
-        let temporal = if f.avx512f {
-            Kernel::Avx512
-        } else if f.avx2 {
-            Kernel::Avx2
+        let small = Kernel::Portable;
+        let extent = if f.erms {
+            Kernel::RepStosb
         } else {
             Kernel::Portable
         };
-        let extent = if f.erms { Kernel::RepStosb } else { temporal };
-        let stream = if f.avx512f {
-            Kernel::Avx512Stream
-        } else if f.avx2 {
-            Kernel::Avx2Stream
-        } else if f.sse2 {
-            Kernel::Movnti
-        } else if f.dc_zva {
-            Kernel::DcZva
-        } else {
-            Kernel::Portable
-        };
+        let stream = STREAMING_PREFERENCE
+            .into_iter()
+            .find(|k| k.is_available_with(f))
+            .unwrap_or(Kernel::Portable);
+        let page = 4096;
         let l2 = cpu.l2();
         let hot_fits = hot_capacity_of(cpu);
-        // glibc's `rep stosb` threshold, and ours for the same reason.
-        let small = 2048;
         let class = |below, kernel| SizeClass { below, kernel };
         // On a CPU with odd cache sizes two thresholds could meet: keep the
         // classes strictly ascending, as `validate` requires.
@@ -116,16 +113,20 @@ impl Profile {
             // and the loss from guessing wrong is lopsided: streaming a hot buffer
             // costs 10-45%, storing through the caches into a cold one 2-3x.
             unknown: ascending(vec![
-                class(small, temporal),
+                class(page, small),
                 class(l2, extent),
                 class(usize::MAX, stream),
             ]),
             hot: ascending(vec![
-                class(small, temporal),
+                class(page, small),
                 class(hot_fits, extent),
                 class(usize::MAX, stream),
             ]),
-            cold: vec![class(4096, temporal), class(usize::MAX, stream)],
+            cold: ascending(vec![
+                class(page, small),
+                class(COLD_STREAM_FROM, extent),
+                class(usize::MAX, stream),
+            ]),
         }
     }
 
@@ -184,6 +185,26 @@ impl Profile {
     }
 }
 
+/// The streaming kernels in the order the defaults prefer them, by what they
+/// reached on cold 1 MiB-1 GiB extents: the widest vector stores first (Zen 4:
+/// `avx512-nt` 71-82, `avx2-nt` 67-79, `clzero` 61-77, `movnti` 37-39; Zen 3:
+/// `avx2-nt` 40-51, `clzero` 40-50, `movnti` 25). `clzero` ties `avx2-nt` on
+/// Zen 3 and trails on Zen 4, but doubles `movnti`, so it is what a CPU
+/// without AVX (or run as `x86-64-v2`) streams with.
+const STREAMING_PREFERENCE: [Kernel; 5] = [
+    Kernel::Avx512Stream,
+    Kernel::Avx2Stream,
+    Kernel::Clzero,
+    Kernel::Movnti,
+    Kernel::DcZva,
+];
+
+/// From this size cold memory is cleared with streaming stores. Below it, the
+/// fence a streaming kernel ends with is not paid back. Cold, Zen 4, streaming
+/// against `rep stosb` (GB/s): 4 KiB 16 / 23-25, 8 KiB 24 / 24, 16 KiB 35 / 21,
+/// 64 KiB 64 / 23. Zen 3 ties at 4 KiB (14 / 14) and streams 3x faster at 64 KiB.
+const COLD_STREAM_FROM: usize = 8 << 10;
+
 /// How many bytes of recently written memory can be expected to still be in
 /// cache: where a "hot" extent stops being hot.
 pub fn hot_capacity() -> usize {
@@ -211,6 +232,7 @@ fn fallback_chain(k: Kernel) -> &'static [Kernel] {
         &[
             Kernel::Avx512Stream,
             Kernel::Avx2Stream,
+            Kernel::Clzero,
             Kernel::Movnti,
             Kernel::DcZva,
             Kernel::Portable,
@@ -328,15 +350,21 @@ pub fn auto_kernel(len: usize, temp: Temperature) -> Kernel {
 }
 
 /// The profile file format this library reads (`"format"` in the file).
-pub const PROFILE_FORMAT: u32 = 1;
+/// Format 2 added `"cpu_id"`: format 1 matched on the brand string alone, which
+/// a VM often reduces to "AMD EPYC" for Zen 3 and Zen 4 alike.
+pub const PROFILE_FORMAT: u32 = 2;
 
 /// A calibration profile as stored by `prezero calibrate`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProfileFile {
     /// `"format"`: must equal [`PROFILE_FORMAT`].
     pub format: u32,
-    /// `"cpu_model"`: the CPU it was measured on; another CPU ignores it.
+    /// `"cpu_model"`: the CPU's name, for people.
     pub cpu_model: String,
+    /// `"cpu_id"`: [`Cpu::identity`] where it was measured (vendor, family,
+    /// model, stepping or MIDR, and the features in force); any other CPU, or
+    /// this one under another `PREZERO_CPU`, ignores the profile.
+    pub cpu_id: String,
     /// `"date"`, as written.
     pub date: String,
     /// `"profile"`: the size classes.
@@ -383,10 +411,12 @@ fn parse_profile_file(text: &str) -> Result<ProfileFile> {
         return Ok(ProfileFile {
             format,
             cpu_model,
+            cpu_id: String::new(),
             date,
             profile: Profile::builtin(cpu()),
         });
     }
+    let cpu_id = text_of("cpu_id")?;
     let p = field("profile")?;
     let classes = |t: Temperature| -> Result<Vec<SizeClass>> {
         let arr = p.get(t.name()).and_then(Json::as_array).ok_or_else(|| {
@@ -421,6 +451,7 @@ fn parse_profile_file(text: &str) -> Result<ProfileFile> {
     Ok(ProfileFile {
         format,
         cpu_model,
+        cpu_id,
         date,
         profile,
     })
@@ -465,10 +496,12 @@ fn profile_from_env() -> (Profile, String) {
             "it has format {}, this library reads format {PROFILE_FORMAT}",
             f.format
         )),
-        Ok(f) if f.cpu_model != cpu().model_name => refuse(format!(
-            "it was measured on \"{}\", this CPU is \"{}\"",
+        Ok(f) if f.cpu_id != cpu().identity() => refuse(format!(
+            "it was measured on \"{}\" ({}), this CPU is \"{}\" ({})",
             f.cpu_model,
-            cpu().model_name
+            f.cpu_id,
+            cpu().model_name,
+            cpu().identity()
         )),
         Ok(f) => (f.profile, format!("{shown} (calibrated {})", f.date)),
     }
@@ -480,7 +513,8 @@ mod tests {
 
     fn file_text(format: u32, model: &str, body: &str) -> String {
         format!(
-            r#"{{"format": {format}, "cpu_model": "{model}", "date": "2026-11-22", "profile": {body}}}"#
+            r#"{{"format": {format}, "cpu_model": "{model}", "cpu_id": "{}", "date": "2026-11-22", "profile": {body}}}"#,
+            cpu().identity()
         )
     }
 

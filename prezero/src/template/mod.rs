@@ -107,17 +107,13 @@ impl Streamer {
     pub fn new(kernel: CopyKernel) -> Result<Streamer> {
         let copy: Option<CopyFn> = match kernel {
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Avx512Stream if std::arch::is_x86_feature_detected!("avx512f") => {
+            CopyKernel::Avx512Stream if crate::cpu::cpu().features.avx512f => {
                 Some(x86_64::copy_avx512)
             }
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Avx2Stream if std::arch::is_x86_feature_detected!("avx2") => {
-                Some(x86_64::copy_avx2)
-            }
+            CopyKernel::Avx2Stream if crate::cpu::cpu().features.avx2 => Some(x86_64::copy_avx2),
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Movnti if std::arch::is_x86_feature_detected!("sse2") => {
-                Some(x86_64::copy_movnti)
-            }
+            CopyKernel::Movnti if crate::cpu::cpu().features.sse2 => Some(x86_64::copy_movnti),
             CopyKernel::Portable => Some(portable::copy),
             _ => None,
         };

@@ -4,10 +4,9 @@
 use crate::clear::portable;
 use crate::cpu::cpu;
 
-pub(crate) fn is_available() -> bool {
-    let c = cpu();
-    // A block size outside 16..=2048 bytes would be a broken DCZID; refuse it.
-    c.features.dc_zva && (16..=2048).contains(&c.dc_zva_block)
+/// A block size outside 16..=2048 bytes would be a broken DCZID: refuse it.
+pub(crate) fn block_size_ok() -> bool {
+    (16..=2048).contains(&cpu().dc_zva_block)
 }
 
 /// # Safety

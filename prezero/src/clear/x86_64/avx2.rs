@@ -4,10 +4,6 @@ use core::arch::x86_64::{_mm256_setzero_si256, _mm256_store_si256, _mm256_storeu
 
 use super::{clear_below_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
-}
-
 /// # Safety
 /// The CPU has AVX2, and `ptr` is valid for writes of `len` bytes.
 #[target_feature(enable = "avx2")]

@@ -4,10 +4,6 @@ use core::arch::x86_64::{_mm256_setzero_si256, _mm256_stream_si256, _mm_sfence};
 
 use super::{clear_below_64, clear_edges_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx2")
-}
-
 /// Ends with `sfence`: the zeros are globally visible before any later store.
 ///
 /// # Safety

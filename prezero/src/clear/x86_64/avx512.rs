@@ -5,10 +5,6 @@ use core::arch::x86_64::{_mm512_setzero_si512, _mm512_store_si512, _mm512_storeu
 
 use super::{clear_below_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
 /// # Safety
 /// The CPU has AVX-512F, and `ptr` is valid for writes of `len` bytes.
 #[target_feature(enable = "avx512f")]

@@ -5,10 +5,6 @@ use core::arch::x86_64::{_mm512_setzero_si512, _mm512_stream_si512, _mm_sfence};
 
 use super::{clear_below_64, clear_edges_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    std::arch::is_x86_feature_detected!("avx512f")
-}
-
 /// Ends with `sfence`: the zeros are globally visible before any later store.
 ///
 /// # Safety

@@ -3,10 +3,6 @@
 
 use super::{clear_below_64, clear_edges_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    crate::cpu::cpu().features.clzero
-}
-
 /// # Safety
 /// The CPU has CLZERO, and `ptr` is valid for writes of `len` bytes.
 pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {

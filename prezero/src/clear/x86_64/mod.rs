@@ -1,6 +1,6 @@
 //! x86_64 kernels: one file per instruction family, each exposing
-//! `is_available()` and `unsafe fn clear(ptr, len)`, and the head/tail stores
-//! they share.
+//! `unsafe fn clear(ptr, len)`, and the head/tail stores they share. Which of
+//! them this CPU may run is decided in `kernel.rs`, from `cpu().features`.
 
 pub(crate) mod avx2;
 pub(crate) mod avx2_stream;

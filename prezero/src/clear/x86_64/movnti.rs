@@ -5,10 +5,6 @@ use core::arch::x86_64::{_mm_sfence, _mm_stream_si64};
 
 use super::{clear_below_64, clear_edges_64, inner_lines};
 
-pub(crate) fn is_available() -> bool {
-    std::arch::is_x86_feature_detected!("sse2")
-}
-
 /// Ends with `sfence`: the zeros are globally visible before any later store.
 ///
 /// # Safety

@@ -2,12 +2,6 @@
 //! CPU's microcode picks its own store width and, on AMD Zen above ~LLC size,
 //! skips the read-for-ownership of each line (cacheline-allocation elision).
 
-/// The instruction exists on every x86_64 CPU; ERMS only makes it fast, which is
-/// the dispatcher's concern, not a safety one.
-pub(crate) fn is_available() -> bool {
-    true
-}
-
 /// # Safety
 /// `ptr` is valid for writes of `len` bytes.
 pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {

@@ -1,6 +1,8 @@
 //! What the CPU and the kernel offer: features, caches, page sizes.
 //!
 //! [`cpu()`] is detected once and cached: it cannot change while the process runs.
+//! `PREZERO_CPU` (see [`mask`]) narrows what it reports, and with it what every
+//! kernel, template and Auto choice in the library may use.
 //! [`memory()`] reads the kernel's current state (THP mode, free hugetlb pages)
 //! afresh on every call, since another process may change it at any time.
 
@@ -8,7 +10,12 @@ use std::sync::OnceLock;
 
 use crate::sys;
 
+mod mask;
+
 /// Instruction-set features that decide which clearing kernels can run.
+///
+/// Invariant: [`Cpu::features`] never claims a feature detection did not find
+/// (a mask only removes), so a kernel compiled for a feature it lists may run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Features {
     /// Enhanced REP MOVSB/STOSB: `rep stosb` is the fast extent clear.
@@ -31,6 +38,39 @@ pub struct Features {
     pub mops: bool,
 }
 
+impl Features {
+    /// Each feature of this architecture by name (`prezero info`, `PREZERO_CPU`,
+    /// profiles), with whether it is present.
+    pub fn list(&self) -> Vec<(&'static str, bool)> {
+        mask::FEATURES
+            .iter()
+            .filter(|n| n.arch == mask::Arch::HOST)
+            .map(|n| (n.name, (n.get)(self)))
+            .collect()
+    }
+
+    /// The features named (as [`Features::list`] names them; others are
+    /// ignored): a CPU described by a recording, not detected.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Features {
+        let mut f = Features::default();
+        for name in names {
+            if let Some(n) = mask::FEATURES.iter().find(|n| n.name == name) {
+                (n.set)(&mut f, true);
+            }
+        }
+        f
+    }
+
+    /// The names of the features present, space-separated ("erms fsrm sse2 avx2").
+    pub fn names(&self) -> String {
+        self.list()
+            .into_iter()
+            .filter_map(|(n, on)| on.then_some(n))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
 /// One cache level as the kernel (or CPUID) describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cache {
@@ -45,18 +85,27 @@ pub struct Cache {
 /// The CPU, detected once per process.
 #[derive(Debug, Clone)]
 pub struct Cpu {
-    /// "GenuineIntel", "AuthenticAMD", or the aarch64 implementer.
+    /// "GenuineIntel", "AuthenticAMD"; on aarch64 the implementer's name ("ARM",
+    /// "Ampere", ...), or its MIDR code in hex when prezero does not know it.
     pub vendor: String,
-    /// Marketing name from /proc/cpuinfo or CPUID.
+    /// x86: CPUID's brand string. aarch64: the core's name where prezero knows
+    /// the MIDR part ("Neoverse-N1"), else `part 0x...`.
     pub model_name: String,
-    /// Display family (x86: base + extended family).
+    /// x86: display family (base + extended). aarch64: MIDR implementer code.
     pub family: u32,
-    /// Display model.
+    /// x86: display model. aarch64: MIDR part number.
     pub model: u32,
-    /// Stepping.
+    /// x86: stepping. aarch64: MIDR variant << 4 | revision (`r{variant}p{revision}`).
     pub stepping: u32,
-    /// Clearing-relevant features.
+    /// Clearing-relevant features, after `PREZERO_CPU`: what the library uses.
     pub features: Features,
+    /// The features detection found, before any mask.
+    pub detected: Features,
+    /// `PREZERO_CPU` as given, if set and not empty.
+    pub mask: Option<String>,
+    /// Why `PREZERO_CPU` could not be honoured; the library then runs with no
+    /// optional feature at all (see [`cpu()`]).
+    pub mask_error: Option<String>,
     /// Every data/unified cache level of CPU 0, smallest level first.
     pub caches: Vec<Cache>,
     /// Where the cache sizes came from: "sysfs", "cpuid" or "none".
@@ -85,6 +134,21 @@ impl Cpu {
         self.caches.last().map_or(32 << 20, |c| c.size)
     }
 
+    /// What identifies this CPU for a calibration profile: vendor, family,
+    /// model and stepping (MIDR fields on aarch64), and the features in force,
+    /// so that a profile measured on another core, or under another mask, is
+    /// not applied here.
+    pub fn identity(&self) -> String {
+        format!(
+            "{} family {} model {} stepping {}; {}",
+            self.vendor,
+            self.family,
+            self.model,
+            self.stepping,
+            self.features.names()
+        )
+    }
+
     fn cache_size(&self, level: u32) -> Option<usize> {
         self.caches
             .iter()
@@ -94,6 +158,11 @@ impl Cpu {
 }
 
 /// The CPU this process runs on, detected on first call.
+///
+/// A `PREZERO_CPU` that cannot be honoured (a level this CPU does not reach, a
+/// name prezero does not know) is reported once on stderr and in
+/// [`Cpu::mask_error`], and the library then uses no optional feature: slower,
+/// never wrong, and never a pretence of the machine that was asked for.
 pub fn cpu() -> &'static Cpu {
     static CPU: OnceLock<Cpu> = OnceLock::new();
     CPU.get_or_init(detect)
@@ -111,13 +180,34 @@ fn detect() -> Cpu {
             _ => (Vec::new(), "none"),
         },
     };
+    let detected = arch::features();
+    let mask = std::env::var("PREZERO_CPU")
+        .ok()
+        .filter(|m| !m.trim().is_empty());
+    let (features, mask_error) = match &mask {
+        None => (detected, None),
+        Some(m) => match mask::apply(m, detected, mask::Arch::HOST, mask::host_has) {
+            Ok(f) => (f, None),
+            Err(e) => {
+                eprintln!("prezero: PREZERO_CPU={m}: {e}; using no optional CPU feature");
+                let baseline = Features {
+                    sse2: detected.sse2,
+                    ..Features::default()
+                };
+                (baseline, Some(e))
+            }
+        },
+    };
     Cpu {
         vendor,
         model_name,
         family,
         model,
         stepping,
-        features: arch::features(),
+        features,
+        detected,
+        mask,
+        mask_error,
         caches,
         cache_source,
         dc_zva_block: arch::dc_zva_block(),
@@ -395,15 +485,88 @@ mod arch {
 mod arch {
     use super::{Cache, Features};
 
+    /// MIDR_EL1 names the core exactly (implementer, part, variant, revision):
+    /// what a calibration profile must match, since arm64 servers of one
+    /// vendor differ core by core.
     pub(super) fn identity() -> (String, u32, u32, u32, String) {
-        let midr = super::cpuinfo_field("CPU implementer").unwrap_or_default();
-        let part = super::cpuinfo_field("CPU part")
-            .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
-            .unwrap_or(0);
-        let variant = super::cpuinfo_field("CPU variant")
-            .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
-            .unwrap_or(0);
-        (midr, 8, part, variant, String::new())
+        let midr = midr();
+        let implementer = (midr >> 24) & 0xff;
+        let variant = (midr >> 20) & 0xf;
+        let part = (midr >> 4) & 0xfff;
+        let revision = midr & 0xf;
+        let vendor = implementer_name(implementer)
+            .map_or_else(|| format!("0x{implementer:02x}"), str::to_owned);
+        let name = core_name(implementer, part)
+            .map_or_else(|| format!("part 0x{part:03x}"), str::to_owned);
+        (vendor, implementer, part, variant << 4 | revision, name)
+    }
+
+    /// From sysfs, else the register itself (Linux emulates the read where it
+    /// sets HWCAP_CPUID), else /proc/cpuinfo's fields; 0 if none answers.
+    fn midr() -> u32 {
+        let sysfs =
+            crate::sys::read_text("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1")
+                .and_then(|t| u64::from_str_radix(t.trim_start_matches("0x"), 16).ok());
+        if let Some(v) = sysfs {
+            return v as u32;
+        }
+        const HWCAP_CPUID: u64 = 1 << 11;
+        // SAFETY: getauxval has no preconditions.
+        if unsafe { libc::getauxval(libc::AT_HWCAP) } as u64 & HWCAP_CPUID != 0 {
+            let v: u64;
+            // SAFETY: HWCAP_CPUID says the kernel emulates EL0 reads of MIDR_EL1;
+            // the read has no side effects.
+            unsafe { core::arch::asm!("mrs {}, midr_el1", out(reg) v, options(nomem, nostack)) };
+            return v as u32;
+        }
+        let field = |name: &str| {
+            super::cpuinfo_field(name)
+                .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+                .unwrap_or(0)
+        };
+        field("CPU implementer") << 24
+            | (field("CPU variant") & 0xf) << 20
+            | (field("CPU part") & 0xfff) << 4
+            | field("CPU revision") & 0xf
+    }
+
+    fn implementer_name(code: u32) -> Option<&'static str> {
+        Some(match code {
+            0x41 => "ARM",
+            0x42 => "Broadcom",
+            0x43 => "Cavium",
+            0x46 => "Fujitsu",
+            0x48 => "HiSilicon",
+            0x4e => "NVIDIA",
+            0x50 => "APM",
+            0x51 => "Qualcomm",
+            0x61 => "Apple",
+            0x6d => "Microsoft",
+            0xc0 => "Ampere",
+            _ => return None,
+        })
+    }
+
+    /// The cores arm64 servers and CI runners are built from.
+    fn core_name(implementer: u32, part: u32) -> Option<&'static str> {
+        Some(match (implementer, part) {
+            (0x41, 0xd03) => "Cortex-A53",
+            (0x41, 0xd05) => "Cortex-A55",
+            (0x41, 0xd07) => "Cortex-A57",
+            (0x41, 0xd08) => "Cortex-A72",
+            (0x41, 0xd0b) => "Cortex-A76",
+            (0x41, 0xd0c) => "Neoverse-N1",
+            (0x41, 0xd40) => "Neoverse-V1",
+            (0x41, 0xd49) => "Neoverse-N2",
+            (0x41, 0xd4f) => "Neoverse-V2",
+            (0x41, 0xd84) => "Neoverse-V3",
+            (0x41, 0xd8e) => "Neoverse-N3",
+            (0x48, 0xd01) => "Kunpeng-920",
+            (0xc0, 0xac3) => "Ampere-1",
+            (0xc0, 0xac4) => "Ampere-1A",
+            (0xc0, 0xac5) => "Ampere-1B",
+            _ => return None,
+        })
     }
 
     fn dczid() -> u64 {
