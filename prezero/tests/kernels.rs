@@ -15,11 +15,11 @@ const LARGE: [usize; 3] = [64 * 1024 + 1, 2 * 1024 * 1024 - 1, 4 * 1024 * 1024 +
 fn available(s: Strategy) -> bool {
     match s {
         Strategy::Kernel(k) if !k.is_available() => {
-            eprintln!(
-                "skipped: kernel {} needs {}, which this CPU lacks",
-                k.name(),
-                k.needs()
-            );
+            let why = match &prezero::cpu().mask {
+                Some(m) => format!("which this CPU lacks or PREZERO_CPU={m} removed"),
+                None => "which this CPU lacks".to_string(),
+            };
+            eprintln!("skipped: kernel {} needs {}, {why}", k.name(), k.needs());
             let mut b = [DIRTY; 8];
             let e = prezero::clear_with(&mut b, k).expect_err("an unavailable kernel must refuse");
             assert!(e.to_string().contains(k.name()));
@@ -142,4 +142,27 @@ fn names_round_trip() {
         assert_eq!(s.name().parse::<Strategy>().unwrap(), s);
     }
     assert!("nonsense".parse::<Strategy>().is_err());
+}
+
+/// Under `PREZERO_CPU` a kernel the mask removed is unavailable, as on a CPU
+/// without it, and neither Auto nor the template streamer ever picks one.
+#[test]
+fn kernels_follow_the_features_in_force() {
+    let c = prezero::cpu();
+    assert!(c.mask_error.is_none(), "PREZERO_CPU: {:?}", c.mask_error);
+    for k in Kernel::ALL {
+        if k.is_available() {
+            assert!(k.is_available_with(&c.features), "{k} runs without its feature");
+        }
+        if !k.is_available_with(&c.features) {
+            assert!(!k.is_available(), "{k} survived PREZERO_CPU={:?}", c.mask);
+        }
+    }
+    for temp in Temperature::ALL {
+        for len in [0, 100, 4096, 64 << 10, 4 << 20, 1 << 30] {
+            let k = prezero::auto_kernel(len, temp);
+            assert!(k.is_available(), "Auto picked {k} at {len} {temp:?}");
+        }
+    }
+    assert!(prezero::Streamer::auto().kernel().is_available());
 }
