@@ -489,7 +489,11 @@ mod arch {
     /// what a calibration profile must match, since arm64 servers of one
     /// vendor differ core by core.
     pub(super) fn identity() -> (String, u32, u32, u32, String) {
-        let midr = midr();
+        decode_midr(midr())
+    }
+
+    /// (vendor, implementer, part, variant << 4 | revision, core name).
+    pub(super) fn decode_midr(midr: u32) -> (String, u32, u32, u32, String) {
         let implementer = (midr >> 24) & 0xff;
         let variant = (midr >> 20) & 0xf;
         let part = (midr >> 4) & 0xfff;
@@ -640,6 +644,18 @@ mod tests {
         assert!(c.llc() >= c.l1d());
         #[cfg(target_arch = "x86_64")]
         assert!(c.features.sse2);
+    }
+
+    #[cfg(target_arch = "aarch64")]
+    #[test]
+    fn midr_names_the_core() {
+        let (vendor, implementer, part, stepping, name) = arch::decode_midr(0x413f_d0c1);
+        assert_eq!((vendor.as_str(), implementer, part), ("ARM", 0x41, 0xd0c));
+        assert_eq!((stepping, name.as_str()), (0x31, "Neoverse-N1"));
+        let (vendor, _, _, _, name) = arch::decode_midr(0xee00_1230);
+        assert_eq!((vendor.as_str(), name.as_str()), ("0xee", "part 0x123"));
+        let c = cpu();
+        eprintln!("this core: {} {} ({})", c.vendor, c.model_name, c.identity());
     }
 
     #[cfg(target_arch = "x86_64")]
