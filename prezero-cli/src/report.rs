@@ -70,6 +70,10 @@ struct Lines<'a> {
 
 fn line_chart(c: &Lines) -> String {
     let mut svg = String::new();
+    // No chart without a point to draw (the table says what there is).
+    if c.series.iter().all(|(_, p)| p.is_empty()) {
+        return svg;
+    }
     let pts = c.series.iter().flat_map(|(_, p)| p.iter().copied());
     let (mut x0, mut x1, mut y1) = (f64::MAX, f64::MIN, 0.0f64);
     let mut y0 = f64::MAX;
@@ -137,6 +141,9 @@ fn bar_chart(
     series: &[(String, Vec<Option<f64>>)],
 ) -> String {
     let mut svg = String::new();
+    if series.iter().all(|(_, v)| v.iter().all(Option::is_none)) {
+        return svg;
+    }
     {
         let root = SVGBackend::with_string(&mut svg, (W, H)).into_drawing_area();
         let _ = root.fill(&WHITE);
@@ -253,28 +260,105 @@ fn num(v: &Value) -> String {
     }
 }
 
-/// The report for `info` (from `prezero info --json`) and the bench rows.
-pub fn render(info: &Value, all: &[Value]) -> String {
+/// What each step of the run did (the `bench all` row): failures first, then
+/// a table of every step, then each failed step's last lines of stderr.
+fn steps(run: &Value) -> String {
+    let steps: Vec<&Value> = run["steps"].as_array().into_iter().flatten().collect();
+    let failed: Vec<&Value> = steps
+        .iter()
+        .copied()
+        .filter(|st| st["status"] == "failed")
+        .collect();
     let mut h = String::new();
-    let cpu = &info["cpu"];
+    if !failed.is_empty() {
+        let names: Vec<String> = failed.iter().map(|st| s(&st["step"])).collect();
+        let _ = writeln!(
+            h,
+            "<p class=\"failed\"><b>{} of {} steps failed: {}.</b> Their sections are missing or partial; see Steps.</p>",
+            failed.len(),
+            steps.iter().filter(|st| st["status"] != "skipped").count(),
+            esc(&names.join(", "))
+        );
+    }
     let _ = write!(
         h,
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>prezero report</title>\
-         <style>body{{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}}\
-         table{{border-collapse:collapse;margin:1em 0;font-size:13px}}td,th{{border:1px solid #ccc;padding:2px 6px;text-align:right}}\
-         th{{background:#f0f0f0}}h2{{border-bottom:1px solid #ccc;margin-top:2em}}svg{{display:block;margin:1em 0}}</style></head><body>\n\
-         <h1>prezero report</h1>\n<p>{} ({}, family {} model {}), {} logical CPUs; caches {}; THP {}; kernel {}.</p>\n\
-         <p>Auto profile: {}.</p>\n",
-        esc(&s(&cpu["model_name"])),
-        esc(&s(&cpu["vendor"])),
-        cpu["family"],
-        cpu["model"],
-        cpu["logical_cpus"],
-        esc(&cpu["caches"].as_array().into_iter().flatten().map(|c| format!("L{} {}", c["level"], fmt_size(c["size"].as_u64().unwrap_or(0) as usize))).collect::<Vec<_>>().join(", ")),
-        esc(&s(&info["memory"]["thp_mode"])),
-        esc(&s(&info["memory"]["kernel_release"])),
-        esc(&s(&info["profile"]["source"])),
+        "<h2>Steps</h2>\n<p>A {} run.</p>\n",
+        esc(&s(&run["scale"]))
     );
+    h.push_str(&table(
+        &["step", "rows", "outcome", "command"],
+        steps
+            .iter()
+            .map(|st| {
+                let outcome = match st["reason"].as_str() {
+                    Some(why) => format!("{}: {why}", s(&st["status"])),
+                    None => s(&st["status"]),
+                };
+                vec![s(&st["step"]), num(&st["rows"]), outcome, s(&st["command"])]
+            })
+            .collect(),
+    ));
+    for st in failed {
+        let tail: Vec<String> = st["stderr_tail"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(s)
+            .collect();
+        let _ = write!(
+            h,
+            "<p class=\"failed\">{} failed; the last lines of its stderr:</p>\n<pre>{}</pre>\n",
+            esc(&s(&st["step"])),
+            esc(&tail.join("\n"))
+        );
+    }
+    h
+}
+
+/// The report for `info` (from `prezero info --json`) and the rows of `bench
+/// all` (its own row, listing the steps, among them).
+pub fn render(info: &Value, all: &[Value]) -> String {
+    let mut h = String::from(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>prezero report</title>\
+         <style>body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}\
+         table{border-collapse:collapse;margin:1em 0;font-size:13px}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}\
+         th{background:#f0f0f0}h2{border-bottom:1px solid #ccc;margin-top:2em}svg{display:block;margin:1em 0}\
+         .failed{color:#a00}pre{white-space:pre-wrap}</style></head><body>\n<h1>prezero report</h1>\n",
+    );
+    let cpu = &info["cpu"];
+    if cpu.is_object() {
+        let _ = write!(
+            h,
+            "<p>{} ({}, family {} model {}), {} logical CPUs; caches {}; THP {}; kernel {}.</p>\n\
+             <p>Auto profile: {}.</p>\n",
+            esc(&s(&cpu["model_name"])),
+            esc(&s(&cpu["vendor"])),
+            cpu["family"],
+            cpu["model"],
+            cpu["logical_cpus"],
+            esc(&cpu["caches"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|c| format!(
+                    "L{} {}",
+                    c["level"],
+                    fmt_size(c["size"].as_u64().unwrap_or(0) as usize)
+                ))
+                .collect::<Vec<_>>()
+                .join(", ")),
+            esc(&s(&info["memory"]["thp_mode"])),
+            esc(&s(&info["memory"]["kernel_release"])),
+            esc(&s(&info["profile"]["source"])),
+        );
+    } else {
+        h.push_str(
+            "<p>The machine is not described: <code>prezero info</code> gave nothing.</p>\n",
+        );
+    }
+    if let Some(run) = all.iter().find(|r| r["bench"] == "all") {
+        h.push_str(&steps(run));
+    }
 
     let clear = rows(all, "clear");
     if !clear.is_empty() {
@@ -631,7 +715,7 @@ pub fn render(info: &Value, all: &[Value]) -> String {
 
     let service = rows(all, "service");
     if !service.is_empty() {
-        h.push_str("<h2>prezero serve: pre-zeroed hugetlb memory for whole machines</h2>\n<p>Hand-out latency: request to memory mapped, populated and zero in the client.</p>\n");
+        h.push_str("<h2>prezero serve: pre-zeroed hugetlb memory for whole machines</h2>\n");
         let of = |t: &str| -> Vec<&Value> {
             service
                 .iter()
@@ -639,57 +723,64 @@ pub fn render(info: &Value, all: &[Value]) -> String {
                 .filter(|r| r["table"] == t)
                 .collect()
         };
-        h.push_str(&table(
-            &[
-                "page",
-                "size",
-                "reps",
-                "p50 us",
-                "p99 us",
-                "max us",
-                "GB/s at p50",
-            ],
-            of("handout")
-                .iter()
-                .map(|r| {
-                    vec![
-                        s(&r["page"]),
-                        num(&r["size"]),
-                        num(&r["reps"]),
-                        num(&r["p50_us"]),
-                        num(&r["p99_us"]),
-                        num(&r["max_us"]),
-                        num(&r["gbps_p50"]),
-                    ]
-                })
-                .collect(),
-        ));
-        h.push_str("<p>The daemon's scrubber (a segment going back to the uid that released it: streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory. Between uids the daemon gives fresh pages instead, which the kernel zeroes.</p>\n");
-        h.push_str(&table(
-            &[
-                "page",
-                "bytes",
-                "scrub GB/s",
-                "verify GB/s",
-                "both GB/s",
-                "engine cold GB/s",
-                "scrub / engine",
-            ],
-            of("scrub")
-                .iter()
-                .map(|r| {
-                    vec![
-                        s(&r["page"]),
-                        num(&r["bytes"]),
-                        num(&r["scrub_gbps"]),
-                        num(&r["verify_gbps"]),
-                        num(&r["scrub_verify_gbps"]),
-                        num(&r["engine_cold_gbps"]),
-                        num(&r["ratio"]),
-                    ]
-                })
-                .collect(),
-        ));
+        let handout = of("handout");
+        if !handout.is_empty() {
+            h.push_str("<p>Hand-out latency: request to memory mapped, populated and zero in the client.</p>\n");
+            h.push_str(&table(
+                &[
+                    "page",
+                    "size",
+                    "reps",
+                    "p50 us",
+                    "p99 us",
+                    "max us",
+                    "GB/s at p50",
+                ],
+                handout
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            s(&r["page"]),
+                            num(&r["size"]),
+                            num(&r["reps"]),
+                            num(&r["p50_us"]),
+                            num(&r["p99_us"]),
+                            num(&r["max_us"]),
+                            num(&r["gbps_p50"]),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
+        let scrub = of("scrub");
+        if !scrub.is_empty() {
+            h.push_str("<p>The daemon's scrubber (a segment going back to the uid that released it: streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory. Between uids the daemon gives fresh pages instead, which the kernel zeroes.</p>\n");
+            h.push_str(&table(
+                &[
+                    "page",
+                    "bytes",
+                    "scrub GB/s",
+                    "verify GB/s",
+                    "both GB/s",
+                    "engine cold GB/s",
+                    "scrub / engine",
+                ],
+                scrub
+                    .iter()
+                    .map(|r| {
+                        vec![
+                            s(&r["page"]),
+                            num(&r["bytes"]),
+                            num(&r["scrub_gbps"]),
+                            num(&r["verify_gbps"]),
+                            num(&r["scrub_verify_gbps"]),
+                            num(&r["engine_cold_gbps"]),
+                            num(&r["ratio"]),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
         let boot = of("vm-boot");
         if !boot.is_empty() {
             h.push_str("<p>VM boot: N GiB of zeroed, populated 2 MiB memory, from the service and from the kernel paths a VMM uses today.</p>\n");
@@ -803,5 +894,46 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn failed_steps_are_named_and_their_sections_left_out() {
+        let (info, mut rows) = fixture();
+        rows.retain(|r| r["bench"] != "mmap" && r["bench"] != "service");
+        rows.insert(
+            0,
+            serde_json::json!({"bench": "all", "scale": "quick", "steps": [
+                {"step": "info", "command": "prezero info --json", "rows": 1, "status": "ok"},
+                {"step": "clear", "command": "prezero bench clear --json", "rows": 12, "status": "ok"},
+                {"step": "mmap", "command": "prezero bench mmap --json", "rows": 0, "status": "failed",
+                 "reason": "page 2MB: 2048 hugetlb pages needed, 0 free",
+                 "stderr_tail": ["prezero: page 2MB: 2048 hugetlb pages needed, 0 free <&>"]},
+                {"step": "service", "command": "prezero bench service --json", "rows": 0,
+                 "status": "skipped", "reason": "needs --reserve"},
+            ]}),
+        );
+        let html = render(&info, &rows);
+        assert!(html.contains("1 of 3 steps failed: mmap."), "{html}");
+        assert!(html.contains("failed: page 2MB: 2048 hugetlb pages needed, 0 free"));
+        assert!(html.contains(
+            "<pre>prezero: page 2MB: 2048 hugetlb pages needed, 0 free &lt;&amp;&gt;</pre>"
+        ));
+        assert!(html.contains("<td>service</td><td>0</td><td>skipped: needs --reserve</td>"));
+        assert!(!html.contains("mmap + populate") && !html.contains("<h2>prezero serve"));
+        // The nine charts of the full fixture less mmap's and the VM boot's.
+        assert_eq!(html.matches("<svg").count(), 7, "charts");
+    }
+
+    #[test]
+    fn no_rows_no_machine_no_charts_and_no_panic() {
+        let html = render(&serde_json::json!({"bench": "info"}), &[]);
+        assert!(html.contains("The machine is not described"));
+        assert!(!html.contains("<svg") && html.trim_end().ends_with("</html>"));
+        // Rows that give a chart nothing to draw (one line count: no line) keep
+        // their table and draw no empty chart.
+        let (info, mut rows) = fixture();
+        rows.retain(|r| r["case"] == "sustained" && r["lines"] == 1);
+        let html = render(&info, &rows);
+        assert!(html.contains("<h2>Pool: sustained") && !html.contains("<svg"));
     }
 }

@@ -107,8 +107,22 @@ fn bench_faults_prints_both_tables() {
     assert!(out.contains("kernel (") && out.contains("prezero ("));
 }
 
+/// Held by tests that may grow the hugetlb pool: a reservation restores the
+/// total it found, so two at once could leave the other's pages behind.
+static HUGETLB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn hugetlb_lock() -> std::sync::MutexGuard<'static, ()> {
+    HUGETLB.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
 #[test]
 fn reserve_is_undone_on_ctrl_c() {
+    let _hugetlb = hugetlb_lock();
     const NR: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB/nr_hugepages";
     let read = || {
         std::fs::read_to_string(NR)
@@ -260,8 +274,10 @@ fn tmp(name: &str) -> std::path::PathBuf {
 #[test]
 fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
     let model = prezero::cpu().model_name.clone();
+    let identity = prezero::cpu().identity();
     let good = serde_json::json!({
-        "format": prezero::PROFILE_FORMAT, "cpu_model": model, "date": "2026-11-22T00:00:00Z",
+        "format": prezero::PROFILE_FORMAT, "cpu_model": model, "cpu_id": identity,
+        "date": "2026-11-22T00:00:00Z",
         "profile": {
             "unknown": [{"below": 100000, "kernel": "portable"}, {"below": null, "kernel": "movnti"}],
             "hot": [{"below": null, "kernel": "portable"}],
@@ -292,7 +308,7 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
         ),
         (
             "other-cpu.json",
-            good.to_string().replace(&model, "Some Other CPU"),
+            good.to_string().replace(&identity, "Some Other CPU"),
             "measured on",
         ),
         (
@@ -421,4 +437,116 @@ fn client_without_a_service() {
         "/nonexistent/p.sock",
     ]);
     assert!(!ok && err.contains("cannot connect"), "{err}");
+}
+
+const BENCHES: [&str; 6] = ["clear", "mmap", "faults", "pool", "template", "service"];
+
+/// `bench all --smoke` into a report and JSON lines in a directory of its own
+/// (`--reserve` as root, so the service step runs); its status, stderr, and
+/// the rows, `info` first.
+fn bench_all_smoke(
+    dir: &str,
+    env: &[(&str, &str)],
+) -> (
+    std::process::ExitStatus,
+    String,
+    String,
+    Vec<serde_json::Value>,
+) {
+    let report = tmp(&format!("{dir}/r.html"));
+    let json = tmp(&format!("{dir}/r.jsonl"));
+    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    let mut args = vec![
+        "bench",
+        "all",
+        "--smoke",
+        "--report",
+        report.to_str().unwrap(),
+        "--json-out",
+        json.to_str().unwrap(),
+    ];
+    if is_root() {
+        args.push("--reserve");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
+        .args(&args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let html = std::fs::read_to_string(&report).unwrap_or_else(|e| panic!("{e}: {stderr}"));
+    let rows = json_lines(&std::fs::read_to_string(&json).unwrap());
+    assert_eq!(rows[0]["bench"], "info");
+    (out.status, stderr, html, rows)
+}
+
+fn benches_with_rows(rows: &[serde_json::Value]) -> Vec<&str> {
+    BENCHES
+        .into_iter()
+        .filter(|b| rows.iter().any(|r| r["bench"] == *b))
+        .collect()
+}
+
+#[test]
+fn bench_all_smoke_runs_every_step_into_the_report() {
+    let _hugetlb = hugetlb_lock();
+    // As a CPU without AVX-512, where a hand-written strategy list once
+    // stopped the whole run.
+    let env: &[(&str, &str)] = if cfg!(target_arch = "x86_64") {
+        &[("PREZERO_CPU", "-avx512f")]
+    } else {
+        &[]
+    };
+    let (status, err, html, rows) = bench_all_smoke("smoke", env);
+    assert!(status.success(), "{err}");
+    for step in std::iter::once("info").chain(BENCHES) {
+        assert!(
+            html.contains(&format!("<td>{step}</td>")),
+            "{step} not in the report"
+        );
+    }
+    assert!(!html.contains("steps failed"), "{err}");
+    let service_ran = is_root();
+    let want = &BENCHES[..if service_ran { 6 } else { 5 }];
+    assert_eq!(benches_with_rows(&rows), want, "{err}");
+    // Every kernel measured is one this CPU (as masked) has.
+    let kernels = rows[0]["kernels"].as_array().unwrap();
+    for r in rows.iter().filter(|r| r["bench"] == "clear") {
+        if let Some(k) = kernels.iter().find(|k| k["name"] == r["strategy"]) {
+            assert_eq!(k["available"], true, "{r}");
+        }
+    }
+    assert_eq!(html.matches("<svg").count(), html.matches("</svg>").count());
+}
+
+#[test]
+fn a_failed_step_keeps_the_rows_of_the_others() {
+    if !is_root() {
+        eprintln!("skipped: the step made to fail (service) runs only with --reserve, as root");
+        return;
+    }
+    let _hugetlb = hugetlb_lock();
+    // The service bench starts its daemon in a directory under TMPDIR: a file
+    // there fails that step alone.
+    let not_a_dir = tmp("not-a-directory");
+    std::fs::write(&not_a_dir, "").unwrap();
+    let (status, err, html, rows) =
+        bench_all_smoke("failed", &[("TMPDIR", not_a_dir.to_str().unwrap())]);
+    assert_eq!(status.code(), Some(1), "{err}");
+    let last = err.lines().last().unwrap();
+    assert!(
+        last.starts_with("prezero: bench all: 1 of 7 steps failed: service (")
+            && last.contains("Not a directory"),
+        "{err}"
+    );
+    assert!(
+        err.contains("service failed") && err.contains("  | prezero: "),
+        "{err}"
+    );
+    assert_eq!(benches_with_rows(&rows), &BENCHES[..5]);
+    assert!(html.contains("1 of 7 steps failed: service."));
+    let run = rows.iter().find(|r| r["bench"] == "all").unwrap();
+    let service = &run["steps"][6];
+    assert_eq!(service["step"], "service");
+    assert_eq!(service["status"], "failed");
 }

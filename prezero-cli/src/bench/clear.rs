@@ -85,7 +85,7 @@ impl Method {
         !matches!(self, Method::Parallel(_))
     }
 
-    fn all() -> Vec<Method> {
+    pub(crate) fn all() -> Vec<Method> {
         let mut v = vec![Method::Auto, Method::AutoPlain];
         v.extend(Kernel::available().map(Method::Kernel));
         v.push(Method::Memset);

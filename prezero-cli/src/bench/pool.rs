@@ -15,7 +15,7 @@ use serde_json::json;
 use prezero::{Chunk, PageKind, Pool, Region, ScrubPriority};
 
 use super::{hugetlb_for_run, Stats};
-use crate::units::parse_size;
+use crate::units::{fmt_size, parse_size};
 
 const CHUNK: usize = 2 << 20;
 /// Quantiles of the hand-out latency reported in `--json` (for the report's CDF).
@@ -43,6 +43,12 @@ pub struct Args {
     /// Seconds to wait before a host-cold kernel row (0: no host-cold rows).
     #[arg(long, default_value_t = 5)]
     host_cold_wait: u64,
+    /// Dirty memory waiting for the scrubber in the interference case (K/M/G).
+    #[arg(long, default_value = "2G")]
+    backlog: String,
+    /// Seconds of CPU-bound work per foreground thread in the interference case.
+    #[arg(long, default_value_t = 1.0)]
+    foreground: f64,
     /// Reserve hugetlb 2 MiB pages for the hugetlb rows (restored afterwards). Needs root.
     #[arg(long)]
     reserve: bool,
@@ -171,6 +177,10 @@ fn touch(buf: &mut [u8], lines: usize) {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let volume = parse_size(&args.volume)?;
+    let backlog = parse_size(&args.backlog)?.div_ceil(CHUNK);
+    if !(args.foreground > 0.0 && args.foreground.is_finite()) {
+        return Err("--foreground must be a positive number of seconds".into());
+    }
     let all = ["handout", "sustained", "interference"];
     let cases: Vec<&str> = if args.cases.is_empty() {
         all.to_vec()
@@ -212,7 +222,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         )?;
     }
     if cases.contains(&"interference") {
-        interference(args)?;
+        interference(args, backlog)?;
     }
     Ok(())
 }
@@ -410,15 +420,17 @@ fn foreground(threads: usize, iterations: u64) -> Duration {
     t.elapsed()
 }
 
-fn interference(args: &Args) -> Result<(), String> {
+/// The foreground alone and beside a scrubber holding `backlog_chunks` dirty chunks.
+fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
     let threads = prezero::cpu().logical_cpus;
-    // About a second of work per thread.
     let t = Instant::now();
     std::hint::black_box(spin(10_000_000));
-    let iterations = (10_000_000.0 / t.elapsed().as_secs_f64()) as u64;
-    let backlog_chunks = 1024; // 2 GiB of dirty memory waiting to be scrubbed
+    let iterations = (10_000_000.0 * args.foreground / t.elapsed().as_secs_f64()) as u64;
     if !args.json {
-        println!("\n# pool: interference — a CPU-bound foreground on all {threads} CPUs, alone and with 2 GiB waiting to be scrubbed");
+        println!(
+            "\n# pool: interference — a CPU-bound foreground on all {threads} CPUs, alone and with {} waiting to be scrubbed",
+            fmt_size(backlog_chunks * CHUNK)
+        );
         println!("{:<30} {:>10} {:>10}", "scrubber", "time s", "slowdown");
     }
     let alone: Vec<f64> = (0..3)
