@@ -56,8 +56,8 @@ pub(crate) enum Method {
     Memset,
     /// One 4 KiB call per page: a kernel without extent clearing.
     PageAtATime,
-    /// A kernel in chunks of this many bytes (`rep stosb` in 8/32 MiB: the
-    /// kernel's resched batches).
+    /// A kernel in chunks of this many bytes (`Kernel::os_baseline` in 8/32
+    /// MiB: Linux's resched batches).
     Chunks(Kernel, usize),
     /// `clear_bounded` (Auto, told the temperature) with 1 MiB chunks.
     Bounded1M,
@@ -90,9 +90,10 @@ impl Method {
         v.extend(Kernel::available().map(Method::Kernel));
         v.push(Method::Memset);
         v.push(Method::PageAtATime);
-        if Kernel::RepStosb.is_available() {
-            v.push(Method::Chunks(Kernel::RepStosb, 8 << 20));
-            v.push(Method::Chunks(Kernel::RepStosb, 32 << 20));
+        let os = Kernel::os_baseline();
+        if os != Kernel::Portable {
+            v.push(Method::Chunks(os, 8 << 20));
+            v.push(Method::Chunks(os, 32 << 20));
         }
         v.push(Method::Bounded1M);
         v.push(Method::Parallel(prezero::cpu().logical_cpus));
@@ -100,11 +101,7 @@ impl Method {
     }
 
     fn run(self, buf: &mut [u8], temp: Temperature) {
-        let page_kernel = if Kernel::RepStosb.is_available() {
-            Kernel::RepStosb
-        } else {
-            Kernel::Portable
-        };
+        let page_kernel = Kernel::os_baseline();
         let r = match self {
             Method::Auto => prezero::clear_with(buf, temp),
             Method::AutoPlain => {

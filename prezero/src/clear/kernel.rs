@@ -109,6 +109,17 @@ impl Kernel {
         }
     }
 
+    /// What Linux's own `clear_page` and `clear_huge_page` use on this
+    /// architecture, if this CPU can run it (`rep stos` on x86_64, `dc zva` on
+    /// arm64), else `portable`: the kernel the benchmarks' page-at-a-time and
+    /// resched-batch baselines model.
+    pub fn os_baseline() -> Kernel {
+        [Kernel::RepStosb, Kernel::DcZva]
+            .into_iter()
+            .find(|k| k.is_available())
+            .unwrap_or(Kernel::Portable)
+    }
+
     /// Every kernel this CPU can run.
     pub fn available() -> impl Iterator<Item = Kernel> {
         Kernel::ALL.into_iter().filter(|k| k.is_available())

@@ -655,7 +655,12 @@ mod tests {
         let (vendor, _, _, _, name) = arch::decode_midr(0xee00_1230);
         assert_eq!((vendor.as_str(), name.as_str()), ("0xee", "part 0x123"));
         let c = cpu();
-        eprintln!("this core: {} {} ({})", c.vendor, c.model_name, c.identity());
+        eprintln!(
+            "this core: {} {} ({})",
+            c.vendor,
+            c.model_name,
+            c.identity()
+        );
     }
 
     #[cfg(target_arch = "x86_64")]
