@@ -152,7 +152,10 @@ fn kernels_follow_the_features_in_force() {
     assert!(c.mask_error.is_none(), "PREZERO_CPU: {:?}", c.mask_error);
     for k in Kernel::ALL {
         if k.is_available() {
-            assert!(k.is_available_with(&c.features), "{k} runs without its feature");
+            assert!(
+                k.is_available_with(&c.features),
+                "{k} runs without its feature"
+            );
         }
         if !k.is_available_with(&c.features) {
             assert!(!k.is_available(), "{k} survived PREZERO_CPU={:?}", c.mask);
