@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Every narrower CPU this one can stand in for (PREZERO_CPU): the kernel,
 # template and pool suites, and `prezero bench all --smoke` with its report,
-# once per ISA level this CPU reaches and, where it has clzero, without it too.
+# once per ISA level this CPU reaches and, where it has clzero (dc zva on arm64),
+# without it too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cargo build -q --release -p prezero-cli
 bin=target/release/prezero
+# The levels, and the one optional kernel feature worth running without.
 case "$(uname -m)" in
-  x86_64) levels=(x86-64-v2 x86-64-v3 x86-64-v4) ;;
-  aarch64) levels=(armv8.0 armv8.8) ;;
-  *) levels=() ;;
+  x86_64) levels=(x86-64-v2 x86-64-v3 x86-64-v4) optional=clzero ;;
+  aarch64) levels=(armv8.0) optional=dc-zva ;;
+  *) levels=() optional= ;;
 esac
-clzero=false
-if "$bin" info --json | grep -q '"detected":{[^}]*"clzero":true'; then clzero=true; fi
+has_optional=false
+if [ -n "$optional" ] && "$bin" info --json | grep -q "\"detected\":{[^}]*\"$optional\":true"; then
+  has_optional=true
+fi
 
 masks=()
 for l in "${levels[@]}"; do
@@ -22,7 +26,7 @@ for l in "${levels[@]}"; do
     continue
   fi
   masks+=("$l")
-  if $clzero; then masks+=("$l,-clzero"); fi
+  if $has_optional; then masks+=("$l,-$optional"); fi
 done
 
 reserve=()

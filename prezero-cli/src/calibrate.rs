@@ -355,6 +355,14 @@ fn check(path: &std::path::Path, m: &Measured) -> Result<(), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let stored: Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    let here = prezero::cpu().identity();
+    if stored["cpu_id"] != here.as_str() {
+        return Err(format!(
+            "{} was measured on {}, this CPU is {here}: nothing to compare (run calibrate without --check)",
+            path.display(),
+            stored["cpu_id"]
+        ));
+    }
     let mut off = 0;
     let mut compared = 0;
     for f in m.figures.iter().chain(&m.chunks).chain(&m.threads) {

@@ -1,6 +1,7 @@
 //! Auto's built-in defaults against every machine recorded in `machines/`: at
 //! every size measured, hot and cold, the kernel the defaults pick for that
 //! machine's CPU must be within 10% of the fastest kernel measured there.
+//! (Temperature unknown is a guess between the two and is not held to either.)
 //!
 //! Each folder holds two recordings of its machine: `calibrate`'s figures
 //! (profile.json) and `bench clear`'s (bench-clear.jsonl), one run each, on a
@@ -35,7 +36,8 @@ fn recorded_cpu(info: &Value) -> Cpu {
             .iter()
             .filter(|(_, on)| on.as_bool() == Some(true))
             .map(|(name, _)| name.as_str()),
-    );
+    )
+    .unwrap_or_else(|e| panic!("info.json: {e}"));
     let num = |v: &Value| v.as_u64().expect("a number") as u32;
     Cpu {
         vendor: c["vendor"].as_str().expect("vendor").into(),
@@ -103,11 +105,11 @@ fn bench_figures(path: &Path) -> Figures {
 }
 
 /// The builtin choice's figure over the fastest kernel's, if the recording
-/// measured both.
+/// measured this size (a choice it did not measure counts as 0).
 fn ratio(figs: &Figures, key: &(String, u64), chosen: Kernel) -> Option<(f64, String)> {
     let d = figs.get(key).filter(|d| d.len() > 2)?;
     let (best, top) = d.iter().max_by(|a, b| a.1.total_cmp(b.1))?;
-    Some((d.get(chosen.name())? / top, best.clone()))
+    Some((d.get(chosen.name()).unwrap_or(&0.0) / top, best.clone()))
 }
 
 #[test]

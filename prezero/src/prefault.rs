@@ -2,8 +2,9 @@
 //! `-XX:+AlwaysPreTouch` do by hand): the kernel allocates and zeroes every page
 //! now, on as many threads as asked, instead of one fault at a time later.
 
+use std::io;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Barrier;
+use std::sync::{Barrier, OnceLock};
 
 use crate::error::{Error, Result};
 use crate::region::Region;
@@ -12,9 +13,10 @@ use crate::sys;
 /// Populates every page of `region` for writing, split over `threads` threads on
 /// page boundaries of the region's page kind. Returns the bytes populated.
 ///
-/// Uses `MADV_POPULATE_WRITE` (Linux 5.14+). On older kernels, base-page and THP
-/// regions are populated by writing one byte per page (an atomic add of zero, so
-/// contents never change); hugetlb regions are never touched that way, since a
+/// Uses `MADV_POPULATE_WRITE` (Linux 5.14+). On older kernels, and where the
+/// advice is accepted but does nothing (qemu-user, some sandboxes), base-page and
+/// THP regions are populated by writing one byte per page (an atomic add of zero,
+/// so contents never change); hugetlb regions are never touched that way, since a
 /// touch of an unbacked hugetlb page raises SIGBUS: there the error is returned.
 pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
     populate(
@@ -89,7 +91,8 @@ fn populate(
         return Ok(0);
     }
     let parts = split(ptr as usize, len, granule, threads);
-    let run = |&(p, l): &(usize, usize)| populate_one(p as *mut u8, l, hugetlb);
+    let honoured = populate_write_honoured();
+    let run = |&(p, l): &(usize, usize)| populate_one(p as *mut u8, l, hugetlb, honoured);
     let results: Vec<Result<()>> = if parts.len() == 1 {
         vec![run(&parts[0])]
     } else {
@@ -138,25 +141,52 @@ fn split(start: usize, len: usize, granule: usize, threads: usize) -> Vec<(usize
         .collect()
 }
 
-fn populate_one(ptr: *mut u8, len: usize, hugetlb: bool) -> Result<()> {
-    match sys::madvise(ptr, len, libc::MADV_POPULATE_WRITE) {
-        Ok(()) => Ok(()),
-        Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !hugetlb => {
-            // Pre-5.14 kernels do not know the advice: touch instead, after making
-            // sure every byte of the range is mapped writable (else we would fault).
-            if !sys::range_is_writable(ptr as usize, len) {
-                return Err(Error::os("madvise(MADV_POPULATE_WRITE)", e));
+/// Whether a success of `MADV_POPULATE_WRITE` means the pages are there.
+/// qemu-user answers 0 to advice it does not emulate and populates nothing, so
+/// one fresh page is advised and looked up with `mincore`, once per process. A
+/// refusal (a pre-5.14 kernel's EINVAL) is not this case: every call sees it.
+fn populate_write_honoured() -> bool {
+    static HONOURED: OnceLock<bool> = OnceLock::new();
+    *HONOURED.get_or_init(|| {
+        let page = crate::cpu::cpu().page_size;
+        // Without a page to probe, trust the advice; its own errors still show.
+        let Ok(p) = sys::mmap_anon(page, 0) else {
+            return true;
+        };
+        let ignored = sys::madvise(p.as_ptr(), page, libc::MADV_POPULATE_WRITE).is_ok()
+            && sys::resident_pages(p.as_ptr(), page).is_ok_and(|n| n == 0);
+        // SAFETY: the page was mapped just above and nothing borrows it.
+        let _ = unsafe { sys::munmap(p, page) };
+        !ignored
+    })
+}
+
+fn populate_one(ptr: *mut u8, len: usize, hugetlb: bool, honoured: bool) -> Result<()> {
+    let refused = if honoured {
+        match sys::madvise(ptr, len, libc::MADV_POPULATE_WRITE) {
+            Ok(()) => return Ok(()),
+            // A pre-5.14 kernel does not know the advice.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => e,
+            Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
+                return Err(Error::os(
+                    "madvise(MADV_POPULATE_WRITE) (range not mapped, or out of memory)",
+                    e,
+                ))
             }
-            // SAFETY: the range was just checked to be mapped read-write.
-            unsafe { touch_pages(ptr, len) };
-            Ok(())
+            Err(e) => return Err(Error::os("madvise(MADV_POPULATE_WRITE)", e)),
         }
-        Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => Err(Error::os(
-            "madvise(MADV_POPULATE_WRITE) (range not mapped, or out of memory)",
-            e,
-        )),
-        Err(e) => Err(Error::os("madvise(MADV_POPULATE_WRITE)", e)),
+    } else {
+        // Accepted and ignored: as good as unknown.
+        io::Error::from_raw_os_error(libc::EOPNOTSUPP)
+    };
+    // Touch instead (never hugetlb: see `prefault`), after making sure every
+    // byte of the range is mapped writable (else we would fault).
+    if hugetlb || !sys::range_is_writable(ptr as usize, len) {
+        return Err(Error::os("madvise(MADV_POPULATE_WRITE)", refused));
     }
+    // SAFETY: the range was just checked to be mapped read-write.
+    unsafe { touch_pages(ptr, len) };
+    Ok(())
 }
 
 /// Write-faults every base page without changing its contents.
@@ -207,6 +237,26 @@ mod tests {
             }
             assert_eq!(at, start + len);
         }
+    }
+
+    #[test]
+    fn ignored_advice_falls_back_to_touching_except_on_hugetlb() {
+        let mut r = Region::new(16 * 4096, crate::PageKind::Base).unwrap();
+        r.as_mut_slice()[4096 * 2 + 1] = 9;
+        populate_one(r.as_ptr(), r.len(), false, false).unwrap();
+        assert_eq!(sys::resident_pages(r.as_ptr(), r.len()).unwrap(), 16);
+        assert_eq!(r.as_slice()[4096 * 2 + 1], 9);
+        // hugetlb is never touched (SIGBUS); the caller hears why.
+        let e = populate_one(r.as_ptr(), r.len(), true, false).unwrap_err();
+        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+        // A range that is not mapped writable is refused, not touched.
+        // SAFETY: r's pages are ours; from here on they are read-only.
+        assert_eq!(
+            unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
+            0
+        );
+        assert!(populate_one(r.as_ptr(), r.len(), false, false).is_err());
+        assert!(populate_one(0x1000 as *mut u8, 4096, false, false).is_err());
     }
 
     #[test]

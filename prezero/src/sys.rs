@@ -98,7 +98,6 @@ pub(crate) fn write_text(path: impl AsRef<Path>, text: &str) -> io::Result<()> {
 }
 
 /// Base pages of `[ptr, ptr+len)` resident in memory (`mincore(2)`).
-#[cfg(test)]
 ///
 /// pre: `ptr` is page-aligned. An unmapped range is an error (ENOMEM), not a crash.
 pub(crate) fn resident_pages(ptr: *mut u8, len: usize) -> Result<usize> {

@@ -1,5 +1,7 @@
 //! Regions of every page kind, prefault, and hugetlb reservations.
 
+mod common;
+
 use prezero::{Error, HugetlbReservation, PageKind, Region};
 
 const MB2: usize = 2 << 20;
@@ -35,8 +37,15 @@ fn hugetlb_lock() -> std::sync::MutexGuard<'static, ()> {
     HUGETLB.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Reserves `pages` hugetlb pages for the test, or says why not.
+/// Reserves `pages` hugetlb pages for the test, or says why not (also when
+/// they could not be mapped anyway). Call with `hugetlb_lock` held.
 fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
+    if prezero::cpu::hugetlb_pool(page_size).is_some() {
+        if let Some(why) = common::hugetlb_unmappable(page_size) {
+            eprintln!("skipped: {why}");
+            return None;
+        }
+    }
     match HugetlbReservation::ensure_free(page_size, pages) {
         Ok(r) => Some(r),
         Err(e) => {
@@ -210,6 +219,10 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
         eprintln!("skipped: no 2 MiB hugetlb pool");
         return;
     };
+    if let Some(why) = common::hugetlb_unmappable(MB2) {
+        eprintln!("skipped: {why}");
+        return;
+    }
     let work = || -> prezero::Result<()> {
         let r = HugetlbReservation::ensure_free(MB2, before.free + 2)?;
         let region = Region::new(2 * MB2, PageKind::Huge2M)?;

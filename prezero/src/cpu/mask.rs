@@ -2,12 +2,14 @@
 //! paths another machine would take, in the manner of glibc's
 //! `GLIBC_TUNABLES=glibc.cpu.hwcaps=-AVX512F`.
 //!
-//! The text is a comma-separated list of at most one ISA level (`x86-64-v2`,
-//! `x86-64-v3`, `x86-64-v4`; `armv8.0` ... `armv9.5`) and any number of
-//! removals (`-avx512f`, `-clzero`). A mask only ever takes away: a level whose
-//! instructions this CPU lacks is an error, never a pretence, so the masked
-//! [`Features`] claim nothing detection did not find. The kernels' safety rests
-//! on that.
+//! The text is a comma-separated list, in any case, of at most one ISA level
+//! (`x86-64` or `x86-64-v1`, `x86-64-v2`, `x86-64-v3`, `x86-64-v4`; `armv8.0`
+//! ... `armv9.5`) and any number of removals (`-avx512f`, `-clzero`). A mask
+//! only ever takes away: a level whose instructions this CPU lacks is an error,
+//! never a pretence, so the masked [`Features`] claim nothing detection did not
+//! find. The kernels' safety rests on that. On arm64 a level is checked only
+//! for what prezero uses (FEAT_MOPS, from Armv8.8 / Armv9.3): the kernel
+//! reports no level, and the other features of a level change no kernel here.
 
 use super::Features;
 
@@ -178,6 +180,9 @@ const X86_LEVELS: [(&str, Level); 5] = [
 /// features prezero uses are in every level.
 fn arm_level(name: &str) -> Option<Level> {
     let (major, minor) = name.strip_prefix("armv")?.split_once('.')?;
+    if minor.is_empty() || !minor.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
     let minor: u32 = minor.parse().ok()?;
     let has_mops = match (major, minor) {
         ("8", 0..=9) => minor >= 8,
@@ -231,6 +236,7 @@ pub(crate) fn apply(
 ) -> Result<Features, String> {
     let mut out = detected;
     let mut seen_level = None;
+    let text = text.to_ascii_lowercase();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         if let Some(name) = item.strip_prefix('-') {
             let known = feature(name).filter(|n| n.arch == arch).ok_or_else(|| {
@@ -247,7 +253,7 @@ pub(crate) fn apply(
             })?;
             remove(&mut out, known.name);
         } else if is_level_name(item) {
-            if let Some(first) = seen_level.replace(item) {
+            if let Some(first) = seen_level.replace(item.to_string()) {
                 return Err(format!("two ISA levels, '{first}' and '{item}'"));
             }
             let l = level(arch, item)
@@ -349,7 +355,7 @@ mod tests {
     fn removals_take_their_dependents_with_them() {
         let f = x86("-avx2", zen4()).unwrap();
         assert!(!f.avx2 && !f.avx512f && !f.avx512bw && f.clzero && f.erms);
-        let f = x86(" -clzero , -avx512f ", zen4()).unwrap();
+        let f = x86(" -CLZERO , -avx512f ", zen4()).unwrap();
         assert!(!f.clzero && !f.avx512f && !f.avx512bw && f.avx2);
         // Removing what the CPU does not have is harmless: one mask serves a fleet.
         assert_eq!(x86("-avx512f", zen3()).unwrap(), zen3());
@@ -402,7 +408,7 @@ mod tests {
         assert!(!a("armv8.0").unwrap().mops && a("armv8.0").unwrap().dc_zva);
         assert!(a("armv8.8").unwrap().mops && a("armv9.3").unwrap().mops);
         assert!(!a("armv9.2").unwrap().mops);
-        assert!(a("armv8.10").is_err() && a("armv10.0").is_err());
+        assert!(a("armv8.10").is_err() && a("armv10.0").is_err() && a("armv8.+8").is_err());
         assert!(!a("-dc-zva").unwrap().dc_zva);
         assert!(a("x86-64-v2").is_err() && a("-avx2").is_err());
     }

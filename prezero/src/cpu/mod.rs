@@ -49,16 +49,19 @@ impl Features {
             .collect()
     }
 
-    /// The features named (as [`Features::list`] names them; others are
-    /// ignored): a CPU described by a recording, not detected.
-    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Features {
+    /// The features named, as [`Features::list`] names them (`_` read as
+    /// `-`): a CPU described by a recording rather than detected. An unknown
+    /// name is an error, not a feature quietly dropped.
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Result<Features, String> {
         let mut f = Features::default();
         for name in names {
-            if let Some(n) = mask::FEATURES.iter().find(|n| n.name == name) {
-                (n.set)(&mut f, true);
-            }
+            let n = mask::FEATURES
+                .iter()
+                .find(|n| n.name == name.replace('_', "-"))
+                .ok_or_else(|| format!("unknown CPU feature '{name}'"))?;
+            (n.set)(&mut f, true);
         }
-        f
+        Ok(f)
     }
 
     /// The names of the features present, space-separated ("erms fsrm sse2 avx2").
@@ -181,12 +184,21 @@ fn detect() -> Cpu {
         },
     };
     let detected = arch::features();
-    let mask = std::env::var("PREZERO_CPU")
-        .ok()
-        .filter(|m| !m.trim().is_empty());
+    // Not UTF-8 is not ignorable: it would quietly run with every feature.
+    let (mask, unreadable) = match std::env::var_os("PREZERO_CPU") {
+        Some(v) if !v.to_string_lossy().trim().is_empty() => match v.into_string() {
+            Ok(m) => (Some(m), false),
+            Err(v) => (Some(v.to_string_lossy().into_owned()), true),
+        },
+        _ => (None, false),
+    };
     let (features, mask_error) = match &mask {
         None => (detected, None),
-        Some(m) => match mask::apply(m, detected, mask::Arch::HOST, mask::host_has) {
+        Some(m) => match if unreadable {
+            Err("it is not UTF-8".to_string())
+        } else {
+            mask::apply(m, detected, mask::Arch::HOST, mask::host_has)
+        } {
             Ok(f) => (f, None),
             Err(e) => {
                 eprintln!("prezero: PREZERO_CPU={m}: {e}; using no optional CPU feature");
@@ -505,8 +517,9 @@ mod arch {
         (vendor, implementer, part, variant << 4 | revision, name)
     }
 
-    /// From sysfs, else the register itself (Linux emulates the read where it
-    /// sets HWCAP_CPUID), else /proc/cpuinfo's fields; 0 if none answers.
+    /// From sysfs (CPU 0's), else the register itself (Linux emulates the read
+    /// where it sets HWCAP_CPUID; on a big.LITTLE machine that is whichever core
+    /// this thread is on), else /proc/cpuinfo's fields; 0 if none answers.
     fn midr() -> u32 {
         let sysfs =
             crate::sys::read_text("/sys/devices/system/cpu/cpu0/regs/identification/midr_el1")
@@ -523,15 +536,16 @@ mod arch {
             unsafe { core::arch::asm!("mrs {}, midr_el1", out(reg) v, options(nomem, nostack)) };
             return v as u32;
         }
-        let field = |name: &str| {
+        // Linux prints the revision in decimal and the other fields in hex.
+        let field = |name: &str, radix| {
             super::cpuinfo_field(name)
-                .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), 16).ok())
+                .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), radix).ok())
                 .unwrap_or(0)
         };
-        field("CPU implementer") << 24
-            | (field("CPU variant") & 0xf) << 20
-            | (field("CPU part") & 0xfff) << 4
-            | field("CPU revision") & 0xf
+        field("CPU implementer", 16) << 24
+            | (field("CPU variant", 16) & 0xf) << 20
+            | (field("CPU part", 16) & 0xfff) << 4
+            | field("CPU revision", 10) & 0xf
     }
 
     fn implementer_name(code: u32) -> Option<&'static str> {
