@@ -201,12 +201,16 @@ pub(crate) fn collect(
         for &size in sizes {
             bench.prepare(size)?;
             // Repetitions go round the methods, so that every method meets the
-            // same drift of this shared machine (clock, neighbours) over time.
+            // same drift of this shared machine (clock, neighbours) over time,
+            // each round starting one method later: no method always follows
+            // the same one (on a 2-vCPU VM the first clear after the 2-thread
+            // one ran up to 25% slow, in every round).
             let mut samples = vec![Vec::with_capacity(reps); methods.len()];
             for rep in 0..reps {
                 progress.step(format!("{mode} {}", fmt_size(size)));
-                for (i, &m) in methods.iter().enumerate() {
-                    samples[i].push(bench.rep(size, m, rep + 1 == reps)?);
+                for j in 0..methods.len() {
+                    let i = (j + rep) % methods.len();
+                    samples[i].push(bench.rep(size, methods[i], rep + 1 == reps)?);
                 }
             }
             for (&m, s) in methods.iter().zip(&samples) {
