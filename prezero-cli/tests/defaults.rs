@@ -70,18 +70,23 @@ fn is_kernel(name: &str) -> bool {
     name.parse::<Kernel>().is_ok()
 }
 
+fn add(out: &mut Figures, mode: &Value, size: &Value, kernel: &str, gbps: &Value) {
+    if is_kernel(kernel) {
+        let key = (
+            mode.as_str().unwrap_or_default().into(),
+            size.as_u64().unwrap_or(0),
+        );
+        out.entry(key)
+            .or_default()
+            .insert(kernel.into(), gbps.as_f64().unwrap_or(0.0));
+    }
+}
+
 fn calibrate_figures(profile: &Value) -> Figures {
     let mut out = Figures::new();
     for f in profile["figures"].as_array().into_iter().flatten() {
         let method = f["method"].as_str().unwrap_or_default();
-        if is_kernel(method) {
-            out.entry((
-                f["mode"].as_str().unwrap_or_default().into(),
-                f["size"].as_u64().unwrap_or(0),
-            ))
-            .or_default()
-            .insert(method.into(), f["gbps_median"].as_f64().unwrap_or(0.0));
-        }
+        add(&mut out, &f["mode"], &f["size"], method, &f["gbps_median"]);
     }
     out
 }
@@ -91,14 +96,15 @@ fn bench_figures(path: &Path) -> Figures {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     for line in text.lines() {
         let r: Value = serde_json::from_str(line).expect("a JSON line");
-        let strategy = r["strategy"].as_str().unwrap_or_default();
-        if r["bench"] == "clear" && is_kernel(strategy) {
-            out.entry((
-                r["mode"].as_str().unwrap_or_default().into(),
-                r["size"].as_u64().unwrap_or(0),
-            ))
-            .or_default()
-            .insert(strategy.into(), r["median_gbps"].as_f64().unwrap_or(0.0));
+        if r["bench"] == "clear" {
+            let strategy = r["strategy"].as_str().unwrap_or_default();
+            add(
+                &mut out,
+                &r["mode"],
+                &r["size"],
+                strategy,
+                &r["median_gbps"],
+            );
         }
     }
     out

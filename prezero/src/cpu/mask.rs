@@ -83,98 +83,47 @@ fn feature(name: &str) -> Option<&'static Named> {
 /// that it removes. Requirements name either a [`FEATURES`] entry or an
 /// instruction the level check asks the CPU about.
 struct Level {
-    requires: &'static [&'static str],
+    requires: Vec<&'static str>,
     removes: &'static [&'static str],
 }
 
-const V2: &[&str] = &[
-    "sse2",
-    "sse3",
-    "ssse3",
-    "sse4.1",
-    "sse4.2",
-    "popcnt",
-    "cmpxchg16b",
-];
-const V3: &[&str] = &[
-    "sse2",
-    "sse3",
-    "ssse3",
-    "sse4.1",
-    "sse4.2",
-    "popcnt",
-    "cmpxchg16b",
-    "avx",
-    "avx2",
-    "bmi1",
-    "bmi2",
-    "fma",
-    "lzcnt",
-    "movbe",
-    "f16c",
-];
-const V4: &[&str] = &[
-    "sse2",
-    "sse3",
-    "ssse3",
-    "sse4.1",
-    "sse4.2",
-    "popcnt",
-    "cmpxchg16b",
-    "avx",
-    "avx2",
-    "bmi1",
-    "bmi2",
-    "fma",
-    "lzcnt",
-    "movbe",
-    "f16c",
-    "avx512f",
-    "avx512bw",
-    "avx512cd",
-    "avx512dq",
-    "avx512vl",
-];
 const NO_AVX: &[&str] = &["avx2", "avx512f", "avx512bw"];
 const NO_AVX512: &[&str] = &["avx512f", "avx512bw"];
 
-const X86_LEVELS: [(&str, Level); 5] = [
-    (
-        "x86-64",
-        Level {
-            requires: &["sse2"],
-            removes: NO_AVX,
-        },
-    ),
-    (
-        "x86-64-v1",
-        Level {
-            requires: &["sse2"],
-            removes: NO_AVX,
-        },
-    ),
+/// The x86-64 levels in order: (name, what it adds to the levels before it,
+/// what it removes).
+const X86_LEVELS: [(&str, &[&str], &[&str]); 5] = [
+    ("x86-64", &["sse2"], NO_AVX),
+    ("x86-64-v1", &[], NO_AVX),
     (
         "x86-64-v2",
-        Level {
-            requires: V2,
-            removes: NO_AVX,
-        },
+        &["sse3", "ssse3", "sse4.1", "sse4.2", "popcnt", "cmpxchg16b"],
+        NO_AVX,
     ),
     (
         "x86-64-v3",
-        Level {
-            requires: V3,
-            removes: NO_AVX512,
-        },
+        &[
+            "avx", "avx2", "bmi1", "bmi2", "fma", "lzcnt", "movbe", "f16c",
+        ],
+        NO_AVX512,
     ),
     (
         "x86-64-v4",
-        Level {
-            requires: V4,
-            removes: &[],
-        },
+        &["avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"],
+        &[],
     ),
 ];
+
+fn x86_level(name: &str) -> Option<Level> {
+    let at = X86_LEVELS.iter().position(|(n, _, _)| *n == name)?;
+    Some(Level {
+        requires: X86_LEVELS[..=at]
+            .iter()
+            .flat_map(|(_, adds, _)| adds.iter().copied())
+            .collect(),
+        removes: X86_LEVELS[at].2,
+    })
+}
 
 /// `armv8.N` / `armv9.N`: FEAT_MOPS is part of Armv8.8 and Armv9.3; the other
 /// features prezero uses are in every level.
@@ -191,12 +140,12 @@ fn arm_level(name: &str) -> Option<Level> {
     };
     Some(if has_mops {
         Level {
-            requires: &["mops"],
+            requires: vec!["mops"],
             removes: &[],
         }
     } else {
         Level {
-            requires: &[],
+            requires: Vec::new(),
             removes: &["mops"],
         }
     })
@@ -204,9 +153,7 @@ fn arm_level(name: &str) -> Option<Level> {
 
 fn level(arch: Arch, name: &str) -> Option<Level> {
     match arch {
-        Arch::X86_64 => X86_LEVELS
-            .into_iter()
-            .find_map(|(n, l)| (n == name).then_some(l)),
+        Arch::X86_64 => x86_level(name),
         Arch::Aarch64 => arm_level(name),
         Arch::Other => None,
     }
