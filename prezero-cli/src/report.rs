@@ -351,6 +351,30 @@ pub fn render(info: &Value, all: &[Value]) -> String {
             esc(&s(&info["memory"]["kernel_release"])),
             esc(&s(&info["profile"]["source"])),
         );
+        let on = |key: &str| -> Vec<String> {
+            cpu[key]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .filter(|(_, v)| v.as_bool() == Some(true))
+                .map(|(k, _)| k.clone())
+                .collect()
+        };
+        let used = on("features");
+        let _ = writeln!(h, "<p>CPU features in use: {}.</p>", esc(&used.join(" ")));
+        // A run under PREZERO_CPU measured a narrower CPU than this one: say so.
+        if let Some(mask) = cpu["mask"].as_str() {
+            let hidden: Vec<String> = on("detected")
+                .into_iter()
+                .filter(|f| !used.contains(f))
+                .collect();
+            let _ = writeln!(
+                h,
+                "<p class=\"failed\"><b>Measured as PREZERO_CPU={} asks</b>: the features {} were hidden.</p>",
+                esc(mask),
+                esc(&hidden.join(" "))
+            );
+        }
     } else {
         h.push_str(
             "<p>The machine is not described: <code>prezero info</code> gave nothing.</p>\n",
@@ -922,6 +946,19 @@ mod tests {
         assert!(!html.contains("mmap + populate") && !html.contains("<h2>prezero serve"));
         // The nine charts of the full fixture less mmap's and the VM boot's.
         assert_eq!(html.matches("<svg").count(), 7, "charts");
+    }
+
+    #[test]
+    fn a_run_under_a_cpu_mask_says_so() {
+        let (mut info, rows) = fixture();
+        assert!(!render(&info, &rows).contains("PREZERO_CPU"));
+        info["cpu"]["detected"] = info["cpu"]["features"].clone();
+        info["cpu"]["detected"]["avx512f"] = true.into();
+        info["cpu"]["features"]["avx512f"] = false.into();
+        info["cpu"]["mask"] = "x86-64-v3".into();
+        let html = render(&info, &rows);
+        assert!(html.contains("PREZERO_CPU=x86-64-v3"), "no mask line");
+        assert!(html.contains("the features avx512f were hidden"));
     }
 
     #[test]
