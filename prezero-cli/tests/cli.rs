@@ -33,6 +33,52 @@ fn info_text_and_json() {
     assert_eq!(v["auto"].as_array().unwrap().len(), 9);
 }
 
+/// `PREZERO_CPU` narrows what every command sees, and a mask this CPU cannot
+/// honour stops every command rather than measure a pretend machine.
+#[test]
+fn cpu_masks_narrow_and_refuse() {
+    let run = |mask: &str, args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
+            .args(args)
+            .env("PREZERO_CPU", mask)
+            .output()
+            .expect("run prezero");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stdout, stderr)
+    };
+    let (code, _, err) = run("-no-such-feature", &["info"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("unknown feature 'no-such-feature'"), "{err}");
+    let (code, _, _) = run("x86-64-v9,armv9.9", &["bench", "clear", "--sizes", "4K"]);
+    assert_eq!(code, Some(2));
+
+    let (code, out, err) = run("", &["info", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let native: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let features = native["cpu"]["features"].as_object().unwrap().clone();
+    // Remove every feature this CPU has: only kernels that need none remain.
+    let all: Vec<String> = features.keys().map(|k| format!("-{k}")).collect();
+    let (code, out, err) = run(&all.join(","), &["info", "--json"]);
+    assert_eq!(code, Some(0), "{err}");
+    let masked: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(masked["cpu"]["mask"], all.join(","));
+    assert_eq!(masked["cpu"]["detected"], native["cpu"]["features"]);
+    assert!(masked["cpu"]["features"]
+        .as_object()
+        .unwrap()
+        .values()
+        .all(|v| v == false));
+    for k in masked["kernels"].as_array().unwrap() {
+        if k["available"] == true {
+            assert!(
+                matches!(k["needs"].as_str(), Some("nothing" | "x86_64")),
+                "{k} survived the mask"
+            );
+        }
+    }
+}
+
 #[test]
 fn bench_clear_json_lines() {
     let (ok, out, err) = prezero(&[

@@ -191,7 +191,8 @@ impl Profile {
 /// `avx512-nt` 71-82, `avx2-nt` 67-79, `clzero` 61-77, `movnti` 37-39; Zen 3:
 /// `avx2-nt` 40-51, `clzero` 40-50, `movnti` 25). `clzero` ties `avx2-nt` on
 /// Zen 3 and trails on Zen 4, but doubles `movnti`, so it is what a CPU
-/// without AVX (or run as `x86-64-v2`) streams with.
+/// without AVX (or run as `x86-64-v2`) streams with. AMD family 19h skips
+/// `avx512-nt` (see `splits_512_bit_stores`).
 const STREAMING_PREFERENCE: [Kernel; 5] = [
     Kernel::Avx512Stream,
     Kernel::Avx2Stream,
