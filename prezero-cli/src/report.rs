@@ -333,9 +333,9 @@ pub fn render(info: &Value, all: &[Value]) -> String {
              <p>Auto profile: {}.</p>\n",
             esc(&s(&cpu["model_name"])),
             esc(&s(&cpu["vendor"])),
-            cpu["family"],
-            cpu["model"],
-            cpu["logical_cpus"],
+            esc(&cpu["family"].to_string()),
+            esc(&cpu["model"].to_string()),
+            esc(&cpu["logical_cpus"].to_string()),
             esc(&cpu["caches"]
                 .as_array()
                 .into_iter()

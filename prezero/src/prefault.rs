@@ -162,11 +162,14 @@ fn populate_write_honoured() -> bool {
 }
 
 fn populate_one(ptr: *mut u8, len: usize, hugetlb: bool, honoured: bool) -> Result<()> {
-    let refused = if honoured {
+    // Hugetlb always asks the kernel: touching is never an option there, and an
+    // emulator that ignores the advice cannot map hugetlb pages at all, so a
+    // probe misled by memory pressure must not make hugetlb prefault fail.
+    if honoured || hugetlb {
         match sys::madvise(ptr, len, libc::MADV_POPULATE_WRITE) {
             Ok(()) => return Ok(()),
-            // A pre-5.14 kernel does not know the advice.
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => e,
+            // A pre-5.14 kernel does not know the advice: touch instead, below.
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !hugetlb => {}
             Err(e) if e.raw_os_error() == Some(libc::ENOMEM) => {
                 return Err(Error::os(
                     "madvise(MADV_POPULATE_WRITE) (range not mapped, or out of memory)",
@@ -175,16 +178,17 @@ fn populate_one(ptr: *mut u8, len: usize, hugetlb: bool, honoured: bool) -> Resu
             }
             Err(e) => return Err(Error::os("madvise(MADV_POPULATE_WRITE)", e)),
         }
-    } else {
-        // Accepted and ignored: as good as unknown.
-        io::Error::from_raw_os_error(libc::EOPNOTSUPP)
-    };
-    // Touch instead (never hugetlb: see `prefault`), after making sure every
-    // byte of the range is mapped writable (else we would fault).
-    if hugetlb || !sys::range_is_writable(ptr as usize, len) {
-        return Err(Error::os("madvise(MADV_POPULATE_WRITE)", refused));
     }
-    // SAFETY: the range was just checked to be mapped read-write.
+    // The advice is unknown (pre-5.14) or accepted and ignored (qemu-user):
+    // touch, never hugetlb, and only a range mapped writable (else we would fault).
+    if !sys::range_is_writable(ptr as usize, len) {
+        return Err(Error::os(
+            "prefault: range not mapped writable (MADV_POPULATE_WRITE is unknown or ignored here)",
+            io::Error::from_raw_os_error(libc::ENOMEM),
+        ));
+    }
+    // SAFETY: the range was just checked to be mapped read-write, and it is not
+    // hugetlb (that returned above).
     unsafe { touch_pages(ptr, len) };
     Ok(())
 }
@@ -246,16 +250,17 @@ mod tests {
         populate_one(r.as_ptr(), r.len(), false, false).unwrap();
         assert_eq!(sys::resident_pages(r.as_ptr(), r.len()).unwrap(), 16);
         assert_eq!(r.as_slice()[4096 * 2 + 1], 9);
-        // hugetlb is never touched (SIGBUS); the caller hears why.
-        let e = populate_one(r.as_ptr(), r.len(), true, false).unwrap_err();
-        assert_eq!(e.errno(), libc::EOPNOTSUPP, "{e}");
+        // hugetlb is never touched (SIGBUS): it always asks the kernel, which
+        // here (these are base pages) populates them.
+        populate_one(r.as_ptr(), r.len(), true, false).unwrap();
         // A range that is not mapped writable is refused, not touched.
         // SAFETY: r's pages are ours; from here on they are read-only.
         assert_eq!(
             unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
             0
         );
-        assert!(populate_one(r.as_ptr(), r.len(), false, false).is_err());
+        let e = populate_one(r.as_ptr(), r.len(), false, false).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOMEM, "{e}");
         assert!(populate_one(0x1000 as *mut u8, 4096, false, false).is_err());
     }
 

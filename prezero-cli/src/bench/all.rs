@@ -264,7 +264,13 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     let reason = if out.status.success() {
-        bad_json
+        // A bench that measured nothing must not read as "ok" in the report.
+        bad_json.or_else(|| {
+            outcome
+                .rows
+                .is_empty()
+                .then(|| "it printed no rows".to_string())
+        })
     } else {
         // The error main printed last; a panic's last line is a "note:".
         let last = lines.iter().rev().find(|l| !l.starts_with("note: "));

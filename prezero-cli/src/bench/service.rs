@@ -83,7 +83,10 @@ impl PrivateDaemon {
                 fmt_size(target),
                 fmt_size(segment)
             ))
+            // Not the bench's stdout: a daemon left behind by a killed bench
+            // must not hold `bench all`'s pipe open.
             .stdin(Stdio::null())
+            .stdout(Stdio::null())
             .stderr(log);
         if reserve {
             cmd.arg("--reserve");
