@@ -82,6 +82,9 @@
 // Scrubber at normal priority.
 #define PZ_SCRUB_NORMAL 2
 
+// The most varying words `pz_template_fill_words` takes per record.
+#define PZ_TEMPLATE_MAX_WORDS 8
+
 // `pz_cpu_features` bit: enhanced `rep stosb` (x86_64).
 #define PZ_FEATURE_ERMS (1 << 0)
 
@@ -321,6 +324,25 @@ int pz_template_fill_grouped(void *dst,
                              const void *tail,
                              void (*update)(size_t i, int is_head, void *work, void *ctx),
                              void *ctx);
+
+// The register form of the template fill: `count` records of `elem_size`
+// bytes at `dst`, the first of every `group_len` from `head`, the others from
+// `tail` (NULL: `head` again), with `nwords` 64-bit words (at most
+// `PZ_TEMPLATE_MAX_WORDS`) at byte `offsets[k]` of each record set to what
+// `produce(i, is_head, words, ctx)` writes to `words[0..nwords]`. For one
+// template pass `group_len = SIZE_MAX` (or any) and `tail = NULL`. `produce`
+// may be NULL only when `nwords` is 0. Streams (then drains) or stores
+// through the caches by size, as the profile or the built-in choice says.
+int pz_template_fill_words(void *dst,
+                           size_t count,
+                           size_t elem_size,
+                           size_t group_len,
+                           const void *head,
+                           const void *tail,
+                           const size_t *offsets,
+                           size_t nwords,
+                           void (*produce)(size_t i, int is_head, uint64_t *words, void *ctx),
+                           void *ctx);
 
 // Populates `[ptr, ptr+len)` for writing with `threads` threads (>= 1); the
 // contents are not changed. An unmapped or read-only range is an error.

@@ -125,6 +125,16 @@ unsafe fn records<'a>(dst: *mut c_void, count: usize, elem_size: usize) -> Resul
     unsafe { bytes_mut(dst, total) }
 }
 
+/// Refuses a template that lies inside the destination: the fill would read
+/// what it has just written (and Rust may not alias the two).
+fn apart(dst: &[u8], template: &[u8]) -> Result<()> {
+    let (d, t) = (dst.as_ptr() as usize, template.as_ptr() as usize);
+    if !dst.is_empty() && d < t + template.len() && t < d + dst.len() {
+        return Err(inval("a template overlaps the destination"));
+    }
+    Ok(())
+}
+
 fn strategy(s: c_int) -> Result<Strategy> {
     Ok(match s {
         PZ_STRATEGY_AUTO => Strategy::Auto(Temperature::Unknown),
@@ -289,7 +299,8 @@ pub unsafe extern "C" fn pz_template_fill(
     guard(|| {
         // SAFETY: the caller promises both ranges.
         let (d, t) = unsafe { (records(dst, count, elem_size)?, bytes(tmpl, elem_size)?) };
-        Streamer::auto().fill_grouped_bytes(d, 1, t, t, |i, _, w| {
+        apart(d, t)?;
+        Streamer::for_bytes(d.len()).fill_grouped_bytes(d, 1, t, t, |i, _, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context; `w` is elem_size bytes.
                 unsafe { f(i, w.as_mut_ptr().cast(), ctx) }
@@ -323,12 +334,89 @@ pub unsafe extern "C" fn pz_template_fill_grouped(
                 bytes(tail, elem_size)?,
             )
         };
-        Streamer::auto().fill_grouped_bytes(d, group_len, h, t, |i, is_head, w| {
+        apart(d, h)?;
+        apart(d, t)?;
+        Streamer::for_bytes(d.len()).fill_grouped_bytes(d, group_len, h, t, |i, is_head, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context.
                 unsafe { f(i, c_int::from(is_head), w.as_mut_ptr().cast(), ctx) }
             }
         })
+    })
+}
+
+/// The most varying words `pz_template_fill_words` takes per record.
+pub const PZ_TEMPLATE_MAX_WORDS: usize = 8;
+
+/// The register form of the template fill: `count` records of `elem_size`
+/// bytes at `dst`, the first of every `group_len` from `head`, the others from
+/// `tail` (NULL: `head` again), with `nwords` 64-bit words (at most
+/// `PZ_TEMPLATE_MAX_WORDS`) at byte `offsets[k]` of each record set to what
+/// `produce(i, is_head, words, ctx)` writes to `words[0..nwords]`. For one
+/// template pass `group_len = SIZE_MAX` (or any) and `tail = NULL`. `produce`
+/// may be NULL only when `nwords` is 0. Streams (then drains) or stores
+/// through the caches by size, as the profile or the built-in choice says.
+#[allow(clippy::too_many_arguments)]
+#[no_mangle]
+pub unsafe extern "C" fn pz_template_fill_words(
+    dst: *mut c_void,
+    count: usize,
+    elem_size: usize,
+    group_len: usize,
+    head: *const c_void,
+    tail: *const c_void,
+    offsets: *const usize,
+    nwords: usize,
+    produce: Option<
+        unsafe extern "C" fn(i: usize, is_head: c_int, words: *mut u64, ctx: *mut c_void),
+    >,
+    ctx: *mut c_void,
+) -> c_int {
+    guard(|| {
+        if nwords > PZ_TEMPLATE_MAX_WORDS {
+            return Err(inval("more than PZ_TEMPLATE_MAX_WORDS words"));
+        }
+        if nwords > 0 && (offsets.is_null() || produce.is_none()) {
+            return Err(inval("NULL offsets or produce with words to produce"));
+        }
+        let tail = if tail.is_null() { head } else { tail };
+        // SAFETY: the caller promises the ranges; `offsets` holds nwords entries.
+        let (d, h, t, offs) = unsafe {
+            (
+                records(dst, count, elem_size)?,
+                bytes(head, elem_size)?,
+                bytes(tail, elem_size)?,
+                if nwords == 0 {
+                    &[][..]
+                } else {
+                    std::slice::from_raw_parts(offsets, nwords)
+                },
+            )
+        };
+        apart(d, h)?;
+        apart(d, t)?;
+        let s = Streamer::for_bytes(d.len());
+        // One instantiation per word count: the register form needs K at compile time.
+        macro_rules! with_k {
+            ($($k:literal)*) => {
+                match nwords {
+                    $($k => {
+                        let o: [usize; $k] = offs.try_into().expect("nwords entries");
+                        s.fill_words_grouped_bytes(d, group_len, h, t, o, |i, is_head| {
+                            let mut w = [0u64; $k];
+                            if let Some(f) = produce {
+                                // SAFETY: a C callback with the caller's own
+                                // context; `w` holds nwords words.
+                                unsafe { f(i, c_int::from(is_head), w.as_mut_ptr(), ctx) };
+                            }
+                            w
+                        })
+                    })*
+                    _ => unreachable!("nwords was checked"),
+                }
+            };
+        }
+        with_k!(0 1 2 3 4 5 6 7 8)
     })
 }
 

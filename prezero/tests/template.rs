@@ -168,6 +168,84 @@ fn words(s: Streamer) {
     assert_eq!(v, vec![Rec64([0; 8]); 2], "a refused fill wrote");
 }
 
+/// The register form over records of `W` words (8 to 264 bytes) at every
+/// 8-byte alignment against a 64-byte line, grouped and not: every record
+/// exact, nothing outside the destination touched.
+fn words_of<const W: usize>(s: Streamer) {
+    let head: [u64; W] = std::array::from_fn(|j| 0xa000 + j as u64);
+    let tail: [u64; W] = std::array::from_fn(|j| 0xb000 + j as u64);
+    let last = (W - 1) * 8;
+    let offsets = [0, W / 2 * 8, last];
+    for count in [0usize, 1, 2, 3, 7, 8, 9, 33, 100] {
+        for line_off in (0..64).step_by(8) {
+            for group in [1usize, 3, usize::MAX] {
+                // A 64-byte aligned start inside a guarded buffer of words.
+                let mut buf = vec![0xeeee_eeee_eeee_eeee_u64; 16 + count * W + 24];
+                let base = buf.as_ptr() as usize;
+                let start = ((base + 64).next_multiple_of(64) + line_off - base) / 8;
+                let end = start + count * W;
+                // SAFETY: [u64; W] has u64's alignment; the records lie inside buf.
+                let dst: &mut [[u64; W]] = unsafe {
+                    std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(start).cast(), count)
+                };
+                s.fill_words_grouped(dst, group, &head, &tail, offsets, |i, is_head| {
+                    assert_eq!(is_head, i % group == 0);
+                    [i as u64, !(i as u64), i as u64 * 7]
+                })
+                .unwrap();
+                for i in 0..count {
+                    let mut e = if i % group == 0 { head } else { tail };
+                    e[0] = i as u64;
+                    e[W / 2] = !(i as u64);
+                    e[W - 1] = i as u64 * 7;
+                    if W == 1 {
+                        e[0] = i as u64 * 7; // all three words at offset 0: the last wins
+                    }
+                    assert_eq!(
+                        &buf[start + i * W..][..W],
+                        &e[..],
+                        "{} {W}-word record {i}/{count}, line offset {line_off}, group {group}",
+                        s.kernel().name()
+                    );
+                }
+                assert!(
+                    buf[..start]
+                        .iter()
+                        .chain(&buf[end..])
+                        .all(|&w| w == 0xeeee_eeee_eeee_eeee),
+                    "{} {W} words x {count}: wrote outside the destination",
+                    s.kernel().name()
+                );
+            }
+        }
+    }
+    // No varying word: plain replication.
+    let mut v = vec![[0u64; W]; 10];
+    s.fill_words(&mut v, &tail, [], |_| []).unwrap();
+    assert!(v.iter().all(|r| *r == tail));
+}
+
+fn every_record_size(s: Streamer) {
+    words_of::<1>(s);
+    words_of::<2>(s);
+    words_of::<3>(s);
+    words_of::<4>(s);
+    words_of::<5>(s);
+    words_of::<6>(s);
+    words_of::<7>(s);
+    words_of::<8>(s);
+    words_of::<9>(s);
+    words_of::<10>(s);
+    words_of::<12>(s);
+    words_of::<14>(s);
+    words_of::<16>(s);
+    words_of::<20>(s);
+    words_of::<24>(s);
+    words_of::<31>(s);
+    words_of::<32>(s);
+    words_of::<33>(s);
+}
+
 fn grouped(s: Streamer) {
     let head = [1u8; 24];
     let tail = [2u8; 24];
@@ -264,6 +342,11 @@ macro_rules! copy_kernel_suite {
             }
 
             #[test]
+            fn every_record_size() {
+                if let Some(s) = streamer() { super::every_record_size(s) }
+            }
+
+            #[test]
             fn grouped() {
                 if let Some(s) = streamer() { super::grouped(s) }
             }
@@ -279,7 +362,13 @@ macro_rules! copy_kernel_suite {
 copy_kernel_suite! {
     avx512_stream => CopyKernel::Avx512Stream,
     avx2_stream => CopyKernel::Avx2Stream,
+    sse2_stream => CopyKernel::Sse2Stream,
     movnti => CopyKernel::Movnti,
+    neon_stream => CopyKernel::NeonStream,
+    avx512 => CopyKernel::Avx512,
+    avx2 => CopyKernel::Avx2,
+    sse2 => CopyKernel::Sse2,
+    neon => CopyKernel::Neon,
     portable => CopyKernel::Portable,
 }
 

@@ -185,6 +185,68 @@ static void test_stream_and_template(void)
 	free(dst);
 }
 
+/* words[0] = index, words[1] = ~index, words[2] = is_head */
+static void produce3(size_t i, int is_head, uint64_t *words, void *ctx)
+{
+	(void)ctx;
+	words[0] = i;
+	words[1] = ~(uint64_t)i;
+	words[2] = (uint64_t)is_head;
+}
+
+static void test_template_words(void)
+{
+	/* Record sizes from 16 to 264 bytes, at every 8-byte offset from a line. */
+	for (size_t sz = 16; sz <= 264; sz += 8) {
+		for (size_t off = 0; off < 64; off += 8) {
+			size_t n = 257, guard = 64;
+			size_t cap = (guard + off + n * sz + guard + 63) / 64 * 64;
+			unsigned char *buf = aligned_alloc(64, cap);
+			uint64_t head[33], tail[33];
+			for (size_t j = 0; j < 33; j++) {
+				head[j] = 0xa000 + j;
+				tail[j] = 0xb000 + j;
+			}
+			size_t offsets[3] = { 0, sz / 2 / 8 * 8, sz - 8 };
+			unsigned char *d = buf + guard + off;
+			memset(buf, 0xee, guard + off + n * sz + guard);
+			RC(pz_template_fill_words(d, n, sz, 5, head, tail, offsets, 3, produce3, NULL), 0);
+			for (size_t i = 0; i < n; i++) {
+				uint64_t want[33], got[33];
+				memcpy(want, i % 5 == 0 ? head : tail, sz);
+				want[0] = i;
+				want[offsets[1] / 8] = ~(uint64_t)i;
+				want[sz / 8 - 1] = i % 5 == 0;
+				memcpy(got, d + i * sz, sz);
+				CHECK(memcmp(got, want, sz) == 0);
+			}
+			CHECK(all(buf, guard + off, 0xee) && all(d + n * sz, guard, 0xee));
+			free(buf);
+		}
+	}
+	/* One template (tail NULL), no words, unaligned destination. */
+	unsigned char t24[24], *r = malloc(24 * 100 + 1);
+	memset(t24, 'q', sizeof t24);
+	RC(pz_template_fill_words(r + 1, 100, 24, SIZE_MAX, t24, NULL, NULL, 0, NULL, NULL), 0);
+	CHECK(all(r + 1, 2400, 'q'));
+	/* Garbage: every case an error code, nothing written. */
+	size_t offs[9] = { 0 }, bad_off[1] = { 17 }, past[1] = { SIZE_MAX - 3 };
+	memset(r, 0, 2401);
+	RC(pz_template_fill_words(NULL, 100, 24, 1, t24, NULL, offs, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, NULL, NULL, offs, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 0, 1, t24, NULL, offs, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 0, t24, NULL, offs, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, offs, 9, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, NULL, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, offs, 1, NULL, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, bad_off, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, past, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, SIZE_MAX / 2, 24, 1, t24, NULL, offs, 1, produce3, NULL), -EINVAL);
+	RC(pz_template_fill_words(r, 100, 24, 1, r + 48, NULL, offs, 1, produce3, NULL), -EINVAL); /* overlap */
+	CHECK(all(r, 2401, 0));
+	free(r);
+}
+
 static void test_regions_and_prefault(void)
 {
 	void *p = NULL;
@@ -321,6 +383,7 @@ int main(void)
 	test_info();
 	test_clear();
 	test_stream_and_template();
+	test_template_words();
 	test_regions_and_prefault();
 	test_pool();
 	test_service_absent();

@@ -3,16 +3,22 @@
 //! and in 2 MiB compound groups (1 head + 511 tails), initialised per field (as
 //! `__init_single_page` does), from a template with plain copies, with
 //! `template_fill` (closure form) and `template_fill_words` (declared words),
-//! against the raw streaming-store ceiling: one fixed non-zero 64-byte value
-//! streamed over the same bytes.
+//! beside the shared C reference (template in registers, gcc -O2) and the
+//! ceiling: the fastest whole-line streaming store of one fixed non-zero
+//! record this CPU has, measured over every streaming kernel on the same bytes.
+//!
+//! `--stores` measures instead where streaming stores start to beat temporal
+//! ones for `template_fill_words`, by size, hot and cold: what `calibrate`
+//! records and the built-in choice is checked against.
 
 use std::time::Instant;
 
 use serde_json::json;
 
-use prezero::{PageKind, Region};
+use prezero::{CopyKernel, PageKind, Region, Streamer};
 
-use super::Stats;
+use super::{Progress, Stats};
+use crate::units::{fmt_size, parse_size};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -22,10 +28,26 @@ pub struct Args {
     /// Timed repetitions per method (after one verified warm-up).
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Only these layouts (4k, 2m-groups); default both.
+    #[arg(long, value_delimiter = ',')]
+    layout: Vec<String>,
+    /// Only these methods (per-field, template-copy, template-stream,
+    /// template-words, c-reference, ceiling); default all.
+    #[arg(long, value_delimiter = ',')]
+    method: Vec<String>,
+    /// Measure streaming against temporal stores by size instead (hot and cold).
+    #[arg(long)]
+    stores: bool,
+    /// Sizes for --stores.
+    #[arg(long, value_delimiter = ',', default_value = STORE_SIZES)]
+    sizes: Vec<String>,
     /// One JSON object per figure.
     #[arg(long)]
     json: bool,
 }
+
+/// The sizes of the store study: from well inside L2 to far past any LLC.
+pub(crate) const STORE_SIZES: &str = "16K,64K,256K,1M,4M,16M,64M,256M";
 
 /// A `struct page` stand-in: 8 words, 64 bytes.
 #[repr(C, align(64))]
@@ -75,31 +97,26 @@ impl Layout {
     }
 }
 
-#[derive(Clone, Copy, PartialEq)]
+#[derive(Clone, Copy, PartialEq, Debug)]
 enum Method {
     PerField,
     TemplateCopy,
     TemplateStream,
     TemplateWords,
-    Ceiling,
+    CReference,
+    /// One fixed non-zero record streamed by one streaming kernel.
+    Ceiling(CopyKernel),
 }
 
 impl Method {
-    const ALL: [Method; 5] = [
-        Method::PerField,
-        Method::TemplateCopy,
-        Method::TemplateStream,
-        Method::TemplateWords,
-        Method::Ceiling,
-    ];
-
     fn name(self) -> &'static str {
         match self {
             Method::PerField => "per-field",
             Method::TemplateCopy => "template-copy",
             Method::TemplateStream => "template-stream",
             Method::TemplateWords => "template-words",
-            Method::Ceiling => "ceiling",
+            Method::CReference => "c-reference",
+            Method::Ceiling(_) => "ceiling",
         }
     }
 }
@@ -273,9 +290,86 @@ fn run_method(m: Method, layout: Layout, dst: &mut [Page]) {
             })
             .expect("offsets fit")
         }
-        Method::Ceiling => {
-            prezero::template_fill_words(dst, &ceiling_record(), [], |_| []).expect("no offsets")
+        Method::CReference => c_reference::fill(layout, dst, &head, &tail),
+        Method::Ceiling(k) => Streamer::new(k)
+            .expect("only available kernels are measured")
+            .fill_words(dst, &ceiling_record(), [], |_| [])
+            .expect("no offsets"),
+    }
+}
+
+/// The shared C reference, adapted to this bench's record
+/// (`src/bench/c/template_reference.c`, built by build.rs with gcc -O2).
+mod c_reference {
+    use super::{Layout, Page, ORDER_WORD, START_PFN};
+
+    #[cfg(template_reference)]
+    extern "C" {
+        fn pz_ref_fill_avx2(
+            dst: *mut Page,
+            n: usize,
+            head: *const Page,
+            tail: *const Page,
+            grouped: libc::c_int,
+            start_pfn: u64,
+            order_word: u64,
+        );
+        fn pz_ref_fill_sse2(
+            dst: *mut Page,
+            n: usize,
+            head: *const Page,
+            tail: *const Page,
+            grouped: libc::c_int,
+            start_pfn: u64,
+            order_word: u64,
+        );
+    }
+
+    /// The variant this CPU (as `PREZERO_CPU` leaves it) runs and how it was
+    /// built, or why there is none.
+    pub fn variant() -> Result<String, String> {
+        let built = env!("PREZERO_TEMPLATE_REFERENCE");
+        if !cfg!(template_reference) {
+            return Err(built.to_string());
         }
+        let f = &prezero::cpu().features;
+        if f.avx2 {
+            Ok(format!("avx2, {built}"))
+        } else if f.sse2 {
+            Ok(format!("sse2, {built}"))
+        } else {
+            Err("the CPU in use has neither AVX2 nor SSE2".into())
+        }
+    }
+
+    /// Fills `dst` as template-words does. pre: `variant()` is Ok.
+    #[cfg_attr(not(template_reference), allow(unused_variables))]
+    pub fn fill(layout: Layout, dst: &mut [Page], head: &Page, tail: &Page) {
+        #[cfg(template_reference)]
+        {
+            let grouped = libc::c_int::from(layout == Layout::Groups2m);
+            let f = if prezero::cpu().features.avx2 {
+                pz_ref_fill_avx2
+            } else {
+                pz_ref_fill_sse2
+            };
+            // SAFETY: dst holds dst.len() 64-byte records, 64-byte aligned (Page's
+            // alignment), as the streaming stores need; head and tail are
+            // 64 bytes each; the CPU runs the variant (checked by `variant`).
+            unsafe {
+                f(
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                    head,
+                    tail,
+                    grouped,
+                    START_PFN,
+                    ORDER_WORD,
+                )
+            };
+        }
+        #[cfg(not(template_reference))]
+        unreachable!("the C reference is only measured where it was built");
     }
 }
 
@@ -308,7 +402,7 @@ fn verify(m: Method, layout: Layout, dst: &[Page]) -> Result<(), String> {
         GROUP.min(n.saturating_sub(1)),
     ]);
     for i in samples.filter(|&i| i < n) {
-        let want = if m == Method::Ceiling {
+        let want = if matches!(m, Method::Ceiling(_)) {
             ceiling_record()
         } else {
             expected(layout, base, i)
@@ -326,76 +420,378 @@ fn verify(m: Method, layout: Layout, dst: &[Page]) -> Result<(), String> {
     Ok(())
 }
 
+/// The records of `region` as `Page`s.
+fn pages(region: &mut Region, records: usize) -> &mut [Page] {
+    assert!(region.len() >= records * 64);
+    // SAFETY: the region is page aligned and at least records * 64 bytes long;
+    // Page is plain old data (any bit pattern is valid) of 64 bytes, align 64.
+    unsafe { std::slice::from_raw_parts_mut(region.as_ptr().cast(), records) }
+}
+
 pub fn run(args: &Args) -> Result<(), String> {
     if args.reps == 0 || args.records == 0 {
         return Err("--reps and --records must be at least 1".into());
+    }
+    if args.stores {
+        let sizes = args
+            .sizes
+            .iter()
+            .map(|s| parse_size(s))
+            .collect::<Result<Vec<_>, _>>()?;
+        let figs = store_study(&sizes, args.reps)?;
+        print_stores(&figs, args.json);
+        return Ok(());
+    }
+    let layouts: Vec<Layout> = [Layout::Pages4k, Layout::Groups2m]
+        .into_iter()
+        .filter(|l| args.layout.is_empty() || args.layout.iter().any(|n| n == l.name()))
+        .collect();
+    for n in args.layout.iter().chain(&args.method) {
+        let known = ["4k", "2m-groups"]
+            .into_iter()
+            .chain(ALL_METHODS.iter().map(|m| m.name()))
+            .any(|k| k == n);
+        if !known {
+            return Err(format!("unknown layout or method \"{n}\""));
+        }
+    }
+    let wanted = |m: &str| args.method.is_empty() || args.method.iter().any(|n| n == m);
+    let mut methods: Vec<Method> = ALL_METHODS
+        .into_iter()
+        .filter(|m| !matches!(m, Method::Ceiling(_)) && wanted(m.name()))
+        .collect();
+    let c_variant = c_reference::variant();
+    match &c_variant {
+        Ok(v) if wanted("c-reference") => eprintln!("prezero: C reference: {v}"),
+        Err(why) if wanted("c-reference") => {
+            eprintln!("prezero: no c-reference row: {why}");
+            methods.retain(|&m| m != Method::CReference);
+        }
+        _ => {}
+    }
+    if wanted("ceiling") {
+        methods.extend(
+            CopyKernel::ALL
+                .into_iter()
+                .filter(|k| k.is_streaming() && k.is_available())
+                .map(Method::Ceiling),
+        );
     }
     let bytes = args.records * 64;
     let mut region = Region::new(bytes, PageKind::Thp).map_err(|e| e.to_string())?;
     // First touch (a VM pays a host fault here), not part of any figure.
     region.as_mut_slice().fill(0xcd);
-    // SAFETY: the region is 2 MiB aligned and at least `bytes` long; Page is
-    // plain old data (any bit pattern is valid) of 64 bytes, align 64.
-    let dst: &mut [Page] =
-        unsafe { std::slice::from_raw_parts_mut(region.as_ptr().cast(), args.records) };
-    for layout in [Layout::Pages4k, Layout::Groups2m] {
-        let mut rows = Vec::new();
-        for m in Method::ALL {
-            // Start from garbage, so the verified warm-up proves the method wrote every field.
+    let dst = pages(&mut region, args.records);
+    let mut progress = Progress::new((layouts.len() * args.reps) as u64);
+    for &layout in &layouts {
+        // Start from garbage, so each verified warm-up proves the method wrote every field.
+        for &m in &methods {
             dst.fill(uniform(0xcdcd_cdcd_cdcd_cdcd));
             run_method(m, layout, dst);
             verify(m, layout, dst)?;
-            let mut ms = Vec::with_capacity(args.reps);
-            for _ in 0..args.reps {
-                let t = Instant::now();
-                run_method(m, layout, dst);
-                ms.push(t.elapsed().as_secs_f64() * 1e3);
-            }
-            verify(m, layout, dst)?;
-            let st = Stats::of(&ms);
-            let gbps = bytes as f64 / (st.mean / 1e3) / 1e9;
-            if args.json {
-                println!(
-                    "{}",
-                    json!({"bench": "template", "layout": layout.name(), "method": m.name(), "records": args.records,
-                           "ms": (st.mean * 100.0).round() / 100.0, "gbps": (gbps * 100.0).round() / 100.0,
-                           "stdev_pct": (st.stdev_pct * 100.0).round() / 100.0, "median_ms": (st.median * 100.0).round() / 100.0})
-                );
-            }
-            rows.push((m, st, gbps));
         }
-        if !args.json {
-            print_table(layout, args.records, &rows);
+        // Every repetition runs each method once, in a new order: every method
+        // meets the same drift of this shared machine, and no method always
+        // follows the same one (a run after the slow `movnti` ceiling was up
+        // to 1.5x slower on Zen 4, whatever ran).
+        let mut ms = vec![Vec::with_capacity(args.reps); methods.len()];
+        let mut order: Vec<usize> = (0..methods.len()).collect();
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..args.reps {
+            progress.step(layout.name().to_string());
+            shuffle(&mut order, &mut seed);
+            for &i in &order {
+                let t = Instant::now();
+                run_method(methods[i], layout, dst);
+                ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+                verify(methods[i], layout, dst)?;
+            }
+        }
+        let rows: Vec<Row> = methods
+            .iter()
+            .zip(&ms)
+            .map(|(&m, s)| Row {
+                method: m,
+                stats: Stats::of(s),
+            })
+            .collect();
+        let ceiling = rows
+            .iter()
+            .filter(|r| matches!(r.method, Method::Ceiling(_)))
+            .min_by(|a, b| a.stats.median.total_cmp(&b.stats.median));
+        let shown: Vec<&Row> = rows
+            .iter()
+            .filter(|r| !matches!(r.method, Method::Ceiling(_)))
+            .chain(ceiling)
+            .collect();
+        let candidates: Vec<(&str, f64)> = rows
+            .iter()
+            .filter_map(|r| match r.method {
+                Method::Ceiling(k) => Some((k.name(), r.stats.median)),
+                _ => None,
+            })
+            .collect();
+        if args.json {
+            for r in &shown {
+                let mut v = json!({"bench": "template", "layout": layout.name(), "method": r.method.name(),
+                    "records": args.records, "ms": round2(r.stats.mean), "median_ms": round2(r.stats.median),
+                    "gbps": round2(bytes as f64 / (r.stats.median / 1e3) / 1e9),
+                    "stdev_pct": round2(r.stats.stdev_pct)});
+                match r.method {
+                    Method::Ceiling(k) => {
+                        v["kernel"] = json!(k.name());
+                        v["candidates_median_ms"] = candidates
+                            .iter()
+                            .map(|(k, m)| (k.to_string(), json!(round2(*m))))
+                            .collect();
+                    }
+                    Method::CReference => {
+                        v["variant"] = json!(c_variant.clone().unwrap_or_default());
+                    }
+                    Method::TemplateWords => {
+                        v["kernel"] = json!(Streamer::for_bytes(bytes).kernel().name());
+                    }
+                    _ => {}
+                }
+                println!("{v}");
+            }
+        } else {
+            print_table(layout, args.records, &shown, &candidates);
         }
     }
+    progress.finish();
     Ok(())
 }
 
-fn print_table(layout: Layout, records: usize, rows: &[(Method, Stats, f64)]) {
+/// A Fisher-Yates shuffle driven by xorshift: a fixed sequence of orders.
+fn shuffle(v: &mut [usize], seed: &mut u64) {
+    for i in (1..v.len()).rev() {
+        *seed ^= *seed << 13;
+        *seed ^= *seed >> 7;
+        *seed ^= *seed << 17;
+        v.swap(i, (*seed % (i as u64 + 1)) as usize);
+    }
+}
+
+const ALL_METHODS: [Method; 6] = [
+    Method::PerField,
+    Method::TemplateCopy,
+    Method::TemplateStream,
+    Method::TemplateWords,
+    Method::CReference,
+    // A placeholder for the name filter: the ceiling is measured per kernel.
+    Method::Ceiling(CopyKernel::Portable),
+];
+
+struct Row {
+    method: Method,
+    stats: Stats,
+}
+
+fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
+}
+
+fn print_table(layout: Layout, records: usize, rows: &[&Row], candidates: &[(&str, f64)]) {
     println!(
-        "\n# bench template, layout {} ({} records of 64 bytes)",
+        "\n# bench template, layout {} ({} records of 64 bytes, {})",
         layout.name(),
-        records
+        records,
+        Streamer::for_bytes(records * 64).kernel().name()
     );
     println!(
-        "{:<16} {:>9} {:>8} {:>8} {:>12} {:>12}",
-        "method", "ms", "+-%", "GB/s", "vs per-field", "vs ceiling"
+        "{:<22} {:>9} {:>7} {:>8} {:>12} {:>8} {:>11}",
+        "method", "median ms", "+-%", "GB/s", "vs per-field", "vs C", "vs ceiling"
     );
-    let med = |m: Method| {
+    let med = |f: &dyn Fn(Method) -> bool| {
         rows.iter()
-            .find(|r| r.0 == m)
-            .map_or(f64::NAN, |r| r.1.median)
+            .find(|r| f(r.method))
+            .map_or(f64::NAN, |r| r.stats.median)
     };
-    for (m, st, gbps) in rows {
+    let per_field = med(&|m| m == Method::PerField);
+    let c = med(&|m| m == Method::CReference);
+    let ceiling = med(&|m| matches!(m, Method::Ceiling(_)));
+    let ratio = |x: f64| {
+        if x.is_nan() {
+            "-".to_string()
+        } else {
+            format!("{x:.2}x")
+        }
+    };
+    for r in rows {
+        let name = match r.method {
+            Method::Ceiling(k) => format!("ceiling ({})", k.name()),
+            m => m.name().to_string(),
+        };
+        let st = r.stats;
         println!(
-            "{:<16} {:>9.1} {:>7.1}% {:>8.1} {:>11.2}x {:>11.2}x",
-            m.name(),
-            st.mean,
+            "{:<22} {:>9.1} {:>6.1}% {:>8.1} {:>12} {:>8} {:>11}",
+            name,
+            st.median,
             st.stdev_pct,
-            gbps,
-            med(Method::PerField) / st.median,
-            st.median / med(Method::Ceiling)
+            (records * 64) as f64 / (st.median / 1e3) / 1e9,
+            ratio(per_field / st.median),
+            ratio(st.median / c),
+            ratio(st.median / ceiling)
         );
     }
-    println!("(ratios compare medians: speed-up over per-field, time over the ceiling)");
+    let cands: Vec<String> = candidates
+        .iter()
+        .map(|(k, m)| format!("{k} {m:.1}"))
+        .collect();
+    println!(
+        "(medians; speed-up over per-field, time over the C reference and the ceiling; ceiling candidates, ms: {})",
+        cands.join(", ")
+    );
+}
+
+/// One figure of the store study: `template_fill_words` with one kernel.
+#[derive(Debug, Clone)]
+pub(crate) struct StoreFigure {
+    pub mode: &'static str,
+    pub size: usize,
+    pub kernel: CopyKernel,
+    /// GB/s.
+    pub stats: Stats,
+}
+
+/// The most bytes filled per timed repetition (small sizes are repeated).
+const STORE_REP_BYTES: usize = 256 << 20;
+
+/// `template_fill_words` (the bench's 4k records) with every template kernel
+/// this CPU has, at every size, hot (one buffer filled again and again) and
+/// cold (consecutive slices of a region of 8x LLC, as `bench clear` does).
+pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigure>, String> {
+    if reps == 0 || sizes.iter().any(|&s| s < 64) {
+        return Err("--reps must be at least 1 and every size at least 64 bytes".into());
+    }
+    let kernels: Vec<CopyKernel> = CopyKernel::ALL
+        .into_iter()
+        .filter(|k| k.is_available())
+        .collect();
+    let max = sizes.iter().copied().max().unwrap_or(64);
+    let cold_len = (8 * prezero::cpu().llc()).max(4 * max);
+    let mut cold = Region::new(cold_len, PageKind::Thp).map_err(|e| e.to_string())?;
+    cold.as_mut_slice().fill(0xcd);
+    let mut progress = Progress::new((2 * sizes.len() * reps) as u64);
+    let mut figs = Vec::new();
+    for mode in ["hot", "cold"] {
+        let mut cursor = 0;
+        for &size in sizes {
+            let records = size / 64;
+            let mut hot = Region::new(size, PageKind::Thp).map_err(|e| e.to_string())?;
+            hot.as_mut_slice().fill(0xcd);
+            let mut gbps = vec![Vec::with_capacity(reps); kernels.len()];
+            for rep in 0..reps {
+                progress.step(format!("{mode} {}", fmt_size(size)));
+                for j in 0..kernels.len() {
+                    let i = (j + rep) % kernels.len();
+                    let s = Streamer::new(kernels[i]).expect("available");
+                    let inner = (STORE_REP_BYTES / size).max(1);
+                    let g = if mode == "hot" {
+                        let dst = pages(&mut hot, records);
+                        fill_words(s, dst);
+                        let t = Instant::now();
+                        for _ in 0..inner {
+                            fill_words(s, dst);
+                        }
+                        let g = (records * 64 * inner) as f64 / t.elapsed().as_secs_f64() / 1e9;
+                        verify(Method::TemplateWords, Layout::Pages4k, dst)?;
+                        g
+                    } else {
+                        let slices = cold_len / size;
+                        let inner = inner.min(slices - 1);
+                        let t = Instant::now();
+                        for _ in 0..inner {
+                            let at = cursor % slices * size;
+                            // SAFETY: slice `at` lies inside the region (at + size <= cold_len).
+                            let dst: &mut [Page] = unsafe {
+                                std::slice::from_raw_parts_mut(
+                                    cold.as_ptr().add(at).cast(),
+                                    records,
+                                )
+                            };
+                            fill_words(s, dst);
+                            cursor += 1;
+                        }
+                        let g = (records * 64 * inner) as f64 / t.elapsed().as_secs_f64() / 1e9;
+                        let at = (cursor - 1) % slices * size;
+                        // SAFETY: as above.
+                        let last: &[Page] = unsafe {
+                            std::slice::from_raw_parts(cold.as_ptr().add(at).cast(), records)
+                        };
+                        verify(Method::TemplateWords, Layout::Pages4k, last)?;
+                        g
+                    };
+                    gbps[i].push(g);
+                }
+            }
+            for (&kernel, g) in kernels.iter().zip(&gbps) {
+                figs.push(StoreFigure {
+                    mode,
+                    size,
+                    kernel,
+                    stats: Stats::of(g),
+                });
+            }
+        }
+    }
+    progress.finish();
+    Ok(figs)
+}
+
+fn fill_words(s: Streamer, dst: &mut [Page]) {
+    let base = dst.as_ptr() as usize;
+    let (head, _) = templates(Layout::Pages4k);
+    s.fill_words(dst, &head, WORDS, |i| varying(Layout::Pages4k, base, i))
+        .expect("offsets fit");
+}
+
+fn print_stores(figs: &[StoreFigure], json: bool) {
+    if json {
+        for f in figs {
+            println!(
+                "{}",
+                json!({"bench": "template-stores", "mode": f.mode, "size": f.size,
+                       "kernel": f.kernel.name(), "streaming": f.kernel.is_streaming(),
+                       "gbps": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct)})
+            );
+        }
+        return;
+    }
+    let kernels: Vec<CopyKernel> = {
+        let mut v: Vec<CopyKernel> = figs.iter().map(|f| f.kernel).collect();
+        v.dedup();
+        v.truncate(
+            figs.iter()
+                .position(|f| f.size != figs[0].size)
+                .unwrap_or(v.len()),
+        );
+        v
+    };
+    for mode in ["hot", "cold"] {
+        println!("\n# template_fill_words, {mode}, GB/s (median), by kernel");
+        print!("{:>6}", "size");
+        for k in &kernels {
+            print!(" {:>10}", k.name());
+        }
+        println!(" {:>10}", "auto");
+        let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
+        sizes.dedup();
+        for size in sizes {
+            print!("{:>6}", fmt_size(size));
+            for k in &kernels {
+                let g = figs
+                    .iter()
+                    .find(|f| f.mode == mode && f.size == size && f.kernel == *k)
+                    .map_or(f64::NAN, |f| f.stats.median);
+                print!(" {g:>10.1}");
+            }
+            println!(" {:>10}", Streamer::for_bytes(size).kernel().name());
+        }
+    }
+    println!(
+        "(streaming from {} bytes; `prezero calibrate` measures this and records it)",
+        prezero::template::stream_from()
+    );
 }

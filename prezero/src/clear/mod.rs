@@ -25,8 +25,9 @@ mod x86_64;
 pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
 pub use profile::{
-    active_profile, auto_kernel, default_profile_path, forced_kernel, hot_capacity, profile_source,
-    read_profile_file, Profile, ProfileFile, SizeClass, Temperature, MAX_CLASSES, PROFILE_FORMAT,
+    active_profile, active_template_profile, auto_kernel, default_profile_path, forced_kernel,
+    hot_capacity, profile_source, read_profile_file, Profile, ProfileFile, SizeClass, Temperature,
+    MAX_CLASSES, PROFILE_FORMAT,
 };
 
 use crate::error::{Error, Result};

@@ -11,6 +11,7 @@ use super::kernel::{Kernel, KernelFn};
 use crate::cpu::{cpu, Cpu};
 use crate::error::{Error, Result};
 use crate::json::Json;
+use crate::template::TemplateProfile;
 
 /// What the caller knows about the memory it is about to clear (seed 003's rule:
 /// memory about to be touched is best zeroed hot, memory not in cache is best
@@ -283,6 +284,8 @@ pub(crate) struct Dispatch {
     /// Per temperature, classes resolved to checked kernels; unused slots repeat
     /// the last class, so the walk always ends by `usize::MAX`.
     tables: [Table; 3],
+    /// The profile's template choice, if it has one.
+    template: Option<TemplateProfile>,
 }
 
 impl Dispatch {
@@ -304,11 +307,12 @@ impl Dispatch {
             source: "built-in defaults".into(),
             forced,
             tables,
+            template: None,
         }
     }
 
     fn from_env() -> Dispatch {
-        let (profile, source) = profile_from_env();
+        let (profile, template, source) = profile_from_env();
         let forced = std::env::var("PREZERO_STRATEGY")
             .ok()
             .filter(|s| !s.is_empty() && s != "auto")
@@ -321,6 +325,7 @@ impl Dispatch {
             });
         let mut d = Dispatch::new(profile, forced);
         d.source = source;
+        d.template = template;
         d
     }
 
@@ -354,6 +359,12 @@ pub fn profile_source() -> &'static str {
     &dispatch().source
 }
 
+/// The template choice of the active profile, if it has one (the template
+/// functions use the built-in choice otherwise).
+pub fn active_template_profile() -> Option<TemplateProfile> {
+    dispatch().template
+}
+
 /// The kernel forced by `PREZERO_STRATEGY`, if any.
 pub fn forced_kernel() -> Option<Kernel> {
     dispatch().forced.map(KernelFn::kernel)
@@ -384,6 +395,9 @@ pub struct ProfileFile {
     pub date: String,
     /// `"profile"`: the size classes.
     pub profile: Profile,
+    /// `"template"`: the template fills' store choice; profiles written
+    /// before calibrate measured it have none.
+    pub template: Option<TemplateProfile>,
 }
 
 /// Where `prezero calibrate` writes and the library looks by default:
@@ -459,29 +473,40 @@ fn parse_profile_file(text: &str) -> Result<ProfileFile> {
         cold: classes(Temperature::Cold)?,
     };
     profile.validate()?;
+    let template = v
+        .get("template")
+        .map(TemplateProfile::from_json)
+        .transpose()?;
     Ok(ProfileFile {
         format,
         cpu_model,
         cpu_id,
         date,
         profile,
+        template,
     })
 }
 
-/// The profile this process uses, and a sentence saying where it came from.
-/// Problems are reported once on stderr; the built-in defaults are used then.
-fn profile_from_env() -> (Profile, String) {
-    let builtin = || Profile::builtin(cpu());
+/// The profile this process uses, its template choice, and a sentence saying
+/// where they came from. Problems are reported once on stderr; the built-in
+/// defaults are used then.
+fn profile_from_env() -> (Profile, Option<TemplateProfile>, String) {
+    let (p, source) = profile_file_from_env();
+    match p {
+        Some(f) => (f.profile, f.template, source),
+        None => (Profile::builtin(cpu()), None, source),
+    }
+}
+
+fn profile_file_from_env() -> (Option<ProfileFile>, String) {
     let (path, explicit) = match std::env::var_os("PREZERO_PROFILE") {
-        Some(v) if v == "none" => {
-            return (builtin(), "built-in defaults (PREZERO_PROFILE=none)".into())
-        }
+        Some(v) if v == "none" => return (None, "built-in defaults (PREZERO_PROFILE=none)".into()),
         Some(v) if !v.is_empty() => (PathBuf::from(v), true),
         _ => match default_profile_path() {
             Some(p) => (p, false),
             None => {
                 return (
-                    builtin(),
+                    None,
                     "built-in defaults (no HOME or XDG_CONFIG_HOME)".into(),
                 )
             }
@@ -490,16 +515,13 @@ fn profile_from_env() -> (Profile, String) {
     let shown = path.display();
     if !explicit && !path.exists() {
         return (
-            builtin(),
+            None,
             format!("built-in defaults (no profile at {shown}; run `prezero calibrate`)"),
         );
     }
     let refuse = |why: String| {
         eprintln!("prezero: ignoring profile {shown}: {why}; using the built-in defaults");
-        (
-            builtin(),
-            format!("built-in defaults ({shown} ignored: {why})"),
-        )
+        (None, format!("built-in defaults ({shown} ignored: {why})"))
     };
     match read_profile_file(&path) {
         Err(e) => refuse(e.to_string()),
@@ -510,7 +532,10 @@ fn profile_from_env() -> (Profile, String) {
             cpu().model_name,
             cpu().identity()
         )),
-        Ok(f) => (f.profile, format!("{shown} (calibrated {})", f.date)),
+        Ok(f) => {
+            let date = f.date.clone();
+            (Some(f), format!("{shown} (calibrated {date})"))
+        }
     }
 }
 

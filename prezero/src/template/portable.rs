@@ -6,3 +6,41 @@ pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     // SAFETY: forwarded from the caller.
     unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
 }
+
+/// An 8-byte word stored ordinarily: the register form's unit on any target.
+/// A lane is an all-ones mask.
+#[derive(Clone, Copy)]
+pub(super) struct Word(u64);
+
+impl super::words::Unit for Word {
+    const BYTES: usize = 8;
+    type Lane = u64;
+
+    #[inline(always)]
+    unsafe fn lane(_lane: usize) -> u64 {
+        !0
+    }
+    #[inline(always)]
+    unsafe fn no_lane() -> u64 {
+        0
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        // SAFETY: the caller's pointer, readable for 8 bytes.
+        Word(unsafe { p.cast::<u64>().read_unaligned() })
+    }
+    #[inline(always)]
+    unsafe fn insert(self, lane: u64, word: u64) -> Self {
+        Word((self.0 & !lane) | (word & lane))
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut u8) {
+        // SAFETY: as for store; this unit has no streaming store.
+        unsafe { self.store(p) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        // SAFETY: the caller's pointer, writable for 8 bytes.
+        unsafe { p.cast::<u64>().write_unaligned(self.0) }
+    }
+}

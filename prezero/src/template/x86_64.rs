@@ -1,14 +1,13 @@
-//! x86_64 streaming copies and the register-resident template fill.
+//! x86_64 streaming copies and the store units of the register form.
 //!
 //! Each copy streams the whole 64-byte lines of the destination and copies the
 //! partial lines at either end with ordinary stores (a streamed partial line
 //! would cost a read-modify-write in memory). No kernel drains: callers do.
 
-use core::arch::x86_64::{
-    __m512i, __mmask8, _mm256_loadu_si256, _mm256_stream_si256, _mm512_loadu_si512,
-    _mm512_mask_set1_epi64, _mm512_stream_si512, _mm_stream_si64,
-};
+use core::arch::x86_64::*;
 use core::ptr;
+
+use super::words::{self, Job, Unit};
 
 /// Splits a copy into an ordinary head up to the destination's next 64-byte
 /// boundary, whole lines, and an ordinary tail. Returns None when there is no
@@ -67,6 +66,29 @@ pub(super) unsafe fn copy_avx2(dst: *mut u8, src: *const u8, len: usize) {
 /// # Safety
 /// The CPU has SSE2; `src` readable, `dst` writable for `len` bytes; no overlap.
 #[target_feature(enable = "sse2")]
+pub(super) unsafe fn copy_sse2(dst: *mut u8, src: *const u8, len: usize) {
+    let Some((head, n, tail)) = lines(dst, len) else {
+        // SAFETY: forwarded from the caller.
+        return unsafe { ptr::copy_nonoverlapping(src, dst, len) };
+    };
+    // SAFETY: as in copy_avx512; 16-byte quarters of an aligned line are aligned.
+    unsafe {
+        ptr::copy_nonoverlapping(src, dst, head);
+        let (mut d, mut s) = (dst.add(head), src.add(head));
+        for _ in 0..n {
+            for q in 0..4 {
+                _mm_stream_si128(d.add(16 * q).cast(), _mm_loadu_si128(s.add(16 * q).cast()));
+            }
+            d = d.add(64);
+            s = s.add(64);
+        }
+        ptr::copy_nonoverlapping(s, d, tail);
+    }
+}
+
+/// # Safety
+/// The CPU has SSE2; `src` readable, `dst` writable for `len` bytes; no overlap.
+#[target_feature(enable = "sse2")]
 pub(super) unsafe fn copy_movnti(dst: *mut u8, src: *const u8, len: usize) {
     let Some((head, n, tail)) = lines(dst, len) else {
         // SAFETY: forwarded from the caller.
@@ -87,88 +109,219 @@ pub(super) unsafe fn copy_movnti(dst: *mut u8, src: *const u8, len: usize) {
     }
 }
 
-/// Streams `n` records of `size` bytes: record `i` is `head` if
-/// `i % group_len == 0`, else `tail`, with the words of `produce(i, is_head)`
-/// inserted at `offsets` in the vector registers. The templates are only ever
-/// loaded (from L1) and never stored to, so no load waits on a store.
+/// A 64-byte AVX-512 vector.
+#[derive(Clone, Copy)]
+pub(super) struct Zmm(__m512i);
+
+impl Unit for Zmm {
+    const BYTES: usize = 64;
+    type Lane = __mmask8;
+
+    #[inline(always)]
+    unsafe fn lane(lane: usize) -> __mmask8 {
+        1 << lane
+    }
+    #[inline(always)]
+    unsafe fn no_lane() -> __mmask8 {
+        0
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        // SAFETY: the caller's pointer; the engine runs this under avx512f.
+        Zmm(unsafe { _mm512_loadu_si512(p.cast()) })
+    }
+    #[inline(always)]
+    unsafe fn insert(self, lane: __mmask8, word: u64) -> Self {
+        // SAFETY: as for load.
+        Zmm(unsafe { _mm512_mask_set1_epi64(self.0, lane, word as i64) })
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut u8) {
+        // SAFETY: the caller's 64-byte aligned pointer.
+        unsafe { _mm512_stream_si512(p.cast(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        // SAFETY: the caller's pointer.
+        unsafe { _mm512_storeu_si512(p.cast(), self.0) }
+    }
+}
+
+/// A 32-byte AVX2 vector; a lane is selected by an all-ones mask vector.
+#[derive(Clone, Copy)]
+pub(super) struct Ymm(__m256i);
+
+impl Unit for Ymm {
+    const BYTES: usize = 32;
+    type Lane = __m256i;
+
+    #[inline(always)]
+    unsafe fn lane(lane: usize) -> __m256i {
+        // SAFETY: the engine runs this under avx2.
+        unsafe {
+            _mm256_cmpeq_epi64(
+                _mm256_set_epi64x(3, 2, 1, 0),
+                _mm256_set1_epi64x(lane as i64),
+            )
+        }
+    }
+    #[inline(always)]
+    unsafe fn no_lane() -> __m256i {
+        // SAFETY: the engine runs this under avx2.
+        unsafe { _mm256_setzero_si256() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        // SAFETY: the caller's pointer.
+        Ymm(unsafe { _mm256_loadu_si256(p.cast()) })
+    }
+    #[inline(always)]
+    unsafe fn insert(self, lane: __m256i, word: u64) -> Self {
+        // SAFETY: plain AVX2 register operations.
+        Ymm(unsafe { _mm256_blendv_epi8(self.0, _mm256_set1_epi64x(word as i64), lane) })
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut u8) {
+        // SAFETY: the caller's 32-byte aligned pointer.
+        unsafe { _mm256_stream_si256(p.cast(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        // SAFETY: the caller's pointer.
+        unsafe { _mm256_storeu_si256(p.cast(), self.0) }
+    }
+}
+
+/// A 16-byte SSE2 vector; SSE2 has no variable blend, so a lane is merged
+/// through an all-ones mask with and/andnot/or.
+#[derive(Clone, Copy)]
+pub(super) struct Xmm(__m128i);
+
+impl Unit for Xmm {
+    const BYTES: usize = 16;
+    type Lane = __m128i;
+
+    #[inline(always)]
+    unsafe fn lane(lane: usize) -> __m128i {
+        // SAFETY: SSE2 is part of x86_64.
+        unsafe {
+            if lane == 0 {
+                _mm_set_epi64x(0, -1)
+            } else {
+                _mm_set_epi64x(-1, 0)
+            }
+        }
+    }
+    #[inline(always)]
+    unsafe fn no_lane() -> __m128i {
+        // SAFETY: SSE2 is part of x86_64.
+        unsafe { _mm_setzero_si128() }
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        // SAFETY: the caller's pointer.
+        Xmm(unsafe { _mm_loadu_si128(p.cast()) })
+    }
+    #[inline(always)]
+    unsafe fn insert(self, lane: __m128i, word: u64) -> Self {
+        // SAFETY: plain SSE2 register operations.
+        Xmm(unsafe {
+            _mm_or_si128(
+                _mm_andnot_si128(lane, self.0),
+                _mm_and_si128(lane, _mm_set1_epi64x(word as i64)),
+            )
+        })
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut u8) {
+        // SAFETY: the caller's 16-byte aligned pointer.
+        unsafe { _mm_stream_si128(p.cast(), self.0) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        // SAFETY: the caller's pointer.
+        unsafe { _mm_storeu_si128(p.cast(), self.0) }
+    }
+}
+
+/// An 8-byte word in a general register: `movnti` streams it, for records
+/// whose size is a multiple of 8 but not of 16. A lane is an all-ones mask.
+#[derive(Clone, Copy)]
+pub(super) struct Gpr(u64);
+
+impl Unit for Gpr {
+    const BYTES: usize = 8;
+    type Lane = u64;
+
+    #[inline(always)]
+    unsafe fn lane(_lane: usize) -> u64 {
+        !0
+    }
+    #[inline(always)]
+    unsafe fn no_lane() -> u64 {
+        0
+    }
+    #[inline(always)]
+    unsafe fn load(p: *const u8) -> Self {
+        // SAFETY: the caller's pointer.
+        Gpr(unsafe { p.cast::<u64>().read_unaligned() })
+    }
+    #[inline(always)]
+    unsafe fn insert(self, lane: u64, word: u64) -> Self {
+        Gpr((self.0 & !lane) | (word & lane))
+    }
+    #[inline(always)]
+    unsafe fn stream(self, p: *mut u8) {
+        // SAFETY: the caller's 8-byte aligned pointer.
+        unsafe { _mm_stream_si64(p.cast(), self.0 as i64) }
+    }
+    #[inline(always)]
+    unsafe fn store(self, p: *mut u8) {
+        // SAFETY: the caller's pointer.
+        unsafe { p.cast::<u64>().write_unaligned(self.0) }
+    }
+}
+
+/// The register-form entry points, one per unit, each compiled for the
+/// instruction set its unit uses.
 ///
 /// # Safety
-/// The CPU has AVX-512F; `dst` is 64-byte aligned and writable for `n * size`
-/// bytes; `size` is a non-zero multiple of 64; `head` and `tail` are readable for
-/// `size` bytes; every offset is a multiple of 8 and `offset + 8 <= size`.
-#[allow(clippy::too_many_arguments)]
+/// The CPU has the named instruction set; otherwise as [`words::fill`].
 #[target_feature(enable = "avx512f")]
-pub(super) unsafe fn fill_words_avx512<const K: usize>(
-    dst: *mut u8,
-    n: usize,
-    size: usize,
-    head: *const u8,
-    tail: *const u8,
-    group_len: usize,
-    offsets: &[usize; K],
+pub(super) unsafe fn fill_zmm<const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
 ) {
-    let lines = size / 64;
-    // Where each word goes, computed once: its line and its lane mask.
-    let line_of: [usize; K] = core::array::from_fn(|k| offsets[k] / 64);
-    let lane: [__mmask8; K] = core::array::from_fn(|k| 1 << ((offsets[k] % 64) / 8));
-    let mut d = dst;
-    // A countdown instead of `i % group_len`: no division per record.
-    let mut left_in_group = 0;
-    if lines == 1 {
-        // One-line records (struct page): both templates live in registers for
-        // the whole fill; a record is two or three register operations and a store.
-        // SAFETY: head and tail are readable for 64 bytes.
-        let (th, tt) = unsafe {
-            (
-                _mm512_loadu_si512(head.cast()),
-                _mm512_loadu_si512(tail.cast()),
-            )
-        };
-        for i in 0..n {
-            let is_head = left_in_group == 0;
-            left_in_group = if is_head {
-                group_len - 1
-            } else {
-                left_in_group - 1
-            };
-            // Produced before the store of record i, so a panic leaves it untouched.
-            let vals = produce(i, is_head);
-            let mut v = if is_head { th } else { tt };
-            for k in 0..K {
-                v = _mm512_mask_set1_epi64(v, lane[k], vals[k] as i64);
-            }
-            // SAFETY: record i is the 64 aligned bytes at d, inside dst.
-            unsafe {
-                _mm512_stream_si512(d.cast(), v);
-                d = d.add(64);
-            }
-        }
-        return;
-    }
-    for i in 0..n {
-        let is_head = left_in_group == 0;
-        left_in_group = if is_head {
-            group_len - 1
-        } else {
-            left_in_group - 1
-        };
-        // Produced before any store of record i, so a panic leaves it untouched.
-        let vals = produce(i, is_head);
-        let t = if is_head { head } else { tail };
-        for l in 0..lines {
-            // SAFETY: line l of the template and of record i are in range.
-            unsafe {
-                let mut v: __m512i = _mm512_loadu_si512(t.add(l * 64).cast());
-                for k in 0..K {
-                    if line_of[k] == l {
-                        v = _mm512_mask_set1_epi64(v, lane[k], vals[k] as i64);
-                    }
-                }
-                _mm512_stream_si512(d.add(l * 64).cast(), v);
-            }
-        }
-        // SAFETY: stays within (or one past) the n * size bytes of dst.
-        d = unsafe { d.add(size) };
-    }
+    // SAFETY: forwarded from the caller.
+    unsafe { words::fill::<Zmm, STREAM, K>(job, produce) }
+}
+
+/// See [`fill_zmm`]; AVX2.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn fill_ymm<const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { words::fill::<Ymm, STREAM, K>(job, produce) }
+}
+
+/// See [`fill_zmm`]; SSE2.
+#[target_feature(enable = "sse2")]
+pub(super) unsafe fn fill_xmm<const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { words::fill::<Xmm, STREAM, K>(job, produce) }
+}
+
+/// See [`fill_zmm`]; SSE2 (`movnti`).
+#[target_feature(enable = "sse2")]
+pub(super) unsafe fn fill_gpr<const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe { words::fill::<Gpr, STREAM, K>(job, produce) }
 }

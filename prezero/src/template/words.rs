@@ -1,0 +1,336 @@
+//! The register form of the template fill, written once over a store unit.
+//!
+//! A record is a row of units (a 64-byte AVX-512 vector, a 32-byte AVX2 vector
+//! or NEON register pair, a 16-byte SSE2 vector, an 8-byte word). The fixed
+//! part of the head and tail templates is loaded into units once; per record,
+//! the produced words are inserted into the units that hold them and every
+//! unit is stored in address order. Nothing is stored to a template or a
+//! working copy, so no load ever waits on a store (the closure form's cost).
+//!
+//! Streaming units must be aligned to their size, and with the records stored
+//! in order every cache line inside the destination is written whole, by
+//! consecutive stores: the write-combining buffers flush full lines. Only a
+//! line the destination covers in part (before its first 64-byte boundary or
+//! after its last) is written with ordinary stores, since a streamed partial
+//! line is a read-modify-write in memory.
+
+/// One store unit of an instruction set: what the engine needs from it.
+///
+/// # Safety
+/// Implementations are only called from a function compiled for (and
+/// dispatched on a CPU with) the instruction set they use.
+pub(super) trait Unit: Copy {
+    /// Size in bytes (a multiple of 8).
+    const BYTES: usize;
+    /// Selects one 64-bit lane, or none, for [`Unit::insert`].
+    type Lane: Copy;
+
+    /// The selector of lane `lane` (< BYTES / 8).
+    unsafe fn lane(lane: usize) -> Self::Lane;
+    /// The selector of no lane: [`Unit::insert`] leaves the unit as it is.
+    unsafe fn no_lane() -> Self::Lane;
+    /// Reads BYTES bytes from `p` (any alignment).
+    unsafe fn load(p: *const u8) -> Self;
+    /// This unit with `word` in the selected lane (branch-free: the register
+    /// form inserts every word into every unit, most of them with no lane).
+    unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self;
+    /// A streaming store to `p` (aligned to BYTES).
+    unsafe fn stream(self, p: *mut u8);
+    /// An ordinary store to `p` (any alignment).
+    unsafe fn store(self, p: *mut u8);
+}
+
+/// One fill: `n` records of `size` bytes at `dst`, record `i` from `head` when
+/// `i % group_len == 0`, else from `tail`, with the words `produce(i, is_head)`
+/// at `offsets`.
+pub(super) struct Job<'a, const K: usize> {
+    pub dst: *mut u8,
+    pub n: usize,
+    pub size: usize,
+    pub head: *const u8,
+    pub tail: *const u8,
+    pub group_len: usize,
+    pub offsets: &'a [usize; K],
+}
+
+/// Whether a unit of `bytes` can carry this job: it divides the record, holds
+/// every word in one lane, and (for streaming) the destination is aligned to
+/// it, so every unit store is.
+pub(super) fn fits<const K: usize>(job: &Job<'_, K>, bytes: usize, stream: bool) -> bool {
+    job.size > 0
+        && job.size.is_multiple_of(bytes)
+        && job.offsets.iter().all(|o| o.is_multiple_of(8))
+        && (!stream || (job.dst as usize).is_multiple_of(bytes))
+}
+
+/// Runs `job` with unit `U`: the template held in registers for records of up
+/// to four units, read from L1 per record beyond that.
+///
+/// # Safety
+/// `fits(job, U::BYTES, STREAM)`; the CPU runs `U` (see [`Unit`]); `dst` is
+/// writable for `n * size` bytes, `head` and `tail` readable for `size`;
+/// `group_len >= 1`; every `offset + 8 <= size`.
+#[inline(always)]
+pub(super) unsafe fn fill<U: Unit, const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    // SAFETY (all arms): forwarded from the caller.
+    unsafe {
+        match job.size / U::BYTES {
+            1 => held::<U, STREAM, K, 1>(job, produce),
+            2 => held::<U, STREAM, K, 2>(job, produce),
+            3 => held::<U, STREAM, K, 3>(job, produce),
+            4 => held::<U, STREAM, K, 4>(job, produce),
+            _ => loaded::<U, STREAM, K>(job, produce),
+        }
+    }
+}
+
+/// The record ranges that stream: records `[first, last)` lie wholly inside
+/// the destination's whole lines; the records around them are stored unit by
+/// unit, ordinarily where a unit falls in a partial line.
+struct Lines {
+    from: usize,
+    to: usize,
+    first: usize,
+    last: usize,
+}
+
+impl Lines {
+    #[inline(always)]
+    fn new<const STREAM: bool, const K: usize>(job: &Job<'_, K>) -> Lines {
+        let start = job.dst as usize;
+        let end = start + job.n * job.size;
+        let (from, to) = if STREAM {
+            (start.next_multiple_of(64), end & !63)
+        } else {
+            (start, end)
+        };
+        // Records starting at or after `from` and ending by `to`.
+        let first = (from - start).div_ceil(job.size).min(job.n);
+        let last = (to.saturating_sub(start) / job.size).max(first);
+        Lines {
+            from,
+            to,
+            first,
+            last,
+        }
+    }
+
+    /// Stores unit `v` at `p`: streamed when `WHOLE` (the record is inside the
+    /// whole lines) or `p` is, ordinarily otherwise.
+    #[inline(always)]
+    unsafe fn put<U: Unit, const STREAM: bool, const WHOLE: bool>(&self, v: U, p: *mut u8) {
+        // SAFETY: the caller passes a unit-sized, unit-aligned slot of dst.
+        unsafe {
+            if STREAM && (WHOLE || (self.from..self.to).contains(&(p as usize))) {
+                v.stream(p)
+            } else {
+                v.store(p)
+            }
+        }
+    }
+}
+
+/// Counts records into groups without a division per record.
+struct Groups {
+    left: usize,
+    len: usize,
+}
+
+impl Groups {
+    #[inline(always)]
+    fn next_is_head(&mut self) -> bool {
+        let head = self.left == 0;
+        self.left = if head { self.len - 1 } else { self.left - 1 };
+        head
+    }
+}
+
+/// How one kind of record is stored: the fixed part's source and the
+/// insertion of the words.
+trait Records<U: Unit, const K: usize> {
+    /// Stores record `vals` (a head's if `is_head`) at `d`, through `lines`.
+    unsafe fn put<const STREAM: bool, const WHOLE: bool>(
+        &self,
+        lines: &Lines,
+        is_head: bool,
+        vals: &[u64; K],
+        d: *mut u8,
+    );
+}
+
+/// Runs the records in three stretches (partial lines, whole lines, partial
+/// lines), so the middle one, nearly all of a large fill, streams every unit
+/// without a per-unit test.
+#[inline(always)]
+unsafe fn drive<U: Unit, const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+    records: &impl Records<U, K>,
+) {
+    let mut at = Cursor {
+        lines: Lines::new::<STREAM, K>(job),
+        groups: Groups {
+            left: 0,
+            len: job.group_len,
+        },
+        d: job.dst,
+        size: job.size,
+    };
+    let (first, last) = (at.lines.first, at.lines.last);
+    // SAFETY: the three stretches cover records 0..n once each, in order.
+    unsafe {
+        at.stretch::<U, STREAM, false, K>(0..first, produce, records);
+        at.stretch::<U, STREAM, true, K>(first..last, produce, records);
+        at.stretch::<U, STREAM, false, K>(last..job.n, produce, records);
+    }
+}
+
+/// Where the fill is: the next record's address and group position.
+struct Cursor {
+    lines: Lines,
+    groups: Groups,
+    d: *mut u8,
+    size: usize,
+}
+
+impl Cursor {
+    /// Stores records `range`, which must be the next ones.
+    #[inline(always)]
+    unsafe fn stretch<U: Unit, const STREAM: bool, const WHOLE: bool, const K: usize>(
+        &mut self,
+        range: core::ops::Range<usize>,
+        produce: &mut impl FnMut(usize, bool) -> [u64; K],
+        records: &impl Records<U, K>,
+    ) {
+        for i in range {
+            let is_head = self.groups.next_is_head();
+            // Produced before any store of record i, so a panic leaves it untouched.
+            let vals = produce(i, is_head);
+            // SAFETY: record i is the `size` bytes at self.d, inside dst; the
+            // pointer stays within (or one past) dst.
+            unsafe {
+                records.put::<STREAM, WHOLE>(&self.lines, is_head, &vals, self.d);
+                self.d = self.d.add(self.size);
+            }
+        }
+    }
+}
+
+/// Records of `N` units, both templates in registers for the whole fill.
+/// Every word is inserted into every unit, with no lane where it does not
+/// belong: straight-line code, as if the offsets had been constants.
+struct Held<U: Unit, const K: usize, const N: usize> {
+    head: [U; N],
+    tail: [U; N],
+    lanes: [[U::Lane; K]; N],
+}
+
+impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Held<U, K, N> {
+    #[inline(always)]
+    unsafe fn put<const STREAM: bool, const WHOLE: bool>(
+        &self,
+        lines: &Lines,
+        is_head: bool,
+        vals: &[u64; K],
+        d: *mut u8,
+    ) {
+        for u in 0..N {
+            let mut v = if is_head { self.head[u] } else { self.tail[u] };
+            for (&lane, &word) in self.lanes[u].iter().zip(vals) {
+                // SAFETY: the lane came from U::lane or U::no_lane.
+                v = unsafe { v.insert(lane, word) };
+            }
+            // SAFETY: unit u of the record at d, aligned as `fits` checked.
+            unsafe { lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES)) };
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn held<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    // SAFETY: the templates are readable for size = N * BYTES bytes; the
+    // lanes are below BYTES / 8 since the offsets are 8-aligned.
+    let records: Held<U, K, N> = unsafe {
+        Held {
+            head: core::array::from_fn(|u| U::load(job.head.add(u * U::BYTES))),
+            tail: core::array::from_fn(|u| U::load(job.tail.add(u * U::BYTES))),
+            lanes: core::array::from_fn(|u| {
+                core::array::from_fn(|k| {
+                    let o = job.offsets[k];
+                    if o / U::BYTES == u {
+                        U::lane(o % U::BYTES / 8)
+                    } else {
+                        U::no_lane()
+                    }
+                })
+            }),
+        }
+    };
+    // SAFETY: forwarded from `fill`'s caller.
+    unsafe { drive::<U, STREAM, K>(job, produce, &records) }
+}
+
+/// Records of more units than fit in registers: the templates are read (from
+/// L1; nothing stores to them) unit by unit, and the words, sorted by offset,
+/// are inserted as their units come up.
+struct Loaded<U: Unit, const K: usize> {
+    head: *const u8,
+    tail: *const u8,
+    units: usize,
+    /// Word j in offset order is `vals[order[j]]`, for unit `unit_of[j]`.
+    order: [usize; K],
+    unit_of: [usize; K],
+    lane: [U::Lane; K],
+}
+
+impl<U: Unit, const K: usize> Records<U, K> for Loaded<U, K> {
+    #[inline(always)]
+    unsafe fn put<const STREAM: bool, const WHOLE: bool>(
+        &self,
+        lines: &Lines,
+        is_head: bool,
+        vals: &[u64; K],
+        d: *mut u8,
+    ) {
+        let t = if is_head { self.head } else { self.tail };
+        let mut j = 0;
+        for u in 0..self.units {
+            // SAFETY: unit u of the template and of the record at d are in range.
+            unsafe {
+                let mut v = U::load(t.add(u * U::BYTES));
+                while j < K && self.unit_of[j] == u {
+                    v = v.insert(self.lane[j], vals[self.order[j]]);
+                    j += 1;
+                }
+                lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES));
+            }
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn loaded<U: Unit, const STREAM: bool, const K: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    let mut order: [usize; K] = core::array::from_fn(|k| k);
+    // Stable: of two words at one offset the later wins, as in the general path.
+    order.sort_by_key(|&k| job.offsets[k]);
+    let records: Loaded<U, K> = Loaded {
+        head: job.head,
+        tail: job.tail,
+        units: job.size / U::BYTES,
+        order,
+        unit_of: core::array::from_fn(|j| job.offsets[order[j]] / U::BYTES),
+        // SAFETY: the lanes are below BYTES / 8 since the offsets are 8-aligned.
+        lane: core::array::from_fn(|j| unsafe { U::lane(job.offsets[order[j]] % U::BYTES / 8) }),
+    };
+    // SAFETY: forwarded from `fill`'s caller.
+    unsafe { drive::<U, STREAM, K>(job, produce, &records) }
+}
