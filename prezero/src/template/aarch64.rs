@@ -1,7 +1,7 @@
 //! aarch64 streaming copy and the store units of the register form: NEON
 //! register pairs stored with `stnp` (a non-temporal hint) or `stp`.
 
-use core::arch::aarch64::{uint64x2_t, vbslq_u64, vdupq_n_u64, vld1q_u64};
+use core::arch::aarch64::{uint64x2_t, vandq_u64, vbicq_u64, vdupq_n_u64, vld1q_u64, vorrq_u64};
 use core::arch::asm;
 use core::ptr;
 
@@ -56,11 +56,19 @@ impl Unit for QPair {
         unsafe { QPair(vld1q_u64(p.cast()), vld1q_u64(p.add(16).cast())) }
     }
     #[inline(always)]
+    unsafe fn clear(self, lane: Self::Lane) -> Self {
+        // SAFETY: register operations only.
+        unsafe { QPair(vbicq_u64(self.0, lane.0), vbicq_u64(self.1, lane.1)) }
+    }
+    #[inline(always)]
     unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self {
         // SAFETY: register operations only.
         unsafe {
             let w = vdupq_n_u64(word);
-            QPair(vbslq_u64(lane.0, w, self.0), vbslq_u64(lane.1, w, self.1))
+            QPair(
+                vorrq_u64(self.0, vandq_u64(w, lane.0)),
+                vorrq_u64(self.1, vandq_u64(w, lane.1)),
+            )
         }
     }
     #[inline(always)]
@@ -113,11 +121,12 @@ impl Unit for XPair {
         }
     }
     #[inline(always)]
+    unsafe fn clear(self, lane: (u64, u64)) -> Self {
+        XPair(self.0 & !lane.0, self.1 & !lane.1)
+    }
+    #[inline(always)]
     unsafe fn insert(self, lane: (u64, u64), word: u64) -> Self {
-        XPair(
-            (self.0 & !lane.0) | (word & lane.0),
-            (self.1 & !lane.1) | (word & lane.1),
-        )
+        XPair(self.0 | (word & lane.0), self.1 | (word & lane.1))
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {

@@ -30,8 +30,12 @@ impl super::words::Unit for Word {
         Word(unsafe { p.cast::<u64>().read_unaligned() })
     }
     #[inline(always)]
+    unsafe fn clear(self, lane: u64) -> Self {
+        Word(self.0 & !lane)
+    }
+    #[inline(always)]
     unsafe fn insert(self, lane: u64, word: u64) -> Self {
-        Word((self.0 & !lane) | (word & lane))
+        Word(self.0 | (word & lane))
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {

@@ -31,8 +31,11 @@ pub(super) trait Unit: Copy {
     unsafe fn no_lane() -> Self::Lane;
     /// Reads BYTES bytes from `p` (any alignment).
     unsafe fn load(p: *const u8) -> Self;
-    /// This unit with `word` in the selected lane (branch-free: the register
-    /// form inserts every word into every unit, most of them with no lane).
+    /// This unit with the selected lane zeroed.
+    unsafe fn clear(self, lane: Self::Lane) -> Self;
+    /// This unit with `word` in the selected lane, which must be zero
+    /// (branch-free: the register form inserts every word into every unit,
+    /// most of them with no lane, as an and and an or).
     unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self;
     /// A streaming store to `p` (aligned to BYTES).
     unsafe fn stream(self, p: *mut u8);
@@ -219,9 +222,10 @@ impl Cursor {
     }
 }
 
-/// Records of `N` units, both templates in registers for the whole fill.
-/// Every word is inserted into every unit, with no lane where it does not
-/// belong: straight-line code, as if the offsets had been constants.
+/// Records of `N` units, both templates in registers for the whole fill, with
+/// the words' lanes zeroed. Every word is inserted into every unit, with no
+/// lane where it does not belong: straight-line code, as if the offsets had
+/// been constants.
 struct Held<U: Unit, const K: usize, const N: usize> {
     head: [U; N],
     tail: [U; N],
@@ -254,22 +258,30 @@ unsafe fn held<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
     job: &Job<'_, K>,
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
 ) {
-    // SAFETY: the templates are readable for size = N * BYTES bytes; the
-    // lanes are below BYTES / 8 since the offsets are 8-aligned.
+    // SAFETY: the lanes are below BYTES / 8 since the offsets are 8-aligned;
+    // the templates are readable for size = N * BYTES bytes.
     let records: Held<U, K, N> = unsafe {
+        let lanes: [[U::Lane; K]; N] = core::array::from_fn(|u| {
+            core::array::from_fn(|k| {
+                let o = job.offsets[k];
+                // Of two words at one offset only the later is inserted.
+                let overridden = job.offsets[k + 1..].contains(&o);
+                if o / U::BYTES == u && !overridden {
+                    U::lane(o % U::BYTES / 8)
+                } else {
+                    U::no_lane()
+                }
+            })
+        });
+        let unit = |t: *const u8, u: usize| {
+            lanes[u]
+                .iter()
+                .fold(U::load(t.add(u * U::BYTES)), |v, &l| v.clear(l))
+        };
         Held {
-            head: core::array::from_fn(|u| U::load(job.head.add(u * U::BYTES))),
-            tail: core::array::from_fn(|u| U::load(job.tail.add(u * U::BYTES))),
-            lanes: core::array::from_fn(|u| {
-                core::array::from_fn(|k| {
-                    let o = job.offsets[k];
-                    if o / U::BYTES == u {
-                        U::lane(o % U::BYTES / 8)
-                    } else {
-                        U::no_lane()
-                    }
-                })
-            }),
+            head: core::array::from_fn(|u| unit(job.head, u)),
+            tail: core::array::from_fn(|u| unit(job.tail, u)),
+            lanes,
         }
     };
     // SAFETY: forwarded from `fill`'s caller.
@@ -305,7 +317,9 @@ impl<U: Unit, const K: usize> Records<U, K> for Loaded<U, K> {
             unsafe {
                 let mut v = U::load(t.add(u * U::BYTES));
                 while j < K && self.unit_of[j] == u {
-                    v = v.insert(self.lane[j], vals[self.order[j]]);
+                    v = v
+                        .clear(self.lane[j])
+                        .insert(self.lane[j], vals[self.order[j]]);
                     j += 1;
                 }
                 lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES));
