@@ -3,17 +3,19 @@
 //! Per size class and temperature the fastest kernel; the elision knee of
 //! `rep stos` (seeds 001/002); the smallest `clear_bounded` chunk that keeps
 //! within 10% of a full-extent clear; scaling with threads; and whether
-//! streaming beats temporal stores for the pool's scrubber. Every figure the
-//! profile was derived from is stored with it.
+//! streaming beats temporal stores for the pool's scrubber; and for template
+//! fills, the streaming and temporal kernels and the size from which to
+//! stream. Every figure the profile was derived from is stored with it.
 
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 
-use prezero::{Kernel, Temperature, MAX_CLASSES, PROFILE_FORMAT};
+use prezero::{CopyKernel, Kernel, Temperature, MAX_CLASSES, PROFILE_FORMAT};
 
 use crate::bench::clear::{collect, Figure, Method};
+use crate::bench::template::{store_study, StoreFigure, STORE_SIZES};
 use crate::units::{fmt_size, parse_size};
 
 const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
@@ -32,7 +34,8 @@ pub struct Args {
     /// Repetitions per figure.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Extent of the thread-scaling clears (the chunk study uses a quarter of it).
+    /// Extent of the thread-scaling clears (the chunk study uses a quarter of
+    /// it) and the largest template fill measured.
     #[arg(long, default_value = "1G")]
     large: String,
 }
@@ -78,6 +81,8 @@ struct Measured {
     threads: Vec<Figure>,
     /// The extent of the chunk study.
     chunk_extent: usize,
+    /// `template_fill_words` by kernel, size, hot and cold.
+    template: Vec<StoreFigure>,
 }
 
 const CHUNKS: [usize; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
@@ -102,12 +107,19 @@ fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, Strin
         .map(Method::Parallel)
         .collect();
     let threads = collect(&["cold"], &[large], &thread_methods, reps, |_| ())?;
+    let store_sizes = STORE_SIZES
+        .split(',')
+        .map(parse_size)
+        .filter(|s| s.as_ref().map_or(true, |&s| s <= large))
+        .collect::<Result<Vec<_>, _>>()?;
+    let template = store_study(&store_sizes, reps)?;
     Ok(Measured {
         kernels,
         figures,
         chunks,
         threads,
         chunk_extent,
+        template,
     })
 }
 
@@ -280,6 +292,7 @@ fn derive(m: &Measured) -> Value {
             .fold(0.0, f64::max)
     };
     let cpu = prezero::cpu();
+    let template = derive_template(&m.template);
     json!({
         "format": PROFILE_FORMAT,
         "cpu_model": cpu.model_name,
@@ -292,8 +305,102 @@ fn derive(m: &Measured) -> Value {
         "bounded_min_chunk": bounded,
         "threads": threads,
         "scrubber": {"streaming_gbps": round(at(true)), "temporal_gbps": round(at(false)), "streaming_wins": at(true) >= at(false)},
+        "template": template,
         "figures": m.figures.iter().chain(&m.chunks).chain(&m.threads).map(|f| json!({
             "mode": f.mode, "size": f.size, "method": f.method.name(), "gbps_median": round(f.stats.median), "stdev_pct": round(f.stats.stdev_pct),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The template choice: the streaming kernel fastest on the largest cold
+/// fill, the temporal kernel fastest on hot fills that fit in cache, and
+/// streaming from the smallest size past which streaming loses less in its
+/// worse case (hot or cold) at every size measured: a fill does not say
+/// whether its destination is cached. Kernels within 3% are ties, and a tie
+/// keeps the built-in choice.
+fn derive_template(figs: &[StoreFigure]) -> Value {
+    let builtin = prezero::template::TemplateProfile::builtin(prezero::cpu());
+    let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let g = |k: CopyKernel, mode: &str, size: usize| {
+        figs.iter()
+            .find(|f| f.kernel == k && f.mode == mode && f.size == size)
+            .map_or(0.0, |f| f.stats.median)
+    };
+    let kernels: Vec<CopyKernel> = {
+        let mut v: Vec<CopyKernel> = figs.iter().map(|f| f.kernel).collect();
+        v.sort_by_key(|k| CopyKernel::ALL.iter().position(|a| a == k));
+        v.dedup();
+        v
+    };
+    let pick = |streaming: bool, score: &dyn Fn(CopyKernel) -> f64, builtin_k: CopyKernel| {
+        let of_kind = kernels
+            .iter()
+            .copied()
+            .filter(|k| k.is_streaming() == streaming);
+        let best = of_kind.clone().map(score).fold(0.0, f64::max);
+        if kernels.contains(&builtin_k) && score(builtin_k) >= 0.97 * best {
+            return builtin_k;
+        }
+        of_kind
+            .max_by(|a, b| score(*a).total_cmp(&score(*b)))
+            .unwrap_or(builtin_k)
+    };
+    let largest = sizes.last().copied().unwrap_or(0);
+    let stream = pick(true, &|k| g(k, "cold", largest), builtin.stream);
+    let cached: Vec<usize> = sizes
+        .iter()
+        .copied()
+        .filter(|&s| s < prezero::clear::hot_capacity())
+        .collect();
+    let temporal = pick(
+        false,
+        &|k| {
+            // Geometric mean over the hot fills that fit in cache.
+            let logs: f64 = cached.iter().map(|&s| g(k, "hot", s).max(1e-9).ln()).sum();
+            (logs / cached.len().max(1) as f64).exp()
+        },
+        builtin.temporal,
+    );
+    // Worse-case loss of kernel k at `size`: its time over the fastest's, hot or cold.
+    let regret = |k: CopyKernel, size: usize| {
+        ["hot", "cold"]
+            .iter()
+            .map(|&mode| {
+                let best = kernels
+                    .iter()
+                    .map(|&b| g(b, mode, size))
+                    .fold(0.0, f64::max);
+                best / g(k, mode, size).max(1e-9)
+            })
+            .fold(1.0, f64::max)
+    };
+    let streams_at: Vec<bool> = sizes
+        .iter()
+        .map(|&size| {
+            let (rs, rt) = (regret(stream, size), regret(temporal, size));
+            if (rs - rt).abs() <= 0.03 * rs.min(rt) {
+                size >= builtin.stream_from
+            } else {
+                rs < rt
+            }
+        })
+        .collect();
+    let from = (0..sizes.len())
+        .find(|&i| streams_at[i..].iter().all(|&b| b))
+        .map(|i| match i {
+            0 => sizes[0],
+            // Halfway (geometrically) between the last temporal and first streaming size.
+            _ => ((sizes[i - 1] as f64 * sizes[i] as f64).sqrt()) as usize,
+        });
+    json!({
+        "stream": stream.name(),
+        "temporal": temporal.name(),
+        "stream_from": from,
+        "figures": figs.iter().map(|f| json!({
+            "mode": f.mode, "size": f.size, "kernel": f.kernel.name(),
+            "gbps_median": round(f.stats.median), "stdev_pct": round(f.stats.stdev_pct),
         })).collect::<Vec<_>>(),
     })
 }
@@ -348,6 +455,15 @@ fn summarise(p: &Value) {
     println!(
         "  scrubber: streaming {} GB/s vs temporal {} GB/s on cold 2 MiB",
         p["scrubber"]["streaming_gbps"], p["scrubber"]["temporal_gbps"]
+    );
+    let t = &p["template"];
+    println!(
+        "  template fills: {} below {}, {} from there",
+        t["temporal"].as_str().unwrap_or("?"),
+        t["stream_from"]
+            .as_u64()
+            .map_or("every size".to_string(), |b| fmt_size(b as usize)),
+        t["stream"].as_str().unwrap_or("?"),
     );
 }
 

@@ -81,6 +81,15 @@ fn collect() -> Value {
             "hot": classes(Temperature::Hot),
             "cold": classes(Temperature::Cold),
         },
+        "template": {
+            "stream": prezero::Streamer::auto().kernel().name(),
+            "temporal": prezero::Streamer::auto_temporal().kernel().name(),
+            "stream_from": match prezero::template::stream_from() { usize::MAX => Value::Null, b => json!(b) },
+            "source": if prezero::active_template_profile().is_some() { "profile" } else { "built-in" },
+            "kernels": prezero::CopyKernel::ALL.iter().map(|k| json!({
+                "name": k.name(), "available": k.is_available(), "streaming": k.is_streaming(), "needs": k.needs(),
+            })).collect::<Vec<_>>(),
+        },
         "auto": CLASSES.iter().map(|&n| json!({
             "size": n,
             "unknown": prezero::auto_kernel(n, Temperature::Unknown).name(),
@@ -208,4 +217,22 @@ fn print_text(v: &Value) {
             a["cold"].as_str().unwrap_or("")
         );
     }
+    let t = &v["template"];
+    let available: Vec<&str> = t["kernels"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|k| k["available"].as_bool() == Some(true))
+        .filter_map(|k| k["name"].as_str())
+        .collect();
+    println!(
+        "\nTemplate {} below {}, {} from there ({}); kernels here: {}",
+        t["temporal"].as_str().unwrap_or(""),
+        t["stream_from"]
+            .as_u64()
+            .map_or("every size".into(), |b| fmt_size(b as usize)),
+        t["stream"].as_str().unwrap_or(""),
+        t["source"].as_str().unwrap_or(""),
+        available.join(" ")
+    );
 }

@@ -283,19 +283,78 @@ fn bench_template_json_rows() {
     ]);
     assert!(ok, "{err}");
     let rows = json_lines(&out);
-    assert_eq!(rows.len(), 10, "5 methods x 2 layouts");
-    for m in [
+    // The C reference is built wherever gcc was (x86_64); elsewhere the bench says why not.
+    let c_built = !err.contains("no c-reference row");
+    let methods = [
         "per-field",
         "template-copy",
         "template-stream",
         "template-words",
+        "c-reference",
         "ceiling",
-    ] {
-        assert_eq!(rows.iter().filter(|r| r["method"] == m).count(), 2, "{m}");
+    ];
+    assert_eq!(rows.len(), 2 * (5 + usize::from(c_built)), "{out}");
+    for m in methods {
+        let want = if m == "c-reference" && !c_built { 0 } else { 2 };
+        assert_eq!(
+            rows.iter().filter(|r| r["method"] == m).count(),
+            want,
+            "{m}"
+        );
     }
     assert!(rows
         .iter()
         .all(|r| r["records"] == 5000 && r["ms"].as_f64().unwrap() > 0.0));
+    // The ceiling is the fastest streaming kernel, named, with every candidate's time.
+    for r in rows.iter().filter(|r| r["method"] == "ceiling") {
+        let k = r["kernel"].as_str().unwrap();
+        let cands = r["candidates_median_ms"].as_object().unwrap();
+        assert!(cands.contains_key(k), "{r}");
+        let best = cands
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MAX, f64::min);
+        assert_eq!(r["median_ms"].as_f64().unwrap(), best, "{r}");
+        assert!(cands
+            .keys()
+            .all(|c| c.parse::<prezero::CopyKernel>().unwrap().is_streaming()));
+    }
+    // Filters, and the store study.
+    let (ok, out, err) = prezero(&[
+        "bench",
+        "template",
+        "--records",
+        "3000",
+        "--reps",
+        "1",
+        "--json",
+        "--layout",
+        "4k",
+        "--method",
+        "template-words",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    assert!(rows.len() == 1 && rows[0]["method"] == "template-words" && rows[0]["layout"] == "4k");
+    let (ok, _, err) = prezero(&["bench", "template", "--method", "nonsense"]);
+    assert!(!ok && err.contains("unknown layout or method"), "{err}");
+    let (ok, out, err) = prezero(&[
+        "bench", "template", "--stores", "--sizes", "64K,1M", "--reps", "1", "--json",
+    ]);
+    assert!(ok, "{err}");
+    let rows = json_lines(&out);
+    let kernels = prezero::CopyKernel::ALL
+        .iter()
+        .filter(|k| k.is_available())
+        .count();
+    assert_eq!(
+        rows.len(),
+        2 * 2 * kernels,
+        "hot and cold x 2 sizes x kernels"
+    );
+    assert!(rows
+        .iter()
+        .all(|r| r["bench"] == "template-stores" && r["gbps"].as_f64().unwrap() > 0.0));
 }
 
 fn prezero_env(args: &[&str], env: &[(&str, &str)]) -> (bool, String, String) {
@@ -329,6 +388,7 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
             "hot": [{"below": null, "kernel": "portable"}],
             "cold": [{"below": 5000, "kernel": "portable"}, {"below": null, "kernel": "movnti"}],
         },
+        "template": {"stream": "movnti", "temporal": "portable", "stream_from": 12345},
     });
     let path = tmp("good.json");
     std::fs::write(&path, good.to_string()).unwrap();
@@ -343,7 +403,11 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
         assert_eq!(auto[2]["unknown"], "movnti"); // 1M
         assert_eq!(auto[0]["cold"], "portable"); // 4K < 5000
         assert_eq!(auto[1]["cold"], "movnti");
+        assert_eq!(v["template"]["stream"], "movnti");
     }
+    assert_eq!(v["template"]["source"], "profile");
+    assert_eq!(v["template"]["temporal"], "portable");
+    assert_eq!(v["template"]["stream_from"], 12345);
 
     let mut cases = vec![
         (
@@ -361,6 +425,12 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
             "missing.json",
             serde_json::json!({"format": 1, "cpu_model": model}).to_string(),
             "missing field",
+        ),
+        (
+            "bad-template.json",
+            good.to_string()
+                .replace("\"temporal\":\"portable\"", "\"temporal\":\"movnti\""),
+            "template.temporal",
         ),
         (
             "truncated.json",
@@ -422,9 +492,27 @@ fn calibrate_writes_a_profile_the_library_loads() {
         serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
     assert_eq!(v["format"], prezero::PROFILE_FORMAT);
     assert!(v["figures"].as_array().unwrap().len() > 4);
+    let t = &v["template"];
+    let kernel = |k: &str| {
+        t[k].as_str()
+            .unwrap()
+            .parse::<prezero::CopyKernel>()
+            .unwrap()
+    };
+    assert!(kernel("stream").is_streaming() && !kernel("temporal").is_streaming());
+    assert!(t["stream_from"].is_null() || t["stream_from"].as_u64().unwrap() > 0);
+    // The store study is bounded by --large.
+    assert!(t["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|f| f["size"].as_u64().unwrap() <= 16 << 20));
     let (ok, out, err) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", p)]);
     assert!(ok && err.is_empty(), "{err}");
     assert!(out.contains("calibrated"));
+    let info: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(info["template"]["source"], "profile");
+    assert_eq!(info["template"]["stream"], t["stream"]);
     let (ok, out, err) = prezero(&[
         "calibrate",
         "--check",

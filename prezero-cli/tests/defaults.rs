@@ -195,3 +195,106 @@ fn builtin_defaults_hold_on_every_recorded_machine() {
         failures.join("\n")
     );
 }
+
+/// `bench template --stores --json`: (mode, size) -> template kernel -> GB/s.
+fn store_figures(path: &Path) -> Figures {
+    let mut out = Figures::new();
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    for line in text.lines() {
+        let r: Value = serde_json::from_str(line).expect("a JSON line");
+        if r["bench"] == "template-stores" {
+            let key = (
+                r["mode"].as_str().unwrap_or_default().to_string(),
+                r["size"].as_u64().unwrap_or(0),
+            );
+            out.entry(key).or_default().insert(
+                r["kernel"].as_str().unwrap_or_default().into(),
+                r["gbps"].as_f64().unwrap_or(0.0),
+            );
+        }
+    }
+    out
+}
+
+/// The template fills' built-in choice against every machine with a store
+/// study (`bench-template-stores.jsonl`). A fill does not say whether its
+/// destination is cached, so a kernel's loss at a size is its worse case, hot
+/// or cold, over the fastest kernel there; the built-in pick (temporal below
+/// `stream_from`, streaming from it) must lose at most 10% more than the
+/// kernel that loses least.
+#[test]
+fn builtin_template_choice_holds_on_every_recorded_machine() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../machines");
+    let mut dirs: Vec<_> = std::fs::read_dir(&root)
+        .expect("machines/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("bench-template-stores.jsonl").exists())
+        .collect();
+    dirs.sort();
+    assert!(!dirs.is_empty(), "no store study under {}", root.display());
+    let mut failures = Vec::new();
+    for dir in &dirs {
+        let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+        let info = read_json(&dir.join("info.json"));
+        let vendor = info["cpu"]["vendor"].as_str().unwrap_or_default();
+        if matches!(vendor, "AuthenticAMD" | "GenuineIntel") != cfg!(target_arch = "x86_64") {
+            eprintln!("skipped: {name} was recorded on another architecture than this build's");
+            continue;
+        }
+        let b = prezero::TemplateProfile::builtin(&recorded_cpu(&info));
+        let figs = store_figures(&dir.join("bench-template-stores.jsonl"));
+        let mut sizes: Vec<u64> = figs.keys().map(|k| k.1).collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        eprintln!(
+            "{name}: {} below {}, {} from there",
+            b.temporal.name(),
+            b.stream_from,
+            b.stream.name()
+        );
+        for size in sizes {
+            let at = |mode: &str| figs.get(&(mode.to_string(), size));
+            let (Some(hot), Some(cold)) = (at("hot"), at("cold")) else {
+                continue;
+            };
+            let loss = |k: &str| {
+                [hot, cold]
+                    .iter()
+                    .map(|d| {
+                        let top = d.values().copied().fold(0.0, f64::max);
+                        top / d.get(k).copied().unwrap_or(0.0).max(1e-9)
+                    })
+                    .fold(1.0, f64::max)
+            };
+            let chosen = if size as usize >= b.stream_from {
+                b.stream
+            } else {
+                b.temporal
+            };
+            let least = hot.keys().map(|k| loss(k)).fold(f64::MAX, f64::min);
+            let (mine, best_k) = (
+                loss(chosen.name()),
+                hot.keys()
+                    .min_by(|a, b| loss(a).total_cmp(&loss(b)))
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            eprintln!(
+                "  {size:>11} {:<10} loses {mine:.2}x (least: {best_k} {least:.2}x)",
+                chosen.name()
+            );
+            if mine > 1.1 * least {
+                failures.push(format!(
+                    "{name} {size}: {} loses {mine:.2}x, {best_k} {least:.2}x",
+                    chosen.name()
+                ));
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "template defaults lose more than 10% over the best choice:\n{}",
+        failures.join("\n")
+    );
+}

@@ -41,9 +41,10 @@ pub mod template;
 mod verify;
 
 pub use clear::{
-    active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
-    clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with, forced_kernel,
-    profile_source, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES, PROFILE_FORMAT,
+    active_profile, active_template_profile, auto_kernel, clear, clear_bounded, clear_bounded_with,
+    clear_near, clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with,
+    forced_kernel, profile_source, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
+    PROFILE_FORMAT,
 };
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
@@ -53,6 +54,6 @@ pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
 pub use template::{
     drain, stream_copy, stream_copy_nodrain, template_fill, template_fill_grouped,
-    template_fill_words, template_fill_words_grouped, CopyKernel, Streamer,
+    template_fill_words, template_fill_words_grouped, CopyKernel, Streamer, TemplateProfile,
 };
 pub use verify::{first_nonzero, is_zero};

@@ -13,7 +13,7 @@ mod faults;
 mod mmap;
 mod pool;
 mod service;
-mod template;
+pub(crate) mod template;
 
 #[derive(clap::Subcommand)]
 pub enum Which {

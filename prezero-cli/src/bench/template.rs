@@ -777,6 +777,7 @@ fn print_stores(figs: &[StoreFigure], json: bool) {
         }
         println!(" {:>10}", "auto");
         let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
+        sizes.sort_unstable();
         sizes.dedup();
         for size in sizes {
             print!("{:>6}", fmt_size(size));
@@ -790,8 +791,13 @@ fn print_stores(figs: &[StoreFigure], json: bool) {
             println!(" {:>10}", Streamer::for_bytes(size).kernel().name());
         }
     }
+    let from = prezero::template::stream_from();
     println!(
-        "(streaming from {} bytes; `prezero calibrate` measures this and records it)",
-        prezero::template::stream_from()
+        "(auto streams from {}; `prezero calibrate` measures where and records it)",
+        if from == usize::MAX {
+            "no size".to_string()
+        } else {
+            fmt_size(from)
+        }
     );
 }

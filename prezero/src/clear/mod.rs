@@ -16,6 +16,7 @@ use std::str::FromStr;
 mod kernel;
 pub(crate) mod portable;
 mod profile;
+pub(crate) use profile::hot_capacity_of;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;

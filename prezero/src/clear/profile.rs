@@ -224,7 +224,7 @@ pub fn hot_capacity() -> usize {
     hot_capacity_of(cpu())
 }
 
-fn hot_capacity_of(cpu: &Cpu) -> usize {
+pub(crate) fn hot_capacity_of(cpu: &Cpu) -> usize {
     // Where a hot extent stops fitting in cache. AMD Zen elides the
     // read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
     // keeps pace with streaming there; elsewhere the LLC is shared with other

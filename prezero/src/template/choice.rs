@@ -26,16 +26,19 @@ pub struct TemplateProfile {
 impl TemplateProfile {
     /// The built-in choice for `cpu`, checked against every machine recorded
     /// in `machines/` (the `defaults` test): the widest streaming and temporal
-    /// kernels, and streaming from the L2 size, where the clear profile's
-    /// `unknown` temperature also stops assuming a buffer is cached.
+    /// kernels, streaming from where a hot fill stops fitting in cache
+    /// (`clear::hot_capacity`: the LLC on AMD, a quarter of it elsewhere).
     ///
-    /// Why, with the figures (Zen 4 under KVM, `bench template --stores`, GB/s):
-    /// hot fills that fit in L2 run 2-4x faster with ordinary stores (hot
-    /// 256 KiB: see `machines/*/bench-template-stores.jsonl`), while streaming
-    /// wins every cold fill and every fill past the caches, and a 1.6 GB fill
-    /// (`bench template`) streams 1.2-1.3x faster than the best temporal copy.
-    /// The widest kernel costs the fewest instructions per line; at the DRAM
-    /// limit all vector widths tie (ceiling candidates within 5%).
+    /// A fill does not say whether its destination is in cache, so the choice
+    /// is the one whose worse case, hot or cold, loses least. Zen 4 under KVM,
+    /// `bench template --stores`, GB/s, streaming / temporal: hot 1-16 MiB
+    /// 26-28 / 47-52, cold 1-16 MiB 25-26 / 21-24: storing through the caches
+    /// costs at most 1.2x on cold memory and streaming 1.9x on hot, so
+    /// temporal up to the cache size. From 64 MiB hot and cold both stream at
+    /// 25-27 while temporal stores fall to 22-25 and would flush the caller's
+    /// working set. At the DRAM limit all vector widths tie (the `bench
+    /// template` ceiling candidates are within 5%); the widest costs the fewest
+    /// instructions per line.
     pub fn builtin(cpu: &Cpu) -> TemplateProfile {
         let first = |streaming: bool| {
             CopyKernel::ALL
@@ -47,7 +50,7 @@ impl TemplateProfile {
         TemplateProfile {
             stream: first(true),
             temporal: first(false),
-            stream_from: cpu.l2(),
+            stream_from: crate::clear::hot_capacity_of(cpu),
         }
     }
 
