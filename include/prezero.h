@@ -331,8 +331,10 @@ int pz_template_fill_grouped(void *dst,
 // `PZ_TEMPLATE_MAX_WORDS`) at byte `offsets[k]` of each record set to what
 // `produce(i, is_head, words, ctx)` writes to `words[0..nwords]`. For one
 // template pass `group_len = SIZE_MAX` (or any) and `tail = NULL`. `produce`
-// may be NULL only when `nwords` is 0. Streams (then drains) or stores
-// through the caches by size, as the profile or the built-in choice says.
+// may be NULL only when `nwords` is 0, and must not touch `dst`, `head`,
+// `tail` or `offsets`. A template or `offsets` overlapping `dst` is
+// `-EINVAL`. Streams (then drains) or stores through the caches by size, as
+// the profile or the built-in choice says.
 int pz_template_fill_words(void *dst,
                            size_t count,
                            size_t elem_size,

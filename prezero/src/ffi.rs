@@ -114,23 +114,37 @@ unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
 
 /// `count` records of `elem_size` bytes at `dst`, as one slice: a zero record
 /// size or a total that overflows is an error.
-unsafe fn records<'a>(dst: *mut c_void, count: usize, elem_size: usize) -> Result<&'a mut [u8]> {
+/// `count * elem_size`, checked: a record has at least one byte and the
+/// total fits in the address space.
+fn record_bytes(count: usize, elem_size: usize) -> Result<usize> {
     if elem_size == 0 {
         return Err(inval("elem_size is 0"));
     }
-    let total = count
+    count
         .checked_mul(elem_size)
-        .ok_or_else(|| inval("count * elem_size overflows"))?;
+        .ok_or_else(|| inval("count * elem_size overflows"))
+}
+
+unsafe fn records<'a>(dst: *mut c_void, count: usize, elem_size: usize) -> Result<&'a mut [u8]> {
+    let total = record_bytes(count, elem_size)?;
     // SAFETY: the caller promises the range (see the module docs).
     unsafe { bytes_mut(dst, total) }
 }
 
-/// Refuses a template that lies inside the destination: the fill would read
-/// what it has just written (and Rust may not alias the two).
-fn apart(dst: &[u8], template: &[u8]) -> Result<()> {
-    let (d, t) = (dst.as_ptr() as usize, template.as_ptr() as usize);
-    if !dst.is_empty() && d < t + template.len() && t < d + dst.len() {
-        return Err(inval("a template overlaps the destination"));
+/// Refuses `what` (`len` bytes at `p`) if it overlaps the destination: the
+/// fill would read what it has just written, and Rust may not hold a `&mut`
+/// and a `&` over the same bytes. Checked on the raw ranges, before any slice
+/// exists.
+fn apart(
+    dst: *const c_void,
+    dst_len: usize,
+    p: *const c_void,
+    len: usize,
+    what: &str,
+) -> Result<()> {
+    let (d, q) = (dst as usize, p as usize);
+    if dst_len > 0 && len > 0 && d < q.saturating_add(len) && q < d.saturating_add(dst_len) {
+        return Err(inval(&format!("{what} overlaps the destination")));
     }
     Ok(())
 }
@@ -265,14 +279,9 @@ pub unsafe extern "C" fn pz_clear_parallel(ptr: *mut c_void, len: usize, threads
 #[no_mangle]
 pub unsafe extern "C" fn pz_stream_copy(dst: *mut c_void, src: *const c_void, len: usize) -> c_int {
     guard(|| {
-        // SAFETY: the caller promises both ranges.
+        apart(dst, len, src, len, "the source")?;
+        // SAFETY: the caller promises both ranges; they do not overlap.
         let (d, s) = unsafe { (bytes_mut(dst, len)?, bytes(src, len)?) };
-        if len > 0
-            && (d.as_ptr() as usize) < s.as_ptr() as usize + len
-            && (s.as_ptr() as usize) < d.as_ptr() as usize + len
-        {
-            return Err(inval("source and destination overlap"));
-        }
         crate::stream_copy(d, s)
     })
 }
@@ -297,9 +306,15 @@ pub unsafe extern "C" fn pz_template_fill(
     ctx: *mut c_void,
 ) -> c_int {
     guard(|| {
-        // SAFETY: the caller promises both ranges.
+        apart(
+            dst,
+            record_bytes(count, elem_size)?,
+            tmpl,
+            elem_size,
+            "the template",
+        )?;
+        // SAFETY: the caller promises both ranges; they do not overlap.
         let (d, t) = unsafe { (records(dst, count, elem_size)?, bytes(tmpl, elem_size)?) };
-        apart(d, t)?;
         Streamer::for_bytes(d.len()).fill_grouped_bytes(d, 1, t, t, |i, _, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context; `w` is elem_size bytes.
@@ -326,7 +341,10 @@ pub unsafe extern "C" fn pz_template_fill_grouped(
     ctx: *mut c_void,
 ) -> c_int {
     guard(|| {
-        // SAFETY: the caller promises the ranges.
+        let total = record_bytes(count, elem_size)?;
+        apart(dst, total, head, elem_size, "the head template")?;
+        apart(dst, total, tail, elem_size, "the tail template")?;
+        // SAFETY: the caller promises the ranges; none overlaps the destination.
         let (d, h, t) = unsafe {
             (
                 records(dst, count, elem_size)?,
@@ -334,8 +352,6 @@ pub unsafe extern "C" fn pz_template_fill_grouped(
                 bytes(tail, elem_size)?,
             )
         };
-        apart(d, h)?;
-        apart(d, t)?;
         Streamer::for_bytes(d.len()).fill_grouped_bytes(d, group_len, h, t, |i, is_head, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context.
@@ -354,8 +370,10 @@ pub const PZ_TEMPLATE_MAX_WORDS: usize = 8;
 /// `PZ_TEMPLATE_MAX_WORDS`) at byte `offsets[k]` of each record set to what
 /// `produce(i, is_head, words, ctx)` writes to `words[0..nwords]`. For one
 /// template pass `group_len = SIZE_MAX` (or any) and `tail = NULL`. `produce`
-/// may be NULL only when `nwords` is 0. Streams (then drains) or stores
-/// through the caches by size, as the profile or the built-in choice says.
+/// may be NULL only when `nwords` is 0, and must not touch `dst`, `head`,
+/// `tail` or `offsets`. A template or `offsets` overlapping `dst` is
+/// `-EINVAL`. Streams (then drains) or stores through the caches by size, as
+/// the profile or the built-in choice says.
 #[allow(clippy::too_many_arguments)]
 #[no_mangle]
 pub unsafe extern "C" fn pz_template_fill_words(
@@ -380,7 +398,13 @@ pub unsafe extern "C" fn pz_template_fill_words(
             return Err(inval("NULL offsets or produce with words to produce"));
         }
         let tail = if tail.is_null() { head } else { tail };
-        // SAFETY: the caller promises the ranges; `offsets` holds nwords entries.
+        let total = record_bytes(count, elem_size)?;
+        apart(dst, total, head, elem_size, "the head template")?;
+        apart(dst, total, tail, elem_size, "the tail template")?;
+        let offsets_len = nwords * std::mem::size_of::<usize>();
+        apart(dst, total, offsets.cast(), offsets_len, "the offsets")?;
+        // SAFETY: the caller promises the ranges, none overlapping the
+        // destination; `offsets` holds nwords entries.
         let (d, h, t, offs) = unsafe {
             (
                 records(dst, count, elem_size)?,
@@ -393,8 +417,6 @@ pub unsafe extern "C" fn pz_template_fill_words(
                 },
             )
         };
-        apart(d, h)?;
-        apart(d, t)?;
         let s = Streamer::for_bytes(d.len());
         // One instantiation per word count: the register form needs K at compile time.
         macro_rules! with_k {

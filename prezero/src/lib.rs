@@ -54,6 +54,7 @@ pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
 pub use template::{
     drain, stream_copy, stream_copy_nodrain, template_fill, template_fill_grouped,
-    template_fill_words, template_fill_words_grouped, CopyKernel, Streamer, TemplateProfile,
+    template_fill_words, template_fill_words_grouped, CopyKernel, Record, Streamer,
+    TemplateProfile,
 };
 pub use verify::{first_nonzero, is_zero};

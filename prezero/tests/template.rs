@@ -99,9 +99,15 @@ fn copies(s: Streamer) {
 #[derive(Clone, Copy, PartialEq, Debug)]
 struct Rec64([u64; 8]);
 
+// SAFETY: eight u64s, no padding, any bit pattern valid.
+unsafe impl prezero::Record for Rec64 {}
+
 #[repr(C, align(64))]
 #[derive(Clone, Copy, PartialEq, Debug)]
 struct Rec128([u64; 16]);
+
+// SAFETY: sixteen u64s, no padding, any bit pattern valid.
+unsafe impl prezero::Record for Rec128 {}
 
 fn words(s: Streamer) {
     let t64 = Rec64(std::array::from_fn(|j| 0x1111 * (j as u64 + 1)));

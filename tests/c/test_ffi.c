@@ -243,6 +243,8 @@ static void test_template_words(void)
 	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, past, 1, produce3, NULL), -EINVAL);
 	RC(pz_template_fill_words(r, SIZE_MAX / 2, 24, 1, t24, NULL, offs, 1, produce3, NULL), -EINVAL);
 	RC(pz_template_fill_words(r, 100, 24, 1, r + 48, NULL, offs, 1, produce3, NULL), -EINVAL); /* overlap */
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, r + 48, offs, 1, produce3, NULL), -EINVAL); /* tail too */
+	RC(pz_template_fill_words(r, 100, 24, 1, t24, NULL, (size_t *)(r + 8), 1, produce3, NULL), -EINVAL);
 	CHECK(all(r, 2401, 0));
 	free(r);
 }

@@ -71,6 +71,9 @@ struct Page {
     memcg: u64,
 }
 
+// SAFETY: eight u64s, no padding, any bit pattern valid.
+unsafe impl prezero::Record for Page {}
+
 const FLAGS: u64 = (3 << 62) | (1 << 56) | (4 << 52); // section | node | zone (ZONE_DEVICE)
 const PG_HEAD: u64 = 1 << 6;
 const PGMAP: u64 = 0xffff_8880_1234_5000;
@@ -662,8 +665,11 @@ const STORE_REP_BYTES: usize = 256 << 20;
 /// this CPU has, at every size, hot (one buffer filled again and again) and
 /// cold (consecutive slices of a region of 8x LLC, as `bench clear` does).
 pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigure>, String> {
-    if reps == 0 || sizes.iter().any(|&s| s < 64) {
-        return Err("--reps must be at least 1 and every size at least 64 bytes".into());
+    if reps == 0 || sizes.iter().any(|&s| s < 64 || !s.is_multiple_of(64)) {
+        return Err(
+            "--reps must be at least 1 and every size a multiple of 64 bytes (whole records)"
+                .into(),
+        );
     }
     let kernels: Vec<CopyKernel> = CopyKernel::ALL
         .into_iter()

@@ -65,9 +65,11 @@ impl TemplateProfile {
                 .parse()
         };
         let (stream, temporal) = (kernel("stream")?, kernel("temporal")?);
-        if !stream.is_streaming() || temporal.is_streaming() {
+        // `portable` streams nothing, but is what a CPU without streaming
+        // stores (or masked to none) calibrates to for large fills.
+        if !(stream.is_streaming() || stream == CopyKernel::Portable) || temporal.is_streaming() {
             return Err(Error::invalid(
-                "\"template.stream\" must name a streaming kernel and \"template.temporal\" a temporal one",
+                "\"template.stream\" must name a streaming kernel (or portable) and \"template.temporal\" a temporal one",
             ));
         }
         let stream_from = match v.get("stream_from") {
@@ -132,8 +134,14 @@ mod tests {
         assert_eq!(ok.stream_from, 4096);
         let never = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": null}"#);
         assert_eq!(never.unwrap().stream_from, usize::MAX);
+        let none = p(r#"{"stream": "portable", "temporal": "portable", "stream_from": 1}"#);
+        assert_eq!(
+            none.unwrap().stream,
+            CopyKernel::Portable,
+            "a CPU with no streaming store"
+        );
         for bad in [
-            r#"{"stream": "portable", "temporal": "portable", "stream_from": 1}"#,
+            r#"{"stream": "avx2", "temporal": "portable", "stream_from": 1}"#,
             r#"{"stream": "movnti", "temporal": "movnti", "stream_from": 1}"#,
             r#"{"stream": "warp", "temporal": "portable", "stream_from": 1}"#,
             r#"{"stream": "movnti", "temporal": "portable", "stream_from": -1}"#,

@@ -30,8 +30,11 @@
 //! [`drain`] before publishing the data (e.g. before a release store).
 //!
 //! # Records
-//! `T: Copy` is copied byte for byte, padding included: give records without
-//! padding (or with padding you do not care about).
+//! A record type implements [`Record`] (an `unsafe` promise: no padding, every
+//! bit pattern valid), since its bytes are read as integers and vectors and
+//! `template_fill_words` writes arbitrary `u64`s into it. For the widest
+//! streaming stores, align the array to 64 bytes: a streaming unit must be
+//! aligned to its size, so an array at 16 mod 64 streams 16 bytes at a time.
 
 use std::mem::{size_of, size_of_val};
 
@@ -197,6 +200,27 @@ impl UnitKind {
 
 type CopyFn = unsafe fn(*mut u8, *const u8, usize);
 
+/// A type the template functions may fill: plain old data.
+///
+/// # Safety
+/// The type has no padding bytes and every bit pattern of its size is a valid
+/// value (no references, `bool`, `char`, enums or `NonZero` fields): its bytes
+/// are read as integers, and `template_fill_words` stores arbitrary `u64`s
+/// into it. A `#[repr(C)]` struct of integers whose fields leave no gap (size
+/// equals the sum of the fields' sizes) qualifies.
+pub unsafe trait Record: Copy + 'static {}
+
+macro_rules! records {
+    ($($t:ty)*) => {$(
+        // SAFETY: integers and floats have no padding and no invalid bit patterns.
+        unsafe impl Record for $t {}
+    )*};
+}
+records!(u8 u16 u32 u64 u128 usize i8 i16 i32 i64 i128 isize f32 f64);
+
+// SAFETY: an array of padding-free, any-bit-pattern elements is one too.
+unsafe impl<T: Record, const N: usize> Record for [T; N] {}
+
 /// A template kernel this CPU supports (the only way to get one is
 /// [`Streamer::new`] or one of the `auto` constructors, which check). All
 /// template operations hang off it.
@@ -330,7 +354,7 @@ impl Streamer {
 
     /// Streams one record: the bytes of `rec` into `dst`.
     #[inline(always)]
-    fn put<T: Copy>(&self, dst: &mut T, rec: &T) {
+    fn put<T: Record>(&self, dst: &mut T, rec: &T) {
         // SAFETY: `dst` and `rec` are valid for size_of::<T>() bytes and distinct.
         unsafe {
             (self.copy)(
@@ -342,7 +366,7 @@ impl Streamer {
     }
 
     /// See [`template_fill`].
-    pub fn fill<T: Copy>(
+    pub fn fill<T: Record>(
         &self,
         dst: &mut [T],
         template: &T,
@@ -357,7 +381,7 @@ impl Streamer {
     }
 
     /// See [`template_fill_grouped`].
-    pub fn fill_grouped<T: Copy>(
+    pub fn fill_grouped<T: Record>(
         &self,
         dst: &mut [T],
         group_len: usize,
@@ -414,7 +438,7 @@ impl Streamer {
     }
 
     /// See [`template_fill_words`].
-    pub fn fill_words<T: Copy, const K: usize>(
+    pub fn fill_words<T: Record, const K: usize>(
         &self,
         dst: &mut [T],
         template: &T,
@@ -427,7 +451,7 @@ impl Streamer {
     }
 
     /// See [`template_fill_words_grouped`].
-    pub fn fill_words_grouped<T: Copy, const K: usize>(
+    pub fn fill_words_grouped<T: Record, const K: usize>(
         &self,
         dst: &mut [T],
         group_len: usize,
@@ -655,7 +679,7 @@ pub fn stream_copy_nodrain(dst: &mut [u8], src: &[u8]) -> Result<()> {
 ///
 /// If `update` panics at index `i`, `dst[..i]` hold complete records (drained),
 /// `dst[i..]` are untouched: no record is ever torn.
-pub fn template_fill<T: Copy>(dst: &mut [T], template: &T, update: impl FnMut(usize, &mut T)) {
+pub fn template_fill<T: Record>(dst: &mut [T], template: &T, update: impl FnMut(usize, &mut T)) {
     Streamer::for_bytes(size_of_val(dst)).fill(dst, template, update)
 }
 
@@ -663,7 +687,7 @@ pub fn template_fill<T: Copy>(dst: &mut [T], template: &T, update: impl FnMut(us
 /// each group from (a working copy of) `head`, the others from `tail`, each
 /// refreshed by `update(i, is_head, &mut working)`. A last group shorter than
 /// `group_len` is fine. `group_len == 0` is an error.
-pub fn template_fill_grouped<T: Copy>(
+pub fn template_fill_grouped<T: Record>(
     dst: &mut [T],
     group_len: usize,
     head: &T,
@@ -680,7 +704,7 @@ pub fn template_fill_grouped<T: Copy>(
 /// the template stays in registers, in the widest unit that divides the record
 /// and (streaming) the destination's alignment; otherwise it works like
 /// [`template_fill`]. Of two words at one offset, the later wins.
-pub fn template_fill_words<T: Copy, const K: usize>(
+pub fn template_fill_words<T: Record, const K: usize>(
     dst: &mut [T],
     template: &T,
     offsets: [usize; K],
@@ -690,7 +714,7 @@ pub fn template_fill_words<T: Copy, const K: usize>(
 }
 
 /// [`template_fill_words`] with head/tail templates, as [`template_fill_grouped`].
-pub fn template_fill_words_grouped<T: Copy, const K: usize>(
+pub fn template_fill_words_grouped<T: Record, const K: usize>(
     dst: &mut [T],
     group_len: usize,
     head: &T,

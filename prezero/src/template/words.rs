@@ -125,7 +125,8 @@ impl Lines {
     /// whole lines) or `p` is, ordinarily otherwise.
     #[inline(always)]
     unsafe fn put<U: Unit, const STREAM: bool, const WHOLE: bool>(&self, v: U, p: *mut u8) {
-        // SAFETY: the caller passes a unit-sized, unit-aligned slot of dst.
+        // SAFETY: the caller passes a unit-sized slot of dst, aligned to the
+        // unit when streaming (`fits`); ordinary stores take any alignment.
         unsafe {
             if STREAM && (WHOLE || (self.from..self.to).contains(&(p as usize))) {
                 v.stream(p)
@@ -247,7 +248,8 @@ impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Held<U, K, N> {
                 // SAFETY: the lane came from U::lane or U::no_lane.
                 v = unsafe { v.insert(lane, word) };
             }
-            // SAFETY: unit u of the record at d, aligned as `fits` checked.
+            // SAFETY: unit u of the record at d, inside dst; aligned to the unit
+            // when streaming, as `fits` checked.
             unsafe { lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES)) };
         }
     }
