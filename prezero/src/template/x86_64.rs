@@ -304,46 +304,27 @@ impl Unit for Gpr {
     }
 }
 
-/// The register-form entry points, one per unit, each compiled for the
-/// instruction set its unit uses.
-///
-/// # Safety
-/// The CPU has the named instruction set; otherwise as [`words::fill`].
-#[target_feature(enable = "avx512f")]
-pub(super) unsafe fn fill_zmm<const STREAM: bool, const K: usize>(
-    job: &Job<'_, K>,
-    produce: &mut impl FnMut(usize, bool) -> [u64; K],
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { words::fill::<Zmm, STREAM, K>(job, produce) }
+macro_rules! entries {
+    ($($name:ident: $unit:ty, $feature:literal;)*) => {$(
+        /// The register form with this unit, compiled for the instruction
+        /// set it uses (so its intrinsics inline).
+        ///
+        /// # Safety
+        /// The CPU has that instruction set; otherwise as [`words::fill`].
+        #[target_feature(enable = $feature)]
+        pub(super) unsafe fn $name<const STREAM: bool, const K: usize>(
+            job: &Job<'_, K>,
+            produce: &mut impl FnMut(usize, bool) -> [u64; K],
+        ) {
+            // SAFETY: forwarded from the caller.
+            unsafe { words::fill::<$unit, STREAM, K>(job, produce) }
+        }
+    )*};
 }
 
-/// See [`fill_zmm`]; AVX2.
-#[target_feature(enable = "avx2")]
-pub(super) unsafe fn fill_ymm<const STREAM: bool, const K: usize>(
-    job: &Job<'_, K>,
-    produce: &mut impl FnMut(usize, bool) -> [u64; K],
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { words::fill::<Ymm, STREAM, K>(job, produce) }
-}
-
-/// See [`fill_zmm`]; SSE2.
-#[target_feature(enable = "sse2")]
-pub(super) unsafe fn fill_xmm<const STREAM: bool, const K: usize>(
-    job: &Job<'_, K>,
-    produce: &mut impl FnMut(usize, bool) -> [u64; K],
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { words::fill::<Xmm, STREAM, K>(job, produce) }
-}
-
-/// See [`fill_zmm`]; SSE2 (`movnti`).
-#[target_feature(enable = "sse2")]
-pub(super) unsafe fn fill_gpr<const STREAM: bool, const K: usize>(
-    job: &Job<'_, K>,
-    produce: &mut impl FnMut(usize, bool) -> [u64; K],
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe { words::fill::<Gpr, STREAM, K>(job, produce) }
+entries! {
+    fill_zmm: Zmm, "avx512f";
+    fill_ymm: Ymm, "avx2";
+    fill_xmm: Xmm, "sse2";
+    fill_gpr: Gpr, "sse2";
 }
