@@ -37,6 +37,7 @@ pub(super) struct QPair(uint64x2_t, uint64x2_t);
 
 impl Unit for QPair {
     const BYTES: usize = 32;
+    const PICK: bool = false;
     type Lane = (uint64x2_t, uint64x2_t);
 
     #[inline(always)]
@@ -72,6 +73,10 @@ impl Unit for QPair {
         }
     }
     #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        unreachable!("wide units insert ({lo}, {hi})")
+    }
+    #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
         // SAFETY: the caller's pointer, writable for 32 bytes.
         unsafe {
@@ -96,6 +101,7 @@ pub(super) struct XPair(u64, u64);
 
 impl Unit for XPair {
     const BYTES: usize = 16;
+    const PICK: bool = true;
     type Lane = (u64, u64);
 
     #[inline(always)]
@@ -127,6 +133,10 @@ impl Unit for XPair {
     #[inline(always)]
     unsafe fn insert(self, lane: (u64, u64), word: u64) -> Self {
         XPair(self.0 | (word & lane.0), self.1 | (word & lane.1))
+    }
+    #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        XPair(self.0 | lo, self.1 | hi)
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {

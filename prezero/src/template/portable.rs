@@ -14,6 +14,7 @@ pub(super) struct Word(u64);
 
 impl super::words::Unit for Word {
     const BYTES: usize = 8;
+    const PICK: bool = true;
     type Lane = u64;
 
     #[inline(always)]
@@ -36,6 +37,11 @@ impl super::words::Unit for Word {
     #[inline(always)]
     unsafe fn insert(self, lane: u64, word: u64) -> Self {
         Word(self.0 | (word & lane))
+    }
+    #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        let _ = hi;
+        Word(self.0 | lo)
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {

@@ -22,6 +22,10 @@
 pub(super) trait Unit: Copy {
     /// Size in bytes (a multiple of 8).
     const BYTES: usize;
+    /// Whether records are built lane by lane ([`Picked`]) rather than by
+    /// inserting every word into every unit: for units of at most two lanes,
+    /// where a record is many units.
+    const PICK: bool;
     /// Selects one 64-bit lane, or none, for [`Unit::insert`].
     type Lane: Copy;
 
@@ -37,6 +41,9 @@ pub(super) trait Unit: Copy {
     /// (branch-free: the register form inserts every word into every unit,
     /// most of them with no lane, as an and and an or).
     unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self;
+    /// The unit whose lanes are `lo` and, if it has a second, `hi`, or-ed
+    /// into this one (where `PICK`).
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self;
     /// A streaming store to `p` (aligned to BYTES).
     unsafe fn stream(self, p: *mut u8);
     /// An ordinary store to `p` (any alignment).
@@ -80,11 +87,16 @@ pub(super) unsafe fn fill<U: Unit, const STREAM: bool, const K: usize>(
 ) {
     // SAFETY (all arms): forwarded from the caller.
     unsafe {
-        match job.size / U::BYTES {
-            1 => held::<U, STREAM, K, 1>(job, produce),
-            2 => held::<U, STREAM, K, 2>(job, produce),
-            3 => held::<U, STREAM, K, 3>(job, produce),
-            4 => held::<U, STREAM, K, 4>(job, produce),
+        match (U::PICK, job.size / U::BYTES) {
+            (false, 1) => held::<U, STREAM, K, 1>(job, produce),
+            (false, 2) => held::<U, STREAM, K, 2>(job, produce),
+            (false, 3) => held::<U, STREAM, K, 3>(job, produce),
+            (false, 4) => held::<U, STREAM, K, 4>(job, produce),
+            (true, 1) => picked::<U, STREAM, K, 1>(job, produce),
+            (true, 2) => picked::<U, STREAM, K, 2>(job, produce),
+            (true, 3) => picked::<U, STREAM, K, 3>(job, produce),
+            (true, 4) => picked::<U, STREAM, K, 4>(job, produce),
+            (true, 8) => picked::<U, STREAM, K, 8>(job, produce),
             _ => loaded::<U, STREAM, K>(job, produce),
         }
     }
@@ -163,6 +175,75 @@ trait Records<U: Unit, const K: usize> {
         vals: &[u64; K],
         d: *mut u8,
     );
+}
+
+/// Records of `N` units of at most two lanes, with the templates' landing
+/// lanes zeroed: per unit, each lane's word is read from `[vals.., 0]` at a
+/// slot fixed for the fill (the zero where no word lands) and or-ed in.
+/// Branch-free, and a few instructions a unit whatever the number of words.
+struct Picked<U: Unit, const K: usize, const N: usize> {
+    head: [U; N],
+    tail: [U; N],
+    /// Per unit, the slot of its low and high lane's word (K: none).
+    slot: [[usize; 2]; N],
+}
+
+impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Picked<U, K, N> {
+    #[inline(always)]
+    unsafe fn put<const STREAM: bool, const WHOLE: bool>(
+        &self,
+        lines: &Lines,
+        is_head: bool,
+        vals: &[u64; K],
+        d: *mut u8,
+    ) {
+        let mut ext = [0u64; 8];
+        ext[..K].copy_from_slice(vals);
+        for u in 0..N {
+            let t = if is_head { self.head[u] } else { self.tail[u] };
+            let [lo, hi] = self.slot[u];
+            // SAFETY: register operations; the slots are at most K < ext.len().
+            let v = unsafe { t.or_words(*ext.get_unchecked(lo), *ext.get_unchecked(hi)) };
+            // SAFETY: unit u of the record at d, inside dst; aligned to the unit
+            // when streaming, as `fits` checked.
+            unsafe { lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES)) };
+        }
+    }
+}
+
+#[inline(always)]
+unsafe fn picked<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
+    job: &Job<'_, K>,
+    produce: &mut impl FnMut(usize, bool) -> [u64; K],
+) {
+    if K >= 8 {
+        // The slot table holds at most 7 words and the zero.
+        // SAFETY: forwarded from `fill`'s caller.
+        return unsafe { held::<U, STREAM, K, N>(job, produce) };
+    }
+    let mut slot = [[K; 2]; N];
+    // In order, so of two words at one offset the later wins.
+    for (k, &o) in job.offsets.iter().enumerate() {
+        slot[o / U::BYTES][o % U::BYTES / 8] = k;
+    }
+    // SAFETY: the lanes are below BYTES / 8 (offsets are 8-aligned); the
+    // templates are readable for size = N * BYTES bytes.
+    let unit = |t: *const u8, u: usize| unsafe {
+        slot[u]
+            .iter()
+            .enumerate()
+            .filter(|&(i, &k)| k < K && i < U::BYTES / 8)
+            .fold(U::load(t.add(u * U::BYTES)), |v, (i, _)| {
+                v.clear(U::lane(i))
+            })
+    };
+    let records = Picked::<U, K, N> {
+        head: core::array::from_fn(|u| unit(job.head, u)),
+        tail: core::array::from_fn(|u| unit(job.tail, u)),
+        slot,
+    };
+    // SAFETY: forwarded from `fill`'s caller.
+    unsafe { drive::<U, STREAM, K>(job, produce, &records) }
 }
 
 /// Runs the records in three stretches (partial lines, whole lines, partial

@@ -115,6 +115,7 @@ pub(super) struct Zmm(__m512i);
 
 impl Unit for Zmm {
     const BYTES: usize = 64;
+    const PICK: bool = false;
     type Lane = __mmask8;
 
     #[inline(always)]
@@ -141,6 +142,10 @@ impl Unit for Zmm {
         Zmm(unsafe { _mm512_mask_set1_epi64(self.0, lane, word as i64) })
     }
     #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        unreachable!("wide units insert ({lo}, {hi})")
+    }
+    #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
         // SAFETY: the caller's 64-byte aligned pointer.
         unsafe { _mm512_stream_si512(p.cast(), self.0) }
@@ -158,6 +163,7 @@ pub(super) struct Ymm(__m256i);
 
 impl Unit for Ymm {
     const BYTES: usize = 32;
+    const PICK: bool = false;
     type Lane = __m256i;
 
     #[inline(always)]
@@ -199,6 +205,10 @@ impl Unit for Ymm {
         })
     }
     #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        unreachable!("wide units insert ({lo}, {hi})")
+    }
+    #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
         // SAFETY: the caller's 32-byte aligned pointer.
         unsafe { _mm256_stream_si256(p.cast(), self.0) }
@@ -217,6 +227,7 @@ pub(super) struct Xmm(__m128i);
 
 impl Unit for Xmm {
     const BYTES: usize = 16;
+    const PICK: bool = true;
     type Lane = __m128i;
 
     #[inline(always)]
@@ -251,6 +262,11 @@ impl Unit for Xmm {
         Xmm(unsafe { _mm_or_si128(self.0, _mm_and_si128(lane, _mm_set1_epi64x(word as i64))) })
     }
     #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        // SAFETY: register operations only (SSE2 is part of x86_64).
+        Xmm(unsafe { _mm_or_si128(self.0, _mm_set_epi64x(hi as i64, lo as i64)) })
+    }
+    #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
         // SAFETY: the caller's 16-byte aligned pointer.
         unsafe { _mm_stream_si128(p.cast(), self.0) }
@@ -269,6 +285,7 @@ pub(super) struct Gpr(u64);
 
 impl Unit for Gpr {
     const BYTES: usize = 8;
+    const PICK: bool = true;
     type Lane = u64;
 
     #[inline(always)]
@@ -291,6 +308,11 @@ impl Unit for Gpr {
     #[inline(always)]
     unsafe fn insert(self, lane: u64, word: u64) -> Self {
         Gpr(self.0 | (word & lane))
+    }
+    #[inline(always)]
+    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
+        let _ = hi;
+        Gpr(self.0 | lo)
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
