@@ -31,12 +31,12 @@ impl TemplateProfile {
     ///
     /// A fill does not say whether its destination is in cache, so the choice
     /// is the one whose worse case, hot or cold, loses least. Zen 4 under KVM,
-    /// `bench template --stores`, GB/s, streaming / temporal: hot 1-16 MiB
-    /// 26-28 / 47-52, cold 1-16 MiB 25-26 / 21-24: storing through the caches
-    /// costs at most 1.2x on cold memory and streaming 1.9x on hot, so
-    /// temporal up to the cache size. From 64 MiB hot and cold both stream at
-    /// 25-27 while temporal stores fall to 22-25 and would flush the caller's
-    /// working set. At the DRAM limit all vector widths tie (the `bench
+    /// `bench template --stores` (`machines/amd-zen4-avx512-clzero-2`), GB/s,
+    /// streaming / temporal (AVX-512): hot 16 KiB-16 MiB 23-27 / 48-56, cold
+    /// 25-27 / 24-26: storing through the caches costs at most 1.05x on cold
+    /// memory and streaming 2x on hot, so temporal up to the cache size. From
+    /// 64 MiB hot and cold both stream at 26-27 while temporal stores fall to
+    /// 24-26 and would flush the caller's working set. At the DRAM limit all vector widths tie (the `bench
     /// template` ceiling candidates are within 5%); the widest costs the fewest
     /// instructions per line.
     pub fn builtin(cpu: &Cpu) -> TemplateProfile {
