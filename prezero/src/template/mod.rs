@@ -169,8 +169,6 @@ enum UnitKind {
     Ymm,
     #[cfg(target_arch = "x86_64")]
     Xmm,
-    #[cfg(target_arch = "x86_64")]
-    Gpr,
     #[cfg(target_arch = "aarch64")]
     QPair,
     #[cfg(target_arch = "aarch64")]
@@ -187,8 +185,6 @@ impl UnitKind {
             UnitKind::Ymm => 32,
             #[cfg(target_arch = "x86_64")]
             UnitKind::Xmm => 16,
-            #[cfg(target_arch = "x86_64")]
-            UnitKind::Gpr => 8,
             #[cfg(target_arch = "aarch64")]
             UnitKind::QPair => 32,
             #[cfg(target_arch = "aarch64")]
@@ -269,10 +265,10 @@ impl Streamer {
 
     /// A named kernel on a CPU with features `f`.
     fn new_with(kernel: CopyKernel, f: &crate::cpu::Features) -> Result<Streamer> {
-        #[cfg(target_arch = "x86_64")]
-        use UnitKind::{Gpr, Xmm, Ymm, Zmm};
         #[cfg(target_arch = "aarch64")]
         use UnitKind::{QPair, XPair};
+        #[cfg(target_arch = "x86_64")]
+        use UnitKind::{Word, Xmm, Ymm, Zmm};
         let _ = f;
         let found: Option<(CopyFn, &'static [UnitKind])> = match kernel {
             #[cfg(target_arch = "x86_64")]
@@ -284,22 +280,22 @@ impl Streamer {
                 };
                 // The 32-byte unit needs AVX2 too, which a mask may hide.
                 let units: &'static [UnitKind] = if f.avx2 {
-                    &[Zmm, Ymm, Xmm, Gpr]
+                    &[Zmm, Ymm, Xmm, Word]
                 } else {
-                    &[Zmm, Xmm, Gpr]
+                    &[Zmm, Xmm, Word]
                 };
                 Some((copy, units))
             }
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Avx2Stream if f.avx2 => Some((x86_64::copy_avx2, &[Ymm, Xmm, Gpr])),
+            CopyKernel::Avx2Stream if f.avx2 => Some((x86_64::copy_avx2, &[Ymm, Xmm, Word])),
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Avx2 if f.avx2 => Some((portable::copy, &[Ymm, Xmm, Gpr])),
+            CopyKernel::Avx2 if f.avx2 => Some((portable::copy, &[Ymm, Xmm, Word])),
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Sse2Stream if f.sse2 => Some((x86_64::copy_sse2, &[Xmm, Gpr])),
+            CopyKernel::Sse2Stream if f.sse2 => Some((x86_64::copy_sse2, &[Xmm, Word])),
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Sse2 if f.sse2 => Some((portable::copy, &[Xmm, Gpr])),
+            CopyKernel::Sse2 if f.sse2 => Some((portable::copy, &[Xmm, Word])),
             #[cfg(target_arch = "x86_64")]
-            CopyKernel::Movnti if f.sse2 => Some((x86_64::copy_movnti, &[Gpr])),
+            CopyKernel::Movnti if f.sse2 => Some((x86_64::copy_movnti, &[Word])),
             #[cfg(target_arch = "aarch64")]
             CopyKernel::NeonStream => Some((aarch64::copy_stnp, &[QPair, XPair])),
             #[cfg(target_arch = "aarch64")]
@@ -624,12 +620,15 @@ impl Streamer {
                 UnitKind::Ymm => run!(x86_64::fill_ymm),
                 #[cfg(target_arch = "x86_64")]
                 UnitKind::Xmm => run!(x86_64::fill_xmm),
-                #[cfg(target_arch = "x86_64")]
-                UnitKind::Gpr => run!(x86_64::fill_gpr),
                 #[cfg(target_arch = "aarch64")]
                 UnitKind::QPair => run!(aarch64::fill_qpair),
                 #[cfg(target_arch = "aarch64")]
                 UnitKind::XPair => run!(aarch64::fill_xpair),
+                // On x86_64 `movnti` streams words; elsewhere only temporal
+                // kernels list this unit.
+                UnitKind::Word if self.streams() => {
+                    words::fill::<portable::Word, true, K>(job, produce)
+                }
                 UnitKind::Word => words::fill::<portable::Word, false, K>(job, produce),
             }
         }

@@ -7,8 +7,9 @@ pub(super) unsafe fn copy(dst: *mut u8, src: *const u8, len: usize) {
     unsafe { core::ptr::copy_nonoverlapping(src, dst, len) }
 }
 
-/// An 8-byte word stored ordinarily: the register form's unit on any target.
-/// A lane is an all-ones mask.
+/// An 8-byte word in a general register: the register form's unit on any
+/// target, and on x86_64 `movnti`'s (for records whose size is a multiple of
+/// 8 but not of 16, or destinations only 8-aligned). A lane is an all-ones mask.
 #[derive(Clone, Copy)]
 pub(super) struct Word(u64);
 
@@ -45,8 +46,17 @@ impl super::words::Unit for Word {
     }
     #[inline(always)]
     unsafe fn stream(self, p: *mut u8) {
-        // SAFETY: as for store; this unit has no streaming store.
-        unsafe { self.store(p) }
+        // SAFETY: the caller's 8-byte aligned pointer; SSE2 (`movnti`) is
+        // part of x86_64. Elsewhere no streaming kernel uses this unit.
+        #[cfg(target_arch = "x86_64")]
+        unsafe {
+            core::arch::x86_64::_mm_stream_si64(p.cast(), self.0 as i64)
+        }
+        // SAFETY: as for store.
+        #[cfg(not(target_arch = "x86_64"))]
+        unsafe {
+            self.store(p)
+        }
     }
     #[inline(always)]
     unsafe fn store(self, p: *mut u8) {

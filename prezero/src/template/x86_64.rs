@@ -278,54 +278,6 @@ impl Unit for Xmm {
     }
 }
 
-/// An 8-byte word in a general register: `movnti` streams it, for records
-/// whose size is a multiple of 8 but not of 16. A lane is an all-ones mask.
-#[derive(Clone, Copy)]
-pub(super) struct Gpr(u64);
-
-impl Unit for Gpr {
-    const BYTES: usize = 8;
-    const PICK: bool = true;
-    type Lane = u64;
-
-    #[inline(always)]
-    unsafe fn lane(_lane: usize) -> u64 {
-        !0
-    }
-    #[inline(always)]
-    unsafe fn no_lane() -> u64 {
-        0
-    }
-    #[inline(always)]
-    unsafe fn load(p: *const u8) -> Self {
-        // SAFETY: the caller's pointer.
-        Gpr(unsafe { p.cast::<u64>().read_unaligned() })
-    }
-    #[inline(always)]
-    unsafe fn clear(self, lane: u64) -> Self {
-        Gpr(self.0 & !lane)
-    }
-    #[inline(always)]
-    unsafe fn insert(self, lane: u64, word: u64) -> Self {
-        Gpr(self.0 | (word & lane))
-    }
-    #[inline(always)]
-    unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
-        let _ = hi;
-        Gpr(self.0 | lo)
-    }
-    #[inline(always)]
-    unsafe fn stream(self, p: *mut u8) {
-        // SAFETY: the caller's 8-byte aligned pointer.
-        unsafe { _mm_stream_si64(p.cast(), self.0 as i64) }
-    }
-    #[inline(always)]
-    unsafe fn store(self, p: *mut u8) {
-        // SAFETY: the caller's pointer.
-        unsafe { p.cast::<u64>().write_unaligned(self.0) }
-    }
-}
-
 macro_rules! entries {
     ($($name:ident: $unit:ty, $feature:literal;)*) => {$(
         /// The register form with this unit, compiled for the instruction
@@ -348,5 +300,4 @@ entries! {
     fill_zmm: Zmm, "avx512f";
     fill_ymm: Ymm, "avx2";
     fill_xmm: Xmm, "sse2";
-    fill_gpr: Gpr, "sse2";
 }
