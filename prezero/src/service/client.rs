@@ -402,13 +402,13 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
     };
     let (replies, fds) = conn.exchange(&req)?;
     let mut ids = Vec::new();
-    let mut seg_len = 0usize;
+    let mut lens = Vec::new();
     for r in replies {
         match r {
             Reply::Alloc { segments, .. } => {
                 for s in segments {
                     ids.push(s.id);
-                    seg_len = s.len as usize;
+                    lens.push(s.len);
                 }
             }
             Reply::Error { errno, message, .. } => {
@@ -420,36 +420,43 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
             _ => return Err(Error::invalid("unexpected reply to ALLOC")),
         }
     }
+    // From here the segments are ours to give back, whatever goes wrong.
     let held = Held {
         conn: conn.clone(),
         ids,
         fds,
     };
     let len = bytes.next_multiple_of(page.page_size());
-    if seg_len == 0 || !seg_len.is_multiple_of(page.page_size()) || held.ids.len() * seg_len < len {
+    // The daemon is not trusted: its records must tile the request, and each
+    // file must be hugetlb of the page size asked for, at least as long as
+    // what is mapped of it, and sealed against shrinking, so no later access
+    // can fault past its end (SIGBUS). The kernel holds the seal, not the daemon.
+    let spans = tile(&lens, len, page.page_size())?;
+    if held.fds.len() != spans.len() {
         return Err(Error::invalid(
-            "the service sent segments that do not cover the request",
+            "the service sent segment records and descriptors that disagree",
         ));
+    }
+    for ((fd, &(_, n)), &claimed) in held.fds.iter().zip(&spans).zip(&lens) {
+        check_segment_file(fd.as_fd(), claimed, n, page.page_size())?;
     }
     // One segment maps anywhere (hugetlb mappings come page-aligned); several
     // go back to back into a reservation.
-    let base = if held.fds.len() == 1 {
+    let base = if spans.len() == 1 {
         None
     } else {
         Some(reserve(len, page.page_size())?)
     };
     let mut start = None;
-    for (i, fd) in held.fds.iter().enumerate() {
-        let off = i * seg_len;
-        let n = seg_len.min(len - off);
+    for (fd, &(off, n)) in held.fds.iter().zip(&spans) {
         let (hint, fixed) = match base {
-            // SAFETY: off < len, inside the reservation.
+            // SAFETY: off < len (tile), inside the reservation.
             Some(b) => (unsafe { b.as_ptr().add(off) }, libc::MAP_FIXED),
             None => (std::ptr::null_mut(), 0),
         };
         // SAFETY: with MAP_FIXED, [hint, hint+n) lies inside our PROT_NONE
-        // reservation, which nothing else uses, and only that part is replaced;
-        // without, the kernel picks a free range.
+        // reservation (tile: off + n <= len), which nothing else uses, and only
+        // that part is replaced; without, the kernel picks a free range.
         let p = unsafe {
             libc::mmap(
                 hint.cast(),
@@ -475,17 +482,91 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
     }
     let base =
         NonNull::new(start.expect("at least one segment")).expect("mmap does not return NULL");
-    let segments = held.ids.len();
     Ok(ServiceMemory {
         ptr: base,
         len,
         page,
         source: Source::Service {
-            segments,
-            segment_size: seg_len,
+            segments: spans.len(),
+            // `tile` checked every length fits a usize.
+            segment_size: lens[0] as usize,
         },
-        backing: Backing::Service { seg_len, held },
+        backing: Backing::Service { spans, held },
     })
+}
+
+/// Where each segment of an `ALLOC` answer goes in a request of `len` bytes:
+/// `(offset, bytes mapped)`, back to back. The segments must tile the request:
+/// each a non-zero multiple of the page size, each starting before `len`, the
+/// last reaching it. Anything else (too few, too many, a zero or ragged
+/// length, lengths whose sum overflows) is an error: a daemon that sends it
+/// is not believed.
+pub(crate) fn tile(lens: &[u64], len: usize, page: usize) -> Result<Vec<(usize, usize)>> {
+    let lie = |why: &str| {
+        Err(Error::invalid(format!(
+            "the service sent segments that {why}"
+        )))
+    };
+    if lens.is_empty() {
+        return lie("are none at all");
+    }
+    let mut spans = Vec::with_capacity(lens.len());
+    let mut off = 0usize;
+    for &l in lens {
+        let Ok(l) = usize::try_from(l) else {
+            return lie("are longer than the address space");
+        };
+        if l == 0 || !l.is_multiple_of(page) {
+            return lie("are not whole pages");
+        }
+        if off >= len {
+            return lie("are more than the request needs");
+        }
+        spans.push((off, l.min(len - off)));
+        off = off.saturating_add(l);
+    }
+    if off < len {
+        return lie("do not cover the request");
+    }
+    Ok(spans)
+}
+
+/// A segment's file as the daemon promises it: a hugetlbfs file of `page`
+/// pages, of the length its record `claimed` (at least the `n` bytes mapped),
+/// sealed against shrinking.
+fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -> Result<()> {
+    let lie = |why: String| {
+        Err(Error::invalid(format!(
+            "the service sent a segment file {why}"
+        )))
+    };
+    // SAFETY: an all-zero stat is valid; fstat writes into the local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on a descriptor we hold, into a local buffer.
+    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
+        return Err(Error::os(
+            "fstat of a service segment",
+            io::Error::last_os_error(),
+        ));
+    }
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return lie("that is not a regular file".into());
+    }
+    if st.st_size as u64 != claimed || claimed < n as u64 {
+        return lie(format!(
+            "of {} bytes, its record says {claimed}",
+            st.st_size
+        ));
+    }
+    if st.st_blksize as u64 != page as u64 {
+        return lie(format!("of {}-byte pages, not {page}", st.st_blksize));
+    }
+    // SAFETY: fcntl(F_GET_SEALS) reads the seals of a descriptor we hold.
+    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
+    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+        return lie("that is not sealed against shrinking".into());
+    }
+    Ok(())
 }
 
 /// A `PROT_NONE` range of `len` bytes aligned to `align`, so the segments can be
@@ -572,13 +653,12 @@ impl Drop for Held {
 
 enum Backing {
     Service {
-        seg_len: usize,
+        /// Each segment's (offset, bytes mapped), from `tile`.
+        spans: Vec<(usize, usize)>,
         held: Held,
     },
     /// Kept for its Drop, which unmaps.
-    Local {
-        _region: Region,
-    },
+    Local { _region: Region },
 }
 
 /// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when
@@ -640,14 +720,14 @@ impl ServiceMemory {
     pub fn segments(&self) -> Vec<SegmentView<'_>> {
         match &self.backing {
             Backing::Local { .. } => Vec::new(),
-            Backing::Service { seg_len, held } => held
+            Backing::Service { spans, held } => held
                 .fds
                 .iter()
-                .enumerate()
-                .map(|(i, fd)| SegmentView {
+                .zip(spans)
+                .map(|(fd, &(offset, len))| SegmentView {
                     fd: fd.as_fd(),
-                    offset: i * seg_len,
-                    len: (*seg_len).min(self.len - i * seg_len),
+                    offset,
+                    len,
                 })
                 .collect(),
         }
@@ -662,5 +742,39 @@ impl Drop for ServiceMemory {
             unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
         }
         // Then `backing` drops: Held closes the fds and releases, Region unmaps.
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tile;
+
+    const M: u64 = 2 << 20;
+
+    #[test]
+    fn segments_must_tile_the_request() {
+        let m = M as usize;
+        assert_eq!(tile(&[M], m, m).unwrap(), vec![(0, m)]);
+        assert_eq!(tile(&[4 * M], 3 * m, m).unwrap(), vec![(0, 3 * m)]);
+        assert_eq!(
+            tile(&[M, M, 4 * M], 4 * m, m).unwrap(),
+            vec![(0, m), (m, m), (2 * m, 2 * m)]
+        );
+        for (lens, len, why) in [
+            (&[][..], m, "none"),
+            (&[M][..], 2 * m, "cover"),
+            (&[M, M, M][..], 2 * m, "more than"),
+            (&[4 * M, M][..], 2 * m, "more than"),
+            (&[0, M][..], m, "whole pages"),
+            (&[M + 4096][..], m, "whole pages"),
+            (&[u64::MAX][..], m, "whole pages"),
+            (&[M, u64::MAX][..], 2 * m, "whole pages"),
+        ] {
+            let e = tile(lens, len, m).unwrap_err().to_string();
+            assert!(e.contains(why), "{lens:?} for {len}: {e}");
+        }
+        // Lengths whose sum overflows never wrap into a "cover".
+        let huge = (usize::MAX / m * m) as u64;
+        assert!(tile(&[huge, huge], m, m).is_err());
     }
 }
