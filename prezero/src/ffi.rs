@@ -149,6 +149,32 @@ fn apart(
     Ok(())
 }
 
+/// The destination and the head and tail templates of a grouped fill as
+/// slices, once neither template overlaps the destination.
+///
+/// # Safety
+/// `dst` is writable for `count * elem_size` bytes, `head` and `tail` readable
+/// for `elem_size` (NULL is an error), as the C caller promises.
+unsafe fn head_and_tail<'a>(
+    dst: *mut c_void,
+    count: usize,
+    elem_size: usize,
+    head: *const c_void,
+    tail: *const c_void,
+) -> Result<(&'a mut [u8], &'a [u8], &'a [u8])> {
+    let total = record_bytes(count, elem_size)?;
+    apart(dst, total, head, elem_size, "the head template")?;
+    apart(dst, total, tail, elem_size, "the tail template")?;
+    // SAFETY: the caller's promise; no template overlaps the destination.
+    unsafe {
+        Ok((
+            records(dst, count, elem_size)?,
+            bytes(head, elem_size)?,
+            bytes(tail, elem_size)?,
+        ))
+    }
+}
+
 fn strategy(s: c_int) -> Result<Strategy> {
     Ok(match s {
         PZ_STRATEGY_AUTO => Strategy::Auto(Temperature::Unknown),
@@ -341,17 +367,8 @@ pub unsafe extern "C" fn pz_template_fill_grouped(
     ctx: *mut c_void,
 ) -> c_int {
     guard(|| {
-        let total = record_bytes(count, elem_size)?;
-        apart(dst, total, head, elem_size, "the head template")?;
-        apart(dst, total, tail, elem_size, "the tail template")?;
-        // SAFETY: the caller promises the ranges; none overlaps the destination.
-        let (d, h, t) = unsafe {
-            (
-                records(dst, count, elem_size)?,
-                bytes(head, elem_size)?,
-                bytes(tail, elem_size)?,
-            )
-        };
+        // SAFETY: the caller promises the ranges.
+        let (d, h, t) = unsafe { head_and_tail(dst, count, elem_size, head, tail)? };
         Streamer::for_bytes(d.len()).fill_grouped_bytes(d, group_len, h, t, |i, is_head, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context.
@@ -398,24 +415,19 @@ pub unsafe extern "C" fn pz_template_fill_words(
             return Err(inval("NULL offsets or produce with words to produce"));
         }
         let tail = if tail.is_null() { head } else { tail };
-        let total = record_bytes(count, elem_size)?;
-        apart(dst, total, head, elem_size, "the head template")?;
-        apart(dst, total, tail, elem_size, "the tail template")?;
         let offsets_len = nwords * std::mem::size_of::<usize>();
+        let total = record_bytes(count, elem_size)?;
         apart(dst, total, offsets.cast(), offsets_len, "the offsets")?;
-        // SAFETY: the caller promises the ranges, none overlapping the
-        // destination; `offsets` holds nwords entries.
-        let (d, h, t, offs) = unsafe {
-            (
-                records(dst, count, elem_size)?,
-                bytes(head, elem_size)?,
-                bytes(tail, elem_size)?,
-                if nwords == 0 {
-                    &[][..]
-                } else {
-                    std::slice::from_raw_parts(offsets, nwords)
-                },
-            )
+        // SAFETY: the caller promises the ranges; `offsets` holds nwords
+        // entries and does not overlap the destination (checked above).
+        let (d, h, t) = unsafe { head_and_tail(dst, count, elem_size, head, tail)? };
+        // SAFETY: as above.
+        let offs = unsafe {
+            if nwords == 0 {
+                &[][..]
+            } else {
+                std::slice::from_raw_parts(offsets, nwords)
+            }
         };
         let s = Streamer::for_bytes(d.len());
         // One instantiation per word count: the register form needs K at compile time.
