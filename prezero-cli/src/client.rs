@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use prezero::service::{AllocOptions, Client, ServiceStats, Source};
+use prezero::service::{AllocOptions, Client, Refusal, ServiceStats, Source};
 use prezero::PageKind;
 
 use crate::units::{fmt_size, parse_size};
@@ -66,8 +66,12 @@ pub struct AllocArgs {
 pub struct StatsArgs {
     #[command(flatten)]
     common: Common,
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     json: bool,
+    /// The Prometheus text exposition format (what `prezero serve
+    /// --metrics-textfile` writes).
+    #[arg(long)]
+    prometheus: bool,
 }
 
 #[derive(clap::Args)]
@@ -164,13 +168,25 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
         println!("{}", stats_json(&s));
         return Ok(());
     }
+    if args.prometheus {
+        print!("{}", prezero::service::metrics::prometheus(&s));
+        return Ok(());
+    }
     println!(
-        "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9}",
-        "page", "segment", "target", "cap", "ready", "leased", "quarantined", "scrubbing"
+        "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9} {:>9}",
+        "page",
+        "segment",
+        "target",
+        "cap",
+        "ready",
+        "leased",
+        "quarantined",
+        "scrubbing",
+        "hand-outs"
     );
     for p in &s.pools {
         println!(
-            "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9}",
+            "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9} {:>9}",
             fmt_size(p.page_size as usize),
             fmt_size(p.segment_size as usize),
             fmt_size(p.target as usize),
@@ -178,22 +194,56 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
             p.ready,
             p.leased,
             p.quarantined,
-            p.scrubbing
+            p.scrubbing,
+            p.handouts
         );
     }
     let rate = |b: u64, ns: u64| if ns == 0 { 0.0 } else { b as f64 / ns as f64 };
+    let reasons: Vec<String> = Refusal::ALL
+        .iter()
+        .zip(&s.refusals_by_reason)
+        .filter(|(_, &n)| n > 0)
+        .map(|(r, n)| format!("{} {n}", r.name()))
+        .collect();
     println!(
-        "clients {}, hand-outs {}, refusals {}, protocol errors {}",
-        s.clients, s.handouts, s.refusals, s.protocol_errors
+        "clients {}, hand-outs {}, refusals {}{}, protocol errors {}",
+        s.clients,
+        s.handouts,
+        s.refusals,
+        if reasons.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", reasons.join(", "))
+        },
+        s.protocol_errors
     );
+    if s.latency.count > 0 {
+        println!(
+            "hand-out latency: mean {:.0} us over {}",
+            s.latency.sum_ns as f64 / s.latency.count as f64 / 1e3,
+            s.latency.count
+        );
+    }
+    let in_place = s.scrubbed_bytes - s.fresh_bytes.min(s.scrubbed_bytes);
     println!(
-        "scrubbed {} at {:.1} GB/s, verified {} at {:.1} GB/s, verify failures {}",
-        fmt_size(s.scrubbed_bytes as usize),
-        rate(s.scrubbed_bytes, s.scrub_ns),
+        "cleaned {} in place at {:.1} GB/s and {} with fresh pages at {:.1} GB/s; \
+         verified {} at {:.1} GB/s, verify failures {}",
+        fmt_size(in_place as usize),
+        rate(in_place, s.scrub_ns.saturating_sub(s.fresh_ns)),
+        fmt_size(s.fresh_bytes as usize),
+        rate(s.fresh_bytes, s.fresh_ns),
         fmt_size(s.verified_bytes as usize),
         rate(s.verified_bytes, s.verify_ns),
         s.verify_failures
     );
+    for t in &s.tenants {
+        println!(
+            "tenant uid {}: {} connections, {} charged",
+            t.uid,
+            t.connections,
+            fmt_size(t.charged as usize)
+        );
+    }
     let cap = if s.uid_cap == u64::MAX {
         "none".to_string()
     } else {
@@ -212,8 +262,20 @@ pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
         "pools": s.pools.iter().map(|p| json!({
             "page_size": p.page_size, "segment_size": p.segment_size, "target": p.target,
             "cap": p.cap, "ready": p.ready, "leased": p.leased,
-            "quarantined": p.quarantined, "scrubbing": p.scrubbing,
+            "quarantined": p.quarantined, "scrubbing": p.scrubbing, "handouts": p.handouts,
         })).collect::<Vec<_>>(),
+        "refusals_by_reason": Refusal::ALL.iter().zip(&s.refusals_by_reason)
+            .map(|(r, &n)| (r.name().to_owned(), json!(n)))
+            .collect::<serde_json::Map<_, _>>(),
+        "handout_latency": json!({
+            "bounds_ns": s.latency.bounds_ns, "counts": s.latency.counts,
+            "sum_ns": s.latency.sum_ns, "count": s.latency.count,
+        }),
+        "fresh_bytes": s.fresh_bytes, "fresh_ns": s.fresh_ns,
+        "tenants": s.tenants.iter().map(|t| json!({
+            "uid": t.uid, "connections": t.connections, "charged": t.charged,
+        })).collect::<Vec<_>>(),
+        "tenants_omitted": s.tenants_omitted,
         "clients": s.clients, "handouts": s.handouts, "refusals": s.refusals,
         "protocol_errors": s.protocol_errors, "scrubbed_bytes": s.scrubbed_bytes,
         "scrub_ns": s.scrub_ns, "verified_bytes": s.verified_bytes, "verify_ns": s.verify_ns,

@@ -18,7 +18,10 @@ pub struct Args {
     #[arg(long)]
     socket: Option<PathBuf>,
     /// A pool, PAGE:target=SIZE,cap=SIZE,segment=SIZE (e.g. 2MB:target=8G,cap=16G,segment=256M).
-    /// Repeat for 2MB and 1GB; replaces the file's pools. [default: 2MB:target=1G,cap=4G,segment=256M]
+    /// Repeatable, also for one page size with other segment sizes (one pool
+    /// per shape of VM: a request takes the pool whose segment fits it
+    /// exactly, else the one needing the fewest segments); replaces the
+    /// file's pools. [default: 2MB:target=1G,cap=4G,segment=256M]
     #[arg(long = "pool")]
     pools: Vec<String>,
     /// A uid that may connect (root and the daemon's own uid always may). Repeatable.
@@ -54,6 +57,14 @@ pub struct Args {
     /// with .ledger appended].
     #[arg(long)]
     ledger: Option<PathBuf>,
+    /// Keep the counters in this file in the Prometheus text format, rewritten
+    /// atomically (for node_exporter's textfile collector: a *.prom file in
+    /// its --collector.textfile.directory).
+    #[arg(long)]
+    metrics_textfile: Option<PathBuf>,
+    /// How often the metrics file is rewritten, in seconds [default: 5].
+    #[arg(long)]
+    metrics_interval: Option<f64>,
     /// Grow the hugetlb pools so every pool's cap fits, and restore them on
     /// exit (root). Without it the daemon takes what the admin reserved.
     #[arg(long)]
@@ -75,6 +86,8 @@ struct File {
     reuse: Option<String>,
     max_conns_per_uid: Option<usize>,
     ledger: Option<PathBuf>,
+    metrics_textfile: Option<PathBuf>,
+    metrics_interval: Option<f64>,
     #[serde(default, rename = "pool")]
     pools: Vec<FilePool>,
 }
@@ -218,6 +231,15 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
         cfg.max_conns_per_uid = n;
     }
     cfg.ledger = args.ledger.clone().or(file.ledger);
+    cfg.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
+    if let Some(secs) = args.metrics_interval.or(file.metrics_interval) {
+        if !(secs.is_finite() && secs >= 0.01) {
+            return Err(format!(
+                "metrics interval {secs}: expected seconds, at least 0.01"
+            ));
+        }
+        cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
+    }
     Ok(cfg)
 }
 
@@ -234,23 +256,27 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     // Dropped after the server stops (on SIGINT/SIGTERM): the pools go back.
     let _reservations = if args.reserve {
-        cfg.pools
-            .iter()
-            .map(|p| {
-                let page = p.page.page_size();
-                let pages = p.cap.next_multiple_of(p.segment_size) / page;
+        // One reservation per page size, for all its pools together.
+        let mut pages_of: std::collections::BTreeMap<usize, (PageKind, usize)> = Default::default();
+        for p in &cfg.pools {
+            let page = p.page.page_size();
+            pages_of.entry(page).or_insert((p.page, 0)).1 +=
+                p.cap.next_multiple_of(p.segment_size) / page;
+        }
+        pages_of
+            .into_iter()
+            .map(|(page, (kind, pages))| {
                 match HugetlbReservation::ensure_free(page, pages) {
                     // Short: take what the kernel could find; the pool logs the rest.
                     Err(prezero::Error::HugetlbShortage { free, .. }) if free > 0 => {
                         eprintln!(
-                            "prezero serve: --reserve {}: the kernel found {free} of {pages} pages",
-                            p.page
+                            "prezero serve: --reserve {kind}: the kernel found {free} of {pages} pages"
                         );
                         HugetlbReservation::ensure_free(page, free)
                     }
                     r => r,
                 }
-                .map_err(|e| format!("--reserve {}: {e}", p.page))
+                .map_err(|e| format!("--reserve {kind}: {e}"))
             })
             .collect::<Result<Vec<_>, _>>()?
     } else {

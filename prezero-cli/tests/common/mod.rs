@@ -63,11 +63,20 @@ impl Daemon {
 
     /// A daemon with one pool of `page` pages.
     pub fn start_on(page: PageKind, pool: &str, extra: &[&str]) -> Option<Daemon> {
-        let cap = pool
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("cap="))
-            .map(|v| v.trim_end_matches('M').parse::<usize>().unwrap() * MB)
-            .expect("tests give cap in M");
+        Daemon::start_pools(page, &[pool], extra)
+    }
+
+    /// A daemon with a pool of `page` pages for each of `pools`.
+    pub fn start_pools(page: PageKind, pools: &[&str], extra: &[&str]) -> Option<Daemon> {
+        let cap: usize = pools
+            .iter()
+            .map(|pool| {
+                pool.split(',')
+                    .find_map(|kv| kv.strip_prefix("cap="))
+                    .map(|v| v.trim_end_matches('M').parse::<usize>().unwrap() * MB)
+                    .expect("tests give cap in M")
+            })
+            .sum();
         // Room for the daemon's cap plus local fallbacks the tests make (2 MiB).
         let slack = if page == PageKind::Huge2M { 64 } else { 0 };
         let pages =
@@ -91,8 +100,10 @@ impl Daemon {
         let socket = dir.join("s.sock");
         let free_before = free_pages_of(page);
         let mut args: Vec<OsString> = vec!["--socket".into(), socket.clone().into()];
-        args.push("--pool".into());
-        args.push(format!("{}:{pool}", page.name()).into());
+        for pool in pools {
+            args.push("--pool".into());
+            args.push(format!("{}:{pool}", page.name()).into());
+        }
         args.extend(extra.iter().map(OsString::from));
         let mut d = Daemon {
             child: None,

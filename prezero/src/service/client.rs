@@ -319,7 +319,7 @@ impl Client {
         let conn = self.conn.as_ref().ok_or_else(|| self.not_connected())?;
         let (mut replies, _) = conn.exchange(&Request::Stats)?;
         match replies.pop() {
-            Some(Reply::Stats(s)) => Ok(s),
+            Some(Reply::Stats(s)) => Ok(*s),
             Some(Reply::Error { errno, message, .. }) => Err(Error::Service {
                 errno,
                 reason: message,

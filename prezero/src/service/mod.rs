@@ -7,8 +7,11 @@
 //!   populated and zero, or from a local fallback that says why.
 //! * [`Server`]: the daemon (`prezero serve`).
 //! * [`protocol`]: the wire format (`docs/PROTOCOL.md`).
+//! * [`metrics`]: the counters in the Prometheus text format.
 
 mod client;
+mod ledger;
+pub mod metrics;
 pub mod protocol;
 mod segment;
 mod server;
@@ -20,7 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
-pub use protocol::{PoolCounters, ServiceStats};
+pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 pub use server::{PoolConfig, Reuse, Server, ServerConfig};
 pub use worker::Verify;
 

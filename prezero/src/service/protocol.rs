@@ -96,7 +96,7 @@ pub enum Reply {
         count: u32,
     },
     /// Counters.
-    Stats(ServiceStats),
+    Stats(Box<ServiceStats>),
 }
 
 /// Counters of one pool of the daemon.
@@ -118,6 +118,78 @@ pub struct PoolCounters {
     pub quarantined: u64,
     /// Segments being scrubbed and verified.
     pub scrubbing: u64,
+    /// `ALLOC` requests this pool served.
+    pub handouts: u64,
+}
+
+/// Why the daemon answered with `ERROR`; `STATS` counts each, in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Refusal {
+    /// Too little ready memory (`ENOMEM` with the ready count).
+    NotReady,
+    /// More than every pool of the page size may hold (`ENOMEM`).
+    PoolCap,
+    /// The uid's cap (`EDQUOT`).
+    UidCap,
+    /// A field out of range, ids not held (`EINVAL`).
+    BadRequest,
+    /// The peer may not use the service (`EACCES`).
+    NotAllowed,
+    /// The uid's or the daemon's connection limit (`EAGAIN`).
+    TooManyConnections,
+    /// A message that could not be decoded (`EPROTO`).
+    Malformed,
+}
+
+impl Refusal {
+    /// Every reason, in wire order.
+    pub const ALL: [Refusal; 7] = [
+        Refusal::NotReady,
+        Refusal::PoolCap,
+        Refusal::UidCap,
+        Refusal::BadRequest,
+        Refusal::NotAllowed,
+        Refusal::TooManyConnections,
+        Refusal::Malformed,
+    ];
+
+    /// The reason's name in metrics (`reason="not_ready"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Refusal::NotReady => "not_ready",
+            Refusal::PoolCap => "pool_cap",
+            Refusal::UidCap => "uid_cap",
+            Refusal::BadRequest => "bad_request",
+            Refusal::NotAllowed => "not_allowed",
+            Refusal::TooManyConnections => "too_many_connections",
+            Refusal::Malformed => "malformed",
+        }
+    }
+}
+
+/// Hand-out latency: from an `ALLOC` request read to its last answer sent.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Histogram {
+    /// Upper bound of each bucket in nanoseconds, ascending.
+    pub bounds_ns: Vec<u64>,
+    /// Observations in each bucket (not cumulative): above the previous bound,
+    /// at most this one. Those above the last bound are `count - sum`.
+    pub counts: Vec<u64>,
+    /// Sum of every observation.
+    pub sum_ns: u64,
+    /// Observations.
+    pub count: u64,
+}
+
+/// One tenant as `STATS` shows it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TenantStats {
+    /// The tenant's uid.
+    pub uid: u32,
+    /// Connections it has open.
+    pub connections: u32,
+    /// Bytes it holds, has in quarantine or being cleaned (what its cap counts).
+    pub charged: u64,
 }
 
 /// What `STATS` returns.
@@ -149,9 +221,31 @@ pub struct ServiceStats {
     pub uid_used: u64,
     /// That uid's cap (`u64::MAX`: none).
     pub uid_cap: u64,
+    /// Answers with `ERROR` by reason, indexed as [`Refusal::ALL`] (empty from
+    /// a daemon that does not count them).
+    pub refusals_by_reason: Vec<u64>,
+    /// Hand-out latency.
+    pub latency: Histogram,
+    /// Of `scrubbed_bytes`, those made zero with fresh pages (punched and
+    /// repopulated, the kernel zeroing) rather than scrubbed in place.
+    pub fresh_bytes: u64,
+    /// Of `scrub_ns`, the time spent on them.
+    pub fresh_ns: u64,
+    /// Every tenant with a connection or a charge, most charged first (root
+    /// and the daemon's uid see all; others see themselves only).
+    pub tenants: Vec<TenantStats>,
+    /// Tenants left out to fit the message.
+    pub tenants_omitted: u32,
 }
 
-const POOL_RECORD_LEN: u32 = 8 * 8;
+/// Bytes of one pool record this version writes; readers accept 64 (the first
+/// eight fields) and skip what they do not know.
+const POOL_RECORD_LEN: u32 = 9 * 8;
+const MIN_POOL_RECORD_LEN: usize = 8 * 8;
+/// Most pools a daemon has: their records fit one message with the rest.
+pub const MAX_POOLS: usize = 16;
+/// Most latency buckets a reader accepts.
+const MAX_BUCKETS: usize = 64;
 
 /// Appends little-endian fields to a message under construction.
 struct Writer(Vec<u8>);
@@ -359,6 +453,7 @@ impl Reply {
                         p.leased,
                         p.quarantined,
                         p.scrubbing,
+                        p.handouts,
                     ] {
                         w.u64(v);
                     }
@@ -380,6 +475,33 @@ impl Reply {
                 w.u32(0);
                 w.u64(s.uid_used);
                 w.u64(s.uid_cap);
+                w.u32(s.refusals_by_reason.len() as u32);
+                w.u32(0);
+                for &v in &s.refusals_by_reason {
+                    w.u64(v);
+                }
+                let h = &s.latency;
+                w.u32(h.bounds_ns.len() as u32);
+                w.u32(0);
+                for (&b, &c) in h.bounds_ns.iter().zip(&h.counts) {
+                    w.u64(b);
+                    w.u64(c);
+                }
+                w.u64(h.sum_ns);
+                w.u64(h.count);
+                w.u64(s.fresh_bytes);
+                w.u64(s.fresh_ns);
+                // As many tenants as fit; the count of the others.
+                let room = (MAX_MESSAGE - w.0.len() - 8) / 16;
+                let shown = s.tenants.len().min(room);
+                w.u32(shown as u32);
+                let omitted = (s.tenants.len() - shown) as u64 + u64::from(s.tenants_omitted);
+                w.u32(omitted.min(u32::MAX as u64) as u32);
+                for t in &s.tenants[..shown] {
+                    w.u32(t.uid);
+                    w.u32(t.connections);
+                    w.u64(t.charged);
+                }
                 w.finish()
             }
         }
@@ -431,7 +553,7 @@ impl Reply {
             k if k == REPLY | STATS => {
                 let n = r.u32()? as usize;
                 let record = r.u32()? as usize;
-                if record < POOL_RECORD_LEN as usize || n > MAX_MESSAGE / record {
+                if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
                     return Err(Malformed("pool records do not fit the message"));
                 }
                 let mut pools = Vec::with_capacity(n);
@@ -446,6 +568,7 @@ impl Reply {
                         leased: p.u64()?,
                         quarantined: p.u64()?,
                         scrubbing: p.u64()?,
+                        handouts: if p.0.len() >= 8 { p.u64()? } else { 0 },
                     });
                 }
                 let s = ServiceStats {
@@ -466,15 +589,63 @@ impl Reply {
                     },
                     uid_used: r.u64()?,
                     uid_cap: r.u64()?,
+                    ..Default::default()
+                };
+                // The counters added after the first release of version 1:
+                // absent from an older daemon's answer.
+                let s = if r.0.is_empty() {
+                    s
+                } else {
+                    read_stats_tail(&mut r, s)?
                 };
                 // Later versions append fields; a version-1 reader ignores them.
-                return Ok((seq, Reply::Stats(s)));
+                return Ok((seq, Reply::Stats(Box::new(s))));
             }
             _ => return Err(Malformed("unknown reply kind")),
         };
         r.end()?;
         Ok((seq, reply))
     }
+}
+
+/// Refusals by reason, latency, fresh-page cleaning and tenants: the part of
+/// a `STATS` answer that follows `uid_cap`.
+fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceStats, Malformed> {
+    let n = r.u32()? as usize;
+    r.u32()?;
+    if n > MAX_MESSAGE / 8 {
+        return Err(Malformed("more refusal reasons than fit the message"));
+    }
+    s.refusals_by_reason = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+    let b = r.u32()? as usize;
+    r.u32()?;
+    if b > MAX_BUCKETS {
+        return Err(Malformed("too many latency buckets"));
+    }
+    for _ in 0..b {
+        s.latency.bounds_ns.push(r.u64()?);
+        s.latency.counts.push(r.u64()?);
+    }
+    if !s.latency.bounds_ns.is_sorted() {
+        return Err(Malformed("latency bounds out of order"));
+    }
+    s.latency.sum_ns = r.u64()?;
+    s.latency.count = r.u64()?;
+    s.fresh_bytes = r.u64()?;
+    s.fresh_ns = r.u64()?;
+    let t = r.u32()? as usize;
+    s.tenants_omitted = r.u32()?;
+    if t > MAX_MESSAGE / 16 {
+        return Err(Malformed("more tenants than fit the message"));
+    }
+    for _ in 0..t {
+        s.tenants.push(TenantStats {
+            uid: r.u32()?,
+            connections: r.u32()?,
+            charged: r.u64()?,
+        });
+    }
+    Ok(s)
 }
 
 /// Sends one datagram with `fds` attached (`SCM_RIGHTS`). Never raises SIGPIPE.
@@ -622,6 +793,21 @@ mod tests {
             }],
             uid: 1000,
             uid_cap: u64::MAX,
+            refusals_by_reason: vec![1, 2, 3, 4, 5, 6, 7],
+            latency: Histogram {
+                bounds_ns: vec![10, 100],
+                counts: vec![4, 5],
+                sum_ns: 999,
+                count: 10,
+            },
+            fresh_bytes: 1 << 30,
+            fresh_ns: 12,
+            tenants: vec![TenantStats {
+                uid: 1000,
+                connections: 2,
+                charged: 4 << 20,
+            }],
+            tenants_omitted: 3,
             ..Default::default()
         };
         for reply in [
@@ -642,9 +828,66 @@ mod tests {
                 ],
             },
             Reply::Released { count: 2 },
-            Reply::Stats(stats),
+            Reply::Stats(Box::new(stats)),
         ] {
             assert_eq!(Reply::decode(&reply.encode(3)), Ok((3, reply)));
+        }
+    }
+
+    #[test]
+    fn stats_from_an_older_daemon_and_too_many_tenants_still_decode() {
+        let stats = ServiceStats {
+            pools: vec![PoolCounters::default(); MAX_POOLS],
+            refusals_by_reason: vec![0; Refusal::ALL.len()],
+            latency: Histogram {
+                bounds_ns: vec![1; 15],
+                counts: vec![0; 15],
+                ..Default::default()
+            },
+            tenants: vec![TenantStats::default(); 1000],
+            ..Default::default()
+        };
+        let msg = Reply::Stats(Box::new(stats)).encode(1);
+        assert!(msg.len() <= MAX_MESSAGE);
+        let Ok((_, Reply::Stats(got))) = Reply::decode(&msg) else {
+            panic!("does not decode");
+        };
+        assert_eq!(
+            got.tenants.len() as u32 + got.tenants_omitted,
+            1000,
+            "the tenants that do not fit are counted"
+        );
+        // A version-1 answer without the counters added later: every pool
+        // record 64 bytes, the message ending at the cap.
+        let old = Reply::Stats(Box::new(ServiceStats {
+            pools: vec![PoolCounters {
+                ready: 3,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }))
+        .encode(1);
+        let (kind_seq, payload) = old.split_at(HEADER_LEN);
+        let mut p = payload[..8].to_vec();
+        p[4..8].copy_from_slice(&64u32.to_le_bytes());
+        p.extend_from_slice(&payload[8..8 + 64]);
+        p.extend_from_slice(&payload[8 + 72..8 + 72 + 9 * 8 + 24]);
+        let mut m = kind_seq.to_vec();
+        m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
+        m.extend(p);
+        let Ok((_, Reply::Stats(got))) = Reply::decode(&m) else {
+            panic!("an older daemon's answer does not decode");
+        };
+        assert_eq!((got.pools[0].ready, got.pools[0].handouts), (3, 0));
+        assert!(got.tenants.is_empty() && got.refusals_by_reason.is_empty());
+        // Cut anywhere or corrupted anywhere: an error or a value, never a panic.
+        for cut in 0..msg.len() {
+            let _ = Reply::decode(&msg[..cut]);
+        }
+        for i in HEADER_LEN..msg.len().min(HEADER_LEN + 600) {
+            let mut bad = msg.clone();
+            bad[i] ^= 0xff;
+            let _ = Reply::decode(&bad);
         }
     }
 

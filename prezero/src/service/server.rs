@@ -1,23 +1,13 @@
 //! `prezero serve`: one event loop owns every segment and connection; a worker
 //! thread scrubs and creates segments. See `docs/PROTOCOL.md` for the wire side.
 //!
-//! A segment's life, and the rule that keeps tenants apart:
-//!
-//! ```text
-//!   create ──> Ready(anyone) ──ALLOC──> Leased(conn, uid) ──RELEASE / disconnect / exit──> Quarantined(uid)
-//!                ^      ^                    ^                                                │
-//!                │      │ fresh pages        │ ALLOC by uid      no other open file           │
-//!                │      │ (another uid       │                   description anywhere (lease) v
-//!                │      │  asked)       Ready(uid) <── scrubbed in place ──────────── Scrubbing(uid)
-//!                │      └───────────────────┘                                                 │
-//!                └────────── fresh pages (reuse = fresh, or taken over at start-up) ──────────┘
-//! ```
+//! The segments' states, who is charged, which pool serves a request, and
+//! every transition are in [`super::ledger`] (pure data, explored
+//! exhaustively in its tests); this loop moves messages and descriptors and
+//! calls those transitions. Beyond them:
 //!
 //! * Only the event loop changes states; the worker owns a segment's memory
 //!   only while it is `Scrubbing`, and hands it back by message.
-//! * A segment passes to another uid only with fresh pages (punched and
-//!   repopulated): a page reference held without a file stays with the old page.
-//! * `Quarantined` and `Scrubbing` segments count against the uid that held them.
 //! * A segment that fails verification, or whose pages cannot be had, is
 //!   destroyed, never handed out.
 //! * Every segment is in the ledger file, so that a restarted daemon finds the
@@ -32,18 +22,20 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::ledger::{Clean, Ledger, Refused, Shape, State};
 use super::protocol::{
-    self, Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, MAX_FDS,
-    MAX_MESSAGE,
+    self, Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord, ServiceStats,
+    TenantStats, MAX_FDS, MAX_MESSAGE, MAX_POOLS,
 };
 use super::segment::{check_leases_work, find_holders, Segment, ADOPT_BUDGET};
-use super::worker::{Clean, Done, Job, Verify, Worker};
+use super::worker::{Done, Job, Verify, Worker};
 use super::{socket_address, DEFAULT_SOCKET};
 use crate::error::{Error, Result};
 use crate::pool::ScrubPriority;
 use crate::region::PageKind;
 
-/// One pool of the daemon: segments of one page size.
+/// One pool of the daemon: segments of one page size and one length (a page
+/// size may have several pools, one per shape of VM, say).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
     /// `Huge2M` or `Huge1G`.
@@ -62,7 +54,8 @@ pub struct PoolConfig {
 pub struct ServerConfig {
     /// Where the socket is created (default `/run/prezero/prezero.sock`).
     pub socket: PathBuf,
-    /// At most one pool per page size.
+    /// The pools: any number per page size (at most [`MAX_POOLS`] in all), no
+    /// two of the same page and segment size.
     pub pools: Vec<PoolConfig>,
     /// Uids that may connect, besides root and the daemon's own uid.
     pub allow_uids: Vec<u32>,
@@ -83,6 +76,12 @@ pub struct ServerConfig {
     /// Where the daemon records its segments, for the next instance (default:
     /// the socket path with `.ledger` appended).
     pub ledger: Option<PathBuf>,
+    /// Where to keep the counters in the Prometheus text format (for
+    /// node_exporter's textfile collector), rewritten atomically every
+    /// `metrics_interval`.
+    pub metrics_textfile: Option<PathBuf>,
+    /// How often the metrics file is rewritten.
+    pub metrics_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -99,6 +98,8 @@ impl Default for ServerConfig {
             recheck: Duration::from_millis(20),
             max_conns_per_uid: 64,
             ledger: None,
+            metrics_textfile: None,
+            metrics_interval: Duration::from_secs(5),
         }
     }
 }
@@ -108,6 +109,12 @@ impl ServerConfig {
         if self.pools.is_empty() {
             return Err(Error::invalid("no pools configured"));
         }
+        if self.pools.len() > MAX_POOLS {
+            return Err(Error::invalid(format!(
+                "{} pools configured; at most {MAX_POOLS}",
+                self.pools.len()
+            )));
+        }
         let mut seen = HashSet::new();
         for p in &self.pools {
             let name = p.page.name();
@@ -116,8 +123,11 @@ impl ServerConfig {
                     "pool {name}: the service serves hugetlb pages (2MB or 1GB)"
                 )));
             }
-            if !seen.insert(p.page) {
-                return Err(Error::invalid(format!("two pools of page size {name}")));
+            if !seen.insert((p.page, p.segment_size)) {
+                return Err(Error::invalid(format!(
+                    "two pools of page size {name} and segments of {} bytes",
+                    p.segment_size
+                )));
             }
             let page = p.page.page_size();
             if p.segment_size == 0 || !p.segment_size.is_multiple_of(page) {
@@ -138,7 +148,22 @@ impl ServerConfig {
         if let Verify::Sampled { one_in: 0 } = self.verify {
             return Err(Error::invalid("sampled verification needs one_in >= 1"));
         }
+        if self.metrics_interval.is_zero() {
+            return Err(Error::invalid("metrics_interval must be positive"));
+        }
         Ok(())
+    }
+
+    fn shapes(&self) -> Vec<Shape> {
+        self.pools
+            .iter()
+            .map(|p| Shape {
+                page: p.page.page_size(),
+                segment: p.segment_size,
+                target: p.target,
+                cap: p.cap,
+            })
+            .collect()
     }
 
     fn ledger_path(&self) -> PathBuf {
@@ -161,40 +186,6 @@ pub enum Reuse {
     Fresh,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Zero and verified; `owner`: only that uid may have it (scrubbed in place).
-    Ready {
-        owner: Option<u32>,
-    },
-    Leased {
-        conn: u64,
-        uid: u32,
-    },
-    Quarantined {
-        uid: u32,
-    },
-    /// With the worker; `uid`: who is charged meanwhile (none for ready
-    /// memory of one uid made fresh for another).
-    Scrubbing {
-        uid: Option<u32>,
-    },
-}
-
-struct Slot {
-    pool: usize,
-    len: usize,
-    state: State,
-    /// `None` while the worker has it.
-    seg: Option<Segment>,
-    /// Taken over from a previous instance: who held it last is a guess, so
-    /// it gets fresh pages.
-    adopted: bool,
-    /// The memfd's `(dev, ino)`: its line in the ledger, also while the
-    /// worker has the segment.
-    file: (u64, u64),
-}
-
 struct Conn {
     sock: OwnedFd,
     pidfd: Option<OwnedFd>,
@@ -202,16 +193,46 @@ struct Conn {
     uid: u32,
 }
 
-#[derive(Default)]
 struct Counters {
     handouts: u64,
     refusals: u64,
     protocol_errors: u64,
+    by_reason: [u64; Refusal::ALL.len()],
+    latency: Histogram,
     scrubbed_bytes: u64,
     scrub_ns: u64,
+    fresh_bytes: u64,
+    fresh_ns: u64,
     verified_bytes: u64,
     verify_ns: u64,
     verify_failures: u64,
+}
+
+impl Counters {
+    fn new() -> Counters {
+        Counters {
+            handouts: 0,
+            refusals: 0,
+            protocol_errors: 0,
+            by_reason: [0; Refusal::ALL.len()],
+            latency: Histogram::latency(),
+            scrubbed_bytes: 0,
+            scrub_ns: 0,
+            fresh_bytes: 0,
+            fresh_ns: 0,
+            verified_bytes: 0,
+            verify_ns: 0,
+            verify_failures: 0,
+        }
+    }
+
+    fn refused(&mut self, why: Refusal) {
+        self.by_reason[why as usize] += 1;
+        match why {
+            Refusal::Malformed => self.protocol_errors += 1,
+            _ => self.refusals += 1,
+        }
+    }
 }
 
 struct PoolRun {
@@ -219,6 +240,7 @@ struct PoolRun {
     creating: bool,
     /// After a failed creation (hugetlb shortage), no retry before this.
     retry_at: Option<Instant>,
+    handouts: u64,
 }
 
 /// Most connections at once: each costs two descriptors.
@@ -235,8 +257,7 @@ pub struct Server {
     cfg: ServerConfig,
     listener: OwnedFd,
     pools: Vec<PoolRun>,
-    slots: BTreeMap<u64, Slot>,
-    next_id: u64,
+    ledger: Ledger<Segment>,
     conns: HashMap<u64, Conn>,
     next_conn: u64,
     counters: Counters,
@@ -251,9 +272,11 @@ pub struct Server {
     my_uid: u32,
     /// Per uid: when a line it caused was last logged, and lines not logged since.
     log_last: HashMap<u32, (Instant, u64)>,
-    ledger: PathBuf,
+    ledger_file: PathBuf,
     /// The worker could not be raised once already (logged then).
     told_no_escalation: bool,
+    /// The metrics file's writer, and when it is next due.
+    metrics: Option<(MetricsFile, Instant)>,
 }
 
 fn log(msg: &str) {
@@ -300,31 +323,27 @@ impl Server {
         let worker = Worker::spawn(cfg.scrub_priority, cfg.verify, tx, wake.clone())
             .map_err(|e| Error::os("spawn scrubber thread", e))?;
 
-        let ledger = cfg.ledger_path();
-        let mut slots = BTreeMap::new();
-        let mut next_id = 1;
-        for (pool, seg, uid) in adopt(&ledger, &cfg.pools) {
+        let ledger_file = cfg.ledger_path();
+        let mut ledger = Ledger::new(cfg.shapes(), cfg.uid_cap);
+        for (seg, uid) in adopt(&ledger_file, &cfg.pools) {
+            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len()) else {
+                continue;
+            };
             log(&format!(
                 "segment of {} from a previous instance is still held by uid {uid}: \
                  taken over in quarantine and charged to that uid",
                 mib(seg.len())
             ));
-            slots.insert(
-                next_id,
-                Slot {
-                    pool,
-                    len: seg.len(),
-                    state: State::Quarantined { uid },
-                    file: (seg.dev, seg.ino),
-                    seg: Some(seg),
-                    adopted: true,
-                },
-            );
-            next_id += 1;
+            let (len, file) = (seg.len(), (seg.dev, seg.ino));
+            ledger.adopt(pool, seg, len, file, uid);
         }
         let threads = crate::sys::online_cpus();
         for (i, p) in cfg.pools.iter().enumerate() {
-            let held: usize = slots.values().filter(|s| s.pool == i).map(|s| s.len).sum();
+            let held: usize = ledger
+                .entries()
+                .filter(|(_, e)| e.pool == i)
+                .map(|(_, e)| e.len)
+                .sum();
             let want = p.target.min(p.cap.saturating_sub(held)) / p.segment_size;
             let t = Instant::now();
             let mut got = 0;
@@ -334,18 +353,8 @@ impl Server {
                     .and_then(|seg| seg.repopulate(0, p.segment_size, threads).map(|()| seg));
                 match made {
                     Ok(seg) => {
-                        slots.insert(
-                            next_id,
-                            Slot {
-                                pool: i,
-                                len: p.segment_size,
-                                state: State::Ready { owner: None },
-                                file: (seg.dev, seg.ino),
-                                seg: Some(seg),
-                                adopted: false,
-                            },
-                        );
-                        next_id += 1;
+                        let file = (seg.dev, seg.ino);
+                        ledger.add_ready(i, seg, p.segment_size, file);
                         got += 1;
                     }
                     Err(e @ Error::HugetlbShortage { .. }) => {
@@ -355,7 +364,7 @@ impl Server {
                     Err(e) => return Err(e),
                 }
             }
-            let name = p.page.name();
+            let name = format!("{}/{}", p.page.name(), mib(p.segment_size));
             let s = mib(p.segment_size);
             match shortage {
                 None => log(&format!(
@@ -370,16 +379,21 @@ impl Server {
                     let more = (want - got) * (p.segment_size / page);
                     log(&format!(
                         "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
-                         {free} free {name} pages; reserve more with: echo {} > {}",
+                         {free} free {} pages; reserve more with: echo {} > {}",
                         mib(got * p.segment_size),
                         mib(p.target),
+                        p.page.name(),
                         total + more,
                         crate::cpu::HugetlbPool::nr_path(page)
                     ));
                 }
             }
         }
-        write_ledger(&ledger, &slots, &cfg.pools);
+        write_ledger(&ledger_file, &ledger);
+        let metrics = match &cfg.metrics_textfile {
+            Some(path) => Some((MetricsFile::start(path)?, Instant::now())),
+            None => None,
+        };
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
@@ -395,15 +409,15 @@ impl Server {
                     cfg,
                     creating: false,
                     retry_at: None,
+                    handouts: 0,
                 })
                 .collect(),
             cfg,
             listener,
-            slots,
-            next_id,
+            ledger,
             conns: HashMap::new(),
             next_conn: 1,
-            counters: Counters::default(),
+            counters: Counters::new(),
             worker,
             done,
             wake,
@@ -413,8 +427,9 @@ impl Server {
             // SAFETY: geteuid has no preconditions.
             my_uid: unsafe { libc::geteuid() },
             log_last: HashMap::new(),
-            ledger,
+            ledger_file,
             told_no_escalation: false,
+            metrics,
         })
     }
 
@@ -424,6 +439,7 @@ impl Server {
     pub fn run(mut self) -> Result<()> {
         loop {
             self.maintain();
+            self.write_metrics_if_due();
             let paused = self.accept_paused_until.filter(|&t| Instant::now() < t);
             let mut fds = vec![
                 pollfd(self.signals.as_raw_fd()),
@@ -440,14 +456,16 @@ impl Server {
                     owners.push(id);
                 }
             }
-            let timeout = if self.any_quarantined() || paused.is_some() {
+            let timeout = if self.ledger.any_quarantined() || paused.is_some() {
                 self.cfg.recheck.as_millis().max(1) as libc::c_int
             } else {
-                // A pool that could not grow retries when its time comes,
-                // whether or not a client asks anything meanwhile.
+                // A pool that could not grow retries when its time comes, and
+                // the metrics file is rewritten when due, whether or not a
+                // client asks anything meanwhile.
                 self.pools
                     .iter()
                     .filter_map(|p| p.retry_at)
+                    .chain(self.metrics.as_ref().map(|m| m.1))
                     .min()
                     .map_or(-1, |t| {
                         t.saturating_duration_since(Instant::now())
@@ -489,7 +507,7 @@ impl Server {
                     self.disconnect(id);
                 }
             }
-            if self.any_quarantined() && self.last_check.elapsed() >= self.cfg.recheck {
+            if self.ledger.any_quarantined() && self.last_check.elapsed() >= self.cfg.recheck {
                 self.check_quarantine();
             }
         }
@@ -498,25 +516,33 @@ impl Server {
     }
 
     fn shutdown(&mut self) {
-        let outstanding = self
-            .slots
-            .values()
-            .filter(|s| matches!(s.state, State::Leased { .. }))
-            .count();
         log(&format!(
-            "stopping: {} connections, {outstanding} segments still with clients (they stay valid)",
-            self.conns.len()
+            "stopping: {} connections, {} segments still with clients (they stay valid)",
+            self.conns.len(),
+            self.ledger.leased()
         ));
         self.conns.clear();
         self.worker.shutdown();
-        self.slots.clear();
+        self.ledger.clear();
         let _ = std::fs::remove_file(&self.cfg.socket);
+        if let Some((m, _)) = self.metrics.take() {
+            m.stop();
+        }
     }
 
-    fn any_quarantined(&self) -> bool {
-        self.slots
-            .values()
-            .any(|s| matches!(s.state, State::Quarantined { .. }))
+    /// Hands the counters to the metrics file's writer when they are due.
+    fn write_metrics_if_due(&mut self) {
+        let Some((_, due)) = &self.metrics else {
+            return;
+        };
+        if Instant::now() < *due {
+            return;
+        }
+        let text = super::metrics::prometheus(&self.stats(0, true));
+        if let Some((m, due)) = &mut self.metrics {
+            m.write(text);
+            *due = Instant::now() + self.cfg.metrics_interval;
+        }
     }
 
     fn accept_all(&mut self) {
@@ -552,7 +578,7 @@ impl Server {
                 continue;
             };
             if let Err(why) = self.authorize(sock.as_fd(), &cred) {
-                self.refuse_conn(sock.as_fd(), &cred, libc::EACCES, &why);
+                self.refuse_conn(sock.as_fd(), &cred, Refusal::NotAllowed, &why);
                 continue;
             }
             let pidfd = peer_pidfd(sock.as_fd(), cred.pid);
@@ -562,12 +588,12 @@ impl Server {
                 let why = format!(
                     "uid {tenant} has {of_uid} connections open, its limit (max_conns_per_uid)"
                 );
-                self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
+                self.refuse_conn(sock.as_fd(), &cred, Refusal::TooManyConnections, &why);
                 continue;
             }
             if self.conns.len() >= MAX_CONNS {
                 let why = format!("{MAX_CONNS} connections open, the daemon's limit");
-                self.refuse_conn(sock.as_fd(), &cred, libc::EAGAIN, &why);
+                self.refuse_conn(sock.as_fd(), &cred, Refusal::TooManyConnections, &why);
                 continue;
             }
             let id = self.next_conn;
@@ -584,9 +610,19 @@ impl Server {
         }
     }
 
-    /// Answers a refused connection with `errno` and logs it.
-    fn refuse_conn(&mut self, sock: BorrowedFd<'_>, cred: &libc::ucred, errno: i32, why: &str) {
-        self.counters.refusals += 1;
+    /// Answers a refused connection and logs it.
+    fn refuse_conn(
+        &mut self,
+        sock: BorrowedFd<'_>,
+        cred: &libc::ucred,
+        reason: Refusal,
+        why: &str,
+    ) {
+        self.counters.refused(reason);
+        let errno = match reason {
+            Refusal::NotAllowed => libc::EACCES,
+            _ => libc::EAGAIN,
+        };
         let _ = send_error(sock, 0, errno, 0, why);
         self.log_for(
             cred.uid,
@@ -665,7 +701,7 @@ impl Server {
                     }
                 }
                 Err(Malformed(why)) => {
-                    self.counters.protocol_errors += 1;
+                    self.counters.refused(Refusal::Malformed);
                     let c = &self.conns[&id];
                     let _ = send_error(c.sock.as_fd(), 0, libc::EPROTO, 0, why);
                     let (pid, uid) = (c.pid, c.uid);
@@ -681,37 +717,52 @@ impl Server {
 
     /// Answers one request; false if the connection has to go (it does not read).
     fn handle(&mut self, conn: u64, seq: u32, req: Request) -> bool {
-        let reply = match req {
+        let (reply, reason) = match req {
             Request::Alloc {
                 bytes,
                 page_size,
                 flags,
-            } => match self.alloc(conn, seq, bytes, page_size, flags) {
-                Ok(()) => return true,
-                Err(AllocError::Gone) => return false,
-                Err(AllocError::Refused(r)) => r,
+            } => {
+                let t = Instant::now();
+                match self.alloc(conn, seq, bytes, page_size, flags) {
+                    Ok(()) => {
+                        self.counters.latency.record(t.elapsed().as_nanos() as u64);
+                        return true;
+                    }
+                    Err(AllocError::Gone) => return false,
+                    Err(AllocError::Refused(r, reason)) => (r, Some(reason)),
+                }
+            }
+            Request::Release { ids } => match self.ledger.release(conn, &ids) {
+                Ok(()) => {
+                    // Clients let go before they release: the lease is usually
+                    // granted now, and the cleaning need not wait for the next round.
+                    self.check_quarantine_of(&ids);
+                    let count = ids.len() as u32;
+                    (Reply::Released { count }, None)
+                }
+                Err(id) => (
+                    Reply::Error {
+                        errno: libc::EINVAL,
+                        ready: 0,
+                        message: format!(
+                            "segment {id} is not held on this connection (or named twice)"
+                        ),
+                    },
+                    Some(Refusal::BadRequest),
+                ),
             },
-            Request::Release { ids } => self.release(conn, &ids),
-            Request::Stats => Reply::Stats(self.stats(self.conns[&conn].uid)),
+            Request::Stats => {
+                let uid = self.conns[&conn].uid;
+                let everyone = uid == 0 || uid == self.my_uid;
+                (Reply::Stats(Box::new(self.stats(uid, everyone))), None)
+            }
         };
-        if matches!(reply, Reply::Error { .. }) {
-            self.counters.refusals += 1;
+        if let Some(r) = reason {
+            self.counters.refused(r);
         }
         let sock = self.conns[&conn].sock.as_fd();
         protocol::send(sock, &reply.encode(seq), &[]).is_ok()
-    }
-
-    fn uid_used(&self, uid: u32) -> usize {
-        self.slots
-            .values()
-            .filter(|s| match s.state {
-                State::Leased { uid: u, .. }
-                | State::Quarantined { uid: u }
-                | State::Scrubbing { uid: Some(u) } => u == uid,
-                State::Ready { .. } | State::Scrubbing { uid: None } => false,
-            })
-            .map(|s| s.len)
-            .sum()
     }
 
     fn alloc(
@@ -722,112 +773,70 @@ impl Server {
         page_size: u64,
         flags: u32,
     ) -> std::result::Result<(), AllocError> {
-        let refuse = |errno, ready: usize, message: String| {
-            Err(AllocError::Refused(Reply::Error {
-                errno,
-                ready: ready as u64,
-                message,
-            }))
-        };
         if flags != 0 {
-            return refuse(libc::EINVAL, 0, format!("unknown flags {flags:#x}"));
+            return Err(AllocError::Refused(
+                Reply::Error {
+                    errno: libc::EINVAL,
+                    ready: 0,
+                    message: format!("unknown flags {flags:#x}"),
+                },
+                Refusal::BadRequest,
+            ));
         }
-        let Some(pool) = self
-            .pools
-            .iter()
-            .position(|p| p.cfg.page.page_size() as u64 == page_size)
-        else {
-            let served: Vec<_> = self.pools.iter().map(|p| p.cfg.page.name()).collect();
-            return refuse(
-                libc::EINVAL,
-                0,
-                format!(
-                    "no pool of page size {page_size} (this daemon serves {})",
-                    served.join(", ")
-                ),
-            );
-        };
-        let cfg = self.pools[pool].cfg;
         let uid = self.conns[&conn].uid;
-        // What this uid may have: its own scrubbed segments first (they spare
-        // fresh ones for others), then fresh ones.
-        let of_pool = |owner| {
-            self.slots
-                .iter()
-                .filter(move |(_, s)| s.pool == pool && s.state == State::Ready { owner })
-                .map(|(&id, _)| id)
-        };
-        let ready: Vec<u64> = of_pool(Some(uid)).chain(of_pool(None)).collect();
-        let ready_bytes = ready.len() * cfg.segment_size;
-        if bytes == 0 {
-            return refuse(libc::EINVAL, ready_bytes, "zero bytes requested".into());
-        }
-        if bytes > cfg.cap as u64 {
-            return refuse(
-                libc::ENOMEM,
-                ready_bytes,
-                format!(
-                    "{bytes} bytes is more than the {} pool's cap of {}",
-                    cfg.page.name(),
-                    cfg.cap
-                ),
-            );
-        }
-        let n = (bytes as usize).div_ceil(cfg.segment_size);
-        if let Some(cap) = self.cfg.uid_cap {
-            let used = self.uid_used(uid);
-            if used + n * cfg.segment_size > cap {
-                return refuse(
-                    libc::EDQUOT,
-                    ready_bytes,
-                    format!(
-                        "uid {uid} holds or has in quarantine {used} bytes; {} more would pass its cap of {cap}",
-                        n * cfg.segment_size
-                    ),
-                );
+        let grant = match self.ledger.choose(uid, bytes, page_size) {
+            Ok(g) => g,
+            Err(Refused {
+                reason,
+                errno,
+                ready,
+                message,
+                short,
+            }) => {
+                if let Some((pool, missing)) = short {
+                    // Clients wait on the worker now: it runs at normal priority
+                    // on every core until the pools are back at their targets,
+                    // and other uids' scrubbed segments get fresh pages for this one.
+                    self.escalate(true);
+                    let batch = self.ledger.make_fresh_for(pool, uid, missing);
+                    self.send_clean(batch, Clean::Fresh);
+                }
+                let reply = Reply::Error {
+                    errno,
+                    ready: ready as u64,
+                    message,
+                };
+                return Err(AllocError::Refused(reply, reason));
             }
-        }
-        if ready.len() < n {
-            // Clients wait on the worker now: it runs at normal priority on
-            // every core until the pools are back at their targets, and other
-            // uids' scrubbed segments get fresh pages for this one.
-            self.escalate(true);
-            self.make_fresh_for(pool, uid, n - ready.len());
-            return refuse(
-                libc::ENOMEM,
-                ready_bytes,
-                format!(
-                    "{} bytes ready in the {} pool, {} asked",
-                    ready_bytes,
-                    cfg.page.name(),
-                    n * cfg.segment_size
-                ),
-            );
-        }
-        let chosen = &ready[..n];
-        let mut files = Vec::with_capacity(n);
-        for id in chosen {
-            let seg = self.slots[id]
-                .seg
-                .as_ref()
-                .expect("ready segments are home");
+        };
+        let mut files = Vec::with_capacity(grant.ids.len());
+        for &id in &grant.ids {
+            let seg = self.ledger.home(id).expect("ready segments are home");
             match seg.open_for_client() {
                 Ok(f) => files.push(f),
-                Err(e) => return refuse(e.errno(), ready_bytes, e.to_string()),
+                Err(e) => {
+                    let reply = Reply::Error {
+                        errno: e.errno(),
+                        ready: 0,
+                        message: e.to_string(),
+                    };
+                    return Err(AllocError::Refused(reply, Refusal::NotReady));
+                }
             }
         }
-        for id in chosen {
-            self.slots.get_mut(id).expect("chosen from slots").state = State::Leased { conn, uid };
-        }
+        self.ledger.lease(&grant, conn, uid);
         self.counters.handouts += 1;
+        self.pools[grant.pool].handouts += 1;
+        let segment = self.pools[grant.pool].cfg.segment_size;
+        let n = grant.ids.len();
         // The client now maps and populates the segments: page-table work that
         // waits on the kernel's hugetlb fault locks, which the worker's page
         // faulting would hold for a page's zeroing at a time.
-        self.worker.stand_back(Duration::from_micros(
-            500 + ((n * cfg.segment_size) >> 20) as u64,
-        ));
+        self.worker
+            .stand_back(Duration::from_micros(500 + ((n * segment) >> 20) as u64));
         let sock = self.conns[&conn].sock.as_fd();
-        for (k, (ids, fds)) in chosen
+        for (k, (ids, fds)) in grant
+            .ids
             .chunks(MAX_FDS)
             .zip(files.chunks(MAX_FDS))
             .enumerate()
@@ -839,7 +848,7 @@ impl Server {
                     .iter()
                     .map(|&id| SegmentRecord {
                         id,
-                        len: cfg.segment_size as u64,
+                        len: segment as u64,
                     })
                     .collect(),
             };
@@ -852,106 +861,50 @@ impl Server {
         Ok(())
     }
 
-    fn release(&mut self, conn: u64, ids: &[u64]) -> Reply {
-        let mut seen = HashSet::new();
-        for id in ids {
-            let held = self
-                .slots
-                .get(id)
-                .is_some_and(|s| matches!(s.state, State::Leased { conn: c, .. } if c == conn));
-            if !held || !seen.insert(*id) {
-                return Reply::Error {
-                    errno: libc::EINVAL,
-                    ready: 0,
-                    message: format!(
-                        "segment {id} is not held on this connection (or named twice)"
-                    ),
-                };
-            }
-        }
-        for id in ids {
-            let s = self.slots.get_mut(id).expect("checked above");
-            if let State::Leased { uid, .. } = s.state {
-                s.state = State::Quarantined { uid };
-            }
-        }
-        // Clients let go before they release: the lease is usually granted
-        // now, and the cleaning need not wait for the next round.
-        self.check_quarantine_of(ids);
-        Reply::Released {
-            count: ids.len() as u32,
-        }
-    }
-
     fn disconnect(&mut self, conn: u64) {
         self.conns.remove(&conn);
-        for s in self.slots.values_mut() {
-            if let State::Leased { conn: c, uid } = s.state {
-                if c == conn {
-                    s.state = State::Quarantined { uid };
-                }
-            }
-        }
+        self.ledger.disconnect(conn);
     }
 
-    /// Sends every quarantined segment nobody else holds to the worker for fresh pages.
+    /// Sends every quarantined segment nobody else holds to the worker.
     fn check_quarantine(&mut self) {
         self.last_check = Instant::now();
-        let all: Vec<u64> = self.slots.keys().copied().collect();
-        self.check_quarantine_of(&all);
+        let ids = self.ledger.quarantined();
+        self.check_quarantine_of(&ids);
     }
 
     /// Sends those of `ids` that are quarantined and held by nobody else to the
-    /// worker for fresh pages.
+    /// worker, to be scrubbed in place for the uid that held them or given
+    /// fresh pages (see [`Ledger::start_clean`]).
     fn check_quarantine_of(&mut self, ids: &[u64]) {
-        let mut candidates = Vec::new();
+        let (mut in_place, mut fresh) = (Vec::new(), Vec::new());
         for &id in ids {
-            let Some(s) = self.slots.get(&id) else {
+            let quarantined = self
+                .ledger
+                .get(id)
+                .is_some_and(|e| matches!(e.state, State::Quarantined { .. }));
+            let Some(seg) = self.ledger.home(id).filter(|_| quarantined) else {
                 continue;
             };
-            if let (State::Quarantined { .. }, Some(seg)) = (s.state, &s.seg) {
-                match seg.has_other_openers() {
-                    Ok(false) => candidates.push(id),
-                    Ok(true) => {}
-                    Err(e) => log(&format!(
+            match seg.has_other_openers() {
+                Ok(false) => {}
+                Ok(true) => continue,
+                Err(e) => {
+                    log(&format!(
                         "segment {id}: lease check failed ({e}); kept in quarantine"
-                    )),
+                    ));
+                    continue;
                 }
             }
-        }
-        // Scrubbed in place only for the uid that held it, and only if that
-        // uid is known for sure; fresh pages otherwise.
-        let (mut in_place, mut fresh) = (Vec::new(), Vec::new());
-        for id in candidates {
-            let s = self.slots.get_mut(&id).expect("candidate from slots");
-            if let State::Quarantined { uid } = s.state {
-                let seg = s.seg.take().expect("quarantined segments are home");
-                s.state = State::Scrubbing { uid: Some(uid) };
-                if s.adopted || self.cfg.reuse == Reuse::Fresh {
-                    fresh.push((id, seg));
-                } else {
-                    in_place.push((id, seg));
-                }
+            let always_fresh = self.cfg.reuse == Reuse::Fresh;
+            match self.ledger.start_clean(id, always_fresh) {
+                Some((seg, Clean::InPlace)) => in_place.push((id, seg)),
+                Some((seg, Clean::Fresh)) => fresh.push((id, seg)),
+                None => {}
             }
         }
         self.send_clean(in_place, Clean::InPlace);
         self.send_clean(fresh, Clean::Fresh);
-    }
-
-    /// Gives up to `k` ready segments of `pool` that only other uids may have
-    /// fresh pages, for `uid`.
-    fn make_fresh_for(&mut self, pool: usize, uid: u32, k: usize) {
-        let mut batch = Vec::new();
-        for (&id, s) in self.slots.iter_mut() {
-            if batch.len() == k {
-                break;
-            }
-            if s.pool == pool && matches!(s.state, State::Ready { owner: Some(o) } if o != uid) {
-                batch.push((id, s.seg.take().expect("ready segments are home")));
-                s.state = State::Scrubbing { uid: None };
-            }
-        }
-        self.send_clean(batch, Clean::Fresh);
     }
 
     /// Sends `batch` to the worker; if it is gone (shutdown), the segments go.
@@ -966,20 +919,23 @@ impl Server {
         };
         if !sent {
             for id in ids {
-                self.slots.remove(&id);
+                self.ledger.remove(id);
             }
         }
     }
 
     /// Forgets segment `id` and frees its pages in the worker, not in the
-    /// event loop: the slot's segment, or `returned` by the worker.
+    /// event loop: the ledger's segment, or `returned` by the worker.
     fn destroy(&mut self, id: u64, returned: Option<Segment>) {
-        let home = self.slots.remove(&id).and_then(|s| s.seg);
-        let seg = returned.or(home);
+        let home = self.ledger.remove(id);
+        self.destroy_segment(returned.or(home));
+    }
+
+    fn destroy_segment(&mut self, seg: Option<Segment>) {
         if let (Some(seg), Some(jobs)) = (seg, &self.worker.jobs) {
             let _ = jobs.send(Job::Destroy(seg));
         }
-        write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
+        write_ledger(&self.ledger_file, &self.ledger);
     }
 
     fn collect_done(&mut self) {
@@ -999,6 +955,10 @@ impl Server {
                 } => {
                     self.counters.scrubbed_bytes += seg.len() as u64;
                     self.counters.scrub_ns += clean.as_nanos() as u64;
+                    if how == Clean::Fresh {
+                        self.counters.fresh_bytes += seg.len() as u64;
+                        self.counters.fresh_ns += clean.as_nanos() as u64;
+                    }
                     self.counters.verified_bytes += verified as u64;
                     self.counters.verify_ns += verify.as_nanos() as u64;
                     if let Some(off) = bad {
@@ -1009,21 +969,11 @@ impl Server {
                         self.destroy(id, Some(seg));
                         continue;
                     }
-                    let Some(s) = self.slots.get_mut(&id) else {
-                        continue;
-                    };
-                    if seg.len() != self.pools[s.pool].cfg.segment_size {
-                        // Taken over from an instance configured otherwise.
-                        self.destroy(id, Some(seg));
-                        continue;
+                    // Unwanted: forgotten meanwhile, or taken over from an
+                    // instance configured otherwise.
+                    if let Err(seg) = self.ledger.cleaned(id, seg, how) {
+                        self.destroy_segment(Some(seg));
                     }
-                    let owner = match (how, s.state) {
-                        (Clean::InPlace, State::Scrubbing { uid }) => uid,
-                        _ => None,
-                    };
-                    s.seg = Some(seg);
-                    s.state = State::Ready { owner };
-                    s.adopted = false;
                 }
                 Done::Lost { id, why } => {
                     log(&format!(
@@ -1032,7 +982,7 @@ impl Server {
                     self.destroy(id, None);
                 }
                 Done::Abandoned { id } => {
-                    self.slots.remove(&id);
+                    self.ledger.remove(id);
                 }
                 Done::Created { pool, seg } => {
                     let p = &mut self.pools[pool];
@@ -1040,25 +990,16 @@ impl Server {
                     match seg {
                         Ok(seg) => {
                             p.retry_at = None;
-                            self.slots.insert(
-                                self.next_id,
-                                Slot {
-                                    pool,
-                                    len: seg.len(),
-                                    state: State::Ready { owner: None },
-                                    file: (seg.dev, seg.ino),
-                                    seg: Some(seg),
-                                    adopted: false,
-                                },
-                            );
-                            self.next_id += 1;
-                            write_ledger(&self.ledger, &self.slots, &self.cfg.pools);
+                            let (len, file) = (seg.len(), (seg.dev, seg.ino));
+                            self.ledger.add_ready(pool, seg, len, file);
+                            write_ledger(&self.ledger_file, &self.ledger);
                         }
                         Err(e) => {
                             if p.retry_at.is_none() {
                                 log(&format!(
-                                    "pool {}: cannot grow toward its target: {e}; retrying every 5 s",
-                                    p.cfg.page.name()
+                                    "pool {}/{}: cannot grow toward its target: {e}; retrying every 5 s",
+                                    p.cfg.page.name(),
+                                    mib(p.cfg.segment_size)
                                 ));
                             }
                             p.retry_at = Some(Instant::now() + Duration::from_secs(5));
@@ -1072,30 +1013,9 @@ impl Server {
     /// Grows each pool toward its ready target (one segment at a time, in the
     /// worker) and gives ready memory beyond the target back to the hugetlb pool.
     fn maintain(&mut self) {
-        let mut short = false;
         for i in 0..self.pools.len() {
-            let cfg = self.pools[i].cfg;
-            let (mut ready, mut total) = (0, 0);
-            for s in self.slots.values().filter(|s| s.pool == i) {
-                total += s.len;
-                if matches!(s.state, State::Ready { .. }) {
-                    ready += s.len;
-                }
-            }
-            short |= ready < cfg.target;
-            if ready >= cfg.target + cfg.segment_size {
-                // Segments only one uid may have go first: fresh ones serve anyone.
-                let mut extra: Vec<(bool, u64)> = self
-                    .slots
-                    .iter()
-                    .filter_map(|(&id, s)| match s.state {
-                        State::Ready { owner } if s.pool == i => Some((owner.is_none(), id)),
-                        _ => None,
-                    })
-                    .collect();
-                extra.sort_unstable();
-                extra.truncate((ready - cfg.target) / cfg.segment_size);
-                let extra: Vec<u64> = extra.into_iter().map(|(_, id)| id).collect();
+            let extra = self.ledger.surplus(i);
+            if !extra.is_empty() {
                 for id in extra {
                     self.destroy(id, None);
                 }
@@ -1103,19 +1023,18 @@ impl Server {
             }
             let p = &mut self.pools[i];
             let waiting = p.retry_at.is_some_and(|t| Instant::now() < t);
-            if ready < cfg.target && total + cfg.segment_size <= cfg.cap && !p.creating && !waiting
-            {
+            if self.ledger.wants_growth(i) && !p.creating && !waiting {
                 let job = Job::Create {
                     pool: i,
-                    page: cfg.page,
-                    len: cfg.segment_size,
+                    page: p.cfg.page,
+                    len: p.cfg.segment_size,
                 };
                 if let Some(jobs) = &self.worker.jobs {
                     p.creating = jobs.send(job).is_ok();
                 }
             }
         }
-        if !short {
+        if !self.ledger.any_short() {
             self.escalate(false);
         }
     }
@@ -1135,30 +1054,56 @@ impl Server {
         }
     }
 
-    fn stats(&self, uid: u32) -> ServiceStats {
+    /// The counters as `uid` sees them: every tenant if `everyone`, else its own.
+    fn stats(&self, uid: u32, everyone: bool) -> ServiceStats {
         let pools = self
             .pools
             .iter()
             .enumerate()
             .map(|(i, p)| {
-                let mut c = PoolCounters {
+                let c = self.ledger.counts(i);
+                PoolCounters {
                     page_size: p.cfg.page.page_size() as u64,
                     segment_size: p.cfg.segment_size as u64,
                     target: p.cfg.target as u64,
                     cap: p.cfg.cap as u64,
-                    ..Default::default()
-                };
-                for s in self.slots.values().filter(|s| s.pool == i) {
-                    match s.state {
-                        State::Ready { .. } => c.ready += 1,
-                        State::Leased { .. } => c.leased += 1,
-                        State::Quarantined { .. } => c.quarantined += 1,
-                        State::Scrubbing { .. } => c.scrubbing += 1,
-                    }
+                    ready: c.ready as u64,
+                    leased: c.leased as u64,
+                    quarantined: c.quarantined as u64,
+                    scrubbing: c.scrubbing as u64,
+                    handouts: p.handouts,
                 }
-                c
             })
             .collect();
+        let mut tenants: BTreeMap<u32, TenantStats> = BTreeMap::new();
+        for c in self.conns.values() {
+            tenants
+                .entry(c.uid)
+                .or_insert(TenantStats {
+                    uid: c.uid,
+                    ..Default::default()
+                })
+                .connections += 1;
+        }
+        for (u, bytes) in self.ledger.charged() {
+            tenants
+                .entry(u)
+                .or_insert(TenantStats {
+                    uid: u,
+                    ..Default::default()
+                })
+                .charged = bytes as u64;
+        }
+        let mut tenants: Vec<TenantStats> = tenants
+            .into_values()
+            .filter(|t| everyone || t.uid == uid)
+            .collect();
+        tenants.sort_by_key(|t| {
+            (
+                std::cmp::Reverse(t.charged),
+                std::cmp::Reverse(t.connections),
+            )
+        });
         let k = &self.counters;
         ServiceStats {
             pools,
@@ -1172,8 +1117,14 @@ impl Server {
             verify_ns: k.verify_ns,
             verify_failures: k.verify_failures,
             uid,
-            uid_used: self.uid_used(uid) as u64,
+            uid_used: self.ledger.uid_used(uid) as u64,
             uid_cap: self.cfg.uid_cap.map_or(u64::MAX, |c| c as u64),
+            refusals_by_reason: k.by_reason.to_vec(),
+            latency: k.latency.clone(),
+            fresh_bytes: k.fresh_bytes,
+            fresh_ns: k.fresh_ns,
+            tenants,
+            tenants_omitted: 0,
         }
     }
 }
@@ -1185,7 +1136,7 @@ impl Drop for Server {
 }
 
 enum AllocError {
-    Refused(Reply),
+    Refused(Reply, Refusal),
     /// The client stopped reading mid-answer.
     Gone,
 }
@@ -1395,32 +1346,88 @@ fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
 /// Records every segment's file, `dev ino page-size` a line, so that a
 /// restarted daemon can tell its predecessor's files from any other. Written
 /// whole (a temporary file renamed over the old one) when segments come or go.
-fn write_ledger(path: &Path, slots: &BTreeMap<u64, Slot>, pools: &[PoolConfig]) {
+fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
     let mut text = String::from("prezero-ledger 1\n");
-    for s in slots.values() {
-        let (dev, ino) = s.file;
-        let page = pools[s.pool].page.page_size();
+    for (_, e) in ledger.entries() {
+        let (dev, ino) = e.file;
+        let page = ledger.shapes()[e.pool].page;
         text.push_str(&format!("{dev} {ino} {page}\n"));
     }
+    if let Err(e) = replace_file(path, text.as_bytes(), 0o600) {
+        log(&format!(
+            "cannot write the ledger {} ({e}): a restart would not find what is held",
+            path.display()
+        ));
+    }
+}
+
+/// Writes `bytes` to a new file beside `path` (never through a link) and
+/// renames it over `path`, so a reader sees the old file or the new one whole.
+fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
     let tmp = PathBuf::from(tmp);
     let _ = std::fs::remove_file(&tmp);
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let written = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
-        .mode(0o600)
+        .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&tmp)
-        .and_then(|mut f| f.write_all(text.as_bytes()))
-        .and_then(|()| std::fs::rename(&tmp, path));
-    if let Err(e) = written {
-        log(&format!(
-            "cannot write the ledger {} ({e}): a restart would not find what is held",
-            path.display()
-        ));
+        .and_then(|mut f| f.write_all(bytes))
+        .and_then(|()| std::fs::rename(&tmp, path))
+}
+
+/// The metrics file's writer: a thread of its own, so a slow file system never
+/// holds up the event loop, which only hands it the rendered text.
+struct MetricsFile {
+    texts: std::sync::mpsc::SyncSender<String>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl MetricsFile {
+    /// Checks `path` can be written now (its directory exists), then starts the writer.
+    fn start(path: &Path) -> Result<MetricsFile> {
+        let path = path.to_path_buf();
+        replace_file(&path, b"", 0o644).map_err(|e| {
+            Error::os(
+                "write the metrics file (its directory must exist)",
+                io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+            )
+        })?;
+        // One text waiting at most: a writer that falls behind skips to the latest.
+        let (texts, rx) = std::sync::mpsc::sync_channel::<String>(1);
+        let thread = std::thread::Builder::new()
+            .name("prezero-serve-metrics".into())
+            .spawn(move || {
+                let mut told = false;
+                for text in rx {
+                    // node_exporter's textfile collector reads *.prom files
+                    // whole: a reader never sees half of one.
+                    if let Err(e) = replace_file(&path, text.as_bytes(), 0o644) {
+                        if !std::mem::replace(&mut told, true) {
+                            log(&format!(
+                                "cannot write the metrics file {} ({e}); still trying",
+                                path.display()
+                            ));
+                        }
+                    }
+                }
+            })
+            .map_err(|e| Error::os("spawn the metrics writer", e))?;
+        Ok(MetricsFile { texts, thread })
+    }
+
+    fn write(&self, text: String) {
+        let _ = self.texts.try_send(text);
+    }
+
+    /// Writes what is queued and stops.
+    fn stop(self) {
+        drop(self.texts);
+        let _ = self.thread.join();
     }
 }
 
@@ -1467,9 +1474,9 @@ fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
 }
 
 /// Takes over what a previous instance handed out and some process still
-/// holds: `(pool index, segment, uid to charge)`. Segments of a page size no
-/// pool serves now are left to their holders.
-fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(usize, Segment, u32)> {
+/// holds: `(segment, uid to charge)`. Segments of a page size no pool serves
+/// now are left to their holders.
+fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(Segment, u32)> {
     let wanted = read_ledger(ledger);
     if wanted.is_empty() {
         return Vec::new();
@@ -1497,11 +1504,11 @@ fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(usize, Segment, u32)> {
     let mut adopted = Vec::new();
     for (key, f) in found {
         let page = wanted[&key];
-        let Some(pool) = pools.iter().position(|p| p.page == page) else {
+        if !pools.iter().any(|p| p.page == page) {
             continue;
-        };
+        }
         match Segment::adopt(f.file, page) {
-            Ok(seg) => adopted.push((pool, seg, f.uid)),
+            Ok(seg) => adopted.push((seg, f.uid)),
             Err(e) => log(&format!(
                 "a segment of the previous instance (held by uid {}) cannot be taken over: {e}",
                 f.uid

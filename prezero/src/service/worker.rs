@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::ledger::Clean;
 use super::segment::Segment;
 use crate::clear::{clear_bounded_with, Temperature};
 use crate::error::{Error, Result};
@@ -57,15 +58,6 @@ pub(crate) enum Job {
     },
     /// Punching and closing frees hugetlb pages: milliseconds per GiB.
     Destroy(Segment),
-}
-
-/// How a segment is made zero again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Clean {
-    /// Streaming stores over the pages it has: for the uid that held it.
-    InPlace,
-    /// Punched and repopulated: for anyone.
-    Fresh,
 }
 
 pub(crate) enum Done {

@@ -1,0 +1,913 @@
+//! The daemon's segment ledger: which segment is in which state, who is
+//! charged for it, which pool a request is served from, and the transitions
+//! between states. Pure data: no system calls and no descriptors (the segment
+//! is a type parameter the ledger only holds), so every sequence of
+//! transitions is explored in a test. The event loop (`server.rs`) moves
+//! messages and descriptors and calls these transitions.
+//!
+//! A segment's life, and the rule that keeps tenants apart:
+//!
+//! ```text
+//!   create ──> Ready(anyone) ──lease──> Leased(conn, uid) ──release / disconnect──> Quarantined(uid)
+//!                ^      ^                    ^                                            │
+//!                │      │ fresh pages        │ lease by uid     no other open file        │ start_clean
+//!                │      │ (another uid       │                  description anywhere      v
+//!                │      │  asked)       Ready(uid) <── cleaned in place ───────── Scrubbing(uid)
+//!                │      └───────────────────┘                                             │
+//!                └────────── cleaned with fresh pages (reuse = fresh, or adopted) ────────┘
+//! ```
+//!
+//! * A segment passes to another uid only with fresh pages: `Ready(uid)` is
+//!   leased to `uid` alone, and only [`Clean::Fresh`] makes `Ready(anyone)`.
+//! * `Leased`, `Quarantined` and `Scrubbing` segments count against the uid
+//!   that held them.
+//!
+//! Invariant ([`Ledger::check`], after every transition in debug builds and
+//! in the exhaustive test):
+//! * a segment's memory is home (`Some`) exactly when it is not `Scrubbing`
+//!   (the worker owns it meanwhile);
+//! * `charged[uid]` is the sum of the lengths of the segments `Leased`,
+//!   `Quarantined` or `Scrubbing` on behalf of `uid`, and no uid is charged 0;
+//! * every segment belongs to one of the ledger's pools, and every id is
+//!   below `next_id` (ids are never reused, so a late message about a
+//!   destroyed segment cannot reach a new one).
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::protocol::Refusal;
+
+/// How a segment is made zero again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Clean {
+    /// Streaming stores over the pages it has: for the uid that held it.
+    InPlace,
+    /// Punched and repopulated: for anyone.
+    Fresh,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    /// Zero and verified; `owner`: only that uid may have it (scrubbed in place).
+    Ready {
+        owner: Option<u32>,
+    },
+    Leased {
+        conn: u64,
+        uid: u32,
+    },
+    Quarantined {
+        uid: u32,
+    },
+    /// With the worker; `uid`: who is charged meanwhile (none for ready
+    /// memory of one uid made fresh for another).
+    Scrubbing {
+        uid: Option<u32>,
+    },
+}
+
+impl State {
+    /// The uid this state charges.
+    fn charged(self) -> Option<u32> {
+        match self {
+            State::Leased { uid, .. } | State::Quarantined { uid } => Some(uid),
+            State::Scrubbing { uid } => uid,
+            State::Ready { .. } => None,
+        }
+    }
+}
+
+/// One pool's shape: its page and segment size, and its limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Shape {
+    pub(crate) page: usize,
+    pub(crate) segment: usize,
+    /// Bytes to keep ready.
+    pub(crate) target: usize,
+    /// Most bytes in all states together.
+    pub(crate) cap: usize,
+}
+
+#[derive(Clone)]
+pub(crate) struct Entry<S> {
+    pub(crate) pool: usize,
+    pub(crate) len: usize,
+    pub(crate) state: State,
+    /// `None` while the worker has it.
+    seg: Option<S>,
+    /// Taken over from a previous instance: who held it last is a guess, so
+    /// it gets fresh pages.
+    adopted: bool,
+    /// The memfd's `(dev, ino)`: its line in the ledger file, also while the
+    /// worker has the segment.
+    pub(crate) file: (u64, u64),
+}
+
+/// What [`Ledger::choose`] grants: `ids` of `pool`, in the order to map them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Grant {
+    pub(crate) pool: usize,
+    pub(crate) ids: Vec<u64>,
+}
+
+/// Why a request is refused, with what the answer says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Refused {
+    pub(crate) reason: Refusal,
+    pub(crate) errno: i32,
+    /// Bytes ready for the asker in the pool that would have served it.
+    pub(crate) ready: usize,
+    pub(crate) message: String,
+    /// `(pool, segments)`: what the preferred pool lacks for this request,
+    /// when only readiness stood in the way.
+    pub(crate) short: Option<(usize, usize)>,
+}
+
+/// Segments per state in one pool.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Counts {
+    pub(crate) ready: usize,
+    pub(crate) leased: usize,
+    pub(crate) quarantined: usize,
+    pub(crate) scrubbing: usize,
+}
+
+#[derive(Clone)]
+pub(crate) struct Ledger<S> {
+    shapes: Vec<Shape>,
+    uid_cap: Option<usize>,
+    entries: BTreeMap<u64, Entry<S>>,
+    next_id: u64,
+    charged: HashMap<u32, usize>,
+}
+
+impl<S> Ledger<S> {
+    pub(crate) fn new(shapes: Vec<Shape>, uid_cap: Option<usize>) -> Ledger<S> {
+        Ledger {
+            shapes,
+            uid_cap,
+            entries: BTreeMap::new(),
+            next_id: 1,
+            charged: HashMap::new(),
+        }
+    }
+
+    pub(crate) fn shapes(&self) -> &[Shape] {
+        &self.shapes
+    }
+
+    fn charge(&mut self, uid: Option<u32>, len: usize) {
+        if let Some(u) = uid {
+            *self.charged.entry(u).or_insert(0) += len;
+        }
+    }
+
+    fn uncharge(&mut self, uid: Option<u32>, len: usize) {
+        if let Some(u) = uid {
+            let c = self
+                .charged
+                .get_mut(&u)
+                .expect("a charged uid has an entry");
+            *c -= len;
+            if *c == 0 {
+                self.charged.remove(&u);
+            }
+        }
+    }
+
+    fn set(&mut self, id: u64, state: State) {
+        let e = self.entries.get_mut(&id).expect("set on a known segment");
+        let (old, len) = (e.state, e.len);
+        e.state = state;
+        self.uncharge(old.charged(), len);
+        self.charge(state.charged(), len);
+    }
+
+    fn insert(&mut self, pool: usize, seg: S, len: usize, file: (u64, u64), state: State) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        let adopted = matches!(state, State::Quarantined { .. });
+        self.entries.insert(
+            id,
+            Entry {
+                pool,
+                len,
+                state,
+                seg: Some(seg),
+                adopted,
+                file,
+            },
+        );
+        self.charge(state.charged(), len);
+        id
+    }
+
+    /// A new, zero segment of `pool`, ready for anyone.
+    pub(crate) fn add_ready(&mut self, pool: usize, seg: S, len: usize, file: (u64, u64)) -> u64 {
+        self.insert(pool, seg, len, file, State::Ready { owner: None })
+    }
+
+    /// A segment a previous instance handed out and `uid` still holds:
+    /// quarantined, charged to `uid`, cleaned with fresh pages.
+    pub(crate) fn adopt(
+        &mut self,
+        pool: usize,
+        seg: S,
+        len: usize,
+        file: (u64, u64),
+        uid: u32,
+    ) -> u64 {
+        self.insert(pool, seg, len, file, State::Quarantined { uid })
+    }
+
+    /// The pool a segment of `page`-byte pages and `len` bytes, taken over from
+    /// a previous instance, belongs to: the one of that shape, else any pool of
+    /// the page size (it is destroyed once clean), else none.
+    pub(crate) fn pool_for(&self, page: usize, len: usize) -> Option<usize> {
+        let of_page = |s: &Shape| s.page == page;
+        self.shapes
+            .iter()
+            .position(|s| of_page(s) && s.segment == len)
+            .or_else(|| self.shapes.iter().position(of_page))
+    }
+
+    pub(crate) fn get(&self, id: u64) -> Option<&Entry<S>> {
+        self.entries.get(&id)
+    }
+
+    /// The segment's memory, if it is home.
+    pub(crate) fn home(&self, id: u64) -> Option<&S> {
+        self.entries.get(&id).and_then(|e| e.seg.as_ref())
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (u64, &Entry<S>)> {
+        self.entries.iter().map(|(&id, e)| (id, e))
+    }
+
+    /// Bytes `uid` holds or has in quarantine or being cleaned.
+    pub(crate) fn uid_used(&self, uid: u32) -> usize {
+        self.charged.get(&uid).copied().unwrap_or(0)
+    }
+
+    /// Every charged uid with its bytes.
+    pub(crate) fn charged(&self) -> impl Iterator<Item = (u32, usize)> + '_ {
+        self.charged.iter().map(|(&u, &b)| (u, b))
+    }
+
+    pub(crate) fn counts(&self, pool: usize) -> Counts {
+        let mut c = Counts::default();
+        for e in self.entries.values().filter(|e| e.pool == pool) {
+            match e.state {
+                State::Ready { .. } => c.ready += 1,
+                State::Leased { .. } => c.leased += 1,
+                State::Quarantined { .. } => c.quarantined += 1,
+                State::Scrubbing { .. } => c.scrubbing += 1,
+            }
+        }
+        c
+    }
+
+    /// Ready bytes and all bytes of `pool`.
+    fn sizes(&self, pool: usize) -> (usize, usize) {
+        let (mut ready, mut total) = (0, 0);
+        for e in self.entries.values().filter(|e| e.pool == pool) {
+            total += e.len;
+            if matches!(e.state, State::Ready { .. }) {
+                ready += e.len;
+            }
+        }
+        (ready, total)
+    }
+
+    pub(crate) fn any_quarantined(&self) -> bool {
+        self.entries
+            .values()
+            .any(|e| matches!(e.state, State::Quarantined { .. }))
+    }
+
+    pub(crate) fn quarantined(&self) -> Vec<u64> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Quarantined { .. }))
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    pub(crate) fn leased(&self) -> usize {
+        self.entries
+            .values()
+            .filter(|e| matches!(e.state, State::Leased { .. }))
+            .count()
+    }
+
+    /// Ready segments of `pool` that `uid` may have: its own scrubbed ones
+    /// first (they spare fresh ones for others), then fresh ones.
+    fn ready_for(&self, pool: usize, uid: u32) -> Vec<u64> {
+        let of = |owner| {
+            self.entries
+                .iter()
+                .filter(move |(_, e)| e.pool == pool && e.state == State::Ready { owner })
+                .map(|(&id, _)| id)
+        };
+        of(Some(uid)).chain(of(None)).collect()
+    }
+
+    /// Which segments serve `bytes` on `page`-byte pages for `uid`: from one
+    /// pool of that page size, the one whose segment is exactly the request
+    /// first, then the one needing the fewest segments, then the least bytes
+    /// beyond the request; among those that have enough ready for `uid` and
+    /// keep it within its cap. Nothing changes until [`Ledger::lease`].
+    pub(crate) fn choose(&self, uid: u32, bytes: u64, page: u64) -> Result<Grant, Refused> {
+        let refuse = |reason, errno, ready, message: String| {
+            Err(Refused {
+                reason,
+                errno,
+                ready,
+                message,
+                short: None,
+            })
+        };
+        if bytes == 0 {
+            return refuse(
+                Refusal::BadRequest,
+                libc::EINVAL,
+                0,
+                "zero bytes requested".into(),
+            );
+        }
+        let of_page: Vec<usize> = (0..self.shapes.len())
+            .filter(|&i| self.shapes[i].page as u64 == page)
+            .collect();
+        if of_page.is_empty() {
+            let mut served: Vec<String> = self.shapes.iter().map(|s| s.page.to_string()).collect();
+            served.dedup();
+            return refuse(
+                Refusal::BadRequest,
+                libc::EINVAL,
+                0,
+                format!(
+                    "no pool of page size {page} (this daemon serves page sizes {})",
+                    served.join(", ")
+                ),
+            );
+        }
+        let rounded = usize::try_from(bytes)
+            .ok()
+            .and_then(|b| b.checked_next_multiple_of(page as usize));
+        let mut ranked: Vec<(bool, usize, usize, usize)> = of_page
+            .iter()
+            .filter_map(|&i| {
+                let s = self.shapes[i];
+                let r = rounded.filter(|&r| r <= s.cap)?;
+                let n = r.div_ceil(s.segment);
+                Some((n != 1 || s.segment != r, n, n * s.segment - r, i))
+            })
+            .collect();
+        if ranked.is_empty() {
+            let cap = of_page.iter().map(|&i| self.shapes[i].cap).max();
+            return refuse(
+                Refusal::PoolCap,
+                libc::ENOMEM,
+                0,
+                format!(
+                    "{bytes} bytes is more than the cap of every pool of page size {page} \
+                     (the largest is {})",
+                    cap.unwrap_or(0)
+                ),
+            );
+        }
+        ranked.sort_unstable();
+        let used = self.uid_used(uid);
+        let mut short: Option<(usize, usize, usize)> = None;
+        let mut over_cap = None;
+        for &(_, n, _, pool) in &ranked {
+            let want = n * self.shapes[pool].segment;
+            if let Some(cap) = self.uid_cap.filter(|&c| used + want > c) {
+                over_cap.get_or_insert((want, cap));
+                continue;
+            }
+            let mut ready = self.ready_for(pool, uid);
+            if ready.len() >= n {
+                ready.truncate(n);
+                return Ok(Grant { pool, ids: ready });
+            }
+            short.get_or_insert((
+                pool,
+                n - ready.len(),
+                ready.len() * self.shapes[pool].segment,
+            ));
+        }
+        match (short, over_cap) {
+            (Some((pool, missing, ready)), _) => {
+                let s = self.shapes[pool];
+                Err(Refused {
+                    reason: Refusal::NotReady,
+                    errno: libc::ENOMEM,
+                    ready,
+                    message: format!(
+                        "{ready} bytes ready in the pool of {page}-byte pages and {}-byte \
+                         segments, {} asked",
+                        s.segment,
+                        rounded.unwrap_or(0).next_multiple_of(s.segment)
+                    ),
+                    short: Some((pool, missing)),
+                })
+            }
+            (None, Some((want, cap))) => refuse(
+                Refusal::UidCap,
+                libc::EDQUOT,
+                0,
+                format!(
+                    "uid {uid} holds or has in quarantine {used} bytes; {want} more would pass \
+                     its cap of {cap}"
+                ),
+            ),
+            (None, None) => unreachable!("every ranked pool is either short or over the cap"),
+        }
+    }
+
+    /// Hands `grant` to `uid` on `conn`. The ids must come from [`Ledger::choose`]
+    /// for the same uid, with nothing changed in between.
+    pub(crate) fn lease(&mut self, grant: &Grant, conn: u64, uid: u32) {
+        for &id in &grant.ids {
+            let e = &self.entries[&id];
+            assert!(
+                matches!(e.state, State::Ready { owner } if owner.is_none_or(|o| o == uid)),
+                "lease of segment {id} in {:?} to uid {uid}",
+                e.state
+            );
+            self.set(id, State::Leased { conn, uid });
+        }
+        debug_assert!(self.check());
+    }
+
+    /// Takes back `ids` from `conn` into quarantine, all or none: each must be
+    /// leased on `conn`, and named once.
+    pub(crate) fn release(&mut self, conn: u64, ids: &[u64]) -> Result<(), u64> {
+        for (i, id) in ids.iter().enumerate() {
+            let held = self
+                .entries
+                .get(id)
+                .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn));
+            if !held || ids[..i].contains(id) {
+                return Err(*id);
+            }
+        }
+        for &id in ids {
+            if let State::Leased { uid, .. } = self.entries[&id].state {
+                self.set(id, State::Quarantined { uid });
+            }
+        }
+        debug_assert!(self.check());
+        Ok(())
+    }
+
+    /// Everything leased on `conn` goes to quarantine.
+    pub(crate) fn disconnect(&mut self, conn: u64) {
+        let held: Vec<(u64, u32)> = self
+            .entries
+            .iter()
+            .filter_map(|(&id, e)| match e.state {
+                State::Leased { conn: c, uid } if c == conn => Some((id, uid)),
+                _ => None,
+            })
+            .collect();
+        for (id, uid) in held {
+            self.set(id, State::Quarantined { uid });
+        }
+        debug_assert!(self.check());
+    }
+
+    /// A quarantined segment nobody else holds goes to the worker: its memory,
+    /// and how to clean it (in place for the uid that held it, unless the
+    /// segment was adopted or `fresh_always`).
+    pub(crate) fn start_clean(&mut self, id: u64, fresh_always: bool) -> Option<(S, Clean)> {
+        let e = self.entries.get_mut(&id)?;
+        let State::Quarantined { uid } = e.state else {
+            return None;
+        };
+        let seg = e.seg.take().expect("quarantined segments are home");
+        let how = if e.adopted || fresh_always {
+            Clean::Fresh
+        } else {
+            Clean::InPlace
+        };
+        self.set(id, State::Scrubbing { uid: Some(uid) });
+        debug_assert!(self.check());
+        Some((seg, how))
+    }
+
+    /// Up to `k` ready segments of `pool` that only other uids may have go to
+    /// the worker for fresh pages, for `uid`.
+    pub(crate) fn make_fresh_for(&mut self, pool: usize, uid: u32, k: usize) -> Vec<(u64, S)> {
+        let ids: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.pool == pool && matches!(e.state, State::Ready { owner: Some(o) } if o != uid)
+            })
+            .map(|(&id, _)| id)
+            .take(k)
+            .collect();
+        let mut batch = Vec::with_capacity(ids.len());
+        for id in ids {
+            let seg = self.entries.get_mut(&id).and_then(|e| e.seg.take());
+            self.set(id, State::Scrubbing { uid: None });
+            batch.push((id, seg.expect("ready segments are home")));
+        }
+        debug_assert!(self.check());
+        batch
+    }
+
+    /// The worker made segment `id` zero `how`: it is ready again (for the uid
+    /// that held it, if cleaned in place). `Err(seg)`: the segment is no longer
+    /// wanted (forgotten meanwhile, or of another shape than its pool's since
+    /// a restart): the caller destroys it.
+    pub(crate) fn cleaned(&mut self, id: u64, seg: S, how: Clean) -> Result<(), S> {
+        let Some(e) = self.entries.get(&id) else {
+            return Err(seg);
+        };
+        let State::Scrubbing { uid } = e.state else {
+            return Err(seg);
+        };
+        if e.len != self.shapes[e.pool].segment {
+            self.remove(id);
+            return Err(seg);
+        }
+        let owner = match how {
+            Clean::InPlace => uid,
+            Clean::Fresh => None,
+        };
+        let e = self.entries.get_mut(&id).expect("checked above");
+        e.seg = Some(seg);
+        e.adopted = false;
+        self.set(id, State::Ready { owner });
+        debug_assert!(self.check());
+        Ok(())
+    }
+
+    /// Forgets segment `id`, whatever its state; its memory if it was home.
+    pub(crate) fn remove(&mut self, id: u64) -> Option<S> {
+        let e = self.entries.remove(&id)?;
+        self.uncharge(e.state.charged(), e.len);
+        debug_assert!(self.check());
+        e.seg
+    }
+
+    /// Forgets every segment (shutdown: what clients hold stays theirs).
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.charged.clear();
+    }
+
+    /// Whether `pool` should grow by a segment: short of its target, with
+    /// room under its cap.
+    pub(crate) fn wants_growth(&self, pool: usize) -> bool {
+        let s = self.shapes[pool];
+        let (ready, total) = self.sizes(pool);
+        ready < s.target && total + s.segment <= s.cap
+    }
+
+    /// Whether any pool has less ready than its target.
+    pub(crate) fn any_short(&self) -> bool {
+        (0..self.shapes.len()).any(|i| self.sizes(i).0 < self.shapes[i].target)
+    }
+
+    /// Ready segments of `pool` beyond its target by a whole segment or more,
+    /// those only one uid may have first (fresh ones serve anyone).
+    pub(crate) fn surplus(&self, pool: usize) -> Vec<u64> {
+        let s = self.shapes[pool];
+        let (ready, _) = self.sizes(pool);
+        if ready < s.target + s.segment {
+            return Vec::new();
+        }
+        let mut extra: Vec<(bool, u64)> = self
+            .entries
+            .iter()
+            .filter_map(|(&id, e)| match e.state {
+                State::Ready { owner } if e.pool == pool => Some((owner.is_none(), id)),
+                _ => None,
+            })
+            .collect();
+        extra.sort_unstable();
+        extra.truncate((ready - s.target) / s.segment);
+        extra.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// The invariant of the module docs.
+    pub(crate) fn check(&self) -> bool {
+        let mut charged: HashMap<u32, usize> = HashMap::new();
+        for (&id, e) in &self.entries {
+            let home_ok = e.seg.is_some() != matches!(e.state, State::Scrubbing { .. });
+            if !home_ok || e.pool >= self.shapes.len() || id >= self.next_id {
+                return false;
+            }
+            if let Some(u) = e.state.charged() {
+                *charged.entry(u).or_insert(0) += e.len;
+            }
+        }
+        charged == self.charged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Tenants: connections 1 and 3 are uid 10's, 2 is uid 20's.
+    fn uid_of(conn: u64) -> u32 {
+        if conn == 2 {
+            20
+        } else {
+            10
+        }
+    }
+
+    /// Who had a segment's pages last without fresh pages since, in the
+    /// model: an adopted segment's holder is a guess.
+    const UNKNOWN: u32 = 999;
+
+    /// Every event the event loop and the worker can apply.
+    #[derive(Debug, Clone, Copy)]
+    enum Event {
+        Create(usize),
+        Adopt(usize, u32),
+        Alloc(u64, u64),
+        Release(u64, u64),
+        Disconnect(u64),
+        StartClean(u64, bool),
+        MakeFresh(usize, u32),
+        /// The worker finishes what it was given; `false`: the pages could
+        /// not be had (or verification failed), the segment is destroyed.
+        Finish(u64, bool),
+        Trim(usize),
+    }
+
+    fn events() -> Vec<Event> {
+        let mut v = vec![
+            Event::Create(0),
+            Event::Create(1),
+            Event::Adopt(0, 20),
+            Event::Trim(0),
+            Event::Trim(1),
+            Event::MakeFresh(0, 10),
+            Event::MakeFresh(1, 20),
+        ];
+        for conn in 1..=3 {
+            v.push(Event::Disconnect(conn));
+            for bytes in 1..=3 {
+                v.push(Event::Alloc(conn, bytes));
+            }
+        }
+        for id in 1..=4 {
+            v.push(Event::Release(1, id));
+            v.push(Event::Release(2, id));
+            v.push(Event::StartClean(id, false));
+            v.push(Event::StartClean(id, true));
+            v.push(Event::Finish(id, true));
+            v.push(Event::Finish(id, false));
+        }
+        v
+    }
+
+    /// The ledger, what the worker holds, and per segment: whether it is zero,
+    /// and the uid whose bytes it may still hold.
+    #[derive(Clone)]
+    struct World {
+        ledger: Ledger<u64>,
+        worker: HashMap<u64, (u64, Clean)>,
+        zero: HashMap<u64, bool>,
+        dirty_by: HashMap<u64, Option<u32>>,
+    }
+
+    fn world() -> World {
+        let shapes = vec![
+            Shape {
+                page: 1,
+                segment: 1,
+                target: 1,
+                cap: 3,
+            },
+            Shape {
+                page: 1,
+                segment: 2,
+                target: 2,
+                cap: 4,
+            },
+        ];
+        World {
+            ledger: Ledger::new(shapes, Some(3)),
+            worker: HashMap::new(),
+            zero: HashMap::new(),
+            dirty_by: HashMap::new(),
+        }
+    }
+
+    /// Applies `e` as the server would; false if it does not apply here.
+    fn apply(w: &mut World, e: Event) -> bool {
+        let l = &mut w.ledger;
+        match e {
+            Event::Create(pool) => {
+                if l.entries.len() >= 4 || !l.wants_growth(pool) {
+                    return false;
+                }
+                let seg = l.shapes[pool].segment;
+                let id = l.add_ready(pool, l.next_id, seg, (0, 0));
+                w.zero.insert(id, true);
+                w.dirty_by.insert(id, None);
+            }
+            Event::Adopt(pool, uid) => {
+                if l.entries.len() >= 4 {
+                    return false;
+                }
+                let seg = l.shapes[pool].segment;
+                let id = l.adopt(pool, l.next_id, seg, (0, 0), uid);
+                w.zero.insert(id, false);
+                w.dirty_by.insert(id, Some(UNKNOWN));
+            }
+            Event::Alloc(conn, bytes) => {
+                let uid = uid_of(conn);
+                let Ok(g) = l.choose(uid, bytes, 1) else {
+                    return false;
+                };
+                let seg = l.shapes[g.pool].segment;
+                assert_eq!(g.ids.len(), (bytes as usize).div_ceil(seg), "{g:?}");
+                for id in &g.ids {
+                    assert_eq!(l.entries[id].pool, g.pool);
+                    assert!(w.zero[id], "segment {id} handed out not zero");
+                    assert!(
+                        w.dirty_by[id].is_none_or(|u| u == uid),
+                        "uid {uid} got segment {id}, last written by {:?} without fresh pages",
+                        w.dirty_by[id]
+                    );
+                }
+                l.lease(&g, conn, uid);
+                assert!(l.uid_used(uid) <= 3, "uid {uid} past its cap");
+                for id in g.ids {
+                    w.zero.insert(id, false);
+                    w.dirty_by.insert(id, Some(uid));
+                }
+            }
+            Event::Release(conn, id) => {
+                let expect = l
+                    .entries
+                    .get(&id)
+                    .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn));
+                let r = l.release(conn, &[id]);
+                assert_eq!(r.is_ok(), expect, "{e:?}");
+                // Naming a held id twice is refused whole.
+                if expect {
+                    assert_eq!(l.release(conn, &[id, id]), Err(id));
+                }
+                return expect;
+            }
+            Event::Disconnect(conn) => {
+                if !l
+                    .entries
+                    .values()
+                    .any(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn))
+                {
+                    return false;
+                }
+                l.disconnect(conn);
+            }
+            Event::StartClean(id, fresh) => match l.start_clean(id, fresh) {
+                Some((seg, how)) => {
+                    assert!(how == Clean::Fresh || !(fresh || w.dirty_by[&id] == Some(UNKNOWN)));
+                    w.worker.insert(id, (seg, how));
+                }
+                None => return false,
+            },
+            Event::MakeFresh(pool, uid) => {
+                let batch = l.make_fresh_for(pool, uid, 1);
+                if batch.is_empty() {
+                    return false;
+                }
+                for (id, seg) in batch {
+                    w.worker.insert(id, (seg, Clean::Fresh));
+                }
+            }
+            Event::Finish(id, ok) => {
+                let Some((seg, how)) = w.worker.remove(&id) else {
+                    return false;
+                };
+                if !ok {
+                    assert!(l.remove(id).is_none(), "the worker had it");
+                } else if l.cleaned(id, seg, how).is_ok() {
+                    w.zero.insert(id, true);
+                    if how == Clean::Fresh {
+                        w.dirty_by.insert(id, None);
+                    }
+                }
+            }
+            Event::Trim(pool) => {
+                let extra = l.surplus(pool);
+                if extra.is_empty() {
+                    return false;
+                }
+                for id in extra {
+                    assert!(l.remove(id).is_some(), "ready segments are home");
+                }
+            }
+        }
+        true
+    }
+
+    fn explore(w: &World, depth: usize, evs: &[Event], visited: &mut usize) {
+        assert!(w.ledger.check(), "invariant broken");
+        if depth == 0 {
+            return;
+        }
+        for &e in evs {
+            let mut next = w.clone();
+            if apply(&mut next, e) {
+                *visited += 1;
+                explore(&next, depth - 1, evs, visited);
+            }
+        }
+    }
+
+    #[test]
+    fn every_sequence_of_transitions_keeps_the_invariant_and_tenants_apart() {
+        let mut visited = 0;
+        explore(&world(), 8, &events(), &mut visited);
+        eprintln!("{visited} sequences of up to 8 transitions");
+        assert!(visited > 500_000, "explored only {visited} sequences");
+    }
+
+    #[test]
+    fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
+        let shape = |segment| Shape {
+            page: 2,
+            segment,
+            target: 0,
+            cap: 64,
+        };
+        // Segments of 4, 16 and 8 units.
+        let mut l: Ledger<()> = Ledger::new(vec![shape(4), shape(16), shape(8)], None);
+        for pool in 0..3 {
+            for _ in 0..4 {
+                l.add_ready(pool, (), l.shapes[pool].segment, (0, 0));
+            }
+        }
+        let pool_of = |l: &Ledger<()>, bytes| {
+            let g = l.choose(1, bytes, 2).unwrap();
+            (g.pool, g.ids.len())
+        };
+        assert_eq!(pool_of(&l, 8), (2, 1), "exact fit");
+        assert_eq!(pool_of(&l, 16), (1, 1), "exact fit");
+        assert_eq!(
+            pool_of(&l, 7),
+            (2, 1),
+            "one segment, least beyond (rounded to 8)"
+        );
+        assert_eq!(pool_of(&l, 3), (0, 1), "one segment, least beyond");
+        assert_eq!(pool_of(&l, 20), (1, 2), "fewest segments");
+        // Without ready 16s, the 8s: three segments beat five 4s.
+        let sixteens: Vec<u64> = l
+            .entries()
+            .filter(|(_, e)| e.pool == 1)
+            .map(|(id, _)| id)
+            .collect();
+        for id in sixteens {
+            l.remove(id);
+        }
+        assert_eq!(pool_of(&l, 20), (2, 3));
+        let r = l.choose(1, 64, 2).unwrap_err();
+        assert_eq!(r.reason, Refusal::NotReady);
+        assert_eq!(
+            r.short,
+            Some((1, 4)),
+            "the pool needing fewest segments grows"
+        );
+    }
+
+    #[test]
+    fn refusals_say_why() {
+        let mut l: Ledger<()> = Ledger::new(
+            vec![Shape {
+                page: 2,
+                segment: 4,
+                target: 0,
+                cap: 8,
+            }],
+            Some(8),
+        );
+        l.add_ready(0, (), 4, (0, 0));
+        let why = |l: &Ledger<()>, bytes, page| l.choose(7, bytes, page).unwrap_err().reason;
+        assert_eq!(why(&l, 0, 2), Refusal::BadRequest);
+        assert_eq!(why(&l, 4, 4096), Refusal::BadRequest);
+        assert_eq!(why(&l, 9, 2), Refusal::PoolCap);
+        assert_eq!(why(&l, u64::MAX, 2), Refusal::PoolCap);
+        let r = l.choose(7, 8, 2).unwrap_err();
+        assert_eq!(
+            (r.reason, r.ready, r.short),
+            (Refusal::NotReady, 4, Some((0, 1)))
+        );
+        let g = l.choose(7, 4, 2).unwrap();
+        l.lease(&g, 1, 7);
+        l.add_ready(0, (), 4, (0, 0));
+        l.add_ready(0, (), 4, (0, 0));
+        assert_eq!(l.choose(7, 8, 2).unwrap_err().reason, Refusal::UidCap);
+        assert!(l.choose(8, 8, 2).is_ok(), "the cap is per uid");
+    }
+}
