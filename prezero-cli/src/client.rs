@@ -20,6 +20,9 @@ pub enum Which {
     /// Allocate and release random sizes for a while, checking every byte
     /// (stress for the service; exits non-zero if any byte was not zero).
     Churn(ChurnArgs),
+    /// Take zeroed memory as memfds and exec PROGRAM with them inherited
+    /// (`{path}`, `{fd}`, `{size}` in its arguments name them).
+    Exec(crate::exec::ExecArgs),
 }
 
 #[derive(clap::Args)]
@@ -96,6 +99,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Alloc(a) => alloc(&a),
         Which::Stats(a) => stats(&a),
         Which::Churn(a) => churn(&a),
+        Which::Exec(a) => crate::exec::run(&a),
     }
 }
 

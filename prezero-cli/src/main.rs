@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod calibrate;
 mod client;
+mod exec;
 mod info;
 mod report;
 mod serve;
@@ -39,7 +40,7 @@ enum Command {
     },
     /// The node-wide service: pre-zeroed hugetlb memory handed out as memfds.
     Serve(serve::Args),
-    /// Talk to `prezero serve`: alloc, stats, churn.
+    /// Talk to `prezero serve`: alloc, stats, churn, exec.
     Client {
         #[command(subcommand)]
         which: client::Which,

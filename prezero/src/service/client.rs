@@ -1,9 +1,11 @@
 //! The client: ask `prezero serve` for zeroed hugetlb memory, map it as one
 //! contiguous populated range, give it back on drop; fall back to a local
 //! [`Region`] + [`prefault`](crate::prefault) when the service cannot serve.
+//! Or take the memory as files ([`SegmentFiles`], for `prezero client exec`),
+//! with a sealed, populated local memfd as the fallback.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -314,6 +316,57 @@ impl Client {
         local(bytes, page, opts.populate_threads, err.to_string())
     }
 
+    /// `bytes` of zeroed memory on `page` pages as **files** rather than a
+    /// mapping, for a program that maps them itself (a VMM given
+    /// `mem-path=/proc/self/fd/N`). The files are checked exactly as
+    /// [`Client::alloc_with`] checks them (they tile the request; each is a
+    /// hugetlbfs file of `page` pages sealed against shrinking). When the
+    /// service cannot serve (and `opts.fallback`), one local memfd: hugetlb of
+    /// `page` if the pool has the pages, else a plain memfd (base pages; the
+    /// reason says so), populated with `opts.populate_threads` threads and
+    /// sealed like the service's. Dropping it closes the files and releases.
+    pub fn alloc_files(
+        &self,
+        bytes: usize,
+        page: PageKind,
+        opts: AllocOptions,
+    ) -> Result<SegmentFiles> {
+        if bytes == 0 {
+            return Err(Error::invalid("zero bytes requested"));
+        }
+        if !page.is_hugetlb() {
+            return Err(Error::invalid(
+                "the service serves hugetlb pages: 2MB or 1GB",
+            ));
+        }
+        let len = bytes.next_multiple_of(page.page_size());
+        let err = match &self.conn {
+            None => self.not_connected(),
+            Some(conn) => match take_segments(conn, bytes, page) {
+                Ok(Taken {
+                    held,
+                    spans,
+                    segment_size,
+                }) => {
+                    return Ok(SegmentFiles {
+                        len,
+                        page,
+                        source: Source::Service {
+                            segments: spans.len(),
+                            segment_size,
+                        },
+                        backing: FilesBacking::Service { spans, held },
+                    })
+                }
+                Err(e) => e,
+            },
+        };
+        if !opts.fallback {
+            return Err(err);
+        }
+        local_file(len, page, opts.populate_threads, err.to_string())
+    }
+
     /// The service's counters.
     pub fn stats(&self) -> Result<ServiceStats> {
         let conn = self.conn.as_ref().ok_or_else(|| self.not_connected())?;
@@ -394,7 +447,19 @@ pub(crate) fn connect_socket(path: &Path, timeout: Duration) -> io::Result<Owned
     Ok(sock)
 }
 
-fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<ServiceMemory> {
+/// An `ALLOC` answer, checked; nothing mapped yet.
+struct Taken {
+    /// The segments, released when dropped.
+    held: Held,
+    /// Where each goes in the request: (offset, bytes of it used), from `tile`.
+    spans: Vec<(usize, usize)>,
+    /// Bytes per segment.
+    segment_size: usize,
+}
+
+/// Asks the service for `bytes` on `page` pages and checks the answer: the
+/// segments tile the request, and each file is what the daemon promises.
+fn take_segments(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Taken> {
     let req = Request::Alloc {
         bytes: bytes as u64,
         page_size: page.page_size() as u64,
@@ -440,6 +505,21 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
     for ((fd, &(_, n)), &claimed) in held.fds.iter().zip(&spans).zip(&lens) {
         check_segment_file(fd.as_fd(), claimed, n, page.page_size())?;
     }
+    Ok(Taken {
+        held,
+        spans,
+        // `tile` checked every length fits a usize.
+        segment_size: lens[0] as usize,
+    })
+}
+
+fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<ServiceMemory> {
+    let Taken {
+        held,
+        spans,
+        segment_size,
+    } = take_segments(conn, bytes, page)?;
+    let len = bytes.next_multiple_of(page.page_size());
     // One segment maps anywhere (hugetlb mappings come page-aligned); several
     // go back to back into a reservation.
     let base = if spans.len() == 1 {
@@ -488,8 +568,7 @@ fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Servic
         page,
         source: Source::Service {
             segments: spans.len(),
-            // `tile` checked every length fits a usize.
-            segment_size: lens[0] as usize,
+            segment_size,
         },
         backing: Backing::Service { spans, held },
     })
@@ -633,6 +712,108 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
     })
 }
 
+/// The seals a local file carries, as the daemon's segments do: no holder can
+/// truncate it, grow it, or add a seal.
+const LOCAL_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
+/// of `len` bytes, hugetlb of `page` when the pool has the pages, else a plain
+/// memfd (base pages), and `why` the service did not serve.
+fn local_file(len: usize, page: PageKind, threads: usize, why: String) -> Result<SegmentFiles> {
+    let pages = len / page.page_size();
+    let free = crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free);
+    let hugetlb = if free < pages {
+        Err(format!("{pages} {page} hugetlb pages needed, {free} free"))
+    } else {
+        populated_memfd(len, Some(page), threads).map_err(|e| e.to_string())
+    };
+    let (fd, kind, reason) = match hugetlb {
+        Ok(fd) => (fd, page, why),
+        Err(short) => {
+            // Populating more than is available would end in the OOM killer,
+            // not an error.
+            let available = crate::sys::mem_available();
+            if len > available {
+                return Err(Error::invalid(format!(
+                    "{why}; local {page} memfd: {short}; and {len} bytes is more than the \
+                     {available} bytes of memory available for a plain memfd"
+                )));
+            }
+            (
+                populated_memfd(len, None, threads)?,
+                PageKind::Base,
+                format!("{why}; local {page} memfd: {short}; used a plain memfd (base pages)"),
+            )
+        }
+    };
+    Ok(SegmentFiles {
+        len,
+        page: kind,
+        source: Source::Local { reason },
+        backing: FilesBacking::Local { fd },
+    })
+}
+
+/// A memfd of `len` bytes (hugetlb of `huge` pages, or plain), every page
+/// faulted in through a temporary mapping with `threads` threads, then sealed
+/// with [`LOCAL_SEALS`]. Close-on-exec.
+fn populated_memfd(len: usize, huge: Option<PageKind>, threads: usize) -> Result<OwnedFd> {
+    let size_flag = match huge {
+        Some(PageKind::Huge2M) => libc::MFD_HUGETLB | libc::MFD_HUGE_2MB,
+        Some(PageKind::Huge1G) => libc::MFD_HUGETLB | libc::MFD_HUGE_1GB,
+        _ => 0,
+    };
+    // SAFETY: the name is a NUL-terminated literal; the flags are valid
+    // memfd_create flags.
+    let raw = unsafe {
+        libc::memfd_create(
+            c"prezero-local".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | size_flag,
+        )
+    };
+    if raw < 0 {
+        return Err(Error::os("memfd_create", io::Error::last_os_error()));
+    }
+    // SAFETY: raw is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: ftruncate on our own memfd, which no other process has.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        return Err(Error::os("ftruncate", io::Error::last_os_error()));
+    }
+    // A shared mapping of a hugetlb file reserves its pages here: a shortage
+    // is ENOMEM now, not a SIGBUS later.
+    // SAFETY: a new shared mapping of our memfd at a kernel-chosen address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(Error::os(
+            "mmap of a local memfd",
+            io::Error::last_os_error(),
+        ));
+    }
+    // SAFETY: [p, p+len) is the mapping just made, which nothing else knows of;
+    // populating does not change its contents; `huge` says whether it is hugetlb.
+    let populated =
+        unsafe { crate::prefault::prefault_as(p.cast(), len, threads.max(1), huge.is_some()) };
+    // The pages stay in the file; the mapping was only the way to fault them in.
+    // SAFETY: our own mapping, unused from here on.
+    unsafe { libc::munmap(p, len) };
+    populated?;
+    // SAFETY: fcntl(F_ADD_SEALS) on our own memfd.
+    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, LOCAL_SEALS) } != 0 {
+        return Err(Error::os("fcntl(F_ADD_SEALS)", io::Error::last_os_error()));
+    }
+    Ok(fd)
+}
+
 /// Segments held from the service; dropping releases them.
 struct Held {
     conn: Arc<Conn>,
@@ -745,11 +926,169 @@ impl Drop for ServiceMemory {
     }
 }
 
+enum FilesBacking {
+    Service {
+        /// Each segment's (offset, bytes of the request it covers), from `tile`.
+        spans: Vec<(usize, usize)>,
+        held: Held,
+    },
+    Local {
+        fd: OwnedFd,
+    },
+}
+
+/// Zeroed, populated memory as files, from [`Client::alloc_files`]: the
+/// service's segments (sealed hugetlb memfds), or one local memfd. Nothing is
+/// mapped here. Dropped, the files close and the segments are released.
+pub struct SegmentFiles {
+    len: usize,
+    page: PageKind,
+    source: Source,
+    backing: FilesBacking,
+}
+
+/// A file given up by [`SegmentFiles::into_inherited`]: open across `exec`.
+#[derive(Debug)]
+pub struct InheritedFile {
+    /// The memfd, with `FD_CLOEXEC` cleared.
+    pub fd: OwnedFd,
+    /// Where it starts in the request.
+    pub offset: usize,
+    /// Bytes of the request it covers (map this much of it; the file may be longer).
+    pub len: usize,
+}
+
+impl SegmentFiles {
+    /// Bytes: the request rounded up to the page size.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Never true: zero-byte requests are refused.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The page size behind the files (`Base` for a plain local memfd).
+    pub fn page(&self) -> PageKind {
+        self.page
+    }
+
+    /// Which path served it, and why if not the service.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// The files in order, each with its offset in the request and the bytes
+    /// of it that belong to the request.
+    pub fn segments(&self) -> Vec<SegmentView<'_>> {
+        match &self.backing {
+            FilesBacking::Local { fd } => vec![SegmentView {
+                fd: fd.as_fd(),
+                offset: 0,
+                len: self.len,
+            }],
+            FilesBacking::Service { spans, held } => held
+                .fds
+                .iter()
+                .zip(spans)
+                .map(|(fd, &(offset, len))| SegmentView {
+                    fd: fd.as_fd(),
+                    offset,
+                    len,
+                })
+                .collect(),
+        }
+    }
+
+    /// Gives the files up for `exec`: `FD_CLOEXEC` is cleared on each, and the
+    /// release is forgotten. The segments stay counted to the client's
+    /// connection until it closes; the client's socket is close-on-exec, so an
+    /// `exec` closes it, and the daemon then quarantines them for as long as
+    /// any process holds one of the files or a mapping of it (its lease check
+    /// sees every open file description), and scrubs them once none is left.
+    pub fn into_inherited(mut self) -> Result<Vec<InheritedFile>> {
+        for s in self.segments() {
+            // SAFETY: fcntl(F_SETFD) on a descriptor we hold.
+            if unsafe { libc::fcntl(s.fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
+                return Err(Error::os("fcntl(F_SETFD)", io::Error::last_os_error()));
+            }
+        }
+        let spans = match &mut self.backing {
+            FilesBacking::Local { .. } => vec![(0, self.len)],
+            FilesBacking::Service { spans, held } => {
+                // No RELEASE when `held` drops: the connection's close does it.
+                held.ids.clear();
+                spans.clone()
+            }
+        };
+        let fds = match self.backing {
+            FilesBacking::Local { fd } => vec![fd],
+            FilesBacking::Service { mut held, .. } => std::mem::take(&mut held.fds),
+        };
+        Ok(fds
+            .into_iter()
+            .zip(spans)
+            .map(|(fd, (offset, len))| InheritedFile { fd, offset, len })
+            .collect())
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::tile;
+    use super::*;
 
     const M: u64 = 2 << 20;
+
+    #[test]
+    fn a_local_file_is_sealed_populated_zero_and_can_be_inherited() {
+        let len = 8 << 20;
+        let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
+        assert_eq!(f.len(), len - 4096, "the caller rounds up");
+        let s = f.segments();
+        assert_eq!((s.len(), s[0].offset, s[0].len), (1, 0, len - 4096));
+        let fd = s[0].fd.as_raw_fd();
+        // SAFETY: an all-zero stat is valid; fstat writes into the local.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat on a descriptor `f` holds.
+        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
+        let Source::Local { reason } = f.source() else {
+            panic!("{:?}", f.source())
+        };
+        // Hugetlb when the pool has the pages, else a plain memfd that says so.
+        if f.page() == PageKind::Huge2M {
+            assert_eq!(st.st_blksize, 2 << 20);
+            assert_eq!(reason, "no service");
+        } else {
+            assert_eq!(f.page(), PageKind::Base);
+            assert!(
+                reason.starts_with("no service; local 2MB memfd: "),
+                "{reason}"
+            );
+            assert!(
+                reason.ends_with("used a plain memfd (base pages)"),
+                "{reason}"
+            );
+        }
+        // SAFETY: fcntl and ftruncate on a descriptor `f` holds.
+        unsafe {
+            assert_eq!(libc::fcntl(fd, libc::F_GET_SEALS), LOCAL_SEALS);
+            assert_eq!(libc::fcntl(fd, libc::F_GETFD), libc::FD_CLOEXEC);
+            assert_ne!(libc::ftruncate(fd, 0), 0, "sealed against shrinking");
+        }
+        let mut buf = vec![0xa5u8; len - 4096];
+        // SAFETY: pread into a local buffer of its length.
+        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        assert_eq!(n, buf.len() as isize);
+        assert!(crate::is_zero(&buf));
+        let files = f.into_inherited().unwrap();
+        assert_eq!((files.len(), files[0].offset), (1, 0));
+        // SAFETY: fcntl on the descriptor we now own.
+        assert_eq!(
+            unsafe { libc::fcntl(files[0].fd.as_raw_fd(), libc::F_GETFD) },
+            0
+        );
+    }
 
     #[test]
     fn segments_must_tile_the_request() {

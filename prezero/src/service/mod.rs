@@ -23,6 +23,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
+pub use client::{InheritedFile, SegmentFiles};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 pub use server::{PoolConfig, Reuse, Server, ServerConfig};
 pub use worker::Verify;
