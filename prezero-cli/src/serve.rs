@@ -233,9 +233,10 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     cfg.ledger = args.ledger.clone().or(file.ledger);
     cfg.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
     if let Some(secs) = args.metrics_interval.or(file.metrics_interval) {
-        if !(secs.is_finite() && secs >= 0.01) {
+        let most = prezero::service::MAX_METRICS_INTERVAL.as_secs_f64();
+        if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
             return Err(format!(
-                "metrics interval {secs}: expected seconds, at least 0.01"
+                "metrics interval {secs}: expected seconds, from 0.01 to {most}"
             ));
         }
         cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
@@ -245,6 +246,8 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let cfg = config(args)?;
+    // Before any hugetlb page is reserved for it.
+    cfg.validate().map_err(|e| e.to_string())?;
     for p in &cfg.pools {
         eprintln!(
             "prezero serve: pool {}: segments of {}, target {}, cap {}",

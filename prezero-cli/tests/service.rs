@@ -789,8 +789,11 @@ fn parse_exposition(text: &str) -> (std::collections::BTreeMap<String, f64>, Vec
 
 #[test]
 fn the_metrics_file_parses_and_its_counters_only_grow() {
-    let file = std::env::temp_dir().join(format!("prezero-metrics-{}.prom", std::process::id()));
-    let _gone = RemoveOnDrop(file.clone());
+    // A directory only root may write: the daemon refuses one others could.
+    let dir = std::env::temp_dir().join(format!("prezero-metrics-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let _gone = RemoveOnDrop(dir.clone());
+    let file = dir.join("prezero.prom");
     let Some(d) = Daemon::start(
         "target=32M,cap=32M,segment=16M",
         &[
@@ -879,6 +882,54 @@ struct RemoveOnDrop(std::path::PathBuf);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[test]
+fn a_metrics_file_in_the_place_of_the_socket_or_in_a_shared_directory_is_refused() {
+    let dir = std::env::temp_dir().join(format!("prezero-metrics-bad-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("shared")).unwrap();
+    let _gone = RemoveOnDrop(dir.clone());
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("shared"), std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let sock = dir.join("s.sock");
+    let s = sock.to_str().unwrap();
+    for (metrics, why) in [
+        (s.to_owned(), "socket or the ledger"),
+        (format!("{s}.ledger"), "socket or the ledger"),
+        (format!("{s}.ledger.tmp"), "socket or the ledger"),
+        (
+            dir.join("shared/m.prom").to_str().unwrap().to_owned(),
+            "writable by every user",
+        ),
+    ] {
+        let out = Command::new(bin())
+            .args([
+                "serve",
+                "--socket",
+                s,
+                "--pool",
+                "2MB:target=2M,cap=2M,segment=2M",
+            ])
+            .args(["--metrics-textfile", &metrics])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(why),
+            "{metrics}: {err}"
+        );
+    }
+    for interval in ["0", "1e19", "nan"] {
+        let out = Command::new(bin())
+            .args(["serve", "--socket", s, "--metrics-interval", interval])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("interval"),
+            "{interval}: {err}"
+        );
     }
 }

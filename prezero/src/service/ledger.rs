@@ -59,9 +59,11 @@ pub(crate) enum State {
         uid: u32,
     },
     /// With the worker; `uid`: who is charged meanwhile (none for ready
-    /// memory of one uid made fresh for another).
+    /// memory of one uid made fresh for another); `how`: the cleaning it was
+    /// sent for, the only one [`Ledger::cleaned`] accepts back.
     Scrubbing {
         uid: Option<u32>,
+        how: Clean,
     },
 }
 
@@ -70,7 +72,7 @@ impl State {
     fn charged(self) -> Option<u32> {
         match self {
             State::Leased { uid, .. } | State::Quarantined { uid } => Some(uid),
-            State::Scrubbing { uid } => uid,
+            State::Scrubbing { uid, .. } => uid,
             State::Ready { .. } => None,
         }
     }
@@ -315,7 +317,9 @@ impl<S> Ledger<S> {
     /// pool of that page size, the one whose segment is exactly the request
     /// first, then the one needing the fewest segments, then the least bytes
     /// beyond the request; among those that have enough ready for `uid` and
-    /// keep it within its cap. Nothing changes until [`Ledger::lease`].
+    /// keep it within its cap. Pools that would more than double the request
+    /// come after all others: a 300 MiB VM takes two 256 MiB segments, not a
+    /// 4 GiB one the next 4 GiB VM needs. Nothing changes until [`Ledger::lease`].
     pub(crate) fn choose(&self, uid: u32, bytes: u64, page: u64) -> Result<Grant, Refused> {
         let refuse = |reason, errno, ready, message: String| {
             Err(Refused {
@@ -353,13 +357,16 @@ impl<S> Ledger<S> {
         let rounded = usize::try_from(bytes)
             .ok()
             .and_then(|b| b.checked_next_multiple_of(page as usize));
-        let mut ranked: Vec<(bool, usize, usize, usize)> = of_page
+        // A pool holds whole segments: its capacity is the cap rounded down.
+        let mut ranked: Vec<(bool, bool, usize, usize, usize)> = of_page
             .iter()
             .filter_map(|&i| {
                 let s = self.shapes[i];
-                let r = rounded.filter(|&r| r <= s.cap)?;
+                let r = rounded?;
                 let n = r.div_ceil(s.segment);
-                Some((n != 1 || s.segment != r, n, n * s.segment - r, i))
+                let total = n.checked_mul(s.segment).filter(|&t| t <= s.cap)?;
+                let waste = total - r;
+                Some((total != r || n != 1, waste > r, n, waste, i))
             })
             .collect();
         if ranked.is_empty() {
@@ -379,9 +386,9 @@ impl<S> Ledger<S> {
         let used = self.uid_used(uid);
         let mut short: Option<(usize, usize, usize)> = None;
         let mut over_cap = None;
-        for &(_, n, _, pool) in &ranked {
+        for &(_, _, n, _, pool) in &ranked {
             let want = n * self.shapes[pool].segment;
-            if let Some(cap) = self.uid_cap.filter(|&c| used + want > c) {
+            if let Some(cap) = self.uid_cap.filter(|&c| used.saturating_add(want) > c) {
                 over_cap.get_or_insert((want, cap));
                 continue;
             }
@@ -491,7 +498,13 @@ impl<S> Ledger<S> {
         } else {
             Clean::InPlace
         };
-        self.set(id, State::Scrubbing { uid: Some(uid) });
+        self.set(
+            id,
+            State::Scrubbing {
+                uid: Some(uid),
+                how,
+            },
+        );
         debug_assert!(self.check());
         Some((seg, how))
     }
@@ -511,7 +524,13 @@ impl<S> Ledger<S> {
         let mut batch = Vec::with_capacity(ids.len());
         for id in ids {
             let seg = self.entries.get_mut(&id).and_then(|e| e.seg.take());
-            self.set(id, State::Scrubbing { uid: None });
+            self.set(
+                id,
+                State::Scrubbing {
+                    uid: None,
+                    how: Clean::Fresh,
+                },
+            );
             batch.push((id, seg.expect("ready segments are home")));
         }
         debug_assert!(self.check());
@@ -520,19 +539,21 @@ impl<S> Ledger<S> {
 
     /// The worker made segment `id` zero `how`: it is ready again (for the uid
     /// that held it, if cleaned in place). `Err(seg)`: the segment is no longer
-    /// wanted (forgotten meanwhile, or of another shape than its pool's since
-    /// a restart): the caller destroys it.
+    /// wanted (forgotten meanwhile, of another shape than its pool's since a
+    /// restart, or cleaned otherwise than it was sent for): the caller destroys it.
     pub(crate) fn cleaned(&mut self, id: u64, seg: S, how: Clean) -> Result<(), S> {
         let Some(e) = self.entries.get(&id) else {
             return Err(seg);
         };
-        let State::Scrubbing { uid } = e.state else {
+        let State::Scrubbing { uid, how: sent } = e.state else {
             return Err(seg);
         };
-        if e.len != self.shapes[e.pool].segment {
+        if e.len != self.shapes[e.pool].segment || how != sent {
             self.remove(id);
             return Err(seg);
         }
+        // In place keeps the pages the last holder may still reach: only that
+        // uid may have them.
         let owner = match how {
             Clean::InPlace => uid,
             Clean::Fresh => None,
@@ -631,14 +652,20 @@ mod tests {
     enum Event {
         Create(usize),
         Adopt(usize, u32),
+        /// Adopted with a length its pool no longer has (configured otherwise).
+        AdoptOdd(usize, u32),
         Alloc(u64, u64),
         Release(u64, u64),
+        /// Two ids at once: all or none.
+        ReleaseTwo(u64, u64, u64),
         Disconnect(u64),
         StartClean(u64, bool),
         MakeFresh(usize, u32),
         /// The worker finishes what it was given; `false`: the pages could
         /// not be had (or verification failed), the segment is destroyed.
         Finish(u64, bool),
+        /// The worker reports the other cleaning than it was sent for.
+        FinishOtherwise(u64),
         Trim(usize),
     }
 
@@ -647,6 +674,9 @@ mod tests {
             Event::Create(0),
             Event::Create(1),
             Event::Adopt(0, 20),
+            Event::AdoptOdd(1, 10),
+            Event::ReleaseTwo(1, 1, 2),
+            Event::ReleaseTwo(2, 2, 3),
             Event::Trim(0),
             Event::Trim(1),
             Event::MakeFresh(0, 10),
@@ -665,6 +695,7 @@ mod tests {
             v.push(Event::StartClean(id, true));
             v.push(Event::Finish(id, true));
             v.push(Event::Finish(id, false));
+            v.push(Event::FinishOtherwise(id));
         }
         v
     }
@@ -715,11 +746,12 @@ mod tests {
                 w.zero.insert(id, true);
                 w.dirty_by.insert(id, None);
             }
-            Event::Adopt(pool, uid) => {
+            Event::Adopt(pool, uid) | Event::AdoptOdd(pool, uid) => {
                 if l.entries.len() >= 4 {
                     return false;
                 }
-                let seg = l.shapes[pool].segment;
+                let odd = matches!(e, Event::AdoptOdd(..));
+                let seg = l.shapes[pool].segment + usize::from(odd);
                 let id = l.adopt(pool, l.next_id, seg, (0, 0), uid);
                 w.zero.insert(id, false);
                 w.dirty_by.insert(id, Some(UNKNOWN));
@@ -760,6 +792,24 @@ mod tests {
                 }
                 return expect;
             }
+            Event::ReleaseTwo(conn, a, b) => {
+                let held = |l: &Ledger<u64>, id| {
+                    l.entries.get(&id).is_some_and(
+                        |e| matches!(e.state, State::Leased { conn: c, .. } if c == conn),
+                    )
+                };
+                let (ha, hb) = (held(l, a), held(l, b));
+                if ha == hb {
+                    // Both or neither: the single releases cover it.
+                    return false;
+                }
+                assert!(l.release(conn, &[a, b]).is_err(), "{e:?}");
+                assert_eq!(
+                    (held(l, a), held(l, b)),
+                    (ha, hb),
+                    "a refused release changes nothing"
+                );
+            }
             Event::Disconnect(conn) => {
                 if !l
                     .entries
@@ -790,14 +840,32 @@ mod tests {
                 let Some((seg, how)) = w.worker.remove(&id) else {
                     return false;
                 };
+                let odd = l.entries[&id].len != l.shapes[l.entries[&id].pool].segment;
                 if !ok {
                     assert!(l.remove(id).is_none(), "the worker had it");
                 } else if l.cleaned(id, seg, how).is_ok() {
+                    assert!(!odd, "a segment of another shape came back ready");
                     w.zero.insert(id, true);
                     if how == Clean::Fresh {
                         w.dirty_by.insert(id, None);
                     }
+                } else {
+                    assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
                 }
+            }
+            Event::FinishOtherwise(id) => {
+                let Some((seg, how)) = w.worker.remove(&id) else {
+                    return false;
+                };
+                let other = match how {
+                    Clean::Fresh => Clean::InPlace,
+                    Clean::InPlace => Clean::Fresh,
+                };
+                assert!(
+                    l.cleaned(id, seg, other).is_err(),
+                    "cleaned otherwise, accepted"
+                );
+                assert!(l.get(id).is_none());
             }
             Event::Trim(pool) => {
                 let extra = l.surplus(pool);
@@ -805,6 +873,10 @@ mod tests {
                     return false;
                 }
                 for id in extra {
+                    assert!(
+                        matches!(l.entries[&id].state, State::Ready { .. }),
+                        "trimmed a segment that is not ready"
+                    );
                     assert!(l.remove(id).is_some(), "ready segments are home");
                 }
             }
@@ -882,6 +954,25 @@ mod tests {
     }
 
     #[test]
+    fn a_pool_that_would_more_than_double_the_request_comes_last() {
+        let shape = |segment| Shape {
+            page: 2,
+            segment,
+            target: 0,
+            cap: 64,
+        };
+        let mut l: Ledger<()> = Ledger::new(vec![shape(16), shape(4)], None);
+        for pool in 0..2 {
+            for _ in 0..4 {
+                l.add_ready(pool, (), l.shapes[pool].segment, (0, 0));
+            }
+        }
+        let pool_of = |bytes| l.choose(1, bytes, 2).unwrap().pool;
+        assert_eq!(pool_of(6), 1, "two 4s, not a 16 (10 beyond a request of 6)");
+        assert_eq!(pool_of(10), 0, "one 16: 6 beyond a request of 10");
+    }
+
+    #[test]
     fn refusals_say_why() {
         let mut l: Ledger<()> = Ledger::new(
             vec![Shape {
@@ -897,6 +988,11 @@ mod tests {
         assert_eq!(why(&l, 0, 2), Refusal::BadRequest);
         assert_eq!(why(&l, 4, 4096), Refusal::BadRequest);
         assert_eq!(why(&l, 9, 2), Refusal::PoolCap);
+        assert_eq!(
+            why(&l, 6, 2),
+            Refusal::NotReady,
+            "two segments fit the cap of 8"
+        );
         assert_eq!(why(&l, u64::MAX, 2), Refusal::PoolCap);
         let r = l.choose(7, 8, 2).unwrap_err();
         assert_eq!(

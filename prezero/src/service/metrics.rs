@@ -93,7 +93,7 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         ] {
             by_state.push((
                 format!("{{{},state=\"{state}\"}}", pool_labels(p)),
-                (n * p.segment_size) as f64,
+                n.saturating_mul(p.segment_size) as f64,
             ));
         }
     }
@@ -147,7 +147,7 @@ pub fn prometheus(stats: &ServiceStats) -> String {
     let mut buckets = Vec::with_capacity(h.bounds_ns.len() + 3);
     let mut cumulative = 0;
     for (&b, &c) in h.bounds_ns.iter().zip(&h.counts) {
-        cumulative += c;
+        cumulative = c.saturating_add(cumulative);
         buckets.push((
             format!("_bucket{{le=\"{}\"}}", seconds(b)),
             cumulative as f64,

@@ -25,7 +25,7 @@ use std::path::Path;
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
-pub use server::{PoolConfig, Reuse, Server, ServerConfig};
+pub use server::{PoolConfig, Reuse, Server, ServerConfig, MAX_METRICS_INTERVAL};
 pub use worker::Verify;
 
 /// Where `prezero serve` listens unless told otherwise.

@@ -626,8 +626,8 @@ fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceSta
         s.latency.bounds_ns.push(r.u64()?);
         s.latency.counts.push(r.u64()?);
     }
-    if !s.latency.bounds_ns.is_sorted() {
-        return Err(Malformed("latency bounds out of order"));
+    if !s.latency.bounds_ns.windows(2).all(|w| w[0] < w[1]) {
+        return Err(Malformed("latency bounds not strictly increasing"));
     }
     s.latency.sum_ns = r.u64()?;
     s.latency.count = r.u64()?;
@@ -840,7 +840,7 @@ mod tests {
             pools: vec![PoolCounters::default(); MAX_POOLS],
             refusals_by_reason: vec![0; Refusal::ALL.len()],
             latency: Histogram {
-                bounds_ns: vec![1; 15],
+                bounds_ns: (1..=15).collect(),
                 counts: vec![0; 15],
                 ..Default::default()
             },

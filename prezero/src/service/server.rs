@@ -105,7 +105,9 @@ impl Default for ServerConfig {
 }
 
 impl ServerConfig {
-    fn validate(&self) -> Result<()> {
+    /// Checks the configuration without touching the system ([`Server::start`]
+    /// does it too): callers that reserve hugetlb pages for it check first.
+    pub fn validate(&self) -> Result<()> {
         if self.pools.is_empty() {
             return Err(Error::invalid("no pools configured"));
         }
@@ -138,7 +140,8 @@ impl ServerConfig {
             }
             if p.cap < p.segment_size || p.target > p.cap {
                 return Err(Error::invalid(format!(
-                    "pool {name}: need segment <= cap and target <= cap"
+                    "pool {name} with segments of {} bytes: need segment <= cap and target <= cap",
+                    p.segment_size
                 )));
             }
         }
@@ -148,8 +151,24 @@ impl ServerConfig {
         if let Verify::Sampled { one_in: 0 } = self.verify {
             return Err(Error::invalid("sampled verification needs one_in >= 1"));
         }
-        if self.metrics_interval.is_zero() {
-            return Err(Error::invalid("metrics_interval must be positive"));
+        if self.metrics_interval.is_zero() || self.metrics_interval > MAX_METRICS_INTERVAL {
+            return Err(Error::invalid(format!(
+                "metrics_interval must be positive and at most {} s",
+                MAX_METRICS_INTERVAL.as_secs()
+            )));
+        }
+        if let Some(m) = &self.metrics_textfile {
+            let ledger = self.ledger_path();
+            let taken = [&self.socket, &ledger]
+                .iter()
+                .flat_map(|p| [p.to_path_buf(), tmp_beside(p)])
+                .any(|p| p == *m || tmp_beside(m) == p);
+            if taken {
+                return Err(Error::invalid(format!(
+                    "the metrics file {} would take the place of the socket or the ledger",
+                    m.display()
+                )));
+            }
         }
         Ok(())
     }
@@ -243,6 +262,9 @@ struct PoolRun {
     handouts: u64,
 }
 
+/// The longest metrics interval accepted: an hour.
+pub const MAX_METRICS_INTERVAL: Duration = Duration::from_secs(3600);
+
 /// Most connections at once: each costs two descriptors.
 const MAX_CONNS: usize = 4096;
 
@@ -302,6 +324,10 @@ impl Server {
         // Fail before populating gigabytes, not after.
         socket_address(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
+        let metrics = match &cfg.metrics_textfile {
+            Some(path) => Some((MetricsFile::start(path)?, Instant::now())),
+            None => None,
+        };
         check_leases_work()?;
         raise_nofile_limit();
         let signals = block_stop_signals()?;
@@ -390,10 +416,6 @@ impl Server {
             }
         }
         write_ledger(&ledger_file, &ledger);
-        let metrics = match &cfg.metrics_textfile {
-            Some(path) => Some((MetricsFile::start(path)?, Instant::now())),
-            None => None,
-        };
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
@@ -525,7 +547,10 @@ impl Server {
         self.worker.shutdown();
         self.ledger.clear();
         let _ = std::fs::remove_file(&self.cfg.socket);
+        // The last counters, with nothing held by the daemon any more.
+        let last = super::metrics::prometheus(&self.stats(0, true));
         if let Some((m, _)) = self.metrics.take() {
+            m.write(last);
             m.stop();
         }
     }
@@ -1054,7 +1079,10 @@ impl Server {
         }
     }
 
-    /// The counters as `uid` sees them: every tenant if `everyone`, else its own.
+    /// The counters as `uid` sees them. `everyone` (root, the daemon's uid, the
+    /// metrics file): every tenant, refusals by reason, latency and hand-outs
+    /// per pool. Others: their own tenant row and none of those, which would
+    /// tell when other tenants start VMs of a shape.
     fn stats(&self, uid: u32, everyone: bool) -> ServiceStats {
         let pools = self
             .pools
@@ -1071,7 +1099,7 @@ impl Server {
                     leased: c.leased as u64,
                     quarantined: c.quarantined as u64,
                     scrubbing: c.scrubbing as u64,
-                    handouts: p.handouts,
+                    handouts: if everyone { p.handouts } else { 0 },
                 }
             })
             .collect();
@@ -1119,8 +1147,16 @@ impl Server {
             uid,
             uid_used: self.ledger.uid_used(uid) as u64,
             uid_cap: self.cfg.uid_cap.map_or(u64::MAX, |c| c as u64),
-            refusals_by_reason: k.by_reason.to_vec(),
-            latency: k.latency.clone(),
+            refusals_by_reason: if everyone {
+                k.by_reason.to_vec()
+            } else {
+                Vec::new()
+            },
+            latency: if everyone {
+                k.latency.clone()
+            } else {
+                Histogram::default()
+            },
             fresh_bytes: k.fresh_bytes,
             fresh_ns: k.fresh_ns,
             tenants,
@@ -1353,7 +1389,7 @@ fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
         let page = ledger.shapes()[e.pool].page;
         text.push_str(&format!("{dev} {ino} {page}\n"));
     }
-    if let Err(e) = replace_file(path, text.as_bytes(), 0o600) {
+    if let Err(e) = replace_file(path, text.as_bytes(), 0o600, None) {
         log(&format!(
             "cannot write the ledger {} ({e}): a restart would not find what is held",
             path.display()
@@ -1361,23 +1397,33 @@ fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
     }
 }
 
-/// Writes `bytes` to a new file beside `path` (never through a link) and
-/// renames it over `path`, so a reader sees the old file or the new one whole.
-fn replace_file(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+/// `path` with `.tmp` appended: where [`replace_file`] writes first.
+fn tmp_beside(path: &Path) -> PathBuf {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
+    PathBuf::from(tmp)
+}
+
+/// Writes `bytes` to a new file beside `path` (never through a link), of
+/// `mode` and, if given, `group`, and renames it over `path`, so a reader sees
+/// the old file or the new one whole.
+fn replace_file(path: &Path, bytes: &[u8], mode: u32, group: Option<u32>) -> io::Result<()> {
+    let tmp = tmp_beside(path);
     let _ = std::fs::remove_file(&tmp);
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(bytes))
-        .and_then(|()| std::fs::rename(&tmp, path))
+        .open(&tmp)?;
+    if group.is_some() {
+        std::os::unix::fs::fchown(&f, None, group)?;
+    }
+    f.write_all(bytes)?;
+    drop(f);
+    std::fs::rename(&tmp, path)
 }
 
 /// The metrics file's writer: a thread of its own, so a slow file system never
@@ -1388,12 +1434,34 @@ struct MetricsFile {
 }
 
 impl MetricsFile {
-    /// Checks `path` can be written now (its directory exists), then starts the writer.
+    /// Checks the file's directory (no other user may write it: they could
+    /// block or replace the file) and that the file can be written now, then
+    /// starts the writer. The file is 0640 in the directory's group (make that
+    /// node_exporter's): it names every tenant's uid and charge.
     fn start(path: &Path) -> Result<MetricsFile> {
+        use std::os::unix::fs::MetadataExt;
         let path = path.to_path_buf();
-        replace_file(&path, b"", 0o644).map_err(|e| {
+        let dir = match path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let md = std::fs::metadata(&dir).map_err(|e| {
             Error::os(
-                "write the metrics file (its directory must exist)",
+                "the metrics file's directory",
+                io::Error::new(e.kind(), format!("{}: {e}", dir.display())),
+            )
+        })?;
+        if md.mode() & 0o002 != 0 {
+            return Err(Error::invalid(format!(
+                "the metrics file's directory {} is writable by every user, who could block \
+                 or replace the file: use one only root or node_exporter's group may write",
+                dir.display()
+            )));
+        }
+        let group = Some(md.gid());
+        replace_file(&path, b"", 0o640, group).map_err(|e| {
+            Error::os(
+                "write the metrics file",
                 io::Error::new(e.kind(), format!("{}: {e}", path.display())),
             )
         })?;
@@ -1406,7 +1474,7 @@ impl MetricsFile {
                 for text in rx {
                     // node_exporter's textfile collector reads *.prom files
                     // whole: a reader never sees half of one.
-                    if let Err(e) = replace_file(&path, text.as_bytes(), 0o644) {
+                    if let Err(e) = replace_file(&path, text.as_bytes(), 0o640, group) {
                         if !std::mem::replace(&mut told, true) {
                             log(&format!(
                                 "cannot write the metrics file {} ({e}); still trying",
@@ -1420,11 +1488,14 @@ impl MetricsFile {
         Ok(MetricsFile { texts, thread })
     }
 
+    /// Queues `text`, unless a text is already waiting: the writer is behind,
+    /// and the next one is due soon.
     fn write(&self, text: String) {
         let _ = self.texts.try_send(text);
     }
 
-    /// Writes what is queued and stops.
+    /// Writes what is queued and stops (a file system that hangs holds the
+    /// shutdown, as it would any daemon writing there).
     fn stop(self) {
         drop(self.texts);
         let _ = self.thread.join();
