@@ -856,6 +856,38 @@ pub fn render(info: &Value, all: &[Value]) -> String {
                     .collect(),
             ));
         }
+        let vmm = of("vmm");
+        if !vmm.is_empty() {
+            h.push_str("<p>An unmodified QEMU ready (spawned, guest RAM allocated and populated, QMP answering, stopped with -S) on service memory through <code>prezero client exec</code>, against QEMU's own preallocation, same run.</p>\n");
+            h.push_str(&table(
+                &[
+                    "path",
+                    "guest RAM",
+                    "accel",
+                    "runs",
+                    "median ms",
+                    "min ms",
+                    "max ms",
+                    "stdev %",
+                    "x service",
+                ],
+                vmm.iter()
+                    .map(|r| {
+                        vec![
+                            s(&r["path"]),
+                            num(&r["size"]),
+                            s(&r["accel"]),
+                            num(&r["runs"]),
+                            num(&r["ms"]),
+                            num(&r["min_ms"]),
+                            num(&r["max_ms"]),
+                            num(&r["stdev_pct"]),
+                            num(&r["x_service"]),
+                        ]
+                    })
+                    .collect(),
+            ));
+        }
     }
 
     let raw: String = std::iter::once(info)
