@@ -263,6 +263,8 @@ struct pz_cpu_info {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
