@@ -614,19 +614,30 @@ impl<S> Ledger<S> {
         extra.into_iter().map(|(_, id)| id).collect()
     }
 
-    /// The invariant of the module docs.
+    /// The invariant of the module docs (no allocation: it runs after every
+    /// transition in debug builds).
     pub(crate) fn check(&self) -> bool {
-        let mut charged: HashMap<u32, usize> = HashMap::new();
         for (&id, e) in &self.entries {
             let home_ok = e.seg.is_some() != matches!(e.state, State::Scrubbing { .. });
             if !home_ok || e.pool >= self.shapes.len() || id >= self.next_id {
                 return false;
             }
-            if let Some(u) = e.state.charged() {
-                *charged.entry(u).or_insert(0) += e.len;
+            if e.state
+                .charged()
+                .is_some_and(|u| !self.charged.contains_key(&u))
+            {
+                return false;
             }
         }
-        charged == self.charged
+        self.charged.iter().all(|(&u, &bytes)| {
+            let sum: usize = self
+                .entries
+                .values()
+                .filter(|e| e.state.charged() == Some(u))
+                .map(|e| e.len)
+                .sum();
+            bytes > 0 && sum == bytes
+        })
     }
 }
 
@@ -642,6 +653,9 @@ mod tests {
             10
         }
     }
+
+    /// Ids a sequence can reach (each creation takes the next).
+    const IDS: usize = 16;
 
     /// Who had a segment's pages last without fresh pages since, in the
     /// model: an adopted segment's holder is a guess.
@@ -705,9 +719,9 @@ mod tests {
     #[derive(Clone)]
     struct World {
         ledger: Ledger<u64>,
-        worker: HashMap<u64, (u64, Clean)>,
-        zero: HashMap<u64, bool>,
-        dirty_by: HashMap<u64, Option<u32>>,
+        worker: [Option<(u64, Clean)>; IDS],
+        zero: [bool; IDS],
+        dirty_by: [Option<u32>; IDS],
     }
 
     fn world() -> World {
@@ -727,9 +741,9 @@ mod tests {
         ];
         World {
             ledger: Ledger::new(shapes, Some(3)),
-            worker: HashMap::new(),
-            zero: HashMap::new(),
-            dirty_by: HashMap::new(),
+            worker: [None; IDS],
+            zero: [false; IDS],
+            dirty_by: [None; IDS],
         }
     }
 
@@ -743,8 +757,8 @@ mod tests {
                 }
                 let seg = l.shapes[pool].segment;
                 let id = l.add_ready(pool, l.next_id, seg, (0, 0));
-                w.zero.insert(id, true);
-                w.dirty_by.insert(id, None);
+                w.zero[id as usize] = true;
+                w.dirty_by[id as usize] = None;
             }
             Event::Adopt(pool, uid) | Event::AdoptOdd(pool, uid) => {
                 if l.entries.len() >= 4 {
@@ -753,8 +767,8 @@ mod tests {
                 let odd = matches!(e, Event::AdoptOdd(..));
                 let seg = l.shapes[pool].segment + usize::from(odd);
                 let id = l.adopt(pool, l.next_id, seg, (0, 0), uid);
-                w.zero.insert(id, false);
-                w.dirty_by.insert(id, Some(UNKNOWN));
+                w.zero[id as usize] = false;
+                w.dirty_by[id as usize] = Some(UNKNOWN);
             }
             Event::Alloc(conn, bytes) => {
                 let uid = uid_of(conn);
@@ -765,18 +779,18 @@ mod tests {
                 assert_eq!(g.ids.len(), (bytes as usize).div_ceil(seg), "{g:?}");
                 for id in &g.ids {
                     assert_eq!(l.entries[id].pool, g.pool);
-                    assert!(w.zero[id], "segment {id} handed out not zero");
+                    assert!(w.zero[*id as usize], "segment {id} handed out not zero");
                     assert!(
-                        w.dirty_by[id].is_none_or(|u| u == uid),
+                        w.dirty_by[*id as usize].is_none_or(|u| u == uid),
                         "uid {uid} got segment {id}, last written by {:?} without fresh pages",
-                        w.dirty_by[id]
+                        w.dirty_by[*id as usize]
                     );
                 }
                 l.lease(&g, conn, uid);
                 assert!(l.uid_used(uid) <= 3, "uid {uid} past its cap");
                 for id in g.ids {
-                    w.zero.insert(id, false);
-                    w.dirty_by.insert(id, Some(uid));
+                    w.zero[id as usize] = false;
+                    w.dirty_by[id as usize] = Some(uid);
                 }
             }
             Event::Release(conn, id) => {
@@ -822,8 +836,10 @@ mod tests {
             }
             Event::StartClean(id, fresh) => match l.start_clean(id, fresh) {
                 Some((seg, how)) => {
-                    assert!(how == Clean::Fresh || !(fresh || w.dirty_by[&id] == Some(UNKNOWN)));
-                    w.worker.insert(id, (seg, how));
+                    assert!(
+                        how == Clean::Fresh || !(fresh || w.dirty_by[id as usize] == Some(UNKNOWN))
+                    );
+                    w.worker[id as usize] = Some((seg, how));
                 }
                 None => return false,
             },
@@ -833,11 +849,11 @@ mod tests {
                     return false;
                 }
                 for (id, seg) in batch {
-                    w.worker.insert(id, (seg, Clean::Fresh));
+                    w.worker[id as usize] = Some((seg, Clean::Fresh));
                 }
             }
             Event::Finish(id, ok) => {
-                let Some((seg, how)) = w.worker.remove(&id) else {
+                let Some((seg, how)) = w.worker[id as usize].take() else {
                     return false;
                 };
                 let odd = l.entries[&id].len != l.shapes[l.entries[&id].pool].segment;
@@ -845,16 +861,16 @@ mod tests {
                     assert!(l.remove(id).is_none(), "the worker had it");
                 } else if l.cleaned(id, seg, how).is_ok() {
                     assert!(!odd, "a segment of another shape came back ready");
-                    w.zero.insert(id, true);
+                    w.zero[id as usize] = true;
                     if how == Clean::Fresh {
-                        w.dirty_by.insert(id, None);
+                        w.dirty_by[id as usize] = None;
                     }
                 } else {
                     assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
                 }
             }
             Event::FinishOtherwise(id) => {
-                let Some((seg, how)) = w.worker.remove(&id) else {
+                let Some((seg, how)) = w.worker[id as usize].take() else {
                     return false;
                 };
                 let other = match how {
