@@ -1,0 +1,528 @@
+//! The large-block cache: one reserved address range, the blocks in it
+//! ([`Blocks`]), one lock, and the scrubber thread.
+//!
+//! Concurrency: every change to the blocks happens under `LOCK`. Memory is
+//! cleared, populated or given back outside it, only while its block is
+//! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
+//! scrubber's or a releasing thread's): no one else may touch a block in
+//! either state, and a request that would need a Busy block waits on `LOCK`'s
+//! condition variable, which every end of Busy signals.
+//!
+//! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
+//! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
+//! before it returns; free memory unused for `idle_secs` goes back too (the
+//! scrubber). Memory the program holds is not capped: that is its own.
+//!
+//! Fork: the lock is taken around `fork` (`pthread_atfork`), so the child
+//! starts with consistent blocks; it has no scrubber thread (one starts at
+//! its first large `free`), and what the parent's was doing is Dirty again.
+
+use std::cell::UnsafeCell;
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::blocks::{Alloc, Block, Blocks, Kind, PAGE};
+use crate::config::Config;
+use crate::stats;
+
+/// Bytes the scrubber clears between looks at the lock: ~0.3 ms of streaming
+/// stores, so a request waiting on a Busy block waits little.
+const SCRUB_CHUNK: usize = 8 << 20;
+/// Bytes given back per `madvise`.
+const RELEASE_CHUNK: usize = 64 << 20;
+/// The range is made writable this much at a time.
+const PROTECT_STEP: usize = 64 << 20;
+/// Most blocks: 64K descriptors (2 MiB of list, touched as used).
+const MAX_BLOCKS: usize = 1 << 16;
+
+struct Cache {
+    blocks: Blocks,
+    cfg: Config,
+    /// `[base, writable)` is read-write; the rest of the range `PROT_NONE`.
+    writable: usize,
+    /// A scrubber thread runs in this process.
+    scrubber: bool,
+    /// Prefill still to do (the scrubber does it first).
+    prefill: usize,
+}
+
+/// The lock, its condition, and the cache it guards.
+struct Shared {
+    mutex: UnsafeCell<libc::pthread_mutex_t>,
+    cond: UnsafeCell<libc::pthread_cond_t>,
+    cache: UnsafeCell<Option<Cache>>,
+}
+
+// SAFETY: `cache` is only reached through `lock()`, which holds `mutex`; the
+// pthread objects are made for sharing between threads.
+unsafe impl Sync for Shared {}
+
+static SHARED: Shared = Shared {
+    mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
+    cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+    cache: UnsafeCell::new(None),
+};
+
+/// The range, readable without the lock (fixed once set).
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static LIMIT: AtomicUsize = AtomicUsize::new(0);
+static STARTED: AtomicBool = AtomicBool::new(false);
+
+/// `LOCK` held; the cache through it.
+struct Guard;
+
+impl Guard {
+    fn cache(&mut self) -> &mut Cache {
+        // SAFETY: the mutex is held while the guard lives, so this is the only
+        // reference; `started()` checked the cache exists before any guard.
+        unsafe { (*SHARED.cache.get()).as_mut().expect("the cache is set up") }
+    }
+
+    /// Waits for a signal (a Busy block done, a free) or `secs`.
+    fn wait(&mut self, secs: u64) {
+        let mut now: libc::timespec = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes into a local; the wait takes the mutex
+        // this guard holds, and gives it back before returning.
+        unsafe {
+            libc::clock_gettime(libc::CLOCK_REALTIME, &mut now);
+            now.tv_sec += secs as libc::time_t;
+            libc::pthread_cond_timedwait(SHARED.cond.get(), SHARED.mutex.get(), &now);
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: this guard locked the mutex.
+        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    }
+}
+
+fn lock() -> Guard {
+    // SAFETY: a static mutex, initialised.
+    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    Guard
+}
+
+fn signal_all() {
+    // SAFETY: a static condition variable, initialised.
+    unsafe { libc::pthread_cond_broadcast(SHARED.cond.get()) };
+}
+
+/// Seconds on a coarse monotonic clock.
+fn now() -> u64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a local.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    t.tv_sec as u64
+}
+
+/// Reserves the range and sets up the cache; false if it cannot (then every
+/// request goes to the next allocator).
+pub fn start(cfg: Config) -> bool {
+    let mem = crate::config::mem_total().unwrap_or(16 << 30);
+    let len = (2 * mem).clamp(64 << 30, 1 << 40);
+    // SAFETY: a fresh inaccessible mapping at an address the kernel picks.
+    let base = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len + (2 << 20),
+            libc::PROT_NONE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if base == libc::MAP_FAILED {
+        return false;
+    }
+    // Blocks start 2 MiB-aligned, so transparent huge pages can back them.
+    let base = (base as usize).next_multiple_of(2 << 20);
+    let list_bytes = MAX_BLOCKS * std::mem::size_of::<Block>();
+    // SAFETY: a fresh private mapping for the block list.
+    let list = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            list_bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if list == libc::MAP_FAILED {
+        return false;
+    }
+    // SAFETY: the mapping is ours alone for the life of the process, zeroed
+    // by the kernel, and an all-zero Block is a valid value (start 0, len 0,
+    // kind InUse, since 0).
+    let list: &'static mut [Block] =
+        unsafe { std::slice::from_raw_parts_mut(list.cast::<Block>(), MAX_BLOCKS) };
+    let prefill = cfg.prefill.min(cfg.cap) / PAGE * PAGE;
+    let g = lock();
+    // SAFETY: the mutex is held; nothing has a reference to the cache yet.
+    unsafe {
+        *SHARED.cache.get() = Some(Cache {
+            blocks: Blocks::new(base, base + len, list),
+            cfg,
+            writable: base,
+            scrubber: false,
+            prefill,
+        })
+    };
+    BASE.store(base, Ordering::Release);
+    LIMIT.store(base + len, Ordering::Release);
+    STARTED.store(true, Ordering::Release);
+    drop(g);
+    // SAFETY: registering static functions, which only take and drop the lock.
+    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
+    if prefill > 0 {
+        ensure_scrubber();
+    }
+    true
+}
+
+/// Whether `p` is in the range: then it is the cache's.
+pub fn owns(p: usize) -> bool {
+    STARTED.load(Ordering::Acquire)
+        && (BASE.load(Ordering::Acquire)..LIMIT.load(Ordering::Acquire)).contains(&p)
+}
+
+impl Cache {
+    /// Makes the range writable up to `end`; false if the kernel refuses
+    /// (overcommit, a mapping limit).
+    fn ensure_writable(&mut self, end: usize) -> bool {
+        if end <= self.writable {
+            return true;
+        }
+        let limit = LIMIT.load(Ordering::Relaxed);
+        let new = end.next_multiple_of(PROTECT_STEP).min(limit);
+        if end > new {
+            return false;
+        }
+        let at = self.writable as *mut c_void;
+        // SAFETY: [writable, new) is part of our PROT_NONE reservation.
+        if unsafe { libc::mprotect(at, new - self.writable, libc::PROT_READ | libc::PROT_WRITE) }
+            != 0
+        {
+            return false;
+        }
+        if self.cfg.thp {
+            // SAFETY: advice on our own range; failure only means small pages.
+            unsafe { libc::madvise(at, new - self.writable, libc::MADV_HUGEPAGE) };
+        }
+        self.writable = new;
+        true
+    }
+
+    fn peaks(&self) {
+        stats::PEAK_HELD.fetch_max(self.blocks.bytes.held(), Ordering::Relaxed);
+        stats::PEAK_IN_USE.fetch_max(self.blocks.bytes.in_use, Ordering::Relaxed);
+    }
+}
+
+/// `size` bytes aligned to `align` from the cache, zero if `zeroed`; null if
+/// the cache cannot serve (the caller asks the next allocator).
+pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    let granted = loop {
+        let mut g = lock();
+        let c = g.cache();
+        let Some(reach) = c
+            .blocks
+            .top()
+            .checked_add(size)
+            .and_then(|r| r.checked_add(align.max(PAGE)))
+        else {
+            return std::ptr::null_mut();
+        };
+        // The cache's own range beyond top: what the program uses is not
+        // capped, only what it has freed.
+        let room = if c.ensure_writable(reach.min(LIMIT.load(Ordering::Relaxed))) {
+            usize::MAX
+        } else {
+            c.writable - c.blocks.top()
+        };
+        match c.blocks.alloc(size, align, zeroed, room) {
+            Alloc::Granted {
+                start,
+                len,
+                pieces,
+                n,
+            } => {
+                debug_assert!(c.blocks.check());
+                c.peaks();
+                break (start, len, pieces, n);
+            }
+            Alloc::Wait => g.wait(1),
+            Alloc::Full => return std::ptr::null_mut(),
+        }
+    };
+    let (start, len, pieces, n) = granted;
+    let mut populated = 0u64;
+    for &(s, l, kind) in &pieces[..n] {
+        match kind {
+            Kind::Dirty | Kind::Clean => populated += l as u64,
+            _ => {}
+        }
+        if zeroed && kind == Kind::Dirty {
+            // The caller is about to use it: ordinary stores while it fits a
+            // cache, streaming past that (the profile decides, seed 003).
+            // SAFETY: [s, s + l) is part of the block just handed to this
+            // caller, writable (ensure_writable), and no one else's.
+            let _ = unsafe {
+                prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot)
+            };
+            stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
+        }
+    }
+    stats::SERVED.fetch_add(1, Ordering::Relaxed);
+    stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+    stats::POPULATED_BYTES.fetch_add(populated, Ordering::Relaxed);
+    start as *mut c_void
+}
+
+/// Takes back the block at `p` (in the range). A pointer that is not a block
+/// handed out is counted and ignored: never a corruption.
+pub fn free(p: usize) {
+    let mut g = lock();
+    let c = g.cache();
+    if c.blocks.free(p, now()).is_none() {
+        stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    debug_assert!(c.blocks.check());
+    c.peaks();
+    let cap = c.cfg.cap;
+    // Past the cap: the oldest free memory goes back before this returns.
+    while g.cache().blocks.bytes.held() > cap {
+        if !release_one(&mut g, u64::MAX) {
+            break;
+        }
+    }
+    let start_scrubber = !g.cache().scrubber;
+    signal_all();
+    drop(g);
+    if start_scrubber {
+        ensure_scrubber();
+    }
+}
+
+/// Gives back (MADV_DONTNEED) one chunk of the oldest free memory freed at or
+/// before `before`; false if there is none. Unlocks while the kernel works.
+fn release_one(g: &mut Guard, before: u64) -> bool {
+    let Some((s, l)) = g.cache().blocks.release_take(before, RELEASE_CHUNK) else {
+        return false;
+    };
+    // Unlocked while the kernel drops the pages: the block is Busy, no one
+    // else touches it.
+    // SAFETY: unlock and lock again the mutex `g` holds.
+    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
+    let ok = unsafe { libc::madvise(s as *mut c_void, l, libc::MADV_DONTNEED) } == 0;
+    // SAFETY: as above.
+    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    g.cache()
+        .blocks
+        .busy_done(s, if ok { Kind::Fresh } else { Kind::Dirty });
+    if ok {
+        stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+    }
+    signal_all();
+    ok
+}
+
+/// Bytes usable at `p`, if it is a block handed out.
+pub fn usable_size(p: usize) -> Option<usize> {
+    lock().cache().blocks.in_use_len(p)
+}
+
+/// `realloc` of the block at `p` to `size` bytes: shrunk or grown in place,
+/// or its pages moved (mremap, no copy) to a new block. `None`: `p` is not a
+/// block handed out. `Some(null)`: the cache has no room (the caller copies
+/// to the next allocator).
+pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
+    let old = {
+        let mut g = lock();
+        let c = g.cache();
+        let old = c.blocks.in_use_len(p)?;
+        if size <= old {
+            // Shrinking by less than the threshold keeps the block whole.
+            if old - size >= threshold {
+                c.blocks.shrink(p, size, now());
+                signal_all();
+            }
+            return Some(p as *mut c_void);
+        }
+        let reach = p.checked_add(size)?.min(LIMIT.load(Ordering::Relaxed));
+        let room = if c.ensure_writable(reach) {
+            usize::MAX
+        } else {
+            0
+        };
+        if c.blocks.grow(p, size, room) {
+            c.peaks();
+            return Some(p as *mut c_void);
+        }
+        old
+    };
+    let q = alloc(size, PAGE, false);
+    if q.is_null() {
+        return Some(q);
+    }
+    // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks this
+    // thread owns (the program's, and the one just granted); mremap moves the
+    // pages of the first over the second, and the first is mapped again at
+    // once with fresh (zero, untouched) pages, so the range stays ours.
+    let moved = unsafe {
+        libc::mremap(
+            p as *mut c_void,
+            old,
+            old,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            q,
+        )
+    };
+    if moved == q {
+        // SAFETY: [p, p + old) was just vacated by mremap and is in our range.
+        let again = unsafe {
+            libc::mmap(
+                p as *mut c_void,
+                old,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        let mut g = lock();
+        if again == libc::MAP_FAILED {
+            // A hole in the range: never hand it out again (it stays InUse).
+            return Some(q);
+        }
+        if g.cache().cfg.thp {
+            // SAFETY: advice on our own range.
+            unsafe { libc::madvise(p as *mut c_void, old, libc::MADV_HUGEPAGE) };
+        }
+        g.cache().blocks.free_fresh(p);
+        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+        signal_all();
+        return Some(q);
+    }
+    // mremap refused: copy.
+    // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };
+    free(p);
+    Some(q)
+}
+
+/// Starts the scrubber thread if this process has none.
+fn ensure_scrubber() {
+    {
+        let mut g = lock();
+        if g.cache().scrubber {
+            return;
+        }
+        g.cache().scrubber = true;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("prezero-scrub".into())
+        .spawn(scrub);
+    if spawned.is_err() {
+        // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
+        lock().cache().scrubber = false;
+    }
+}
+
+/// The scrubber: at `SCHED_IDLE`, prefills, clears Dirty blocks with
+/// streaming stores, and gives idle memory back.
+fn scrub() {
+    let param = libc::sched_param { sched_priority: 0 };
+    // SAFETY: changes this thread's own policy; failure leaves it normal.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
+        // SAFETY: as above.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
+    }
+    let mut g = lock();
+    let prefill = std::mem::take(&mut g.cache().prefill);
+    if prefill > 0 {
+        drop(g);
+        do_prefill(prefill);
+        g = lock();
+    }
+    loop {
+        let idle = g.cache().cfg.idle_secs;
+        if release_one(&mut g, now().saturating_sub(idle)) {
+            continue;
+        }
+        if let Some((s, l)) = g.cache().blocks.scrub_take(SCRUB_CHUNK) {
+            drop(g);
+            let t = std::time::Instant::now();
+            // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
+            // alone until busy_done.
+            let _ = unsafe {
+                prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold)
+            };
+            stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+            g = lock();
+            g.cache().blocks.busy_done(s, Kind::Clean);
+            signal_all();
+            continue;
+        }
+        g.wait(1);
+    }
+}
+
+/// Populates `bytes` at the top of the range (the kernel zeroes them, here, in
+/// the background) and leaves them Clean for the first requests.
+fn do_prefill(bytes: usize) {
+    let p = alloc(bytes, 2 << 20, false);
+    if p.is_null() {
+        return;
+    }
+    // SAFETY: the block just granted to this thread, writable.
+    let ok = unsafe { libc::madvise(p, bytes, libc::MADV_POPULATE_WRITE) } == 0;
+    let mut g = lock();
+    let c = g.cache();
+    if ok {
+        c.blocks.free_clean(p as usize, now());
+    } else {
+        c.blocks.free_fresh(p as usize);
+    }
+    signal_all();
+}
+
+extern "C" fn before_fork() {
+    if STARTED.load(Ordering::Acquire) {
+        // SAFETY: the static mutex; `after_fork`/`in_child` unlock it.
+        unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    }
+}
+
+extern "C" fn after_fork() {
+    if STARTED.load(Ordering::Acquire) {
+        // SAFETY: locked by before_fork in this thread.
+        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    }
+}
+
+extern "C" fn in_child() {
+    if !STARTED.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: the child's only thread holds the lock (before_fork); the
+    // parent's waiters do not exist here, so the condition starts anew.
+    unsafe {
+        libc::pthread_cond_init(SHARED.cond.get(), std::ptr::null());
+        let c = (*SHARED.cache.get()).as_mut().expect("started");
+        c.scrubber = false;
+        c.blocks.abandon_busy();
+        libc::pthread_mutex_unlock(SHARED.mutex.get());
+    }
+}

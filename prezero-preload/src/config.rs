@@ -1,0 +1,123 @@
+//! What the environment says (`prezero run` sets it from its flags), read
+//! once at start-up with `getenv`, without allocating.
+
+use std::ffi::CStr;
+
+/// The cache's settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// Requests of at least this many bytes are served from the cache
+    /// (`PREZERO_THRESHOLD`, default 1 MiB).
+    pub threshold: usize,
+    /// Most free bytes the cache keeps populated beyond what the program uses
+    /// (`PREZERO_CAP`, default the smaller of 25% of MemAvailable and 8 GiB).
+    pub cap: usize,
+    /// Bytes to populate in the background at start (`PREZERO_PREFILL`).
+    pub prefill: usize,
+    /// Free memory unused this long goes back to the kernel (`PREZERO_IDLE_SECS`, default 5).
+    pub idle_secs: u64,
+    /// Print a summary line at exit (`PREZERO_STATS=1`).
+    pub stats: bool,
+    /// Ask for transparent huge pages on the range (`PREZERO_THP=0` to not).
+    pub thp: bool,
+}
+
+/// The smallest threshold accepted: below it the next allocator's own
+/// arenas serve better than page-granular blocks.
+pub const MIN_THRESHOLD: usize = 64 << 10;
+
+fn env(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv reads the environment; the string it returns lives as
+    // long as the environment entry, which nothing here changes.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: getenv returns NULL or a NUL-terminated string.
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// `123`, `64K`, `1M`, `8G`, `1T` (binary units, optional `B`/`iB`).
+pub fn parse_size(s: &[u8]) -> Option<usize> {
+    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let mut n: usize = 0;
+    for &d in &s[..digits] {
+        n = n.checked_mul(10)?.checked_add((d - b'0') as usize)?;
+    }
+    let shift = match &s[digits..] {
+        b"" | b"B" => 0,
+        b"K" | b"KB" | b"KiB" | b"k" => 10,
+        b"M" | b"MB" | b"MiB" => 20,
+        b"G" | b"GB" | b"GiB" => 30,
+        b"T" | b"TB" | b"TiB" => 40,
+        _ => return None,
+    };
+    n.checked_mul(1usize << shift)
+}
+
+/// A field of /proc/meminfo in bytes, read into a stack buffer.
+fn meminfo(field: &[u8]) -> Option<usize> {
+    let mut buf = [0u8; 4096];
+    // SAFETY: open/read/close on a path we name, into a local buffer of its size.
+    let n = unsafe {
+        let fd = libc::open(
+            c"/proc/meminfo".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let text = &buf[..usize::try_from(n).ok()?];
+    let at = text.windows(field.len()).position(|w| w == field)?;
+    let rest = &text[at + field.len()..];
+    let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
+    let end = rest.iter().position(|b| !b.is_ascii_digit())?;
+    parse_size(&rest[..end])?.checked_mul(1024)
+}
+
+/// The machine's memory.
+pub fn mem_total() -> Option<usize> {
+    meminfo(b"MemTotal:")
+}
+
+impl Config {
+    pub fn from_env() -> Config {
+        let size = |name: &CStr| env(name).and_then(parse_size);
+        let default_cap = meminfo(b"MemAvailable:")
+            .map_or(1 << 30, |m| m / 4)
+            .min(8 << 30);
+        Config {
+            threshold: size(c"PREZERO_THRESHOLD")
+                .unwrap_or(1 << 20)
+                .max(MIN_THRESHOLD),
+            cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
+            prefill: size(c"PREZERO_PREFILL").unwrap_or(0),
+            idle_secs: env(c"PREZERO_IDLE_SECS")
+                .and_then(parse_size)
+                .map_or(5, |s| s as u64),
+            stats: env(c"PREZERO_STATS") == Some(b"1"),
+            thp: env(c"PREZERO_THP") != Some(b"0"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes_parse_and_garbage_does_not() {
+        assert_eq!(parse_size(b"123"), Some(123));
+        assert_eq!(parse_size(b"64K"), Some(64 << 10));
+        assert_eq!(parse_size(b"1MiB"), Some(1 << 20));
+        assert_eq!(parse_size(b"8G"), Some(8 << 30));
+        for bad in [&b""[..], b"G", b"1X", b"-1", b"99999999999999999999999", b"1 M"] {
+            assert_eq!(parse_size(bad), None, "{:?}", std::str::from_utf8(bad));
+        }
+        assert_eq!(parse_size(b"20000000T"), None, "overflow");
+    }
+}

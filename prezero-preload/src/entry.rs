@@ -1,0 +1,346 @@
+//! The C entry points that take the place of the C library's allocator.
+//! Large requests go to the cache; everything else, and anything the cache
+//! cannot do, to the next allocator, so a failure in here costs the program
+//! the speed-up, never a byte or a crash.
+//!
+//! Start-up: the first call resolves the next allocator (`dlsym`, which may
+//! call `malloc` again: those calls, and calls from other threads meanwhile,
+//! are served from a static arena), then reads the environment and reserves
+//! the range. Not in a test build: the test harness would allocate with it.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+
+use crate::config::Config;
+use crate::next::{self, Next};
+use crate::{cache, stats};
+
+const UNINIT: u8 = 0;
+/// Finding the next allocator: only the arena serves.
+const BOOTING: u8 = 1;
+/// The next allocator serves everything (the cache could not start).
+const FORWARD: u8 = 2;
+/// The cache serves large requests.
+const READY: u8 = 3;
+/// No next allocator: only the arena (never seen with a dynamic libc).
+const NONE: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+struct NextCell(std::cell::UnsafeCell<Option<Next>>);
+// SAFETY: written once by the booting thread before STATE leaves BOOTING
+// (Release), read only after STATE says so (Acquire).
+unsafe impl Sync for NextCell {}
+static NEXT: NextCell = NextCell(std::cell::UnsafeCell::new(None));
+
+/// The next allocator once known, and whether the cache serves.
+fn state() -> (Option<Next>, bool) {
+    let mut s = STATE.load(Ordering::Acquire);
+    if s == UNINIT
+        && STATE
+            .compare_exchange(UNINIT, BOOTING, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    {
+        s = boot();
+    }
+    match s {
+        // SAFETY: NEXT was written before STATE became FORWARD or READY.
+        FORWARD => (unsafe { *NEXT.0.get() }, false),
+        // SAFETY: as above.
+        READY => (unsafe { *NEXT.0.get() }, true),
+        _ => (None, false),
+    }
+}
+
+fn boot() -> u8 {
+    let Some(n) = next::resolve() else {
+        STATE.store(NONE, Ordering::Release);
+        return NONE;
+    };
+    // SAFETY: only this thread writes NEXT, before publishing STATE.
+    unsafe { *NEXT.0.get() = Some(n) };
+    STATE.store(FORWARD, Ordering::Release);
+    let cfg = Config::from_env();
+    THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
+    if !cache::start(cfg) {
+        return FORWARD;
+    }
+    if cfg.stats {
+        // SAFETY: registers a static function.
+        unsafe { libc::atexit(at_exit) };
+    }
+    STATE.store(READY, Ordering::Release);
+    READY
+}
+
+extern "C" fn at_exit() {
+    stats::print();
+}
+
+fn set_errno(e: libc::c_int) {
+    // SAFETY: the calling thread's errno.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// A large block from the cache, else from the next allocator.
+fn large(size: usize, align: usize, zeroed: bool, n: &Next) -> *mut c_void {
+    let p = cache::alloc(size, align, zeroed);
+    if !p.is_null() {
+        return p;
+    }
+    stats::FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the next allocator's own functions, with valid arguments.
+    unsafe {
+        if zeroed {
+            (n.calloc)(1, size)
+        } else if align <= 16 {
+            (n.malloc)(size)
+        } else {
+            let mut out = std::ptr::null_mut();
+            match (n.posix_memalign)(&mut out, align, size) {
+                0 => out,
+                e => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
+            }
+        }
+    }
+}
+
+fn wants_cache(size: usize) -> bool {
+    size >= THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// # Safety
+/// As C's `malloc`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    match state() {
+        (Some(n), true) if wants_cache(size) => large(size, 16, false, &n),
+        // SAFETY: forwarded with the caller's arguments.
+        (Some(n), _) => unsafe { (n.malloc)(size) },
+        (None, _) => next::arena_alloc(size),
+    }
+}
+
+/// # Safety
+/// As C's `calloc`.
+#[no_mangle]
+pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    let Some(total) = count.checked_mul(size) else {
+        set_errno(libc::ENOMEM);
+        return std::ptr::null_mut();
+    };
+    match state() {
+        (Some(n), true) if wants_cache(total) => large(total, 16, true, &n),
+        // SAFETY: forwarded with the caller's arguments.
+        (Some(n), _) => unsafe { (n.calloc)(count, size) },
+        // The arena is static and never reused: zero.
+        (None, _) => next::arena_alloc(total),
+    }
+}
+
+/// # Safety
+/// As C's `free`.
+#[no_mangle]
+pub unsafe extern "C" fn free(p: *mut c_void) {
+    let a = p as usize;
+    if p.is_null() || next::in_arena(a) {
+        return;
+    }
+    if cache::owns(a) {
+        return cache::free(a);
+    }
+    if let (Some(n), _) = state() {
+        // SAFETY: not ours: the next allocator's (or the program's bug, as
+        // it would be without us).
+        unsafe { (n.free)(p) }
+    }
+}
+
+/// # Safety
+/// As C's `realloc`.
+#[no_mangle]
+pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: as malloc.
+        return unsafe { malloc(size) };
+    }
+    let a = p as usize;
+    if size == 0 && !next::in_arena(a) {
+        // glibc frees and returns NULL.
+        // SAFETY: as free.
+        unsafe { free(p) };
+        return std::ptr::null_mut();
+    }
+    let (n, ready) = state();
+    let copy_to_new = |old: usize| {
+        // SAFETY: as malloc.
+        let q = unsafe { malloc(size) };
+        if !q.is_null() {
+            // SAFETY: `p` holds at least `old` bytes, `q` at least `size`;
+            // distinct allocations.
+            unsafe { std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), old.min(size)) };
+            // SAFETY: as free.
+            unsafe { free(p) };
+        }
+        q
+    };
+    if next::in_arena(a) {
+        return copy_to_new(next::arena_size(a));
+    }
+    if cache::owns(a) {
+        let threshold = THRESHOLD.load(Ordering::Relaxed);
+        return match cache::realloc(a, size, threshold) {
+            Some(q) if !q.is_null() => q,
+            Some(_) => copy_to_new(cache::usable_size(a).unwrap_or(0)),
+            None => {
+                stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+                set_errno(libc::EINVAL);
+                std::ptr::null_mut()
+            }
+        };
+    }
+    let Some(n) = n else {
+        return std::ptr::null_mut();
+    };
+    if ready && wants_cache(size) {
+        // Into the cache: from here on it grows without copying.
+        // SAFETY: `p` is the next allocator's.
+        let old = unsafe { (n.usable_size)(p) };
+        return copy_to_new(old);
+    }
+    // SAFETY: forwarded with the caller's arguments.
+    unsafe { (n.realloc)(p, size) }
+}
+
+/// # Safety
+/// As C's `reallocarray`.
+#[no_mangle]
+pub unsafe extern "C" fn reallocarray(p: *mut c_void, count: usize, size: usize) -> *mut c_void {
+    match count.checked_mul(size) {
+        // SAFETY: as realloc.
+        Some(total) => unsafe { realloc(p, total) },
+        None => {
+            set_errno(libc::ENOMEM);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// `size` bytes aligned to `align` (a power of two, checked by the caller).
+fn aligned(align: usize, size: usize) -> *mut c_void {
+    match state() {
+        (Some(n), true) if wants_cache(size) => large(size, align, false, &n),
+        (Some(n), _) => {
+            let mut out = std::ptr::null_mut();
+            let align = align.max(std::mem::size_of::<usize>());
+            // SAFETY: the next allocator's posix_memalign with a valid alignment.
+            match unsafe { (n.posix_memalign)(&mut out, align, size) } {
+                0 => out,
+                e => {
+                    set_errno(e);
+                    std::ptr::null_mut()
+                }
+            }
+        }
+        (None, _) if align <= 16 => next::arena_alloc(size),
+        (None, _) => std::ptr::null_mut(),
+    }
+}
+
+/// # Safety
+/// As C's `posix_memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn posix_memalign(
+    out: *mut *mut c_void,
+    align: usize,
+    size: usize,
+) -> libc::c_int {
+    if out.is_null() {
+        return libc::EINVAL;
+    }
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<usize>()) {
+        return libc::EINVAL;
+    }
+    let p = aligned(align, size);
+    if p.is_null() && size != 0 {
+        return libc::ENOMEM;
+    }
+    // SAFETY: the caller passes a writable pointer (checked non-NULL).
+    unsafe { *out = p };
+    0
+}
+
+/// # Safety
+/// As C's `aligned_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+    if !align.is_power_of_two() {
+        set_errno(libc::EINVAL);
+        return std::ptr::null_mut();
+    }
+    aligned(align, size)
+}
+
+/// # Safety
+/// As C's `memalign`.
+#[no_mangle]
+pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+    // glibc rounds a non-power-of-two alignment up.
+    match align.checked_next_power_of_two() {
+        Some(a) => aligned(a, size),
+        None => {
+            set_errno(libc::EINVAL);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+fn page() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// # Safety
+/// As C's `valloc`.
+#[no_mangle]
+pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+    aligned(page(), size)
+}
+
+/// # Safety
+/// As C's `pvalloc`.
+#[no_mangle]
+pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+    match size.max(1).checked_next_multiple_of(page()) {
+        Some(s) => aligned(page(), s),
+        None => {
+            set_errno(libc::ENOMEM);
+            std::ptr::null_mut()
+        }
+    }
+}
+
+/// # Safety
+/// As C's `malloc_usable_size`.
+#[no_mangle]
+pub unsafe extern "C" fn malloc_usable_size(p: *mut c_void) -> usize {
+    let a = p as usize;
+    if p.is_null() {
+        return 0;
+    }
+    if next::in_arena(a) {
+        return next::arena_size(a);
+    }
+    if cache::owns(a) {
+        return cache::usable_size(a).unwrap_or(0);
+    }
+    match state() {
+        // SAFETY: the next allocator's pointer.
+        (Some(n), _) => unsafe { (n.usable_size)(p) },
+        _ => 0,
+    }
+}

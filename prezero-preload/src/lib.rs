@@ -1,0 +1,34 @@
+//! `libprezero_preload.so`: pre-zeroed, populated memory for programs that
+//! were never written for it. `prezero run -- PROGRAM` loads it with
+//! `LD_PRELOAD`; it takes `malloc`, `calloc`, `realloc`, `free` and the
+//! aligned entry points, serves requests of at least a threshold (1 MiB)
+//! from a cache of large blocks, and hands everything else to the next
+//! allocator (glibc's) untouched.
+//!
+//! glibc returns every block above its mmap threshold to the kernel on `free`,
+//! and the next `calloc` of that size faults in fresh pages that the kernel
+//! zeroes on the critical path, one 4 KiB page at a time. Here a freed block
+//! stays mapped and populated; a scrubber thread at `SCHED_IDLE` clears it
+//! with streaming stores while a core is idle (seed 003), so the next
+//! `calloc` of that size finds it zero and its pages present.
+//!
+//! * `blocks.rs`: which part of the reserved range is which block (pure).
+//! * `next.rs`: the next allocator, and the arena that serves start-up.
+//! * `cache.rs`: the cache itself: the lock, the range, the entry points'
+//!   large path, the scrubber, fork and the limits.
+//!
+//! Ownership is a range check: every block lives in one reserved address
+//! range, so `free` knows in a comparison whether a pointer is ours.
+
+// The test harness leaves out the entry points (it would allocate with
+// them), so what only they use looks dead there.
+#![cfg_attr(test, allow(dead_code))]
+
+mod blocks;
+mod cache;
+mod config;
+mod next;
+mod stats;
+
+#[cfg(not(test))]
+mod entry;

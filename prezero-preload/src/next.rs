@@ -1,0 +1,108 @@
+//! The allocator we stand in front of (glibc's, or whatever is next in the
+//! lookup order), found with `dlsym(RTLD_NEXT)`, and a bump arena that
+//! serves the calls made before it is found (`dlsym` itself may allocate).
+
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+type Free = unsafe extern "C" fn(*mut c_void);
+type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
+type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
+type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
+
+/// The next allocator's entry points.
+#[derive(Clone, Copy)]
+pub struct Next {
+    pub malloc: Malloc,
+    pub free: Free,
+    pub calloc: Calloc,
+    pub realloc: Realloc,
+    pub posix_memalign: PosixMemalign,
+    pub usable_size: UsableSize,
+}
+
+/// Resolves every entry point, or none.
+pub fn resolve() -> Option<Next> {
+    fn sym(name: &CStr) -> Option<usize> {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only reads it.
+        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+        (!p.is_null()).then_some(p as usize)
+    }
+    let (m, f, c, r, pm, us) = (
+        sym(c"malloc")?,
+        sym(c"free")?,
+        sym(c"calloc")?,
+        sym(c"realloc")?,
+        sym(c"posix_memalign")?,
+        sym(c"malloc_usable_size")?,
+    );
+    // SAFETY: each address is the next definition of the C function of that
+    // name, whose signature the type states.
+    unsafe {
+        Some(Next {
+            malloc: std::mem::transmute::<usize, Malloc>(m),
+            free: std::mem::transmute::<usize, Free>(f),
+            calloc: std::mem::transmute::<usize, Calloc>(c),
+            realloc: std::mem::transmute::<usize, Realloc>(r),
+            posix_memalign: std::mem::transmute::<usize, PosixMemalign>(pm),
+            usable_size: std::mem::transmute::<usize, UsableSize>(us),
+        })
+    }
+}
+
+/// Bytes of the bump arena: what `dlsym` and the start-up ask for is small.
+const ARENA: usize = 256 << 10;
+
+#[repr(C, align(64))]
+struct Arena([u8; ARENA]);
+
+static mut BOOT: Arena = Arena([0; ARENA]);
+static BOOT_USED: AtomicUsize = AtomicUsize::new(0);
+
+/// Each arena allocation is preceded by its size, for `realloc` and
+/// `malloc_usable_size`.
+const HEADER: usize = 16;
+
+fn arena_base() -> usize {
+    // Only the address: the bytes are handed out below, each range to one caller.
+    std::ptr::addr_of_mut!(BOOT) as usize
+}
+
+/// Whether `p` came from the arena (its memory is never given back).
+pub fn in_arena(p: usize) -> bool {
+    (arena_base()..arena_base() + ARENA).contains(&p)
+}
+
+/// `size` bytes (zero: the arena is static and never reused), aligned to 16,
+/// or null when the arena is spent.
+pub fn arena_alloc(size: usize) -> *mut c_void {
+    let Some(need) = size
+        .checked_next_multiple_of(16)
+        .and_then(|s| s.checked_add(HEADER))
+    else {
+        return std::ptr::null_mut();
+    };
+    let mut at = BOOT_USED.load(Ordering::Relaxed);
+    loop {
+        if at + need > ARENA {
+            return std::ptr::null_mut();
+        }
+        match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => break,
+            Err(now) => at = now,
+        }
+    }
+    let p = arena_base() + at;
+    // SAFETY: [p, p + need) was reserved for this call alone by the exchange.
+    unsafe { (p as *mut usize).write(size) };
+    (p + HEADER) as *mut c_void
+}
+
+/// The size an arena allocation was made with.
+pub fn arena_size(p: usize) -> usize {
+    // SAFETY: `p` came from `arena_alloc`, which wrote the size before it.
+    unsafe { ((p - HEADER) as *const usize).read() }
+}
