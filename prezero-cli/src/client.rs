@@ -25,6 +25,7 @@ pub enum Which {
     Exec(crate::exec::ExecArgs),
 }
 
+/// The options every `prezero client` command has (`#[command(flatten)]`).
 #[derive(clap::Args)]
 pub struct Common {
     /// Socket path [default: $PREZERO_SOCKET or /run/prezero/prezero.sock].
@@ -33,7 +34,7 @@ pub struct Common {
 }
 
 impl Common {
-    fn client(&self) -> Result<Client, String> {
+    pub(crate) fn client(&self) -> Result<Client, String> {
         match &self.socket {
             Some(p) => Client::connect(p),
             None => Client::connect_default(),

@@ -3,16 +3,19 @@
 //! command line by placeholders: `{path}` (`/proc/self/fd/N`), `{fd}`,
 //! `{size}`, or `{path0}`, `{fd1}`, `{size2}`... per segment.
 //!
+//! The placeholders must name every segment: the program would otherwise hold
+//! one it never uses (quarantined, charged) for its whole life.
+//!
 //! After the exec the client's socket is gone (close-on-exec), so the daemon
 //! quarantines the segments, and keeps them so for as long as the program, or
 //! anything it hands a file or mapping to, holds them.
 
 use std::ffi::OsString;
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
 
-use prezero::service::{AllocOptions, Client, Source};
+use prezero::service::{AllocOptions, Source};
 use prezero::PageKind;
 
 use crate::units::{fmt_size, parse_size};
@@ -25,13 +28,13 @@ pub struct ExecArgs {
     /// 2MB or 1GB.
     #[arg(long, default_value = "2MB")]
     page: String,
-    /// Socket path [default: $PREZERO_SOCKET or /run/prezero/prezero.sock].
-    #[arg(long)]
-    socket: Option<PathBuf>,
+    #[command(flatten)]
+    common: crate::client::Common,
     /// Fail rather than fall back to a local memfd.
     #[arg(long)]
     no_fallback: bool,
-    /// Say nothing about where the memory came from.
+    /// Say nothing about where the memory came from, nor warn when no
+    /// placeholder names it.
     #[arg(short, long)]
     quiet: bool,
     /// The program and its arguments, after `--`. In the arguments `{path}`,
@@ -199,6 +202,50 @@ fn render(arg: &[u8], pieces: &[Piece], files: &[File], too_many: &str) -> Resul
     Ok(out)
 }
 
+/// Whether the placeholders of `parsed` (already rendered, so every index is
+/// in range and an unindexed one means the only file) name every one of
+/// `files`. An error naming the segments none names when some are named; a
+/// warning when nothing is (the program may find its descriptors itself).
+fn check_named(parsed: &[Vec<Piece>], files: &[File]) -> Result<Option<String>, String> {
+    let mut named = vec![false; files.len()];
+    let mut any = false;
+    for piece in parsed.iter().flatten() {
+        if let Piece::Var(_, index) = *piece {
+            any = true;
+            if let Some(n) = named.get_mut(index.unwrap_or(0)) {
+                *n = true;
+            }
+        }
+    }
+    if !any {
+        let fds = files
+            .iter()
+            .map(|f| f.fd.to_string())
+            .collect::<Vec<_>>()
+            .join(", ");
+        return Ok(Some(format!(
+            "no placeholder names the memory: the program inherits it (fd {fds}) and must find \
+             it itself; {{path}}, {{fd}} or {{size}} in its arguments name it"
+        )));
+    }
+    let unnamed: Vec<usize> = (0..files.len()).filter(|&i| !named[i]).collect();
+    if unnamed.is_empty() {
+        return Ok(None);
+    }
+    let list =
+        |f: &dyn Fn(usize) -> String| unnamed.iter().map(|&i| f(i)).collect::<Vec<_>>().join(", ");
+    Err(format!(
+        "the memory is {} segments and no placeholder names segment{} {}: the program would \
+         hold {} unused (quarantined, and charged to you) for as long as it runs; name every \
+         segment ({}, or the {{fd}} and {{size}} forms)",
+        files.len(),
+        if unnamed.len() == 1 { "" } else { "s" },
+        list(&|i| i.to_string()),
+        if unnamed.len() == 1 { "it" } else { "them" },
+        list(&|i| format!("{{path{i}}}")),
+    ))
+}
+
 pub fn run(args: &ExecArgs) -> Result<(), String> {
     let size = parse_size(&args.size)?;
     let page: PageKind = args
@@ -214,11 +261,7 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
         .iter()
         .map(|a| parse(a.as_bytes()))
         .collect::<Result<Vec<_>, _>>()?;
-    let client = match &args.socket {
-        Some(p) => Client::connect(p),
-        None => Client::connect_default(),
-    }
-    .map_err(|e| e.to_string())?;
+    let client = args.common.client()?;
     let opts = AllocOptions {
         fallback: !args.no_fallback,
         ..AllocOptions::default()
@@ -231,7 +274,7 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
         .segments()
         .iter()
         .map(|s| File {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&s.fd),
+            fd: s.fd.as_raw_fd(),
             size: s.len,
         })
         .collect();
@@ -245,6 +288,7 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
         .zip(&parsed)
         .map(|(a, p)| render(a.as_bytes(), p, &files, &too_many).map(OsString::from_vec))
         .collect::<Result<Vec<_>, _>>()?;
+    let unnamed = check_named(&parsed, &files)?;
     if !args.quiet {
         let fds = files
             .iter()
@@ -279,10 +323,16 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
             }
         }
     }
-    let inherited = mem.into_inherited().map_err(|e| e.to_string())?;
-    // Only returns on failure; on success the files live on in the program.
-    let e = std::process::Command::new(program).args(&argv).exec();
-    drop(inherited);
+    if let (Some(warning), false) = (unnamed, args.quiet) {
+        eprintln!("prezero: warning: {warning}");
+    }
+    let mut cmd = std::process::Command::new(program);
+    cmd.args(&argv);
+    mem.pass_to(&mut cmd).map_err(|e| e.to_string())?;
+    // Only returns on failure; on success the files live on in the program,
+    // and the exec closed the connection, which releases them.
+    let e = cmd.exec();
+    drop(mem);
     eprintln!("prezero: cannot run {}: {e}", program.to_string_lossy());
     std::process::exit(match e.raw_os_error() {
         Some(libc::ENOENT) => 127,
@@ -379,5 +429,46 @@ mod tests {
         }
         // Unknown names and unbalanced braces fail before any memory is taken.
         assert!(parse(b"{sz}").is_err() && parse(b"{path3}").is_ok());
+    }
+
+    fn named(args: &[&str], files: &[File]) -> Result<Option<String>, String> {
+        let parsed: Vec<_> = args.iter().map(|a| parse(a.as_bytes()).unwrap()).collect();
+        check_named(&parsed, files)
+    }
+
+    const THREE: [File; 3] = [TWO[0], TWO[1], File { fd: 9, size: 4096 }];
+
+    #[test]
+    fn every_segment_must_be_named_and_naming_none_is_a_warning() {
+        for (args, files) in [
+            (&["-m", "{path}"][..], &ONE[..]),
+            (&["{size0}"][..], &ONE[..]),
+            (&["{fd1},{fd0}"][..], &TWO[..]),
+            (&["{path0}", "x", "{size2}{size1}", "{fd0}"][..], &THREE[..]),
+        ] {
+            assert_eq!(named(args, files), Ok(None), "{args:?}");
+        }
+        let e = named(&["{path0}", "{size0}"], &THREE).unwrap_err();
+        assert!(
+            e.contains("the memory is 3 segments and no placeholder names segments 1, 2: ")
+                && e.contains("hold them unused (quarantined, and charged to you)")
+                && e.contains("({path1}, {path2}, or the {fd} and {size} forms)"),
+            "{e}"
+        );
+        let e = named(&["{fd0}", "{size2}"], &THREE).unwrap_err();
+        assert!(
+            e.contains("names segment 1: ")
+                && e.contains("hold it unused")
+                && e.contains("({path1}, "),
+            "{e}"
+        );
+        // Literal braces name nothing.
+        for args in [&[][..], &["-m", "64M"][..], &["{{path}}"][..]] {
+            let w = named(args, &TWO).unwrap().unwrap();
+            assert!(
+                w.starts_with("no placeholder names the memory: the program inherits it (fd 5, 7)"),
+                "{args:?}: {w}"
+            );
+        }
     }
 }

@@ -1,7 +1,8 @@
 //! `prezero client exec` end to end: a program (a shell, then a real QEMU)
 //! runs on memfds taken from a daemon of the test's own; the segment stays
 //! out of reuse while the program holds it and comes back once it exits.
-//! The local fallback, `--no-fallback` and the placeholder errors without one.
+//! The local fallback, `--no-fallback`, the placeholder errors without one,
+//! segments no placeholder names, and sizes that do not fit.
 //!
 //! Tests that need the daemon skip (printing why) when hugetlb pages cannot be
 //! reserved; the QEMU test also when qemu-system-x86_64 is not installed.
@@ -185,42 +186,43 @@ fn several_segments_are_named_by_index_and_the_single_form_says_how_to_fix_it() 
     assert!(words[2].parse::<u32>().is_ok(), "{said}");
     d.wait_all_ready();
 
-    // One file wanted, three given: an error naming the fix, nothing run, and
-    // the segments released.
+    // Placeholders that do not fit the segments: an error naming the fix,
+    // nothing run, and the segments released.
     let dir = scratch("multi");
     let ran = dir.join("ran");
-    let (out, err) = run(
-        &d.socket,
+    let refused = |placeholders: &[&str], want: &[&str]| {
+        let touch = format!("touch {}", ran.display());
+        let mut args = vec!["--size", "40M", "--no-fallback", "--", "sh", "-c", &touch];
+        args.extend(placeholders);
+        let (out, err) = run(&d.socket, &args);
+        assert_eq!(out.status.code(), Some(1), "{placeholders:?}: {err}");
+        for w in want {
+            assert!(err.contains(w), "{placeholders:?}: {err}");
+        }
+        assert!(!ran.exists(), "{placeholders:?}: the program ran");
+        d.wait_all_ready();
+    };
+    // One file wanted, three given.
+    refused(
+        &["mem-path={path}"],
         &[
-            "--size",
-            "40M",
-            "--no-fallback",
-            "--",
-            "sh",
-            "-c",
-            &format!("touch {}", ran.display()),
-            "mem-path={path}",
+            "{path} names one file, but the memory is 3 segments",
+            "({path0} .. {path2})",
+            "--pool 2MB:segment=40M",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("{path} names one file, but the memory is 3 segments")
-            && err.contains("({path0} .. {path2})")
-            && err.contains("--pool 2MB:segment=40M"),
-        "{err}"
+    refused(
+        &["{fd3}"],
+        &["{fd3}: the memory is 3 segments, {fd0} .. {fd2}"],
     );
-    d.wait_all_ready();
-    let (out, err) = run(
-        &d.socket,
-        &["--size", "40M", "--no-fallback", "--", "true", "{fd3}"],
+    // Segments no placeholder names would be held unused for the program's life.
+    refused(
+        &["{path0}", "{size0}"],
+        &[
+            "the memory is 3 segments and no placeholder names segments 1, 2",
+            "({path1}, {path2}, or the {fd} and {size} forms)",
+        ],
     );
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("{fd3}: the memory is 3 segments, {fd0} .. {fd2}"),
-        "{err}"
-    );
-    assert!(!ran.exists());
-    d.wait_all_ready();
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -257,6 +259,46 @@ fn placeholder_errors_come_before_any_memory_is_taken() {
     }
     assert!(!ran.exists(), "the program must not run");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_size_that_does_not_fit_in_whole_pages_is_an_error_not_a_panic() {
+    for page in ["2MB", "1GB"] {
+        let (out, err) = run(
+            &nowhere(),
+            &[
+                "--size",
+                "18446744073709551615",
+                "--page",
+                page,
+                "--",
+                "true",
+            ],
+        );
+        assert_eq!(out.status.code(), Some(1), "{page}: {err}");
+        assert!(
+            err.contains(&format!(
+                "18446744073709551615 bytes rounded up to whole {page} pages is more than the \
+                 address space"
+            )),
+            "{page}: {err}"
+        );
+    }
+}
+
+#[test]
+fn naming_no_file_is_a_warning_unless_quiet() {
+    let (out, err) = run(&nowhere(), &["--size", "4K", "--", "true"]);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "prezero: warning: no placeholder names the memory: the program inherits it (fd "
+        ),
+        "{err}"
+    );
+    let (out, err) = run(&nowhere(), &["--size", "4K", "--quiet", "--", "true"]);
+    assert!(out.status.success(), "{err}");
+    assert!(err.is_empty(), "--quiet: {err}");
 }
 
 #[test]
@@ -307,6 +349,39 @@ fn without_a_daemon_a_local_memfd_serves() {
         eprintln!("skipped: the plain-memfd fallback ({free} 2 MiB pages free)");
     }
     drop(lock);
+    // A plain memfd is whole base pages, not whole hugetlb pages: 1 byte on
+    // 1 GiB pages, none free, is one 4 KiB page.
+    let free = free_pages_of(PageKind::Huge1G);
+    if free == 0 {
+        let (out, err) = run(
+            &nowhere(),
+            &[
+                "--size",
+                "1",
+                "--page",
+                "1GB",
+                "--",
+                "sh",
+                "-c",
+                "stat -L -c %s {path} && echo {size}",
+            ],
+        );
+        assert!(out.status.success(), "{err}");
+        let base = PageKind::Base.page_size().to_string();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .collect::<Vec<_>>(),
+            [&base, &base],
+            "{err}"
+        );
+        assert!(
+            err.contains("from a plain local memfd, not hugetlb"),
+            "{err}"
+        );
+    } else {
+        eprintln!("skipped: the plain memfd in base pages ({free} 1 GiB pages free)");
+    }
     // A hugetlb memfd when the pool has the pages.
     let _pages = match HugetlbReservation::ensure_free(PAGE, 8) {
         Ok(r) => r,

@@ -1,20 +1,24 @@
 //! The client against a daemon that lies: every field of an `ALLOC` answer
 //! (counts, lengths, the files themselves, the sequence number) is checked,
-//! refused with an error, and nothing of it stays mapped. The client must
-//! never map past its reservation or touch a file that could end early
-//! (SIGBUS). One test, so no other test maps memfds meanwhile.
+//! refused with an error by `alloc_with` and `alloc_files` alike, given back
+//! (RELEASE) when it got past the exchange, and nothing of it stays mapped or
+//! open. The client must never map past its reservation or hand on a file
+//! that could end early (SIGBUS) or cannot be mapped writable. One test, so
+//! no other test maps or opens memfds meanwhile.
 
 use std::ffi::CString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use prezero::service::protocol::{self, Reply, Request, SegmentRecord};
-use prezero::service::{AllocOptions, Client};
+use prezero::service::{AllocOptions, Client, Source};
 use prezero::{HugetlbReservation, PageKind};
 
 mod common;
 
 const M: usize = 2 << 20;
+const U: u64 = M as u64;
 
 /// What the fake daemon answers one `ALLOC` with.
 struct Lie {
@@ -26,7 +30,10 @@ struct Lie {
     wrong_seq: bool,
 }
 
-fn memfd(hugetlb: bool, size: usize, sealed: bool) -> OwnedFd {
+/// The seals the daemon's segments carry.
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+fn memfd(hugetlb: bool, size: usize, seals: libc::c_int) -> OwnedFd {
     let name = CString::new("prezero-lie").unwrap();
     let flags =
         libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | if hugetlb { libc::MFD_HUGETLB } else { 0 };
@@ -38,12 +45,27 @@ fn memfd(hugetlb: bool, size: usize, sealed: bool) -> OwnedFd {
     // SAFETY: ftruncate and fcntl on our own descriptor.
     unsafe {
         assert_eq!(libc::ftruncate(fd.as_raw_fd(), size as libc::off_t), 0);
-        if sealed {
-            let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-            assert_eq!(libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals), 0);
+        if seals != 0 {
+            assert_eq!(
+                libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals),
+                0,
+                "F_ADD_SEALS {seals:#x}: {}",
+                std::io::Error::last_os_error()
+            );
         }
     }
     fd
+}
+
+/// A new open file description of `fd`'s file, opened `O_RDONLY` or `O_WRONLY`.
+fn reopen(fd: OwnedFd, access: libc::c_int) -> OwnedFd {
+    let f = std::fs::OpenOptions::new()
+        .read(access == libc::O_RDONLY)
+        .write(access == libc::O_WRONLY)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .unwrap();
+    f.into()
 }
 
 fn pipe_end() -> OwnedFd {
@@ -92,8 +114,9 @@ fn listen_at(path: &Path) -> OwnedFd {
     sock
 }
 
-/// Serves one connection: answers its ALLOC with `lie`, its RELEASEs honestly.
-fn serve_one(listener: &OwnedFd, lie: Lie) {
+/// Serves one connection: answers its ALLOC with `lie`, its RELEASEs honestly;
+/// the ids released, in order, once the client hangs up.
+fn serve_one(listener: &OwnedFd, lie: Lie) -> Vec<u64> {
     // SAFETY: accept on our listening socket.
     let c = unsafe {
         libc::accept4(
@@ -108,13 +131,14 @@ fn serve_one(listener: &OwnedFd, lie: Lie) {
     let conn = unsafe { OwnedFd::from_raw_fd(c) };
     let mut buf = vec![0u8; protocol::MAX_MESSAGE + 1];
     let mut lie = Some(lie);
+    let mut released = Vec::new();
     loop {
         let got = match protocol::recv(conn.as_fd(), &mut buf, 0) {
             Ok(g) if g.len > 0 => g,
-            _ => return,
+            _ => return released,
         };
         let Ok((seq, req)) = Request::decode(&buf[..got.len]) else {
-            return;
+            return released;
         };
         match req {
             Request::Alloc { .. } => {
@@ -140,9 +164,10 @@ fn serve_one(listener: &OwnedFd, lie: Lie) {
                 let r = Reply::Released {
                     count: ids.len() as u32,
                 };
+                released.extend(ids);
                 let _ = protocol::send(conn.as_fd(), &r.encode(seq), &[]);
             }
-            _ => return,
+            _ => return released,
         }
     }
 }
@@ -156,137 +181,316 @@ fn memfd_mappings() -> usize {
         .count()
 }
 
-#[test]
-fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
-    let dir = std::env::temp_dir().join(format!("pz-lie-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("s");
-    let listener = listen_at(&path);
-    let lie = |records: Vec<(u64, OwnedFd)>| Lie {
+/// Descriptors of the fake daemon's memfds open in this process: what the
+/// client must not keep of a refused answer, or of one it was done with.
+fn lie_fds() -> Vec<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .map(|l| l.to_string_lossy().into_owned())
+        .filter(|l| l.starts_with("/memfd:prezero-lie"))
+        .collect()
+}
+
+fn lie(records: Vec<(u64, OwnedFd)>) -> Lie {
+    Lie {
         records,
         extra_fds: vec![],
         wrong_seq: false,
-    };
-    let huge = |size: usize| memfd(true, size, true);
-    let m = M as u64;
-    let cases: Vec<(&str, usize, Lie, &str)> = vec![
-        ("no segments", 4 * M, lie(vec![]), "none"),
+    }
+}
+
+fn huge(size: usize) -> OwnedFd {
+    memfd(true, size, SEALS)
+}
+
+/// Every lie: (name, bytes asked for, the answer (made when used, so that no
+/// other lie's files are open meanwhile), what the error says, whether it gets
+/// past the exchange, so its segments must be released).
+type LieCase = (&'static str, usize, fn() -> Lie, &'static str, bool);
+
+fn lies() -> Vec<LieCase> {
+    vec![
+        ("no segments", 4 * M, || lie(vec![]), "none", true),
         (
             "too many",
             M,
-            lie(vec![(m, huge(M)), (m, huge(M)), (m, huge(M))]),
+            || lie(vec![(U, huge(M)), (U, huge(M)), (U, huge(M))]),
             "more than",
+            true,
         ),
-        ("too few", 4 * M, lie(vec![(m, huge(M))]), "cover"),
+        ("too few", 4 * M, || lie(vec![(U, huge(M))]), "cover", true),
         (
             "ragged length",
             4 * M,
-            lie(vec![(4 * m + 4096, huge(4 * M))]),
+            || lie(vec![(4 * U + 4096, huge(4 * M))]),
             "whole pages",
+            true,
         ),
         (
             "file shorter than its record",
             4 * M,
-            lie(vec![(4 * m, huge(M))]),
+            || lie(vec![(4 * U, huge(M))]),
             "record says",
+            true,
         ),
         (
             "record shorter than the request",
             4 * M,
-            lie(vec![(m, huge(M)), (m, huge(M))]),
+            || lie(vec![(U, huge(M)), (U, huge(M))]),
             "cover",
+            true,
         ),
         (
             "not hugetlb",
             4 * M,
-            lie(vec![(4 * m, memfd(false, 4 * M, true))]),
+            || lie(vec![(4 * U, memfd(false, 4 * M, SEALS))]),
             "pages",
+            true,
         ),
         (
             "not sealed",
             4 * M,
-            lie(vec![(4 * m, memfd(true, 4 * M, false))]),
-            "sealed",
+            || lie(vec![(4 * U, memfd(true, 4 * M, 0))]),
+            "sealed against shrinking",
+            true,
+        ),
+        (
+            "sealed against writing",
+            4 * M,
+            || {
+                lie(vec![(
+                    4 * U,
+                    memfd(true, 4 * M, SEALS | libc::F_SEAL_WRITE),
+                )])
+            },
+            "sealed against writing",
+            true,
+        ),
+        (
+            "sealed against future writes",
+            4 * M,
+            || {
+                lie(vec![(
+                    4 * U,
+                    memfd(true, 4 * M, SEALS | libc::F_SEAL_FUTURE_WRITE),
+                )])
+            },
+            "sealed against writing",
+            true,
+        ),
+        (
+            "read-only",
+            4 * M,
+            || lie(vec![(4 * U, reopen(huge(4 * M), libc::O_RDONLY))]),
+            "not open read-write",
+            true,
+        ),
+        (
+            "write-only",
+            4 * M,
+            || lie(vec![(4 * U, reopen(huge(4 * M), libc::O_WRONLY))]),
+            "not open read-write",
+            true,
         ),
         (
             "a pipe",
             4 * M,
-            lie(vec![(4 * m, pipe_end())]),
+            || lie(vec![(4 * U, pipe_end())]),
             "regular file",
+            true,
         ),
         (
             "more descriptors than records",
             4 * M,
-            Lie {
-                records: vec![(4 * m, huge(4 * M))],
+            || Lie {
+                records: vec![(4 * U, huge(4 * M))],
                 extra_fds: vec![huge(M)],
                 wrong_seq: false,
             },
             "disagree",
+            false,
         ),
         (
             "answer to another request",
             4 * M,
-            Lie {
-                records: vec![(4 * m, huge(4 * M))],
+            || Lie {
+                records: vec![(4 * U, huge(4 * M))],
                 extra_fds: vec![],
                 wrong_seq: true,
             },
             "another request",
+            false,
         ),
-    ];
-    let before = memfd_mappings();
-    for (name, bytes, lie, want) in cases {
+    ]
+}
+
+/// The fake daemon, one connection at a time.
+struct Fake {
+    dir: std::path::PathBuf,
+    path: std::path::PathBuf,
+    listener: OwnedFd,
+}
+
+impl Fake {
+    /// Answers the next connection's ALLOC with `lie`; `talk` runs the
+    /// client (it must drop it); the ids released. Afterwards nothing of the
+    /// daemon's memfds is open here.
+    fn serve(&self, lie: Lie, talk: impl FnOnce(Client)) -> Vec<u64> {
         let daemon = {
-            let l = listener.try_clone().unwrap();
+            let l = self.listener.try_clone().unwrap();
             std::thread::spawn(move || serve_one(&l, lie))
         };
-        let client = Client::connect(&path).unwrap();
-        let opts = AllocOptions {
-            fallback: false,
-            ..AllocOptions::default()
-        };
-        let r = client.alloc_with(bytes, PageKind::Huge2M, opts);
-        let e = r
-            .err()
-            .unwrap_or_else(|| panic!("{name}: a lie was believed"))
-            .to_string();
-        assert!(e.contains(want), "{name}: {e}");
-        drop(client);
-        daemon.join().unwrap();
-        assert_eq!(
-            memfd_mappings(),
-            before,
-            "{name}: a refused segment stayed mapped"
-        );
+        talk(Client::connect(&self.path).unwrap());
+        daemon.join().unwrap()
     }
-    // The same daemon telling the truth is believed: a segment longer than
-    // the request, mapped in part (three free 2 MiB pages).
+}
+
+const NO_FALLBACK: AllocOptions = AllocOptions {
+    fallback: false,
+    populate_threads: 1,
+};
+
+#[test]
+fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
+    let dir = std::env::temp_dir().join(format!("pz-lie-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = Fake {
+        path: dir.join("s"),
+        listener: listen_at(&dir.join("s")),
+        dir,
+    };
+    let before = memfd_mappings();
+    let mut refusals = Vec::new();
+    for files in [false, true] {
+        let api = if files { "alloc_files" } else { "alloc_with" };
+        for (name, bytes, lie, want, past_exchange) in lies() {
+            let lie = lie();
+            let n = lie.records.len() as u64;
+            let mut e = String::new();
+            let released = fake.serve(lie, |client| {
+                let r = if files {
+                    client
+                        .alloc_files(bytes, PageKind::Huge2M, NO_FALLBACK)
+                        .err()
+                } else {
+                    client
+                        .alloc_with(bytes, PageKind::Huge2M, NO_FALLBACK)
+                        .err()
+                };
+                e = r
+                    .unwrap_or_else(|| panic!("{api}, {name}: a lie was believed"))
+                    .to_string();
+            });
+            assert!(e.contains(want), "{api}, {name}: {e}");
+            let want_released: Vec<u64> = if past_exchange {
+                (1..=n).collect()
+            } else {
+                vec![]
+            };
+            assert_eq!(released, want_released, "{api}, {name}: released");
+            assert_eq!(
+                memfd_mappings(),
+                before,
+                "{api}, {name}: a refused segment stayed mapped"
+            );
+            assert_eq!(lie_fds(), Vec::<String>::new(), "{api}, {name}: left open");
+            refusals.push((name, e));
+        }
+    }
+    // Both APIs refuse each lie in the same words.
+    let (with, files) = refusals.split_at(refusals.len() / 2);
+    assert_eq!(with, files);
+
+    // The truth as files: a segment longer than the request, covering it; no
+    // hugetlb pages needed, as nothing is mapped. Dropped, it is released.
+    let released = fake.serve(lie(vec![(4 * U, huge(4 * M))]), |client| {
+        let f = client
+            .alloc_files(3 * M, PageKind::Huge2M, NO_FALLBACK)
+            .unwrap();
+        assert_eq!((f.len(), f.page()), (3 * M, PageKind::Huge2M));
+        assert_eq!(
+            f.source(),
+            &Source::Service {
+                segments: 1,
+                segment_size: 4 * M
+            }
+        );
+        let segs = f.segments();
+        assert!(segs.len() == 1 && segs[0].offset == 0 && segs[0].len == 3 * M);
+        drop(segs);
+        drop(f);
+        drop(client);
+    });
+    assert_eq!(released, vec![1], "dropping SegmentFiles releases");
+    assert_eq!(lie_fds(), Vec::<String>::new());
+
+    // Passed to a child: inherited there only; released once dropped here.
+    let released = fake.serve(lie(vec![(4 * U, huge(4 * M))]), |client| {
+        let f = client
+            .alloc_files(3 * M, PageKind::Huge2M, NO_FALLBACK)
+            .unwrap();
+        let fd = f.segments()[0].fd.as_raw_fd();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.args(["-c", &format!("test -e /proc/$$/fd/{fd}")]);
+        f.pass_to(&mut cmd).unwrap();
+        assert!(cmd.status().unwrap().success(), "not inherited");
+        drop(f);
+        drop(client);
+    });
+    assert_eq!(released, vec![1], "pass_to leaves the release to the drop");
+    assert_eq!(lie_fds(), Vec::<String>::new());
+
+    // Given up for exec: close-on-exec cleared at once, and no RELEASE (the
+    // connection's close at exec gives the segments back).
+    let mut inherited = Vec::new();
+    let released = fake.serve(lie(vec![(4 * U, huge(4 * M))]), |client| {
+        let f = client
+            .alloc_files(3 * M, PageKind::Huge2M, NO_FALLBACK)
+            .unwrap();
+        inherited = f.into_inherited().unwrap();
+        drop(client);
+    });
+    assert_eq!(
+        released,
+        Vec::<u64>::new(),
+        "into_inherited sends no RELEASE"
+    );
+    assert_eq!(inherited.len(), 1);
+    assert_eq!((inherited[0].offset, inherited[0].len), (0, 3 * M));
+    // SAFETY: fcntl on a descriptor `inherited` holds.
+    assert_eq!(
+        unsafe { libc::fcntl(inherited[0].fd.as_raw_fd(), libc::F_GETFD) },
+        0
+    );
+    drop(inherited);
+    assert_eq!(lie_fds(), Vec::<String>::new());
+
+    // The truth mapped: a segment longer than the request, mapped in part
+    // (three free 2 MiB pages).
     match HugetlbReservation::ensure_free(M, 3) {
-        Err(e) => eprintln!("skipped: the honest answer (no hugetlb pages: {e})"),
+        Err(e) => eprintln!("skipped: the honest answer mapped (no hugetlb pages: {e})"),
         Ok(_reservation) if common::hugetlb_unmappable(M).is_some() => eprintln!(
-            "skipped: the honest answer ({})",
+            "skipped: the honest answer mapped ({})",
             common::hugetlb_unmappable(M).unwrap_or_default()
         ),
         Ok(_reservation) => {
-            let daemon = {
-                let l = listener.try_clone().unwrap();
-                std::thread::spawn(move || serve_one(&l, lie(vec![(4 * m, huge(4 * M))])))
-            };
-            let client = Client::connect(&path).unwrap();
-            let opts = AllocOptions {
-                fallback: false,
-                ..AllocOptions::default()
-            };
-            let mem = client.alloc_with(3 * M, PageKind::Huge2M, opts).unwrap();
-            assert_eq!(mem.len(), 3 * M);
-            assert!(prezero::is_zero(mem.as_slice()));
-            let segs = mem.segments();
-            assert!(segs.len() == 1 && segs[0].offset == 0 && segs[0].len == 3 * M);
-            drop(mem);
-            drop(client);
-            daemon.join().unwrap();
+            let released = fake.serve(lie(vec![(4 * U, huge(4 * M))]), |client| {
+                let mem = client
+                    .alloc_with(3 * M, PageKind::Huge2M, NO_FALLBACK)
+                    .unwrap();
+                assert_eq!(mem.len(), 3 * M);
+                assert!(prezero::is_zero(mem.as_slice()));
+                let segs = mem.segments();
+                assert!(segs.len() == 1 && segs[0].offset == 0 && segs[0].len == 3 * M);
+                drop(segs);
+                drop(mem);
+                drop(client);
+            });
+            assert_eq!(released, vec![1]);
+            assert_eq!(memfd_mappings(), before);
+            assert_eq!(lie_fds(), Vec::<String>::new());
         }
     }
-    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::remove_dir_all(&fake.dir).unwrap();
 }

@@ -295,42 +295,68 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<ServiceMemory> {
-        if bytes == 0 {
-            return Err(Error::invalid("zero bytes requested"));
-        }
-        if !page.is_hugetlb() {
-            return Err(Error::invalid(
-                "the service serves hugetlb pages: 2MB or 1GB",
-            ));
-        }
-        let err = match &self.conn {
-            None => self.not_connected(),
-            Some(conn) => match from_service(conn, bytes, page) {
-                Ok(m) => return Ok(m),
-                Err(e) => e,
-            },
-        };
-        if !opts.fallback {
-            return Err(err);
-        }
-        local(bytes, page, opts.populate_threads, err.to_string())
+        self.serve(
+            bytes,
+            page,
+            opts.fallback,
+            |conn, len| from_service(conn, bytes, len, page),
+            |why| local(bytes, page, opts.populate_threads, why),
+        )
     }
 
     /// `bytes` of zeroed memory on `page` pages as **files** rather than a
     /// mapping, for a program that maps them itself (a VMM given
-    /// `mem-path=/proc/self/fd/N`). The files are checked exactly as
+    /// `mem-path=/proc/self/fd/N`): pass them to it with
+    /// [`SegmentFiles::pass_to`]. The files are checked exactly as
     /// [`Client::alloc_with`] checks them (they tile the request; each is a
-    /// hugetlbfs file of `page` pages sealed against shrinking). When the
-    /// service cannot serve (and `opts.fallback`), one local memfd: hugetlb of
-    /// `page` if the pool has the pages, else a plain memfd (base pages; the
-    /// reason says so), populated with `opts.populate_threads` threads and
-    /// sealed like the service's. Dropping it closes the files and releases.
+    /// hugetlbfs file of `page` pages, open read-write, sealed against
+    /// shrinking and not against writing). When the service cannot serve (and
+    /// `opts.fallback`), one local memfd: hugetlb of `page` if the pool has the
+    /// pages, else a plain memfd (base pages, the request rounded up to a base
+    /// page; the reason says so), populated with `opts.populate_threads`
+    /// threads and sealed like the service's. Dropping it closes the files and
+    /// releases.
     pub fn alloc_files(
         &self,
         bytes: usize,
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<SegmentFiles> {
+        self.serve(
+            bytes,
+            page,
+            opts.fallback,
+            |conn, len| {
+                let t = take_segments(conn, bytes, len, page)?;
+                Ok(SegmentFiles {
+                    len,
+                    page,
+                    source: Source::Service {
+                        segments: t.spans.len(),
+                        segment_size: t.segment_size,
+                    },
+                    backing: Backing::Service {
+                        spans: t.spans,
+                        held: t.held,
+                    },
+                })
+            },
+            |why| local_file(bytes, page, opts.populate_threads, why),
+        )
+    }
+
+    /// What [`Client::alloc_with`] and [`Client::alloc_files`] share: the
+    /// request is checked (not zero, hugetlb, its rounding up to whole pages
+    /// fits a `usize`), then `service` is tried with the rounded length, then
+    /// (with `fallback`) `local` with why the service did not serve.
+    fn serve<T>(
+        &self,
+        bytes: usize,
+        page: PageKind,
+        fallback: bool,
+        service: impl FnOnce(&Arc<Conn>, usize) -> Result<T>,
+        local: impl FnOnce(String) -> Result<T>,
+    ) -> Result<T> {
         if bytes == 0 {
             return Err(Error::invalid("zero bytes requested"));
         }
@@ -339,32 +365,24 @@ impl Client {
                 "the service serves hugetlb pages: 2MB or 1GB",
             ));
         }
-        let len = bytes.next_multiple_of(page.page_size());
+        let len = bytes
+            .checked_next_multiple_of(page.page_size())
+            .ok_or_else(|| {
+                Error::invalid(format!(
+                    "{bytes} bytes rounded up to whole {page} pages is more than the address space"
+                ))
+            })?;
         let err = match &self.conn {
             None => self.not_connected(),
-            Some(conn) => match take_segments(conn, bytes, page) {
-                Ok(Taken {
-                    held,
-                    spans,
-                    segment_size,
-                }) => {
-                    return Ok(SegmentFiles {
-                        len,
-                        page,
-                        source: Source::Service {
-                            segments: spans.len(),
-                            segment_size,
-                        },
-                        backing: FilesBacking::Service { spans, held },
-                    })
-                }
+            Some(conn) => match service(conn, len) {
+                Ok(m) => return Ok(m),
                 Err(e) => e,
             },
         };
-        if !opts.fallback {
+        if !fallback {
             return Err(err);
         }
-        local_file(len, page, opts.populate_threads, err.to_string())
+        local(err.to_string())
     }
 
     /// The service's counters.
@@ -457,9 +475,10 @@ struct Taken {
     segment_size: usize,
 }
 
-/// Asks the service for `bytes` on `page` pages and checks the answer: the
-/// segments tile the request, and each file is what the daemon promises.
-fn take_segments(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Taken> {
+/// Asks the service for `bytes` (`len` rounded up to whole pages) on `page`
+/// pages and checks the answer: the segments tile the request, and each file
+/// is what the daemon promises.
+fn take_segments(conn: &Arc<Conn>, bytes: usize, len: usize, page: PageKind) -> Result<Taken> {
     let req = Request::Alloc {
         bytes: bytes as u64,
         page_size: page.page_size() as u64,
@@ -491,7 +510,6 @@ fn take_segments(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Taken
         ids,
         fds,
     };
-    let len = bytes.next_multiple_of(page.page_size());
     // The daemon is not trusted: its records must tile the request, and each
     // file must be hugetlb of the page size asked for, at least as long as
     // what is mapped of it, and sealed against shrinking, so no later access
@@ -513,13 +531,17 @@ fn take_segments(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<Taken
     })
 }
 
-fn from_service(conn: &Arc<Conn>, bytes: usize, page: PageKind) -> Result<ServiceMemory> {
+fn from_service(
+    conn: &Arc<Conn>,
+    bytes: usize,
+    len: usize,
+    page: PageKind,
+) -> Result<ServiceMemory> {
     let Taken {
         held,
         spans,
         segment_size,
-    } = take_segments(conn, bytes, page)?;
-    let len = bytes.next_multiple_of(page.page_size());
+    } = take_segments(conn, bytes, len, page)?;
     // One segment maps anywhere (hugetlb mappings come page-aligned); several
     // go back to back into a reservation.
     let base = if spans.len() == 1 {
@@ -610,24 +632,21 @@ pub(crate) fn tile(lens: &[u64], len: usize, page: usize) -> Result<Vec<(usize, 
     Ok(spans)
 }
 
+/// `statfs.f_type` of hugetlbfs (linux/magic.h).
+const HUGETLBFS_MAGIC: u32 = 0x9584_58f6;
+
 /// A segment's file as the daemon promises it: a hugetlbfs file of `page`
-/// pages, of the length its record `claimed` (at least the `n` bytes mapped),
-/// sealed against shrinking.
+/// pages, of the length its record `claimed` (at least the `n` bytes used),
+/// open read-write, sealed against shrinking and not against writing. What
+/// [`Client::alloc_with`]'s mmap would refuse is refused here too, for
+/// [`Client::alloc_files`], which maps nothing.
 fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -> Result<()> {
     let lie = |why: String| {
         Err(Error::invalid(format!(
             "the service sent a segment file {why}"
         )))
     };
-    // SAFETY: an all-zero stat is valid; fstat writes into the local.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on a descriptor we hold, into a local buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(Error::os(
-            "fstat of a service segment",
-            io::Error::last_os_error(),
-        ));
-    }
+    let st = fstat(fd.as_raw_fd()).map_err(|e| Error::os("fstat of a service segment", e))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return lie("that is not a regular file".into());
     }
@@ -640,10 +659,35 @@ fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -
     if st.st_blksize as u64 != page as u64 {
         return lie(format!("of {}-byte pages, not {page}", st.st_blksize));
     }
+    // st_blksize alone is not enough: with shmem THP a plain memfd reports
+    // 2 MiB.
+    // SAFETY: an all-zero statfs is valid; fstatfs writes into the local.
+    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: fstatfs on a descriptor we hold, into a local buffer.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) } != 0 {
+        return Err(Error::os(
+            "fstatfs of a service segment",
+            io::Error::last_os_error(),
+        ));
+    }
+    if fs.f_type as u32 != HUGETLBFS_MAGIC {
+        return lie(format!(
+            "that is not on hugetlbfs (filesystem type {:#x}): not of {page}-byte pages",
+            fs.f_type
+        ));
+    }
+    // SAFETY: fcntl(F_GETFL) reads the flags of a descriptor we hold.
+    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
+    if fl < 0 || fl & libc::O_ACCMODE != libc::O_RDWR {
+        return lie("that is not open read-write".into());
+    }
     // SAFETY: fcntl(F_GET_SEALS) reads the seals of a descriptor we hold.
     let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
     if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
         return lie("that is not sealed against shrinking".into());
+    }
+    if seals & (libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) != 0 {
+        return lie("that is sealed against writing".into());
     }
     Ok(())
 }
@@ -651,7 +695,9 @@ fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -
 /// A `PROT_NONE` range of `len` bytes aligned to `align`, so the segments can be
 /// mapped into it back to back.
 fn reserve(len: usize, align: usize) -> Result<NonNull<u8>> {
-    let span = len + align;
+    let span = len
+        .checked_add(align)
+        .ok_or(Error::OutOfMemory { size: len })?;
     // SAFETY: a fresh inaccessible anonymous mapping at a kernel-chosen address.
     let p = unsafe {
         libc::mmap(
@@ -708,7 +754,7 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
         len: region.len(),
         page: region.kind(),
         source: Source::Local { reason },
-        backing: Backing::Local { _region: region },
+        backing: Backing::Local(region),
     })
 }
 
@@ -717,9 +763,10 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
 const LOCAL_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
-/// of `len` bytes, hugetlb of `page` when the pool has the pages, else a plain
-/// memfd (base pages), and `why` the service did not serve.
-fn local_file(len: usize, page: PageKind, threads: usize, why: String) -> Result<SegmentFiles> {
+/// for `bytes`, hugetlb of `page` (whole pages) when the pool has the pages,
+/// else a plain memfd (whole base pages), and `why` the service did not serve.
+fn local_file(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<SegmentFiles> {
+    let len = bytes.next_multiple_of(page.page_size());
     let pages = len / page.page_size();
     let free = crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free);
     let hugetlb = if free < pages {
@@ -727,9 +774,11 @@ fn local_file(len: usize, page: PageKind, threads: usize, why: String) -> Result
     } else {
         populated_memfd(len, Some(page), threads).map_err(|e| e.to_string())
     };
-    let (fd, kind, reason) = match hugetlb {
-        Ok(fd) => (fd, page, why),
+    let (fd, len, kind, reason) = match hugetlb {
+        Ok(fd) => (fd, len, page, why),
         Err(short) => {
+            // Base pages need no more than the request rounded up to one.
+            let len = bytes.next_multiple_of(PageKind::Base.page_size());
             // Populating more than is available would end in the OOM killer,
             // not an error.
             let available = crate::sys::mem_available();
@@ -741,6 +790,7 @@ fn local_file(len: usize, page: PageKind, threads: usize, why: String) -> Result
             }
             (
                 populated_memfd(len, None, threads)?,
+                len,
                 PageKind::Base,
                 format!("{why}; local {page} memfd: {short}; used a plain memfd (base pages)"),
             )
@@ -750,7 +800,7 @@ fn local_file(len: usize, page: PageKind, threads: usize, why: String) -> Result
         len,
         page: kind,
         source: Source::Local { reason },
-        backing: FilesBacking::Local { fd },
+        backing: Backing::Local(fd),
     })
 }
 
@@ -832,75 +882,44 @@ impl Drop for Held {
     }
 }
 
-enum Backing {
+/// What holds an allocation's memory: the service's segments, or local
+/// memory `L` (a [`Region`] for [`ServiceMemory`], kept for its Drop, which
+/// unmaps; a memfd for [`SegmentFiles`]).
+enum Backing<L> {
     Service {
-        /// Each segment's (offset, bytes mapped), from `tile`.
+        /// Each segment's (offset, bytes of the request it covers), from `tile`.
         spans: Vec<(usize, usize)>,
         held: Held,
     },
-    /// Kept for its Drop, which unmaps.
-    Local { _region: Region },
+    Local(L),
 }
 
-/// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when
-/// dropped.
-pub struct ServiceMemory {
-    ptr: NonNull<u8>,
-    len: usize,
-    page: PageKind,
-    source: Source,
-    backing: Backing,
+/// Local memory as [`SegmentView`]s see it: its file, if it has one.
+trait LocalBacking {
+    fn file(&self) -> Option<BorrowedFd<'_>>;
 }
 
-// SAFETY: ServiceMemory owns its mapping exclusively; the connection inside is
-// Send + Sync (a socket behind a mutex).
-unsafe impl Send for ServiceMemory {}
-// SAFETY: shared references only read the mapping or the immutable metadata.
-unsafe impl Sync for ServiceMemory {}
-
-impl ServiceMemory {
-    /// Start of the memory (aligned to the page size).
-    pub fn as_ptr(&self) -> *mut u8 {
-        self.ptr.as_ptr()
+impl LocalBacking for Region {
+    fn file(&self) -> Option<BorrowedFd<'_>> {
+        None
     }
+}
 
-    /// Bytes: the request rounded up to the page size.
-    pub fn len(&self) -> usize {
-        self.len
+impl LocalBacking for OwnedFd {
+    fn file(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.as_fd())
     }
+}
 
-    /// Never true: zero-byte requests are refused.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The page size actually backing the memory (THP if a local fallback found
-    /// no hugetlb pages).
-    pub fn page(&self) -> PageKind {
-        self.page
-    }
-
-    /// Which path served it, and why if not the service.
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-
-    /// The memory.
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: ptr..ptr+len is our mapping, readable, alive while self is.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The memory, writable.
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as in as_slice; &mut self makes the borrow exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
-    }
-
-    /// The service segments behind the memory (empty for local memory).
-    pub fn segments(&self) -> Vec<SegmentView<'_>> {
-        match &self.backing {
-            Backing::Local { .. } => Vec::new(),
+impl<L: LocalBacking> Backing<L> {
+    /// The files in order, `len` bytes in all.
+    fn views(&self, len: usize) -> Vec<SegmentView<'_>> {
+        match self {
+            Backing::Local(l) => l
+                .file()
+                .map(|fd| SegmentView { fd, offset: 0, len })
+                .into_iter()
+                .collect(),
             Backing::Service { spans, held } => held
                 .fds
                 .iter()
@@ -915,6 +934,78 @@ impl ServiceMemory {
     }
 }
 
+/// The accessors [`ServiceMemory`] and [`SegmentFiles`] share, over their
+/// `len`, `page`, `source` and `backing` fields.
+macro_rules! lease_accessors {
+    () => {
+        /// Bytes: the request rounded up to the page size ([`Self::page`]).
+        pub fn len(&self) -> usize {
+            self.len
+        }
+
+        /// Never true: zero-byte requests are refused.
+        pub fn is_empty(&self) -> bool {
+            self.len == 0
+        }
+
+        /// The page size actually backing the memory: the one asked for, unless
+        /// a local fallback found no hugetlb pages (then THP for mapped memory,
+        /// base pages for a plain memfd).
+        pub fn page(&self) -> PageKind {
+            self.page
+        }
+
+        /// Which path served it, and why if not the service.
+        pub fn source(&self) -> &Source {
+            &self.source
+        }
+
+        /// The files in order, each with its offset in the memory and the bytes
+        /// of it that belong to the request: the service's segments, or a local
+        /// memfd (local mapped memory has none).
+        pub fn segments(&self) -> Vec<SegmentView<'_>> {
+            self.backing.views(self.len)
+        }
+    };
+}
+
+/// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when
+/// dropped.
+pub struct ServiceMemory {
+    ptr: NonNull<u8>,
+    len: usize,
+    page: PageKind,
+    source: Source,
+    backing: Backing<Region>,
+}
+
+// SAFETY: ServiceMemory owns its mapping exclusively; the connection inside is
+// Send + Sync (a socket behind a mutex).
+unsafe impl Send for ServiceMemory {}
+// SAFETY: shared references only read the mapping or the immutable metadata.
+unsafe impl Sync for ServiceMemory {}
+
+impl ServiceMemory {
+    lease_accessors!();
+
+    /// Start of the memory (aligned to the page size).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The memory.
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr..ptr+len is our mapping, readable, alive while self is.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The memory, writable.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in as_slice; &mut self makes the borrow exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
 impl Drop for ServiceMemory {
     fn drop(&mut self) {
         if let Backing::Service { .. } = self.backing {
@@ -926,17 +1017,6 @@ impl Drop for ServiceMemory {
     }
 }
 
-enum FilesBacking {
-    Service {
-        /// Each segment's (offset, bytes of the request it covers), from `tile`.
-        spans: Vec<(usize, usize)>,
-        held: Held,
-    },
-    Local {
-        fd: OwnedFd,
-    },
-}
-
 /// Zeroed, populated memory as files, from [`Client::alloc_files`]: the
 /// service's segments (sealed hugetlb memfds), or one local memfd. Nothing is
 /// mapped here. Dropped, the files close and the segments are released.
@@ -944,7 +1024,7 @@ pub struct SegmentFiles {
     len: usize,
     page: PageKind,
     source: Source,
-    backing: FilesBacking,
+    backing: Backing<OwnedFd>,
 }
 
 /// A file given up by [`SegmentFiles::into_inherited`]: open across `exec`.
@@ -959,72 +1039,72 @@ pub struct InheritedFile {
 }
 
 impl SegmentFiles {
-    /// Bytes: the request rounded up to the page size.
-    pub fn len(&self) -> usize {
-        self.len
-    }
+    lease_accessors!();
 
-    /// Never true: zero-byte requests are refused.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The page size behind the files (`Base` for a plain local memfd).
-    pub fn page(&self) -> PageKind {
-        self.page
-    }
-
-    /// Which path served it, and why if not the service.
-    pub fn source(&self) -> &Source {
-        &self.source
-    }
-
-    /// The files in order, each with its offset in the request and the bytes
-    /// of it that belong to the request.
-    pub fn segments(&self) -> Vec<SegmentView<'_>> {
-        match &self.backing {
-            FilesBacking::Local { fd } => vec![SegmentView {
-                fd: fd.as_fd(),
-                offset: 0,
-                len: self.len,
-            }],
-            FilesBacking::Service { spans, held } => held
-                .fds
-                .iter()
-                .zip(spans)
-                .map(|(fd, &(offset, len))| SegmentView {
-                    fd: fd.as_fd(),
-                    offset,
-                    len,
-                })
-                .collect(),
+    /// Makes the child `cmd` starts inherit the files, under the descriptor
+    /// numbers [`SegmentFiles::segments`] shows (name them to it by those): a
+    /// `pre_exec` hook clears `FD_CLOEXEC` in the child only. Here the files
+    /// stay close-on-exec, so no other thread's fork+exec inherits them.
+    ///
+    /// Keep `self` until the child is spawned, then drop it: the segments are
+    /// released, and the daemon keeps them in quarantine for as long as the
+    /// child (or anything it passes them to) holds them. With
+    /// [`CommandExt::exec`](std::os::unix::process::CommandExt::exec) the
+    /// hook runs in this process just before the exec; the exec then closes
+    /// the client's connection (close-on-exec), which releases them.
+    ///
+    /// A spawn after `self` was dropped fails (`EBADF`) rather than pass on
+    /// whatever file has since taken one of the numbers.
+    pub fn pass_to(&self, cmd: &mut std::process::Command) -> Result<()> {
+        let mut files = Vec::new();
+        for s in self.segments() {
+            let st = fstat(s.fd.as_raw_fd()).map_err(|e| Error::os("fstat", e))?;
+            files.push((s.fd.as_raw_fd(), st.st_dev, st.st_ino));
         }
+        // Runs between fork and exec: fstat, fcntl and a stack error only (no
+        // allocation, no lock).
+        let hook = move || {
+            for &(fd, dev, ino) in &files {
+                match fstat(fd) {
+                    Ok(st) if st.st_dev == dev && st.st_ino == ino => {}
+                    _ => return Err(io::Error::from_raw_os_error(libc::EBADF)),
+                }
+                // SAFETY: fcntl(F_SETFD) on a descriptor just seen to be ours.
+                if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        };
+        // SAFETY: the hook is async-signal-safe (above), so it may run in a
+        // child forked from a multi-threaded process.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(cmd, hook) };
+        Ok(())
     }
 
-    /// Gives the files up for `exec`: `FD_CLOEXEC` is cleared on each, and the
-    /// release is forgotten. The segments stay counted to the client's
-    /// connection until it closes; the client's socket is close-on-exec, so an
-    /// `exec` closes it, and the daemon then quarantines them for as long as
-    /// any process holds one of the files or a mapping of it (its lease check
-    /// sees every open file description), and scrubs them once none is left.
-    pub fn into_inherited(mut self) -> Result<Vec<InheritedFile>> {
+    /// Gives the files up for an `exec` of this process, which must be
+    /// single-threaded: prefer [`SegmentFiles::pass_to`]. `FD_CLOEXEC` is
+    /// cleared on each file at once, so a fork+exec on any other thread from
+    /// now on hands the memory to that program too. The release is forgotten:
+    /// the segments stay leased to the client's connection until it closes.
+    /// The socket is close-on-exec, so an `exec` closes it, and the daemon
+    /// then quarantines them for as long as any process holds one of the files
+    /// or a mapping of it, and scrubs them once none is left; after a `spawn`
+    /// instead they stay leased, and charged, until the [`Client`] is dropped.
+    pub fn into_inherited(self) -> Result<Vec<InheritedFile>> {
         for s in self.segments() {
             // SAFETY: fcntl(F_SETFD) on a descriptor we hold.
             if unsafe { libc::fcntl(s.fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
                 return Err(Error::os("fcntl(F_SETFD)", io::Error::last_os_error()));
             }
         }
-        let spans = match &mut self.backing {
-            FilesBacking::Local { .. } => vec![(0, self.len)],
-            FilesBacking::Service { spans, held } => {
+        let (fds, spans) = match self.backing {
+            Backing::Local(fd) => (vec![fd], vec![(0, self.len)]),
+            Backing::Service { spans, mut held } => {
                 // No RELEASE when `held` drops: the connection's close does it.
                 held.ids.clear();
-                spans.clone()
+                (std::mem::take(&mut held.fds), spans)
             }
-        };
-        let fds = match self.backing {
-            FilesBacking::Local { fd } => vec![fd],
-            FilesBacking::Service { mut held, .. } => std::mem::take(&mut held.fds),
         };
         Ok(fds
             .into_iter()
@@ -1034,41 +1114,34 @@ impl SegmentFiles {
     }
 }
 
+/// fstat(2) of `fd`; async-signal-safe (no allocation).
+fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
+    // SAFETY: an all-zero stat is valid; fstat writes into the local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat into a local buffer; a bad descriptor is an error, not UB.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const M: u64 = 2 << 20;
 
-    #[test]
-    fn a_local_file_is_sealed_populated_zero_and_can_be_inherited() {
-        let len = 8 << 20;
-        let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
-        assert_eq!(f.len(), len - 4096, "the caller rounds up");
+    /// What every local file is: one segment of `len` bytes (the whole file),
+    /// on `page` pages, sealed, populated with zeros, close-on-exec here.
+    fn check_local_file(f: &SegmentFiles, len: usize, page: PageKind) {
+        assert_eq!((f.len(), f.page()), (len, page));
         let s = f.segments();
-        assert_eq!((s.len(), s[0].offset, s[0].len), (1, 0, len - 4096));
+        assert_eq!((s.len(), s[0].offset, s[0].len), (1, 0, len));
         let fd = s[0].fd.as_raw_fd();
-        // SAFETY: an all-zero stat is valid; fstat writes into the local.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: fstat on a descriptor `f` holds.
-        assert_eq!(unsafe { libc::fstat(fd, &mut st) }, 0);
-        let Source::Local { reason } = f.source() else {
-            panic!("{:?}", f.source())
-        };
-        // Hugetlb when the pool has the pages, else a plain memfd that says so.
-        if f.page() == PageKind::Huge2M {
-            assert_eq!(st.st_blksize, 2 << 20);
-            assert_eq!(reason, "no service");
-        } else {
-            assert_eq!(f.page(), PageKind::Base);
-            assert!(
-                reason.starts_with("no service; local 2MB memfd: "),
-                "{reason}"
-            );
-            assert!(
-                reason.ends_with("used a plain memfd (base pages)"),
-                "{reason}"
-            );
+        let st = fstat(fd).unwrap();
+        assert_eq!(st.st_size as usize, len);
+        if page.is_hugetlb() {
+            assert_eq!(st.st_blksize as usize, page.page_size());
         }
         // SAFETY: fcntl and ftruncate on a descriptor `f` holds.
         unsafe {
@@ -1076,18 +1149,114 @@ mod tests {
             assert_eq!(libc::fcntl(fd, libc::F_GETFD), libc::FD_CLOEXEC);
             assert_ne!(libc::ftruncate(fd, 0), 0, "sealed against shrinking");
         }
-        let mut buf = vec![0xa5u8; len - 4096];
+        let mut buf = vec![0xa5u8; len];
         // SAFETY: pread into a local buffer of its length.
         let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
         assert_eq!(n, buf.len() as isize);
         assert!(crate::is_zero(&buf));
+    }
+
+    #[test]
+    fn a_local_hugetlb_file_is_whole_pages_sealed_populated_zero_and_can_be_inherited() {
+        let _pages = match crate::HugetlbReservation::ensure_free(M as usize, 4) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("skipped: the hugetlb local file (cannot reserve four 2 MiB pages: {e})");
+                return;
+            }
+        };
+        let len = 8 << 20;
+        let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
+        assert_eq!(
+            f.source(),
+            &Source::Local {
+                reason: "no service".into()
+            }
+        );
+        check_local_file(&f, len, PageKind::Huge2M);
         let files = f.into_inherited().unwrap();
-        assert_eq!((files.len(), files[0].offset), (1, 0));
+        assert_eq!((files.len(), files[0].offset, files[0].len), (1, 0, len));
         // SAFETY: fcntl on the descriptor we now own.
         assert_eq!(
             unsafe { libc::fcntl(files[0].fd.as_raw_fd(), libc::F_GETFD) },
             0
         );
+    }
+
+    #[test]
+    fn a_plain_local_file_is_whole_base_pages_not_hugetlb_pages() {
+        // 1 GiB pages are rarely free: then a plain memfd of two base pages
+        // serves 4097 bytes, not a 1 GiB one.
+        let free = crate::cpu::hugetlb_pool(1 << 30).map_or(0, |p| p.free);
+        if free > 0 {
+            eprintln!("skipped: the plain local file ({free} 1 GiB pages are free)");
+            return;
+        }
+        let f = local_file(4097, PageKind::Huge1G, 2, "no service".into()).unwrap();
+        let base = PageKind::Base.page_size();
+        check_local_file(&f, 4097usize.next_multiple_of(base), PageKind::Base);
+        let Source::Local { reason } = f.source() else {
+            panic!("{:?}", f.source())
+        };
+        assert!(
+            reason.starts_with("no service; local 1GB memfd: 1 1GB hugetlb pages needed, 0 free")
+                && reason.ends_with("used a plain memfd (base pages)"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn pass_to_clears_close_on_exec_in_the_child_only_and_refuses_stale_numbers() {
+        let f = local_file(4096, PageKind::Huge1G, 1, "no service".into()).unwrap();
+        let fd = f.segments()[0].fd.as_raw_fd();
+        let mut cmd = std::process::Command::new("sh");
+        // readlink, a child of sh, inherits the descriptor too.
+        cmd.args(["-c", &format!("readlink /proc/$$/fd/{fd}")]);
+        f.pass_to(&mut cmd).unwrap();
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let link = String::from_utf8_lossy(&out.stdout);
+        assert!(link.starts_with("/memfd:prezero-local"), "{link}");
+        // SAFETY: fcntl on a descriptor `f` holds.
+        assert_eq!(
+            unsafe { libc::fcntl(fd, libc::F_GETFD) },
+            libc::FD_CLOEXEC,
+            "still close-on-exec here"
+        );
+        // Without the hook the child has no such descriptor.
+        let out = std::process::Command::new("sh")
+            .args(["-c", &format!("readlink /proc/$$/fd/{fd}")])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{out:?}");
+        // Once the file is closed the number names nothing, or something else.
+        drop(f);
+        let e = cmd.output().unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EBADF), "{e}");
+    }
+
+    #[test]
+    fn a_request_whose_rounding_overflows_is_an_error() {
+        let client = Client::local("no service");
+        for bytes in [usize::MAX, usize::MAX - (M as usize) + 2] {
+            let e = client
+                .alloc_files(bytes, PageKind::Huge2M, AllocOptions::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(
+                e.contains(&format!(
+                    "{bytes} bytes rounded up to whole 2MB pages is more than the address space"
+                )),
+                "{e}"
+            );
+            let e = client
+                .alloc_with(bytes, PageKind::Huge1G, AllocOptions::default())
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("more than the address space"), "{e}");
+        }
     }
 
     #[test]
