@@ -87,6 +87,8 @@ const EMPTY: Block = Block {
 pub type Piece = (usize, usize, Kind);
 
 /// What [`Blocks::alloc`] gives.
+// Returned by value once per large request; boxing would allocate inside malloc.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Alloc {
     /// `[start, start + len)` is the caller's; `pieces[..n]` say what it was.
@@ -568,7 +570,10 @@ mod tests {
         b.busy_done(s, Kind::Clean);
         let (a2, _, p) = granted(b.alloc(8 * M, 1, true, 0));
         assert_eq!(a2, a, "the same memory, not fresh pages");
-        assert_eq!(p, vec![(a, 4 * M, Kind::Clean), (a + 4 * M, 4 * M, Kind::Dirty)]);
+        assert_eq!(
+            p,
+            vec![(a, 4 * M, Kind::Clean), (a + 4 * M, 4 * M, Kind::Dirty)]
+        );
         assert!(b.check());
     }
 
@@ -590,8 +595,16 @@ mod tests {
         let (s, _) = b.scrub_take(usize::MAX).unwrap();
         assert_eq!(s, y);
         b.busy_done(y, Kind::Clean);
-        assert_eq!(granted(b.alloc(4 * M, 1, false, 0)).0, x, "malloc spares clean");
-        assert_eq!(granted(b.alloc(4 * M, 1, true, 0)).0, y, "calloc takes clean");
+        assert_eq!(
+            granted(b.alloc(4 * M, 1, false, 0)).0,
+            x,
+            "malloc spares clean"
+        );
+        assert_eq!(
+            granted(b.alloc(4 * M, 1, true, 0)).0,
+            y,
+            "calloc takes clean"
+        );
         assert!(b.check());
     }
 
@@ -602,16 +615,27 @@ mod tests {
         assert!(a.is_multiple_of(2 * M));
         let (c, ..) = granted(b.alloc(M + 1, 1 << 21, false, usize::MAX));
         assert!(c.is_multiple_of(2 * M) && b.check());
-        assert!(b.grow(c, 8 * M, usize::MAX), "the last block grows past top");
+        assert!(
+            b.grow(c, 8 * M, usize::MAX),
+            "the last block grows past top"
+        );
         assert_eq!(b.in_use_len(c), Some(8 * M));
         assert!(!b.grow(a, 8 * M, usize::MAX), "a block in use in the way");
         assert!(b.shrink(c, M, 5));
         assert_eq!(b.in_use_len(c), Some(M));
         assert!(b.grow(c, 2 * M, 0), "into its own freed tail");
-        assert_eq!(b.alloc(128 * M, 1, false, usize::MAX), Alloc::Full, "past the range");
+        assert_eq!(
+            b.alloc(128 * M, 1, false, usize::MAX),
+            Alloc::Full,
+            "past the range"
+        );
         assert_eq!(b.alloc(8 * M, 1, false, M), Alloc::Full, "past the room");
         assert_eq!(b.alloc(usize::MAX, 1, false, usize::MAX), Alloc::Full);
-        assert_eq!(b.alloc(M, 3 * M, false, usize::MAX), Alloc::Full, "not a power of two");
+        assert_eq!(
+            b.alloc(M, 3 * M, false, usize::MAX),
+            Alloc::Full,
+            "not a power of two"
+        );
         assert!(b.check());
     }
 

@@ -275,9 +275,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
             // cache, streaming past that (the profile decides, seed 003).
             // SAFETY: [s, s + l) is part of the block just handed to this
             // caller, writable (ensure_writable), and no one else's.
-            let _ = unsafe {
-                prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot)
-            };
+            let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };
             stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
         }
     }
@@ -465,9 +463,7 @@ fn scrub() {
             let t = std::time::Instant::now();
             // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
             // alone until busy_done.
-            let _ = unsafe {
-                prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold)
-            };
+            let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold) };
             stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
             g = lock();

@@ -60,10 +60,7 @@ fn meminfo(field: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 4096];
     // SAFETY: open/read/close on a path we name, into a local buffer of its size.
     let n = unsafe {
-        let fd = libc::open(
-            c"/proc/meminfo".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
+        let fd = libc::open(c"/proc/meminfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
         if fd < 0 {
             return None;
         }
@@ -115,7 +112,14 @@ mod tests {
         assert_eq!(parse_size(b"64K"), Some(64 << 10));
         assert_eq!(parse_size(b"1MiB"), Some(1 << 20));
         assert_eq!(parse_size(b"8G"), Some(8 << 30));
-        for bad in [&b""[..], b"G", b"1X", b"-1", b"99999999999999999999999", b"1 M"] {
+        for bad in [
+            &b""[..],
+            b"G",
+            b"1X",
+            b"-1",
+            b"99999999999999999999999",
+            b"1 M",
+        ] {
             assert_eq!(parse_size(bad), None, "{:?}", std::str::from_utf8(bad));
         }
         assert_eq!(parse_size(b"20000000T"), None, "overflow");

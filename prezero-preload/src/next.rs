@@ -89,8 +89,7 @@ pub fn arena_alloc(size: usize) -> *mut c_void {
         if at + need > ARENA {
             return std::ptr::null_mut();
         }
-        match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Relaxed, Ordering::Relaxed)
-        {
+        match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Relaxed, Ordering::Relaxed) {
             Ok(_) => break,
             Err(now) => at = now,
         }
