@@ -362,6 +362,33 @@ fn takes_over(d: &Daemon, got_a: &Answer) -> Tenant {
 // The attacks.
 
 #[test]
+fn a_tenant_opens_its_segment_by_path_and_a_kept_o_path_reopens_nothing_after() {
+    let Some(d) = daemon_for_tenants("target=16M,cap=16M,segment=16M", &[]) else {
+        return;
+    };
+    let (mut a, got_a) = holding_a_segment(&d, TENANT_A, 171);
+    // A VMM's mem-path=/proc/self/fd/N: the tenant's uid may open its lease.
+    let opened = a.ask("open-by-path");
+    assert_eq!(opened.errno(), 0, "{opened}");
+    a.ask("keep-opath");
+    assert_eq!(a.ask("reopen-opath").errno(), 0, "while leased, its own");
+    a.ask("release");
+    wait_for("the segment to be ready", Duration::from_secs(10), || {
+        counts(&d) == (1, 0, 0)
+    });
+    let again = a.ask("reopen-opath");
+    assert_eq!(
+        again.errno(),
+        libc::EACCES,
+        "released: the inode is the daemon's: {again}"
+    );
+    // Tenant B gets the segment (fresh pages); A's descriptor still opens nothing.
+    let _b = takes_over(&d, &got_a);
+    let again = a.ask("reopen-opath");
+    assert_eq!(again.errno(), libc::EACCES, "B's lease is B's: {again}");
+}
+
+#[test]
 fn an_io_uring_fixed_buffer_kept_after_release_never_reaches_the_next_tenant() {
     let Some(d) = daemon_for_tenants(ONE_SEGMENT, &[]) else {
         return;
@@ -1058,6 +1085,7 @@ mod role {
             hog: Vec::new(),
             conns: Vec::new(),
             heavy: Vec::new(),
+            opath: None,
         };
         say("ok ready");
         for line in std::io::stdin().lock().lines() {
@@ -1095,6 +1123,8 @@ mod role {
         /// Connections, and what the daemon said on each (an errno; CLOSED).
         conns: Vec<(OwnedFd, Option<i32>)>,
         heavy: Vec<std::fs::File>,
+        /// An `O_PATH` descriptor of a segment, kept past its release.
+        opath: Option<OwnedFd>,
     }
 
     /// The daemon closed the connection without a message.
@@ -1227,6 +1257,42 @@ mod role {
                     Ok(format!("first={}", first.map_or(-1, |o| o as i64)))
                 }
                 "stat" => Ok(format!("size={}", fstat(self.fd()?)?.st_size)),
+                "open-by-path" => {
+                    // What a VMM given `mem-path=/proc/self/fd/N` does.
+                    let path = format!("/proc/self/fd/{}\0", self.fd()?);
+                    // SAFETY: a NUL-terminated path; the descriptor is closed at once.
+                    let fd =
+                        unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+                    if fd >= 0 {
+                        // SAFETY: our own fresh descriptor.
+                        unsafe { libc::close(fd) };
+                    }
+                    Ok(format!("errno={}", errno_of(fd.min(0))))
+                }
+                "keep-opath" => {
+                    let path = format!("/proc/self/fd/{}\0", self.fd()?);
+                    // SAFETY: a NUL-terminated path.
+                    let fd =
+                        unsafe { libc::open(path.as_ptr().cast(), libc::O_PATH | libc::O_CLOEXEC) };
+                    if fd < 0 {
+                        return Err(format!("O_PATH open: errno {}", errno_of(fd)));
+                    }
+                    // SAFETY: our own fresh descriptor.
+                    self.opath = Some(unsafe { OwnedFd::from_raw_fd(fd) });
+                    Ok(String::new())
+                }
+                "reopen-opath" => {
+                    let kept = self.opath.as_ref().ok_or("no O_PATH descriptor kept")?;
+                    let path = format!("/proc/self/fd/{}\0", kept.as_raw_fd());
+                    // SAFETY: a NUL-terminated path; the descriptor is closed at once.
+                    let fd =
+                        unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+                    if fd >= 0 {
+                        // SAFETY: our own fresh descriptor.
+                        unsafe { libc::close(fd) };
+                    }
+                    Ok(format!("errno={}", errno_of(fd.min(0))))
+                }
                 "ftruncate" => {
                     let len = size(arg(w, 1)?)?;
                     let fd = self.fd()?;

@@ -468,8 +468,8 @@ impl<S> Ledger<S> {
         Ok(())
     }
 
-    /// Everything leased on `conn` goes to quarantine.
-    pub(crate) fn disconnect(&mut self, conn: u64) {
+    /// Everything leased on `conn` goes to quarantine; which segments.
+    pub(crate) fn disconnect(&mut self, conn: u64) -> Vec<u64> {
         let held: Vec<(u64, u32)> = self
             .entries
             .iter()
@@ -478,10 +478,11 @@ impl<S> Ledger<S> {
                 _ => None,
             })
             .collect();
-        for (id, uid) in held {
+        for &(id, uid) in &held {
             self.set(id, State::Quarantined { uid });
         }
         debug_assert!(self.check());
+        held.into_iter().map(|(id, _)| id).collect()
     }
 
     /// A quarantined segment nobody else holds goes to the worker: its memory,

@@ -100,23 +100,24 @@ impl Segment {
     }
 
     /// Takes over a segment a previous daemon made, from a holder's descriptor
-    /// reopened as the daemon's own handle. Only a file that is still exactly
-    /// what a daemon makes (sealed, of its uid, mode 0600, a whole number of
-    /// pages) is adopted; its pages are not touched (a holder may have punched
-    /// holes). The mapping reserves nothing (`MAP_NORESERVE`): a hole would
+    /// reopened as the daemon's own handle. Only a file that is still what a
+    /// daemon makes (sealed, a whole number of pages, and either the daemon's
+    /// own at mode 0600, or lent to `holder`, the uid found holding it, as a
+    /// leased segment is) is adopted, and taken back at once; its pages are
+    /// not touched (a holder may have punched holes). The mapping reserves nothing (`MAP_NORESERVE`): a hole would
     /// otherwise need a free page now, and a tenant that emptied the hugetlb
     /// pool would escape its charge; the pages are faulted in, or the segment
     /// dropped, when it is cleaned.
-    pub(crate) fn adopt(file: OwnedFd, page: PageKind) -> Result<Segment> {
+    pub(crate) fn adopt(file: OwnedFd, page: PageKind, holder: u32) -> Result<Segment> {
         let st = fstat(file.as_fd())?;
         // SAFETY: fcntl(F_GET_SEALS) reads the seals of our own descriptor.
         let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
         // SAFETY: geteuid has no preconditions.
         let me = unsafe { libc::geteuid() };
         let len = st.st_size as usize;
+        let ours = st.st_uid == me && st.st_mode & 0o777 == 0o600;
         if seals != SEALS
-            || st.st_uid != me
-            || st.st_mode & 0o777 != 0o600
+            || !(ours || st.st_uid == holder)
             || len == 0
             || !len.is_multiple_of(page.page_size())
         {
@@ -124,7 +125,27 @@ impl Segment {
                 "not a prezero segment (seals, owner, mode or size differ)",
             ));
         }
+        take_back(file.as_fd())?;
         Segment::map(file, page, len, libc::MAP_NORESERVE)
+    }
+
+    /// Gives the file's inode to `uid` for a lease, so that the tenant's
+    /// programs may open it by name (`/proc/self/fd/N`, a VMM's `mem-path`),
+    /// which checks the inode's permission; the daemon's own uid keeps it.
+    pub(crate) fn lend_to(&self, uid: u32) -> Result<()> {
+        // SAFETY: fchown on our own descriptor; -1 keeps the group.
+        if unsafe { libc::fchown(self.file.as_raw_fd(), uid, u32::MAX) } != 0 {
+            return Err(Error::os("fchown", io::Error::last_os_error()));
+        }
+        Ok(())
+    }
+
+    /// Takes the inode back from a lease: the daemon's, mode 0600, before
+    /// anything else is decided about the segment. From here on only
+    /// descriptors opened meanwhile reach it (the lease check sees them), not
+    /// an `O_PATH` one the tenant kept: reopening it needs the permission.
+    pub(crate) fn take_back(&self) -> Result<()> {
+        take_back(self.file.as_fd())
     }
 
     /// Maps `file` shared, with extra mmap `flags`; a hugetlb shortage is
@@ -322,6 +343,21 @@ impl Drop for Segment {
 }
 
 /// `open("/proc/self/fd/N", O_RDWR)`: a new open file description of the same file.
+/// The inode back to the daemon's uid, mode 0600 (whatever its lessee set).
+fn take_back(fd: BorrowedFd<'_>) -> Result<()> {
+    // SAFETY: geteuid has no preconditions; fchown and fchmod act on our own
+    // descriptor.
+    unsafe {
+        if libc::fchown(fd.as_raw_fd(), libc::geteuid(), u32::MAX) != 0 {
+            return Err(Error::os("fchown", io::Error::last_os_error()));
+        }
+        if libc::fchmod(fd.as_raw_fd(), 0o600) != 0 {
+            return Err(Error::os("fchmod", io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
 fn reopen(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
     let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
     // SAFETY: path is NUL-terminated.

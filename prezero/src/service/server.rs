@@ -209,7 +209,11 @@ struct Conn {
     sock: OwnedFd,
     pidfd: Option<OwnedFd>,
     pid: i32,
+    /// The tenant it counts as (see [`tenant_uid`]).
     uid: u32,
+    /// Its own uid: segments leased on it are lent to this uid, whose
+    /// programs open them by name.
+    peer_uid: u32,
 }
 
 struct Counters {
@@ -297,6 +301,8 @@ pub struct Server {
     ledger_file: PathBuf,
     /// The worker could not be raised once already (logged then).
     told_no_escalation: bool,
+    /// Segments could not be lent to a tenant's uid once already (logged then).
+    told_no_chown: bool,
     /// The metrics file's writer, and when it is next due.
     metrics: Option<(MetricsFile, Instant)>,
 }
@@ -451,6 +457,7 @@ impl Server {
             log_last: HashMap::new(),
             ledger_file,
             told_no_escalation: false,
+            told_no_chown: false,
             metrics,
         })
     }
@@ -630,6 +637,7 @@ impl Server {
                     pidfd,
                     pid: cred.pid,
                     uid: tenant,
+                    peer_uid: cred.uid,
                 },
             );
         }
@@ -760,6 +768,7 @@ impl Server {
             }
             Request::Release { ids } => match self.ledger.release(conn, &ids) {
                 Ok(()) => {
+                    self.take_back(&ids);
                     // Clients let go before they release: the lease is usually
                     // granted now, and the cleaning need not wait for the next round.
                     self.check_quarantine_of(&ids);
@@ -850,6 +859,23 @@ impl Server {
             }
         }
         self.ledger.lease(&grant, conn, uid);
+        let peer = self.conns[&conn].peer_uid;
+        for &id in &grant.ids {
+            let lent = self
+                .ledger
+                .home(id)
+                .expect("leased segments are home")
+                .lend_to(peer);
+            if let Err(e) = lent {
+                if !std::mem::replace(&mut self.told_no_chown, true) {
+                    log(&format!(
+                        "cannot lend segments to their tenants' uids ({e}; needs CAP_CHOWN): \
+                         only this daemon's uid can open them by /proc/self/fd path, \
+                         descriptors work for everyone"
+                    ));
+                }
+            }
+        }
         self.counters.handouts += 1;
         self.pools[grant.pool].handouts += 1;
         let segment = self.pools[grant.pool].cfg.segment_size;
@@ -888,7 +914,26 @@ impl Server {
 
     fn disconnect(&mut self, conn: u64) {
         self.conns.remove(&conn);
-        self.ledger.disconnect(conn);
+        let ids = self.ledger.disconnect(conn);
+        self.take_back(&ids);
+    }
+
+    /// Newly quarantined segments go back to the daemon's uid before anything
+    /// else: a tenant's `O_PATH` descriptor can then no longer be reopened
+    /// (the lease check cannot see one). One that cannot be taken back is
+    /// destroyed, never handed out again.
+    fn take_back(&mut self, ids: &[u64]) {
+        for &id in ids {
+            let Some(seg) = self.ledger.home(id) else {
+                continue;
+            };
+            if let Err(e) = seg.take_back() {
+                log(&format!(
+                    "segment {id}: cannot take it back from its lease ({e}); destroyed"
+                ));
+                self.destroy(id, None);
+            }
+        }
     }
 
     /// Sends every quarantined segment nobody else holds to the worker.
@@ -1578,7 +1623,7 @@ fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(Segment, u32)> {
         if !pools.iter().any(|p| p.page == page) {
             continue;
         }
-        match Segment::adopt(f.file, page) {
+        match Segment::adopt(f.file, page, f.uid) {
             Ok(seg) => adopted.push((seg, f.uid)),
             Err(e) => log(&format!(
                 "a segment of the previous instance (held by uid {}) cannot be taken over: {e}",
