@@ -11,6 +11,7 @@ mod client;
 mod exec;
 mod info;
 mod report;
+mod run;
 mod serve;
 mod units;
 
@@ -38,6 +39,9 @@ enum Command {
         #[command(subcommand)]
         which: bench::Which,
     },
+    /// Run an unmodified program with pre-zeroed, populated large blocks
+    /// (LD_PRELOAD of libprezero_preload.so, then exec).
+    Run(run::Args),
     /// The node-wide service: pre-zeroed hugetlb memory handed out as memfds.
     Serve(serve::Args),
     /// Talk to `prezero serve`: alloc, stats, churn, exec.
@@ -64,6 +68,7 @@ fn main() -> ExitCode {
         Command::Calibrate(args) => calibrate::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Bench { which } => bench::run(which),
+        Command::Run(args) => run::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Client { which } => client::run(which),
     };

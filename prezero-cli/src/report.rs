@@ -260,6 +260,14 @@ fn num(v: &Value) -> String {
     }
 }
 
+/// Bytes as whole MiB.
+fn mib(v: &Value) -> String {
+    match v.as_f64() {
+        Some(b) => format!("{:.0} MiB", b / (1u64 << 20) as f64),
+        None => s(v),
+    }
+}
+
 /// What each step of the run did (the `bench all` row): failures first, then
 /// a table of every step, then each failed step's last lines of stderr.
 fn steps(run: &Value) -> String {
@@ -890,6 +898,50 @@ pub fn render(info: &Value, all: &[Value]) -> String {
         }
     }
 
+    let run = rows(all, "run");
+    if !run.is_empty() {
+        h.push_str("<h2>prezero run: unmodified programs</h2>\n<p>The same programs plainly and under <code>prezero run</code>, interleaved in one run; medians, speed-up = plain / prezero. Peak RSS per process (wait4); held: the most the preload kept populated beyond what the program used.</p>\n");
+        h.push_str(&table(
+            &[
+                "program",
+                "figure",
+                "runs",
+                "plain ms",
+                "stdev %",
+                "prezero ms",
+                "stdev %",
+                "speed-up",
+                "goal",
+                "peak RSS plain",
+                "peak RSS prezero",
+                "held GiB",
+            ],
+            run.iter()
+                .map(|r| {
+                    let goal = match (r["goal"].as_str(), r["goal_met"].as_bool()) {
+                        (Some(g), Some(true)) => format!("{g}: met"),
+                        (Some(g), _) => format!("{g}: NOT met"),
+                        _ => String::new(),
+                    };
+                    vec![
+                        s(&r["program"]),
+                        s(&r["figure"]),
+                        num(&r["runs"]),
+                        num(&r["plain_ms"]),
+                        num(&r["plain_stdev_pct"]),
+                        num(&r["prezero_ms"]),
+                        num(&r["prezero_stdev_pct"]),
+                        num(&r["speedup"]),
+                        goal,
+                        mib(&r["plain_peak_rss_bytes"]),
+                        mib(&r["prezero_peak_rss_bytes"]),
+                        num(&r["prezero_held_beyond_use_gib"]),
+                    ]
+                })
+                .collect(),
+        ));
+    }
+
     let raw: String = std::iter::once(info)
         .chain(all)
         .map(|r| format!("{r}\n"))
@@ -991,6 +1043,25 @@ mod tests {
         let html = render(&info, &rows);
         assert!(html.contains("PREZERO_CPU=x86-64-v3"), "no mask line");
         assert!(html.contains("the features avx512f were hidden"));
+    }
+
+    #[test]
+    fn prezero_run_rows_make_a_table() {
+        let (info, mut rows) = fixture();
+        rows.push(
+            serde_json::json!({"bench": "run", "program": "numpy", "figure": "first_pass",
+            "runs": 5, "plain_ms": 120.5, "plain_stdev_pct": 2.0, "prezero_ms": 40.1,
+            "prezero_stdev_pct": 3.0, "speedup": 3.005, "goal": ">= 2x", "goal_met": true,
+            "plain_peak_rss_bytes": 600u64 << 20, "prezero_peak_rss_bytes": 610u64 << 20,
+            "prezero_held_beyond_use_gib": 0.5}),
+        );
+        let html = render(&info, &rows);
+        assert!(html.contains("<h2>prezero run: unmodified programs</h2>"));
+        assert!(html.contains(
+            "<td>numpy</td><td>first_pass</td><td>5</td><td>120.5</td><td>2</td><td>40.1</td>\
+             <td>3</td><td>3.005</td><td>&gt;= 2x: met</td><td>600 MiB</td><td>610 MiB</td><td>0.5</td>"
+        ));
+        assert!(!render(&info, &rows[..rows.len() - 1]).contains("prezero run: unmodified"));
     }
 
     #[test]

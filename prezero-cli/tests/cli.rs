@@ -643,6 +643,13 @@ fn bench_all_smoke_runs_every_step_into_the_report() {
     let service_ran = is_root();
     let want = &BENCHES[..if service_ran { 6 } else { 5 }];
     assert_eq!(benches_with_rows(&rows), want, "{err}");
+    // `prezero run`'s programs (the C ones at least, built with this binary).
+    assert!(html.contains("<td>run</td>"), "run not in the report");
+    assert!(
+        rows.iter()
+            .any(|r| r["bench"] == "run" && r["program"] == "calloc-big"),
+        "{err}"
+    );
     // Every kernel measured is one this CPU (as masked) has.
     let kernels = rows[0]["kernels"].as_array().unwrap();
     for r in rows.iter().filter(|r| r["bench"] == "clear") {
@@ -669,7 +676,7 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
     assert_eq!(status.code(), Some(1), "{err}");
     let last = err.lines().last().unwrap();
     assert!(
-        last.starts_with("prezero: bench all: 1 of 7 steps failed: service (")
+        last.starts_with("prezero: bench all: 1 of 8 steps failed: service (")
             && last.contains("Not a directory"),
         "{err}"
     );
@@ -678,7 +685,7 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
         "{err}"
     );
     assert_eq!(benches_with_rows(&rows), &BENCHES[..5]);
-    assert!(html.contains("1 of 7 steps failed: service."));
+    assert!(html.contains("1 of 8 steps failed: service."));
     let run = rows.iter().find(|r| r["bench"] == "all").unwrap();
     let service = &run["steps"][6];
     assert_eq!(service["step"], "service");

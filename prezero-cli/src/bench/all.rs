@@ -86,7 +86,7 @@ fn quick_strategies() -> String {
 /// `info`, then every benchmark at the sizes of `scale`.
 fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
     let strategies = quick_strategies();
-    let benches: [(&'static str, Vec<&str>); 6] = match scale {
+    let benches: [(&'static str, Vec<&str>); 7] = match scale {
         Scale::Full => [
             ("clear", vec![]),
             (
@@ -105,6 +105,7 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
             ("pool", vec![]),
             ("template", vec![]),
             ("service", vec![]),
+            ("run", vec![]),
         ],
         Scale::Quick => [
             (
@@ -151,6 +152,7 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
                     "3",
                 ],
             ),
+            ("run", vec!["--reps", "3"]),
         ],
         // Every case of every bench, each as small as it goes; two sizes or
         // line counts where the report draws a line through them.
@@ -195,6 +197,7 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
                     "1",
                 ],
             ),
+            ("run", vec!["--smoke", "--reps", "1"]),
         ],
     };
     let mut v = vec![Step::new("info", &["info"])];
@@ -515,7 +518,7 @@ mod tests {
             let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
             assert_eq!(
                 names,
-                ["info", "clear", "mmap", "faults", "pool", "template", "service"]
+                ["info", "clear", "mmap", "faults", "pool", "template", "service", "run"]
             );
         }
     }

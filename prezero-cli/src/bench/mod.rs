@@ -12,6 +12,7 @@ mod compare;
 mod faults;
 mod mmap;
 mod pool;
+mod run;
 mod service;
 pub(crate) mod template;
 
@@ -29,6 +30,8 @@ pub enum Which {
     Template(template::Args),
     /// prezero serve: hand-out latency, scrub GB/s, VM boot vs the kernel.
     Service(service::Args),
+    /// Unmodified programs (numpy, C) with and without `prezero run`: speed-ups, peak memory.
+    Run(run::Args),
     /// Ratio per row of two `--json` outputs, marking changes beyond the noise.
     Compare(compare::Args),
     /// Every benchmark in sequence; `--report report.html` for a self-contained report.
@@ -43,6 +46,7 @@ pub fn run(which: Which) -> Result<(), String> {
         Which::Pool(a) => pool::run(&a),
         Which::Template(a) => template::run(&a),
         Which::Service(a) => service::run(&a),
+        Which::Run(a) => run::run(&a),
         Which::Compare(a) => compare::run(&a),
         Which::All(a) => all::run(&a),
     }

@@ -1,0 +1,419 @@
+//! `prezero run [options] -- PROGRAM [ARGS]`: runs an unmodified program with
+//! `libprezero_preload.so` in front of its allocator. The library is embedded
+//! in this binary (build.rs builds it), written once to a private cache
+//! directory, put first in `LD_PRELOAD`, and the program is `exec`ed in our
+//! place: its exit status, signals, stdin and stdout are its own.
+//!
+//! The library's contract is its environment (`PREZERO_THRESHOLD`,
+//! `PREZERO_CAP`, `PREZERO_PREFILL`, `PREZERO_IDLE_SECS`, `PREZERO_STATS`,
+//! `PREZERO_THP`): each flag sets one variable, and a variable the caller
+//! already set is kept when its flag is absent.
+//!
+//! Nested runs: a `prezero run` under another adds no second copy (it finds
+//! `libprezero_preload*` in `LD_PRELOAD`, or the path `PREZERO_PRELOADED`
+//! names); its flags still set the environment the first copy reads.
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use crate::units::{fmt_size, parse_size};
+
+/// The library, built by build.rs from `prezero-preload`.
+static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
+/// Names its cache file: a hash of its bytes.
+const PRELOAD_HASH: &str = env!("PREZERO_PRELOAD_HASH");
+/// The file name every copy of the library starts with.
+const PRELOAD_STEM: &str = "libprezero_preload";
+/// Names the library this `prezero run` preloaded, for nested runs.
+pub const MARKER: &str = "PREZERO_PRELOADED";
+/// Preload this file instead of the embedded library.
+pub const OVERRIDE: &str = "PREZERO_PRELOAD_LIB";
+/// The smallest threshold the library honours (its `config::MIN_THRESHOLD`).
+const MIN_THRESHOLD: usize = 64 << 10;
+
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct Settings {
+    /// Requests of at least this many bytes come from the cache (default 1M;
+    /// at least 64K). Sets PREZERO_THRESHOLD.
+    #[arg(long, value_name = "SIZE")]
+    pub threshold: Option<String>,
+    /// Most freed memory kept populated beyond what the program uses
+    /// (default: the smaller of 25% of MemAvailable and 8G; 0 keeps none).
+    /// Sets PREZERO_CAP.
+    #[arg(long, value_name = "SIZE")]
+    pub cap: Option<String>,
+    /// Populate this much in the background at start. Sets PREZERO_PREFILL.
+    #[arg(long, value_name = "SIZE")]
+    pub prefill: Option<String>,
+    /// Give back free memory unused this long (default 5). Sets PREZERO_IDLE_SECS.
+    #[arg(long, value_name = "SECS")]
+    pub idle: Option<u64>,
+    /// Print one summary line per process at exit (stderr). Sets PREZERO_STATS=1.
+    #[arg(long)]
+    pub stats: bool,
+    /// No transparent huge pages for the cache. Sets PREZERO_THP=0.
+    #[arg(long)]
+    pub no_thp: bool,
+}
+
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    settings: Settings,
+    /// The program and its arguments, after `--`.
+    #[arg(
+        required = true,
+        num_args = 1..,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM [ARGS]"
+    )]
+    command: Vec<OsString>,
+}
+
+/// A size flag: K/M/G/T as everywhere, and 0.
+fn size_or_zero(flag: &str, s: &str) -> Result<usize, String> {
+    if s.trim() == "0" {
+        return Ok(0);
+    }
+    parse_size(s).map_err(|e| format!("--{flag}: {e}"))
+}
+
+impl Settings {
+    /// The `PREZERO_*` variables the flags set, in bytes (the library's own
+    /// parser takes fewer spellings than ours).
+    pub fn variables(&self) -> Result<Vec<(&'static str, String)>, String> {
+        let mut v = Vec::new();
+        if let Some(t) = &self.threshold {
+            let t = parse_size(t).map_err(|e| format!("--threshold: {e}"))?;
+            if t < MIN_THRESHOLD {
+                return Err(format!(
+                    "--threshold {}: at least {} (below it the C library's own arenas serve better)",
+                    fmt_size(t),
+                    fmt_size(MIN_THRESHOLD)
+                ));
+            }
+            v.push(("PREZERO_THRESHOLD", t.to_string()));
+        }
+        if let Some(c) = &self.cap {
+            v.push(("PREZERO_CAP", size_or_zero("cap", c)?.to_string()));
+        }
+        if let Some(p) = &self.prefill {
+            v.push(("PREZERO_PREFILL", size_or_zero("prefill", p)?.to_string()));
+        }
+        if let Some(i) = self.idle {
+            v.push(("PREZERO_IDLE_SECS", i.to_string()));
+        }
+        if self.stats {
+            v.push(("PREZERO_STATS", "1".into()));
+        }
+        if self.no_thp {
+            v.push(("PREZERO_THP", "0".into()));
+        }
+        Ok(v)
+    }
+}
+
+/// The entries of an `LD_PRELOAD` value (ld.so splits on spaces and colons).
+fn entries(value: &OsStr) -> impl Iterator<Item = &[u8]> {
+    value
+        .as_bytes()
+        .split(|&b| b == b':' || b == b' ')
+        .filter(|e| !e.is_empty())
+}
+
+/// Whether `LD_PRELOAD` already holds a copy of the library: a file named
+/// `libprezero_preload*`, or the one `marker` (PREZERO_PRELOADED) names.
+pub fn already_preloaded(ld_preload: &OsStr, marker: Option<&OsStr>) -> bool {
+    entries(ld_preload).any(|e| {
+        let name = e.rsplit(|&b| b == b'/').next().unwrap_or(e);
+        name.starts_with(PRELOAD_STEM.as_bytes())
+            || marker.is_some_and(|m| !m.is_empty() && m.as_bytes() == e)
+    })
+}
+
+/// `LD_PRELOAD` with `lib` first and the existing entries after it, or None
+/// when a copy of the library is already there.
+pub fn ld_preload(
+    lib: &Path,
+    existing: Option<&OsStr>,
+    marker: Option<&OsStr>,
+) -> Option<OsString> {
+    let existing = existing.unwrap_or_default();
+    if already_preloaded(existing, marker) {
+        return None;
+    }
+    let mut v = OsString::from(lib);
+    if entries(existing).next().is_some() {
+        v.push(":");
+        v.push(existing);
+    }
+    Some(v)
+}
+
+/// The library to preload: `PREZERO_PRELOAD_LIB` if set, else the embedded
+/// copy in the cache directory.
+pub fn library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os(OVERRIDE).filter(|p| !p.is_empty()) {
+        let path = fs::canonicalize(&p)
+            .map_err(|e| format!("{OVERRIDE}={}: {e}", Path::new(&p).display()))?;
+        if !path.is_file() {
+            return Err(format!("{OVERRIDE}={}: not a file", path.display()));
+        }
+        if unfit_for_ld_preload(&path) {
+            return Err(format!(
+                "{OVERRIDE}={}: LD_PRELOAD cannot hold a path with a space or colon",
+                path.display()
+            ));
+        }
+        return Ok(path);
+    }
+    cache_file(
+        &format!("{PRELOAD_STEM}-{PRELOAD_HASH}.so"),
+        PRELOAD_SO,
+        0o500,
+    )
+}
+
+fn unfit_for_ld_preload(p: &Path) -> bool {
+    p.as_os_str()
+        .as_bytes()
+        .iter()
+        .any(|&b| b == b':' || b == b' ')
+}
+
+/// Where embedded files go: `$XDG_CACHE_HOME/prezero`, else
+/// `$HOME/.cache/prezero`, then `/tmp/prezero-<uid>`.
+fn cache_dirs() -> Vec<PathBuf> {
+    let absolute = |var: &str| {
+        std::env::var_os(var)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let mut dirs = Vec::new();
+    if let Some(x) = absolute("XDG_CACHE_HOME") {
+        dirs.push(x.join("prezero"));
+    } else if let Some(h) = absolute("HOME") {
+        dirs.push(h.join(".cache/prezero"));
+    }
+    // SAFETY: geteuid has no preconditions.
+    dirs.push(PathBuf::from(format!("/tmp/prezero-{}", unsafe {
+        libc::geteuid()
+    })));
+    dirs
+}
+
+/// `dir` exists (made 0700 if not), is a directory (not a link to one), ours,
+/// writable by no one else, and on a filesystem that lets us execute.
+fn private_dir(dir: &Path) -> Result<(), String> {
+    if unfit_for_ld_preload(dir) {
+        return Err("its path has a space or colon, which LD_PRELOAD cannot hold".into());
+    }
+    if let Some(parent) = dir.parent() {
+        // ~/.cache may not exist yet; /tmp does.
+        let _ = fs::create_dir_all(parent);
+    }
+    match fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(e.to_string()),
+    }
+    let m = fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if !m.is_dir() {
+        return Err("not a directory (a symbolic link is refused too)".into());
+    }
+    if m.uid() != me {
+        return Err(format!("owned by uid {}, not by us ({me})", m.uid()));
+    }
+    if m.mode() & 0o022 != 0 {
+        return Err(format!("writable by others (mode {:o})", m.mode() & 0o7777));
+    }
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    // SAFETY: statvfs fills the struct from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_NOEXEC != 0 {
+        return Err("on a filesystem mounted noexec".into());
+    }
+    Ok(())
+}
+
+/// `bytes` as the file `name` in the first private cache directory that
+/// works: reused when it is already there with these bytes, else written
+/// to a temporary name and renamed (a reader never sees half a file).
+pub fn cache_file(name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+    let mut why = Vec::new();
+    for dir in cache_dirs() {
+        match private_dir(&dir).and_then(|()| place(&dir, name, bytes, mode)) {
+            Ok(p) => return Ok(p),
+            Err(e) => why.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!(
+        "no private directory to write {name} to ({}); or set {OVERRIDE}",
+        why.join("; ")
+    ))
+}
+
+fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+    let path = dir.join(name);
+    if let Ok(m) = fs::symlink_metadata(&path) {
+        if m.is_file() && m.len() == bytes.len() as u64 && fs::read(&path).is_ok_and(|b| b == bytes)
+        {
+            return Ok(path);
+        }
+    }
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let _ = fs::remove_file(&tmp);
+    let write = || -> std::io::Result<()> {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = fs::remove_file(&tmp);
+        format!("writing {name}: {e}")
+    })?;
+    Ok(path)
+}
+
+/// Every variable `prezero run` sets for `settings`, given the caller's
+/// `LD_PRELOAD` and `PREZERO_PRELOADED`.
+pub fn environment(
+    settings: &Settings,
+    existing: Option<&OsStr>,
+    marker: Option<&OsStr>,
+) -> Result<Vec<(OsString, OsString)>, String> {
+    let mut env: Vec<(OsString, OsString)> = settings
+        .variables()?
+        .into_iter()
+        .map(|(k, v)| (k.into(), v.into()))
+        .collect();
+    if !already_preloaded(existing.unwrap_or_default(), marker) {
+        let lib = library()?;
+        let value = ld_preload(&lib, existing, marker).expect("not preloaded yet");
+        env.push(("LD_PRELOAD".into(), value));
+        env.push((MARKER.into(), lib.into()));
+    }
+    Ok(env)
+}
+
+pub fn run(args: &Args) -> Result<(), String> {
+    let (program, rest) = args
+        .command
+        .split_first()
+        .ok_or("no program to run: prezero run -- PROGRAM ARGS...")?;
+    let env = environment(
+        &args.settings,
+        std::env::var_os("LD_PRELOAD").as_deref(),
+        std::env::var_os(MARKER).as_deref(),
+    )?;
+    let e = std::process::Command::new(program)
+        .args(rest)
+        .envs(env)
+        .exec();
+    eprintln!("prezero: cannot run {}: {e}", program.to_string_lossy());
+    std::process::exit(match e.raw_os_error() {
+        Some(libc::ENOENT) => 127,
+        _ => 126,
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(s: &str) -> Option<&OsStr> {
+        Some(OsStr::new(s))
+    }
+
+    #[test]
+    fn ld_preload_is_prepended_once() {
+        let lib = Path::new("/c/libprezero_preload-1.so");
+        assert_eq!(ld_preload(lib, None, None).unwrap(), lib.as_os_str());
+        assert_eq!(ld_preload(lib, os(""), None).unwrap(), lib.as_os_str());
+        assert_eq!(
+            ld_preload(lib, os("/x/a.so /y/b.so"), None).unwrap(),
+            "/c/libprezero_preload-1.so:/x/a.so /y/b.so"
+        );
+        // Another copy, by name or by the marker: none added.
+        assert!(ld_preload(lib, os("/x/a.so:/old/libprezero_preload.so"), None).is_none());
+        assert!(ld_preload(lib, os("libprezero_preload-2.so"), None).is_none());
+        assert!(ld_preload(lib, os("/x/a.so /o/mine.so"), os("/o/mine.so")).is_none());
+        // A marker whose library is no longer preloaded does not count.
+        assert!(ld_preload(lib, os("/x/a.so"), os("/o/mine.so")).is_some());
+        assert!(ld_preload(lib, os("/x/a.so"), os("")).is_some());
+    }
+
+    #[test]
+    fn flags_become_variables_in_bytes() {
+        let s = Settings {
+            threshold: Some("2M".into()),
+            cap: Some("0".into()),
+            prefill: Some("1g".into()),
+            idle: Some(3),
+            stats: true,
+            no_thp: true,
+        };
+        assert_eq!(
+            s.variables().unwrap(),
+            [
+                ("PREZERO_THRESHOLD", "2097152".to_string()),
+                ("PREZERO_CAP", "0".into()),
+                ("PREZERO_PREFILL", "1073741824".into()),
+                ("PREZERO_IDLE_SECS", "3".into()),
+                ("PREZERO_STATS", "1".into()),
+                ("PREZERO_THP", "0".into()),
+            ]
+        );
+        assert!(Settings::default().variables().unwrap().is_empty());
+        let low = Settings {
+            threshold: Some("4K".into()),
+            ..Settings::default()
+        };
+        assert!(low.variables().unwrap_err().contains("at least 64K"));
+        let bad = Settings {
+            cap: Some("lots".into()),
+            ..Settings::default()
+        };
+        assert!(bad.variables().unwrap_err().starts_with("--cap:"));
+    }
+
+    #[test]
+    fn the_cache_directory_must_be_private() {
+        let base = std::env::temp_dir().join(format!("prezero-run-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&base);
+        let dir = base.join("cache");
+        private_dir(&dir).unwrap();
+        assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
+        let p = place(&dir, "f", b"one", 0o500).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"one");
+        // Same bytes: reused; others: replaced.
+        assert_eq!(place(&dir, "f", b"one", 0o500).unwrap(), p);
+        place(&dir, "f", b"two!", 0o500).unwrap();
+        assert_eq!(fs::read(&p).unwrap(), b"two!");
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(private_dir(&dir)
+            .unwrap_err()
+            .contains("writable by others"));
+        let link = base.join("link");
+        std::os::unix::fs::symlink(&dir, &link).unwrap();
+        assert!(private_dir(&link).unwrap_err().contains("not a directory"));
+        assert!(private_dir(&base.join("a b"))
+            .unwrap_err()
+            .contains("space"));
+        fs::remove_dir_all(&base).unwrap();
+    }
+}

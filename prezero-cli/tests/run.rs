@@ -1,0 +1,242 @@
+//! `prezero run -- PROGRAM`: LD_PRELOAD set once and first, the program's own
+//! entries kept, exit status and signals passed through, the summary line.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn prezero() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_prezero"));
+    // The caller's environment must not decide the outcome.
+    for v in [
+        "LD_PRELOAD",
+        "PREZERO_PRELOADED",
+        "PREZERO_PRELOAD_LIB",
+        "PREZERO_STATS",
+    ] {
+        c.env_remove(v);
+    }
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    prezero().arg("run").args(args).output().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).trim().to_string()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// The entries of LD_PRELOAD as the program saw it.
+fn preloaded(o: &Output) -> Vec<String> {
+    assert!(o.status.success(), "{}", stderr(o));
+    stdout(o)
+        .split([':', ' '])
+        .filter(|e| !e.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn is_ours(entry: &str) -> bool {
+    entry
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .starts_with("libprezero_preload")
+}
+
+#[test]
+fn ld_preload_holds_the_library_once_and_keeps_the_programs_own() {
+    let o = run(&["--", "sh", "-c", "echo $LD_PRELOAD"]);
+    let e = preloaded(&o);
+    assert_eq!(e.len(), 1, "{e:?}");
+    assert!(is_ours(&e[0]), "{e:?}");
+    assert!(std::path::Path::new(&e[0]).is_file());
+
+    // Nested: still once.
+    let o = run(&[
+        "--",
+        env!("CARGO_BIN_EXE_prezero"),
+        "run",
+        "--threshold",
+        "2M",
+        "--",
+        "sh",
+        "-c",
+        "echo $LD_PRELOAD",
+    ]);
+    let nested = preloaded(&o);
+    assert_eq!(nested, e, "a nested run added it again");
+
+    // The program's own entries stay, after ours.
+    let libm = "/lib/x86_64-linux-gnu/libm.so.6";
+    let other = if std::path::Path::new(libm).exists() {
+        libm
+    } else {
+        "libm.so.6"
+    };
+    let o = prezero()
+        .env("LD_PRELOAD", other)
+        .args(["run", "--", "sh", "-c", "echo $LD_PRELOAD"])
+        .output()
+        .unwrap();
+    let with_other = preloaded(&o);
+    assert_eq!(with_other.len(), 2, "{with_other:?}");
+    assert!(is_ours(&with_other[0]));
+    assert_eq!(with_other[1], other);
+
+    // An override by a name that is not ours: nested runs find it by the marker.
+    let o = prezero()
+        .env("PREZERO_PRELOAD_LIB", &e[0])
+        .args([
+            "run",
+            "--",
+            env!("CARGO_BIN_EXE_prezero"),
+            "run",
+            "--",
+            "sh",
+            "-c",
+            "echo $LD_PRELOAD",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(preloaded(&o), e);
+}
+
+#[test]
+fn flags_set_the_libraries_environment() {
+    let o = run(&[
+        "--threshold",
+        "4M",
+        "--cap",
+        "1G",
+        "--prefill",
+        "0",
+        "--idle",
+        "9",
+        "--stats",
+        "--no-thp",
+        "--",
+        "sh",
+        "-c",
+        "env | grep ^PREZERO_ | sort",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let env = stdout(&o);
+    for want in [
+        "PREZERO_CAP=1073741824",
+        "PREZERO_IDLE_SECS=9",
+        "PREZERO_PREFILL=0",
+        "PREZERO_STATS=1",
+        "PREZERO_THP=0",
+        "PREZERO_THRESHOLD=4194304",
+    ] {
+        assert!(env.lines().any(|l| l == want), "{want} missing in:\n{env}");
+    }
+    let o = run(&["--threshold", "4K", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("at least 64K"), "{}", stderr(&o));
+}
+
+#[test]
+fn exit_status_and_signals_pass_through() {
+    assert_eq!(run(&["--", "sh", "-c", "exit 7"]).status.code(), Some(7));
+    assert_eq!(run(&["--", "true"]).status.code(), Some(0));
+    // exec: the program is the process, so its death by a signal is ours.
+    let o = run(&["--", "sh", "-c", "kill -TERM $$"]);
+    assert_eq!(o.status.signal(), Some(libc::SIGTERM), "{:?}", o.status);
+    // stdin reaches the program.
+    let mut child = prezero()
+        .args(["run", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    child.stdin.take().unwrap().write_all(b"through\n").unwrap();
+    assert_eq!(stdout(&child.wait_with_output().unwrap()), "through");
+}
+
+#[test]
+fn a_program_that_cannot_run_is_127_or_126() {
+    let o = run(&["--", "/nonexistent/program"]);
+    assert_eq!(o.status.code(), Some(127));
+    assert!(stderr(&o).contains("cannot run /nonexistent/program"));
+    let dir = tempdir("noexec");
+    let file = dir.join("not-executable");
+    std::fs::write(&file, "#!/bin/sh\n").unwrap();
+    let o = run(&["--", file.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+fn tempdir(what: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("prezero-run-{what}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A C program that callocs 64 MiB twice (checking it is zero), built with
+/// `cc` from PATH; None (the test skips) without one.
+fn calloc_twice() -> Option<PathBuf> {
+    let dir = tempdir("calloc");
+    let src = dir.join("calloc_twice.c");
+    std::fs::write(
+        &src,
+        r#"#include <stdio.h>
+#include <stdlib.h>
+int main(void) {
+    for (int r = 0; r < 2; r++) {
+        size_t n = 64u << 20;
+        unsigned char *p = calloc(1, n);
+        if (!p) return 2;
+        for (size_t i = 0; i < n; i += 4096) if (p[i]) return 1;
+        for (size_t i = 0; i < n; i += 4096) p[i] = 1;
+        free(p);
+    }
+    puts("ok");
+    return 0;
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("calloc_twice");
+    match Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+    {
+        Ok(s) if s.success() => Some(exe),
+        _ => None,
+    }
+}
+
+#[test]
+fn stats_print_one_summary_line() {
+    let Some(exe) = calloc_twice() else {
+        eprintln!("skipped: no C compiler (cc) to build the calloc program");
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let o = run(&["--stats", "--", exe]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), "ok");
+    let err = stderr(&o);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("prezero-preload: "))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(lines[0].contains(" 2 large blocks served"), "{}", lines[0]);
+    // Without --stats: nothing.
+    let o = run(&["--", exe]);
+    assert!(o.status.success());
+    assert!(!stderr(&o).contains("prezero-preload"), "{}", stderr(&o));
+    std::fs::remove_dir_all(std::path::Path::new(exe).parent().unwrap()).unwrap();
+}
