@@ -241,6 +241,32 @@ impl Blocks {
     /// untouched range beyond `top`. `room`: bytes beyond `top` the caller
     /// lets it take (the cap and the memory available).
     pub fn alloc(&mut self, size: usize, align: usize, zeroed: bool, room: usize) -> Alloc {
+        self.alloc_run(size, align, zeroed, room, true)
+    }
+
+    /// [`Blocks::alloc`] around the Busy blocks: never `Wait`. For a request
+    /// that has waited once already: the scrubber runs at `SCHED_IDLE`, and
+    /// while the program's own threads keep every core busy one step of it
+    /// can take most of a second.
+    pub fn alloc_around_busy(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        room: usize,
+    ) -> Alloc {
+        self.alloc_run(size, align, zeroed, room, false)
+    }
+
+    fn alloc_run(
+        &mut self,
+        size: usize,
+        align: usize,
+        zeroed: bool,
+        room: usize,
+        through_busy: bool,
+    ) -> Alloc {
+        let usable = |k: Kind| k.free() && (through_busy || k != Kind::Busy);
         let Some(size) = size.checked_next_multiple_of(PAGE) else {
             return Alloc::Full;
         };
@@ -251,7 +277,7 @@ impl Blocks {
         // (cost, leftover, first block, start)
         let mut best: Option<(usize, usize, usize, usize)> = None;
         for i in 0..self.n {
-            if !self.list[i].kind.free() {
+            if !usable(self.list[i].kind) {
                 continue;
             }
             let Some(start) = self.list[i].start.checked_next_multiple_of(align) else {
@@ -262,7 +288,7 @@ impl Blocks {
             };
             let (mut c, mut j, mut blocks) = (0usize, i, 0);
             let mut reach = self.list[i].start;
-            while j < self.n && self.list[j].kind.free() && reach < end && blocks < MAX_RUN {
+            while j < self.n && usable(self.list[j].kind) && reach < end && blocks < MAX_RUN {
                 let b = self.list[j];
                 let lo = b.start.max(start);
                 let hi = (b.start + b.len).min(end);
@@ -574,6 +600,32 @@ mod tests {
             p,
             vec![(a, 4 * M, Kind::Clean), (a + 4 * M, 4 * M, Kind::Dirty)]
         );
+        assert!(b.check());
+    }
+
+    #[test]
+    fn a_request_that_waited_goes_around_busy_blocks() {
+        let mut b = blocks(64 * M, 64);
+        let (a, ..) = granted(b.alloc(8 * M, 1, true, usize::MAX));
+        b.free(a, 1);
+        let (s, _) = b.scrub_take(4 * M).unwrap();
+        assert_eq!(b.alloc(8 * M, 1, true, usize::MAX), Alloc::Wait);
+        let (c, _, p) = granted(b.alloc_around_busy(8 * M, 1, true, usize::MAX));
+        assert_eq!(c, a + 4 * M, "beside the busy block, on past top");
+        assert_eq!(
+            p,
+            vec![
+                (a + 4 * M, 4 * M, Kind::Dirty),
+                (a + 8 * M, 4 * M, Kind::Fresh)
+            ]
+        );
+        assert_eq!(
+            b.alloc_around_busy(M, 1, true, 0),
+            Alloc::Full,
+            "only the busy block is free"
+        );
+        b.busy_done(s, Kind::Clean);
+        assert_eq!(granted(b.alloc_around_busy(M, 1, true, 0)).0, a);
         assert!(b.check());
     }
 

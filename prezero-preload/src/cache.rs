@@ -6,7 +6,9 @@
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in
 //! either state, and a request that would need a Busy block waits on `LOCK`'s
-//! condition variable, which every end of Busy signals.
+//! condition variable, which every end of Busy signals, for 2 ms at most
+//! (the scrubber is at `SCHED_IDLE`: with every core busy its step can take
+//! most of a second), then takes the best run around the Busy blocks.
 //!
 //! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
 //! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
@@ -80,6 +82,11 @@ impl Guard {
 
     /// Waits for a signal (a Busy block done, a free) or `secs`.
     fn wait(&mut self, secs: u64) {
+        self.wait_ms(secs.saturating_mul(1000));
+    }
+
+    /// Waits for a signal or `ms` milliseconds.
+    fn wait_ms(&mut self, ms: u64) {
         let mut now: libc::timespec = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -88,7 +95,9 @@ impl Guard {
         // this guard holds, and gives it back before returning.
         unsafe {
             libc::clock_gettime(libc::CLOCK_REALTIME, &mut now);
-            now.tv_sec += secs as libc::time_t;
+            let ns = now.tv_nsec as u64 + (ms % 1000) * 1_000_000;
+            now.tv_sec += (ms / 1000 + ns / 1_000_000_000) as libc::time_t;
+            now.tv_nsec = (ns % 1_000_000_000) as _;
             libc::pthread_cond_timedwait(SHARED.cond.get(), SHARED.mutex.get(), &now);
         }
     }
@@ -112,7 +121,9 @@ fn signal_all() {
     unsafe { libc::pthread_cond_broadcast(SHARED.cond.get()) };
 }
 
-/// Seconds on a coarse monotonic clock.
+/// Milliseconds on a coarse monotonic clock. Not whole seconds: a block
+/// freed at 10.99 s would count as idle for a second at 11.0 s, so memory went
+/// back up to a second before PREZERO_IDLE_SECS.
 fn now() -> u64 {
     let mut t = libc::timespec {
         tv_sec: 0,
@@ -120,28 +131,52 @@ fn now() -> u64 {
     };
     // SAFETY: clock_gettime writes into a local.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
-    t.tv_sec as u64
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
 /// Reserves the range and sets up the cache; false if it cannot (then every
 /// request goes to the next allocator).
 pub fn start(cfg: Config) -> bool {
     let mem = crate::config::mem_total().unwrap_or(16 << 30);
-    let len = (2 * mem).clamp(64 << 30, 1 << 40);
-    // SAFETY: a fresh inaccessible mapping at an address the kernel picks.
-    let base = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len + (2 << 20),
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
+    let mut len = (2 * mem).clamp(64 << 30, 1 << 40);
+    // An address-space limit (ulimit -v) is the program's: a reservation that
+    // does not fit goes to the next allocator whole rather than eat into it.
+    // Without one, a refusal comes from something that cannot place that
+    // much (valgrind takes 32 GiB, not 64): try smaller, down to 1 GiB.
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
     };
-    if base == libc::MAP_FAILED {
-        return false;
-    }
+    // SAFETY: getrlimit writes into a local.
+    let unlimited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
+        && limit.rlim_cur == libc::RLIM_INFINITY;
+    let base = loop {
+        // Not MAP_NORESERVE: an inaccessible private mapping is not charged,
+        // and without the flag each `mprotect` that makes a part of it
+        // writable is (ensure_writable), so the kernel's overcommit policy
+        // judges a request as it would judge the C library's own mmap of it: a
+        // malloc past RAM + swap fails here as it fails without us, instead of
+        // succeeding and bringing the OOM killer when the program touches it.
+        // SAFETY: a fresh inaccessible mapping at an address the kernel picks.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len + (2 << 20),
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if base != libc::MAP_FAILED {
+            break base;
+        }
+        if !unlimited || len <= 1 << 30 {
+            return false;
+        }
+        len /= 2;
+    };
+    let raw = base;
     // Blocks start 2 MiB-aligned, so transparent huge pages can back them.
     let base = (base as usize).next_multiple_of(2 << 20);
     let list_bytes = MAX_BLOCKS * std::mem::size_of::<Block>();
@@ -157,6 +192,8 @@ pub fn start(cfg: Config) -> bool {
         )
     };
     if list == libc::MAP_FAILED {
+        // SAFETY: the reservation just made, unused.
+        unsafe { libc::munmap(raw, len + (2 << 20)) };
         return false;
     }
     // SAFETY: the mapping is ours alone for the life of the process, zeroed
@@ -230,6 +267,7 @@ impl Cache {
 /// `size` bytes aligned to `align` from the cache, zero if `zeroed`; null if
 /// the cache cannot serve (the caller asks the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    let mut waited = false;
     let granted = loop {
         let mut g = lock();
         let c = g.cache();
@@ -248,7 +286,12 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
         } else {
             c.writable - c.blocks.top()
         };
-        match c.blocks.alloc(size, align, zeroed, room) {
+        let a = if waited {
+            c.blocks.alloc_around_busy(size, align, zeroed, room)
+        } else {
+            c.blocks.alloc(size, align, zeroed, room)
+        };
+        match a {
             Alloc::Granted {
                 start,
                 len,
@@ -259,7 +302,13 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
                 c.peaks();
                 break (start, len, pieces, n);
             }
-            Alloc::Wait => g.wait(1),
+            // One step of the scrubber (~0.3 ms on a core of its own), then
+            // around it: at SCHED_IDLE, with the program's threads on every
+            // core, the step took up to most of a second and a calloc with it.
+            Alloc::Wait => {
+                g.wait_ms(2);
+                waited = true;
+            }
             Alloc::Full => return std::ptr::null_mut(),
         }
     };
@@ -341,9 +390,9 @@ pub fn usable_size(p: usize) -> Option<usize> {
 }
 
 /// `realloc` of the block at `p` to `size` bytes: shrunk or grown in place,
-/// or its pages moved (mremap, no copy) to a new block. `None`: `p` is not a
-/// block handed out. `Some(null)`: the cache has no room (the caller copies
-/// to the next allocator).
+/// or its pages moved (mremap, no copy; a copy where the kernel cannot) to a
+/// new block. `None`: `p` is not a block handed out. `Some(null)`: the cache
+/// has no room (the caller copies to the next allocator).
 pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     let old = {
         let mut g = lock();
@@ -357,7 +406,12 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             }
             return Some(p as *mut c_void);
         }
-        let reach = p.checked_add(size)?.min(LIMIT.load(Ordering::Relaxed));
+        let Some(reach) = p.checked_add(size) else {
+            // Past the address space: no room (the caller asks the next
+            // allocator, which refuses with ENOMEM), not "not ours".
+            return Some(std::ptr::null_mut());
+        };
+        let reach = reach.min(LIMIT.load(Ordering::Relaxed));
         let room = if c.ensure_writable(reach) {
             usize::MAX
         } else {
@@ -374,36 +428,43 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         return Some(q);
     }
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks this
-    // thread owns (the program's, and the one just granted); mremap moves the
-    // pages of the first over the second, and the first is mapped again at
-    // once with fresh (zero, untouched) pages, so the range stays ours.
+    // thread owns (the program's, and the one just granted). mremap moves the
+    // pages of the first over the second, replacing what was mapped there in
+    // the same call; MREMAP_DONTUNMAP leaves the first mapped, with no pages
+    // behind it (zero when next touched). The range never has a hole: an
+    // mmap on another thread cannot land inside it (it could between an
+    // mremap that unmaps and an mmap MAP_FIXED that fills the hole again,
+    // which then replaced that thread's mapping with ours).
     let moved = unsafe {
         libc::mremap(
             p as *mut c_void,
             old,
             old,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED,
+            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
             q,
         )
     };
     if moved == q {
-        // SAFETY: [p, p + old) was just vacated by mremap and is in our range.
+        // The vacated part keeps the moved pages' mapping (its offset and
+        // flags differ from its neighbours'), which the kernel will not merge:
+        // a fresh mapping in its place merges again, or every move would leave
+        // mappings behind until the process reaches vm.max_map_count and its
+        // own mmap calls fail. MAP_FIXED over a mapping replaces it in one
+        // step (still no hole); if it fails the empty mapping stays, usable.
+        // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
+        // still this thread's (InUse until free_fresh below).
         let again = unsafe {
             libc::mmap(
                 p as *mut c_void,
                 old,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED | libc::MAP_NORESERVE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
                 -1,
                 0,
             )
         };
         let mut g = lock();
-        if again == libc::MAP_FAILED {
-            // A hole in the range: never hand it out again (it stays InUse).
-            return Some(q);
-        }
-        if g.cache().cfg.thp {
+        if again != libc::MAP_FAILED && g.cache().cfg.thp {
             // SAFETY: advice on our own range.
             unsafe { libc::madvise(p as *mut c_void, old, libc::MADV_HUGEPAGE) };
         }
@@ -455,7 +516,7 @@ fn scrub() {
     }
     loop {
         let idle = g.cache().cfg.idle_secs;
-        if release_one(&mut g, now().saturating_sub(idle)) {
+        if release_one(&mut g, now().saturating_sub(idle.saturating_mul(1000))) {
             continue;
         }
         if let Some((s, l)) = g.cache().blocks.scrub_take(SCRUB_CHUNK) {
@@ -475,10 +536,15 @@ fn scrub() {
     }
 }
 
-/// Populates `bytes` at the top of the range (the kernel zeroes them, here, in
-/// the background) and leaves them Clean for the first requests.
+/// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
+/// clears any Dirty piece, here, in the background) and leaves them Clean for
+/// the first requests.
 fn do_prefill(bytes: usize) {
-    let p = alloc(bytes, 2 << 20, false);
+    // Zeroed: the program may have freed blocks before this thread got a core,
+    // and the cheapest run for a plain request starts on such a Dirty block.
+    // Populating does not clear what is already there, so a Dirty piece marked
+    // Clean below would reach a later calloc unzeroed.
+    let p = alloc(bytes, 2 << 20, true);
     if p.is_null() {
         return;
     }

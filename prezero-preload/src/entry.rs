@@ -266,7 +266,9 @@ pub unsafe extern "C" fn posix_memalign(
         return libc::EINVAL;
     }
     let p = aligned(align, size);
-    if p.is_null() && size != 0 {
+    // Size 0 too: glibc answers it with a unique pointer, so a NULL is a
+    // failure (an alignment no one can honour), never a success.
+    if p.is_null() {
         return libc::ENOMEM;
     }
     // SAFETY: the caller passes a writable pointer (checked non-NULL).
@@ -279,6 +281,19 @@ pub unsafe extern "C" fn posix_memalign(
 #[no_mangle]
 pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
     if !align.is_power_of_two() {
+        // Never the cache's: the next allocator answers as it would without
+        // us (glibc 2.36 rounds the alignment up, 2.38 refuses with EINVAL).
+        if let (
+            Some(Next {
+                aligned_alloc: Some(f),
+                ..
+            }),
+            _,
+        ) = state()
+        {
+            // SAFETY: forwarded with the caller's arguments.
+            return unsafe { f(align, size) };
+        }
         set_errno(libc::EINVAL);
         return std::ptr::null_mut();
     }

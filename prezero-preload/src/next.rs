@@ -11,6 +11,7 @@ type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
 type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
+type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 
 /// The next allocator's entry points.
 #[derive(Clone, Copy)]
@@ -21,9 +22,13 @@ pub struct Next {
     pub realloc: Realloc,
     pub posix_memalign: PosixMemalign,
     pub usable_size: UsableSize,
+    /// Only for alignments that are not a power of two, whose treatment
+    /// differs between C library versions (glibc before 2.38 rounds them up
+    /// as memalign does, later ones fail with EINVAL): its own answer.
+    pub aligned_alloc: Option<AlignedAlloc>,
 }
 
-/// Resolves every entry point, or none.
+/// Resolves every entry point, or none (`aligned_alloc` is optional).
 pub fn resolve() -> Option<Next> {
     fn sym(name: &CStr) -> Option<usize> {
         // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only reads it.
@@ -38,6 +43,7 @@ pub fn resolve() -> Option<Next> {
         sym(c"posix_memalign")?,
         sym(c"malloc_usable_size")?,
     );
+    let aa = sym(c"aligned_alloc");
     // SAFETY: each address is the next definition of the C function of that
     // name, whose signature the type states.
     unsafe {
@@ -48,6 +54,7 @@ pub fn resolve() -> Option<Next> {
             realloc: std::mem::transmute::<usize, Realloc>(r),
             posix_memalign: std::mem::transmute::<usize, PosixMemalign>(pm),
             usable_size: std::mem::transmute::<usize, UsableSize>(us),
+            aligned_alloc: aa.map(|a| std::mem::transmute::<usize, AlignedAlloc>(a)),
         })
     }
 }
