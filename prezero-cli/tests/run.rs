@@ -119,7 +119,7 @@ fn flags_set_the_libraries_environment() {
         "--idle",
         "9",
         "--stats",
-        "--no-thp",
+        "--thp",
         "--",
         "sh",
         "-c",
@@ -132,7 +132,7 @@ fn flags_set_the_libraries_environment() {
         "PREZERO_IDLE_SECS=9",
         "PREZERO_PREFILL=0",
         "PREZERO_STATS=1",
-        "PREZERO_THP=0",
+        "PREZERO_THP=1",
         "PREZERO_THRESHOLD=4194304",
     ] {
         assert!(env.lines().any(|l| l == want), "{want} missing in:\n{env}");

@@ -35,7 +35,8 @@ unsafe impl Sync for NextCell {}
 static NEXT: NextCell = NextCell(std::cell::UnsafeCell::new(None));
 
 /// The next allocator once known, and whether the cache serves.
-fn state() -> (Option<Next>, bool) {
+#[inline]
+fn state() -> (Option<&'static Next>, bool) {
     let mut s = STATE.load(Ordering::Acquire);
     if s == UNINIT
         && STATE
@@ -46,13 +47,16 @@ fn state() -> (Option<Next>, bool) {
     }
     match s {
         // SAFETY: NEXT was written before STATE became FORWARD or READY.
-        FORWARD => (unsafe { *NEXT.0.get() }, false),
+        FORWARD => (unsafe { (*NEXT.0.get()).as_ref() }, false),
         // SAFETY: as above.
-        READY => (unsafe { *NEXT.0.get() }, true),
+        READY => (unsafe { (*NEXT.0.get()).as_ref() }, true),
         _ => (None, false),
     }
 }
 
+// Once per process: kept out of the entry points' fast paths.
+#[cold]
+#[inline(never)]
 fn boot() -> u8 {
     let Some(n) = next::resolve() else {
         STATE.store(NONE, Ordering::Release);
@@ -118,7 +122,7 @@ fn wants_cache(size: usize) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     match state() {
-        (Some(n), true) if wants_cache(size) => large(size, 16, false, &n),
+        (Some(n), true) if wants_cache(size) => large(size, 16, false, n),
         // SAFETY: forwarded with the caller's arguments.
         (Some(n), _) => unsafe { (n.malloc)(size) },
         (None, _) => next::arena_alloc(size),
@@ -134,7 +138,7 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
         return std::ptr::null_mut();
     };
     match state() {
-        (Some(n), true) if wants_cache(total) => large(total, 16, true, &n),
+        (Some(n), true) if wants_cache(total) => large(total, 16, true, n),
         // SAFETY: forwarded with the caller's arguments.
         (Some(n), _) => unsafe { (n.calloc)(count, size) },
         // The arena is static and never reused: zero.
@@ -233,7 +237,7 @@ pub unsafe extern "C" fn reallocarray(p: *mut c_void, count: usize, size: usize)
 /// `size` bytes aligned to `align` (a power of two, checked by the caller).
 fn aligned(align: usize, size: usize) -> *mut c_void {
     match state() {
-        (Some(n), true) if wants_cache(size) => large(size, align, false, &n),
+        (Some(n), true) if wants_cache(size) => large(size, align, false, n),
         (Some(n), _) => {
             let mut out = std::ptr::null_mut();
             let align = align.max(std::mem::size_of::<usize>());
