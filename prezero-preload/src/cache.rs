@@ -225,10 +225,13 @@ pub fn start(cfg: Config) -> bool {
     true
 }
 
-/// Whether `p` is in the range: then it is the cache's.
+/// Whether `p` is in the range: then it is the cache's. Every `free` in the
+/// process asks, so two comparisons: LIMIT is 0 until the range exists, and
+/// is stored after BASE (read it first).
+#[inline]
 pub fn owns(p: usize) -> bool {
-    STARTED.load(Ordering::Acquire)
-        && (BASE.load(Ordering::Acquire)..LIMIT.load(Ordering::Acquire)).contains(&p)
+    let limit = LIMIT.load(Ordering::Acquire);
+    (BASE.load(Ordering::Relaxed)..limit).contains(&p)
 }
 
 impl Cache {

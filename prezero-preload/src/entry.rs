@@ -27,6 +27,11 @@ const NONE: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// The next allocator's `malloc` and `free` (0 until known): the fast paths
+/// of small requests read only these and THRESHOLD, so a program of small
+/// allocations pays a comparison and an indirect call per call.
+static FAST_MALLOC: AtomicUsize = AtomicUsize::new(0);
+static FAST_FREE: AtomicUsize = AtomicUsize::new(0);
 
 struct NextCell(std::cell::UnsafeCell<Option<Next>>);
 // SAFETY: written once by the booting thread before STATE leaves BOOTING
@@ -64,6 +69,8 @@ fn boot() -> u8 {
     };
     // SAFETY: only this thread writes NEXT, before publishing STATE.
     unsafe { *NEXT.0.get() = Some(n) };
+    FAST_MALLOC.store(n.malloc as usize, Ordering::Release);
+    FAST_FREE.store(n.free as usize, Ordering::Release);
     STATE.store(FORWARD, Ordering::Release);
     let cfg = Config::from_env();
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
@@ -121,6 +128,18 @@ fn wants_cache(size: usize) -> bool {
 /// As C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+    if size < THRESHOLD.load(Ordering::Relaxed) {
+        let f = FAST_MALLOC.load(Ordering::Acquire);
+        if f != 0 {
+            // SAFETY: `f` is the next allocator's malloc (boot stored it).
+            return unsafe { std::mem::transmute::<usize, next::Malloc>(f)(size) };
+        }
+    }
+    malloc_slow(size)
+}
+
+#[inline(never)]
+fn malloc_slow(size: usize) -> *mut c_void {
     match state() {
         (Some(n), true) if wants_cache(size) => large(size, 16, false, n),
         // SAFETY: forwarded with the caller's arguments.
@@ -151,11 +170,20 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     let a = p as usize;
-    if p.is_null() || next::in_arena(a) {
-        return;
-    }
     if cache::owns(a) {
         return cache::free(a);
+    }
+    if next::in_arena(a) {
+        return;
+    }
+    let f = FAST_FREE.load(Ordering::Acquire);
+    if f != 0 {
+        // SAFETY: `f` is the next allocator's free, and `p` not ours (or
+        // NULL, or the program's bug, as it would be without us).
+        return unsafe { std::mem::transmute::<usize, next::Free>(f)(p) };
+    }
+    if p.is_null() {
+        return;
     }
     if let (Some(n), _) = state() {
         // SAFETY: not ours: the next allocator's (or the program's bug, as

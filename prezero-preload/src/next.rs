@@ -5,8 +5,8 @@
 use std::ffi::{c_void, CStr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
-type Free = unsafe extern "C" fn(*mut c_void);
+pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+pub type Free = unsafe extern "C" fn(*mut c_void);
 type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
@@ -78,8 +78,9 @@ fn arena_base() -> usize {
 }
 
 /// Whether `p` came from the arena (its memory is never given back).
+#[inline]
 pub fn in_arena(p: usize) -> bool {
-    (arena_base()..arena_base() + ARENA).contains(&p)
+    p.wrapping_sub(arena_base()) < ARENA
 }
 
 /// `size` bytes (zero: the arena is static and never reused), aligned to 16,
