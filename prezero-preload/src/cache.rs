@@ -69,6 +69,8 @@ static SHARED: Shared = Shared {
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static LIMIT: AtomicUsize = AtomicUsize::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
+/// Requests waiting for a Busy block (changed under the lock).
+static WAITING: AtomicUsize = AtomicUsize::new(0);
 
 /// `LOCK` held; the cache through it.
 struct Guard;
@@ -271,6 +273,7 @@ impl Cache {
 /// the cache cannot serve (the caller asks the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
     let mut waited = false;
+    let mut since: Option<std::time::Instant> = None;
     let granted = loop {
         let mut g = lock();
         let c = g.cache();
@@ -309,8 +312,13 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
             // around it: at SCHED_IDLE, with the program's threads on every
             // core, the step took up to most of a second and a calloc with it.
             Alloc::Wait => {
+                // While a request waits the scrubber starts no new step, so
+                // the block is whole when this wakes.
+                let t = *since.get_or_insert_with(std::time::Instant::now);
+                WAITING.fetch_add(1, Ordering::Relaxed);
                 g.wait_ms(2);
-                waited = true;
+                WAITING.fetch_sub(1, Ordering::Relaxed);
+                waited = t.elapsed() >= std::time::Duration::from_millis(2);
             }
             Alloc::Full => return std::ptr::null_mut(),
         }
@@ -520,6 +528,12 @@ fn scrub() {
     loop {
         let idle = g.cache().cfg.idle_secs;
         if release_one(&mut g, now().saturating_sub(idle.saturating_mul(1000))) {
+            continue;
+        }
+        if WAITING.load(Ordering::Relaxed) > 0 {
+            // A request waits for the step just done: let it take the block
+            // before the next step makes part of it Busy again.
+            g.wait_ms(1);
             continue;
         }
         if let Some((s, l)) = g.cache().blocks.scrub_take(SCRUB_CHUNK) {
