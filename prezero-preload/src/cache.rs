@@ -224,6 +224,9 @@ pub fn start(cfg: Config) -> bool {
     if prefill > 0 {
         ensure_scrubber();
     }
+    // The kernels' choice now, while the process has one thread, not in the
+    // first calloc that clears (see before_fork).
+    let _ = prezero::active_profile();
     true
 }
 
@@ -579,6 +582,10 @@ fn do_prefill(bytes: usize) {
 
 extern "C" fn before_fork() {
     if STARTED.load(Ordering::Acquire) {
+        // The clearing kernels' choice is made once, lazily, under a
+        // `OnceLock`: forked while another thread makes it, the child would
+        // wait for it forever. Made here, before the fork, it is done.
+        let _ = prezero::active_profile();
         // SAFETY: the static mutex; `after_fork`/`in_child` unlock it.
         unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
     }
@@ -602,6 +609,8 @@ extern "C" fn in_child() {
         let c = (*SHARED.cache.get()).as_mut().expect("started");
         c.scrubber = false;
         c.blocks.abandon_busy();
+        // The parent's waiting threads do not exist here.
+        WAITING.store(0, Ordering::Relaxed);
         libc::pthread_mutex_unlock(SHARED.mutex.get());
     }
 }
