@@ -1165,6 +1165,24 @@ mod tests {
                 return;
             }
         };
+        // qemu-user reserves the pages but cannot map them.
+        // SAFETY: a fresh anonymous hugetlb mapping, unmapped at once if made.
+        let probe = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                M as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
+                -1,
+                0,
+            )
+        };
+        if probe == libc::MAP_FAILED {
+            eprintln!("skipped: the hugetlb local file (hugetlb pages cannot be mapped here)");
+            return;
+        }
+        // SAFETY: the probe mapping just made.
+        unsafe { libc::munmap(probe, M as usize) };
         let len = 8 << 20;
         let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
         assert_eq!(
