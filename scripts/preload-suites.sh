@@ -16,6 +16,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 target=${CARGO_TARGET_DIR:-target}
+# Absolute: the suites run from other directories.
+mkdir -p "$target" && target=$(cd "$target" && pwd)
 cargo build -q -p prezero-preload
 so=$(realpath "$target/debug/libprezero_preload.so")
 py=${PYTHON:-python3}
