@@ -316,11 +316,20 @@ pub fn run(args: &Args) -> Result<(), String> {
         .command
         .split_first()
         .ok_or("no program to run: prezero run -- PROGRAM ARGS...")?;
-    let env = environment(
+    let mut env = environment(
         &args.settings,
         std::env::var_os("LD_PRELOAD").as_deref(),
         std::env::var_os(MARKER).as_deref(),
     )?;
+    if args.settings.prefill.is_some() {
+        // The program keeps this pid across the exec: it prefills, the
+        // shells, helpers and programs it starts do not (each would populate
+        // as much again).
+        env.push((
+            "PREZERO_PREFILL_PID".into(),
+            std::process::id().to_string().into(),
+        ));
+    }
     let e = std::process::Command::new(program)
         .args(rest)
         .envs(env)

@@ -137,6 +137,19 @@ fn flags_set_the_libraries_environment() {
     ] {
         assert!(env.lines().any(|l| l == want), "{want} missing in:\n{env}");
     }
+    // The prefill is the program's alone: it keeps prezero's pid across the
+    // exec, and the processes it starts have others.
+    let o = run(&[
+        "--prefill",
+        "1M",
+        "--",
+        "sh",
+        "-c",
+        "echo $$ $PREZERO_PREFILL_PID",
+    ]);
+    let out = stdout(&o);
+    let pids: Vec<&str> = out.split_whitespace().collect();
+    assert!(pids.len() == 2 && pids[0] == pids[1], "{out}");
     let o = run(&["--threshold", "4K", "--", "true"]);
     assert!(!o.status.success());
     assert!(stderr(&o).contains("at least 64K"), "{}", stderr(&o));

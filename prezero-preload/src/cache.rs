@@ -65,9 +65,9 @@ static SHARED: Shared = Shared {
     cache: UnsafeCell::new(None),
 };
 
-/// The range, readable without the lock (fixed once set).
+/// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`.
 static BASE: AtomicUsize = AtomicUsize::new(0);
-static LIMIT: AtomicUsize = AtomicUsize::new(0);
+static SPAN: AtomicUsize = AtomicUsize::new(0);
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// Requests waiting for a Busy block (changed under the lock).
 static WAITING: AtomicUsize = AtomicUsize::new(0);
@@ -216,7 +216,7 @@ pub fn start(cfg: Config) -> bool {
         })
     };
     BASE.store(base, Ordering::Release);
-    LIMIT.store(base + len, Ordering::Release);
+    SPAN.store(len, Ordering::Release);
     STARTED.store(true, Ordering::Release);
     drop(g);
     // SAFETY: registering static functions, which only take and drop the lock.
@@ -231,12 +231,17 @@ pub fn start(cfg: Config) -> bool {
 }
 
 /// Whether `p` is in the range: then it is the cache's. Every `free` in the
-/// process asks, so two comparisons: LIMIT is 0 until the range exists, and
-/// is stored after BASE (read it first).
-#[inline]
+/// process asks, so one subtraction and one comparison: SPAN is 0 until the
+/// range exists, and is stored after BASE (read it first, Acquire: free on
+/// x86). A thread that sees the old SPAN was not handed any of the range.
+#[inline(always)]
 pub fn owns(p: usize) -> bool {
-    let limit = LIMIT.load(Ordering::Acquire);
-    (BASE.load(Ordering::Relaxed)..limit).contains(&p)
+    let span = SPAN.load(Ordering::Acquire);
+    p.wrapping_sub(BASE.load(Ordering::Relaxed)) < span
+}
+
+fn limit() -> usize {
+    BASE.load(Ordering::Relaxed) + SPAN.load(Ordering::Relaxed)
 }
 
 impl Cache {
@@ -246,7 +251,7 @@ impl Cache {
         if end <= self.writable {
             return true;
         }
-        let limit = LIMIT.load(Ordering::Relaxed);
+        let limit = limit();
         let new = end.next_multiple_of(PROTECT_STEP).min(limit);
         if end > new {
             return false;
@@ -275,6 +280,12 @@ impl Cache {
 /// `size` bytes aligned to `align` from the cache, zero if `zeroed`; null if
 /// the cache cannot serve (the caller asks the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    take(size, align, zeroed, true)
+}
+
+/// [`alloc`] for the program (`counted`: its statistics and peaks) or for the
+/// cache itself (the prefill, which is no request of the program's).
+fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *mut c_void {
     let mut waited = false;
     let mut since: Option<std::time::Instant> = None;
     let granted = loop {
@@ -290,7 +301,7 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
         };
         // The cache's own range beyond top: what the program uses is not
         // capped, only what it has freed.
-        let room = if c.ensure_writable(reach.min(LIMIT.load(Ordering::Relaxed))) {
+        let room = if c.ensure_writable(reach.min(limit())) {
             usize::MAX
         } else {
             c.writable - c.blocks.top()
@@ -308,7 +319,9 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
                 n,
             } => {
                 debug_assert!(c.blocks.check());
-                c.peaks();
+                if counted {
+                    c.peaks();
+                }
                 break (start, len, pieces, n);
             }
             // One step of the scrubber (~0.3 ms on a core of its own), then
@@ -339,8 +352,13 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
             // SAFETY: [s, s + l) is part of the block just handed to this
             // caller, writable (ensure_writable), and no one else's.
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };
-            stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
+            if counted {
+                stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
+            }
         }
+    }
+    if !counted {
+        return start as *mut c_void;
     }
     stats::SERVED.fetch_add(1, Ordering::Relaxed);
     stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
@@ -349,8 +367,9 @@ pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
 }
 
 /// Takes back the block at `p` (in the range). A pointer that is not a block
-/// handed out is counted and ignored: never a corruption.
-pub fn free(p: usize) {
+/// handed out is counted and ignored: never a corruption. `extern "C"` (it
+/// cannot unwind), so the C `free` ends in a jump here, not a call.
+pub extern "C" fn free(p: usize) {
     let mut g = lock();
     let c = g.cache();
     if c.blocks.free(p, now()).is_none() {
@@ -425,7 +444,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             // allocator, which refuses with ENOMEM), not "not ours".
             return Some(std::ptr::null_mut());
         };
-        let reach = reach.min(LIMIT.load(Ordering::Relaxed));
+        let reach = reach.min(limit());
         let room = if c.ensure_writable(reach) {
             usize::MAX
         } else {
@@ -564,7 +583,7 @@ fn do_prefill(bytes: usize) {
     // and the cheapest run for a plain request starts on such a Dirty block.
     // Populating does not clear what is already there, so a Dirty piece marked
     // Clean below would reach a later calloc unzeroed.
-    let p = alloc(bytes, 2 << 20, true);
+    let p = take(bytes, 2 << 20, true, false);
     if p.is_null() {
         return;
     }
@@ -611,6 +630,7 @@ extern "C" fn in_child() {
         c.blocks.abandon_busy();
         // The parent's waiting threads do not exist here.
         WAITING.store(0, Ordering::Relaxed);
+        stats::reset();
         libc::pthread_mutex_unlock(SHARED.mutex.get());
     }
 }

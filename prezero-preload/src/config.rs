@@ -12,7 +12,10 @@ pub struct Config {
     /// Most free bytes the cache keeps populated beyond what the program uses
     /// (`PREZERO_CAP`, default the smaller of 25% of MemAvailable and 8 GiB).
     pub cap: usize,
-    /// Bytes to populate in the background at start (`PREZERO_PREFILL`).
+    /// Bytes to populate in the background at start (`PREZERO_PREFILL`), in
+    /// the process `PREZERO_PREFILL_PID` names if set (`prezero run` sets it
+    /// to the program it execs): not again in every shell, helper or child
+    /// program that inherits the environment.
     pub prefill: usize,
     /// Free memory unused this long goes back to the kernel (`PREZERO_IDLE_SECS`, default 5).
     pub idle_secs: u64,
@@ -95,7 +98,11 @@ impl Config {
                 .unwrap_or(1 << 20)
                 .max(MIN_THRESHOLD),
             cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
-            prefill: size(c"PREZERO_PREFILL").unwrap_or(0),
+            prefill: match env(c"PREZERO_PREFILL_PID").map(parse_size) {
+                // SAFETY: getpid has no preconditions.
+                Some(pid) if pid != Some(unsafe { libc::getpid() } as usize) => 0,
+                _ => size(c"PREZERO_PREFILL").unwrap_or(0),
+            },
             idle_secs: env(c"PREZERO_IDLE_SECS")
                 .and_then(parse_size)
                 .map_or(5, |s| s as u64),

@@ -9,7 +9,7 @@
 //! the range. Not in a test build: the test harness would allocate with it.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use crate::config::Config;
 use crate::next::{self, Next};
@@ -27,11 +27,14 @@ const NONE: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
-/// The next allocator's `malloc` and `free` (0 until known): the fast paths
-/// of small requests read only these and THRESHOLD, so a program of small
-/// allocations pays a comparison and an indirect call per call.
-static FAST_MALLOC: AtomicUsize = AtomicUsize::new(0);
-static FAST_FREE: AtomicUsize = AtomicUsize::new(0);
+/// Where small requests and frees of memory not ours go: our own slow paths
+/// until start-up has found the next allocator, then its `malloc`, `free` and
+/// `realloc` (the `memchr` crate's self-replacing pointer). After start-up a
+/// program of small allocations pays a comparison or two and one jump per
+/// call: no state to check, no NULL test.
+static NEXT_MALLOC: AtomicPtr<()> = AtomicPtr::new(malloc_slow as *mut ());
+static NEXT_FREE: AtomicPtr<()> = AtomicPtr::new(free_slow as *mut ());
+static NEXT_REALLOC: AtomicPtr<()> = AtomicPtr::new(realloc_slow as *mut ());
 
 struct NextCell(std::cell::UnsafeCell<Option<Next>>);
 // SAFETY: written once by the booting thread before STATE leaves BOOTING
@@ -69,8 +72,9 @@ fn boot() -> u8 {
     };
     // SAFETY: only this thread writes NEXT, before publishing STATE.
     unsafe { *NEXT.0.get() = Some(n) };
-    FAST_MALLOC.store(n.malloc as usize, Ordering::Release);
-    FAST_FREE.store(n.free as usize, Ordering::Release);
+    NEXT_MALLOC.store(n.malloc as *mut (), Ordering::Relaxed);
+    NEXT_FREE.store(n.free as *mut (), Ordering::Relaxed);
+    NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Relaxed);
     STATE.store(FORWARD, Ordering::Release);
     let cfg = Config::from_env();
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
@@ -129,17 +133,17 @@ fn wants_cache(size: usize) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if size < THRESHOLD.load(Ordering::Relaxed) {
-        let f = FAST_MALLOC.load(Ordering::Acquire);
-        if f != 0 {
-            // SAFETY: `f` is the next allocator's malloc (boot stored it).
-            return unsafe { std::mem::transmute::<usize, next::Malloc>(f)(size) };
-        }
+        // Relaxed: either value of the pointer is a whole `malloc`.
+        let f = NEXT_MALLOC.load(Ordering::Relaxed);
+        // SAFETY: NEXT_MALLOC holds `malloc_slow` or the next allocator's
+        // malloc, both of this signature.
+        return unsafe { std::mem::transmute::<*mut (), next::Malloc>(f)(size) };
     }
     malloc_slow(size)
 }
 
 #[inline(never)]
-fn malloc_slow(size: usize) -> *mut c_void {
+extern "C" fn malloc_slow(size: usize) -> *mut c_void {
     match state() {
         (Some(n), true) if wants_cache(size) => large(size, 16, false, n),
         // SAFETY: forwarded with the caller's arguments.
@@ -174,14 +178,24 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
         return cache::free(a);
     }
     if next::in_arena(a) {
-        return;
+        return arena_free();
     }
-    let f = FAST_FREE.load(Ordering::Acquire);
-    if f != 0 {
-        // SAFETY: `f` is the next allocator's free, and `p` not ours (or
-        // NULL, or the program's bug, as it would be without us).
-        return unsafe { std::mem::transmute::<usize, next::Free>(f)(p) };
-    }
+    let f = NEXT_FREE.load(Ordering::Relaxed);
+    // SAFETY: NEXT_FREE holds `free_slow` or the next allocator's free, both
+    // of this signature; `p` is not ours (so the next allocator's, NULL, or
+    // the program's bug, as it would be without us).
+    unsafe { std::mem::transmute::<*mut (), next::Free>(f)(p) }
+}
+
+/// Arena memory is never reused. Cold, so a `free` of the next allocator's
+/// memory falls straight through to its jump.
+#[cold]
+#[inline(never)]
+fn arena_free() {}
+
+/// `free` of memory not ours before start-up has found the next allocator.
+#[inline(never)]
+extern "C" fn free_slow(p: *mut c_void) {
     if p.is_null() {
         return;
     }
@@ -196,6 +210,20 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 /// As C's `realloc`.
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    let a = p as usize;
+    // Small, and not ours: the next allocator's business whatever `p` is
+    // (NULL, or `size` 0, it answers as it would without us).
+    if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) && !next::in_arena(a) {
+        let f = NEXT_REALLOC.load(Ordering::Relaxed);
+        // SAFETY: NEXT_REALLOC holds `realloc_slow` or the next allocator's
+        // realloc, both of this signature; `p` is not ours.
+        return unsafe { std::mem::transmute::<*mut (), next::Realloc>(f)(p, size) };
+    }
+    realloc_slow(p, size)
+}
+
+#[inline(never)]
+extern "C" fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
     if p.is_null() {
         // SAFETY: as malloc.
         return unsafe { malloc(size) };

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 pub type Free = unsafe extern "C" fn(*mut c_void);
 type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
-type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+pub type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
 type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
 type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;

@@ -23,6 +23,26 @@ pub static BAD_FREES: AtomicU64 = AtomicU64::new(0);
 pub static PEAK_HELD: AtomicUsize = AtomicUsize::new(0);
 pub static PEAK_IN_USE: AtomicUsize = AtomicUsize::new(0);
 
+/// A forked child starts its own account: its line says what it did.
+pub fn reset() {
+    for c in [
+        &SERVED,
+        &SERVED_BYTES,
+        &POPULATED_BYTES,
+        &INLINE_CLEARED,
+        &SCRUBBED_BYTES,
+        &SCRUB_NS,
+        &RELEASED_BYTES,
+        &FALLBACKS,
+        &REMAPS,
+        &BAD_FREES,
+    ] {
+        c.store(0, Relaxed);
+    }
+    PEAK_HELD.store(0, Relaxed);
+    PEAK_IN_USE.store(0, Relaxed);
+}
+
 fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64
 }

@@ -712,6 +712,17 @@ fn prefill_populates_in_the_background() {
         "a calloc of 32 MiB after a 64 MiB prefill faulted {} times",
         faults(&pre)
     );
+    // The prefill is the cache's, not a request of the program's: its 64 MiB
+    // are not among the bytes served.
+    let served = pre.stats().served_gib;
+    assert!(served < 64.0 / 1024.0, "{}", pre.stderr);
+    // Another process's prefill (`prezero run` names the program it execs):
+    // this one populates nothing.
+    let mut other = env.to_vec();
+    other.push(("PREZERO_PREFILL_PID", "1"));
+    let not_mine = run(b, &["prefill", "0.5"], &other, true);
+    not_mine.ok();
+    assert!(faults(&not_mine) >= 7000.0, "{}", not_mine.stdout);
 }
 
 /// The scrubber runs the prefill when it first gets a core: a block the

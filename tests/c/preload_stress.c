@@ -25,7 +25,7 @@
  *                           reallocated and measured through it
  *   cap                     frees a lot; prints the resident memory it keeps
  *   idle SECS               frees; prints when the memory went back
- *   prefill                 prints page faults on a calloc after PREZERO_PREFILL
+ *   prefill [WAIT_S]        prints page faults on a calloc after PREZERO_PREFILL
  *   prefill-dirty           a block freed before the prefill ran: calloc zero?
  *   starve                  calloc latency while spinning threads take every core
  *   vmas ITERS              realloc churn; prints mappings before and after
@@ -943,11 +943,11 @@ static int mode_idle(int argc, char **argv) {
   return 0;
 }
 
-static int mode_prefill(void) {
+static int mode_prefill(double wait_s) {
   /* wait for the background prefill to populate */
   size_t want = parse_size(getenv("PREZERO_PREFILL"), 0);
   double t0 = now_s();
-  while (rss() < want && now_s() - t0 < 10) usleep(20000);
+  while (rss() < want && now_s() - t0 < wait_s) usleep(20000);
   usleep(100000);
   struct rusage r0, r1;
   size_t n = want / 2;
@@ -1155,7 +1155,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "early")) return mode_early();
   if (!strcmp(m, "cap")) return mode_cap();
   if (!strcmp(m, "idle")) return mode_idle(argc, argv);
-  if (!strcmp(m, "prefill")) return mode_prefill();
+  if (!strcmp(m, "prefill")) return mode_prefill(argc > 2 ? atof(argv[2]) : 10);
   if (!strcmp(m, "prefill-dirty")) return mode_prefill_dirty();
   if (!strcmp(m, "vmas")) return mode_vmas(argc, argv);
   if (!strcmp(m, "starve")) return mode_starve();
