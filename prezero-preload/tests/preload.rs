@@ -943,3 +943,45 @@ fn valgrind_memcheck_under_the_preload() {
         assert!(!r.stderr.contains("=="), "memcheck reported:\n{}", r.stderr);
     }
 }
+
+/// A library preloaded into every program exports the allocator's entry
+/// points and nothing else: not prezero's `pz_*` C API, which rustc's version
+/// script would export from a dependency built with it.
+#[test]
+fn exports_only_the_allocator() {
+    let Some(b) = built() else { return };
+    let out = match Command::new("nm")
+        .args(["-D", "--defined-only"])
+        .arg(&b.so)
+        .output()
+    {
+        Ok(o) if o.status.success() => o,
+        _ => {
+            println!("skipped: no nm to list the exports");
+            return;
+        }
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut functions: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains(" T "))
+        .filter_map(|l| l.split_whitespace().last())
+        .collect();
+    functions.sort_unstable();
+    assert_eq!(
+        functions,
+        [
+            "aligned_alloc",
+            "calloc",
+            "free",
+            "malloc",
+            "malloc_usable_size",
+            "memalign",
+            "posix_memalign",
+            "pvalloc",
+            "realloc",
+            "reallocarray",
+            "valloc"
+        ]
+    );
+}

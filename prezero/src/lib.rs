@@ -29,6 +29,7 @@
 pub mod clear;
 pub mod cpu;
 mod error;
+#[cfg(feature = "ffi")]
 pub mod ffi;
 pub mod hugetlb;
 mod json;
