@@ -40,7 +40,8 @@ pub use template::*;
 /// A static, NUL-terminated description of a return code of this library.
 #[no_mangle]
 pub extern "C" fn pz_strerror(code: c_int) -> *const c_char {
-    let s: &'static [u8] = match -code {
+    // wrapping: INT_MIN has no negation, and a debug build must not panic here.
+    let s: &'static [u8] = match code.wrapping_neg() {
         0 => b"success\0",
         libc::EINVAL => b"invalid argument (NULL pointer, bad size, unknown value, or not ours)\0",
         libc::ENOTSUP => b"not supported by this CPU or kernel\0",
@@ -118,6 +119,15 @@ mod tests {
         }
         for (name, value, pinned) in bits {
             assert_eq!(value, pinned, "{name}");
+        }
+    }
+
+    #[test]
+    fn every_code_has_a_description() {
+        for code in [0, -libc::EINVAL, 12345, c_int::MIN, c_int::MAX] {
+            // SAFETY: pz_strerror returns a static NUL-terminated string.
+            let s = unsafe { std::ffi::CStr::from_ptr(pz_strerror(code)) };
+            assert!(!s.is_empty(), "{code}");
         }
     }
 
