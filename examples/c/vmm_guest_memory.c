@@ -17,20 +17,22 @@ int main(int argc, char **argv)
 	if (rc < 0)
 		printf("no service (%s): guest memory will be local\n", pz_strerror(rc));
 
-	void *guest = NULL;
-	size_t len = 0;
-	rc = pz_service_alloc(svc, bytes, PZ_PAGE_HUGE_2M, 0, &guest, &len);
+	struct pz_service_memory *mem = NULL;
+	int source;
+	rc = pz_service_alloc(svc, bytes, PZ_PAGE_HUGE_2M, 0, &mem, &source);
 	if (rc < 0) {
 		fprintf(stderr, "pz_service_alloc: %s\n", pz_strerror(rc));
 		return 1;
 	}
+	void *guest = pz_service_memory_ptr(mem);
+	size_t len = pz_service_memory_len(mem);
 	printf("%zu MiB of guest memory from %s\n", len >> 20,
-	       rc == PZ_SOURCE_SERVICE ? "prezero serve" : "local memory");
+	       source == PZ_SOURCE_SERVICE ? "prezero serve" : "local memory");
 
 	/* A vhost-user memory table: one region per segment (fd, offset, size). */
 	int fd;
 	size_t offset, size;
-	for (size_t i = 0; pz_service_segment(guest, i, &fd, &offset, &size) == 0; i++)
+	for (size_t i = 0; pz_service_segment(mem, i, &fd, &offset, &size) == 0; i++)
 		printf("  region %zu: fd %d, guest offset %zu MiB, %zu MiB\n", i, fd, offset >> 20,
 		       size >> 20);
 
@@ -40,7 +42,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "guest memory not zero at %zu\n", i);
 			return 1;
 		}
-	pz_service_free(guest);
+	pz_service_free(mem);
 	if (svc)
 		pz_service_disconnect(svc);
 	return 0;

@@ -88,8 +88,12 @@ fn exact_fit_between_guard_pages(s: Strategy) {
 }
 
 macro_rules! kernel_suite {
-    ($($module:ident => $strategy:expr),* $(,)?) => {$(
-        mod $module {
+    ($($module:ident => $strategy:expr),* $(,)?) => {
+        /// Every strategy the suite runs.
+        fn suite() -> Vec<Strategy> {
+            vec![$(Strategy::from($strategy)),*]
+        }
+        $(mod $module {
             use super::*;
 
             #[test]
@@ -106,8 +110,8 @@ macro_rules! kernel_suite {
             fn exact_fit_between_guard_pages() {
                 super::exact_fit_between_guard_pages($strategy.into());
             }
-        }
-    )*};
+        })*
+    };
 }
 
 kernel_suite! {
@@ -127,8 +131,18 @@ kernel_suite! {
 
 #[test]
 fn every_kernel_is_in_the_suite() {
-    // A new kernel added to Kernel::ALL must be added to the macro call above.
-    assert_eq!(Kernel::ALL.len(), 9);
+    let suite = suite();
+    for k in Kernel::ALL {
+        assert!(
+            suite.contains(&Strategy::Kernel(k)),
+            "kernel {} has no suite: add it to the kernel_suite! call above",
+            k.name()
+        );
+    }
+    for t in Temperature::ALL {
+        let s = Strategy::Auto(t);
+        assert!(suite.contains(&s), "{} has no suite", s.name());
+    }
 }
 
 #[test]

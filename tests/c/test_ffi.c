@@ -251,19 +251,21 @@ static void test_template_words(void)
 
 static void test_regions_and_prefault(void)
 {
-	void *p = NULL;
-	size_t len = 0;
-	RC(pz_region_map(3 << 20, PZ_PAGE_THP, &p, &len), 0);
+	struct pz_region *r = NULL;
+	RC(pz_region_map(3 << 20, PZ_PAGE_THP, &r), 0);
+	unsigned char *p = pz_region_ptr(r);
+	size_t len = pz_region_len(r);
 	CHECK(p != NULL && len == (4u << 20) && all(p, len, 0));
 	RC(pz_prefault(p, len, 3), 0);
 	memset(p, 1, len);
-	RC(pz_region_unmap(p), 0);
-	RC(pz_region_unmap(p), -EINVAL); /* unmapped twice */
-	int local;
-	RC(pz_region_unmap(&local), -EINVAL);
-	RC(pz_region_map(0, PZ_PAGE_BASE, &p, &len), -EINVAL);
-	RC(pz_region_map(4096, 42, &p, &len), -EINVAL);
-	RC(pz_region_map(4096, PZ_PAGE_BASE, NULL, &len), -EINVAL);
+	RC(pz_region_unmap(r), 0);
+	RC(pz_region_unmap(NULL), -EINVAL);
+	CHECK(pz_region_ptr(NULL) == NULL && pz_region_len(NULL) == 0);
+	struct pz_region *untouched = (struct pz_region *)&len; /* left as it was on failure */
+	RC(pz_region_map(0, PZ_PAGE_BASE, &untouched), -EINVAL);
+	RC(pz_region_map(4096, 42, &untouched), -EINVAL);
+	CHECK(untouched == (struct pz_region *)&len);
+	RC(pz_region_map(4096, PZ_PAGE_BASE, NULL), -EINVAL);
 
 	RC(pz_prefault(NULL, 4096, 1), -EINVAL);
 	CHECK(pz_prefault((void *)4096, 4096, 1) < 0); /* below mmap_min_addr: never mapped */
@@ -356,27 +358,34 @@ static void test_service_absent(void)
 	CHECK(svc == NULL);
 	RC(pz_service_connect("/nonexistent/prezero.sock", NULL), -EINVAL);
 
-	void *p = NULL;
-	size_t len = 0;
-	RC(pz_service_alloc(NULL, 3 << 20, PZ_PAGE_HUGE_2M, 0, &p, &len), PZ_SOURCE_LOCAL);
+	struct pz_service_memory *m = NULL;
+	int source = -1;
+	RC(pz_service_alloc(NULL, 3 << 20, PZ_PAGE_HUGE_2M, 0, &m, &source), 0);
+	CHECK(source == PZ_SOURCE_LOCAL);
+	unsigned char *p = pz_service_memory_ptr(m);
+	size_t len = pz_service_memory_len(m);
 	CHECK(p != NULL && len == 4 << 20 && all(p, len, 0));
 	memset(p, 0x5a, len);
 	int fd = -1;
 	size_t off = 0, slen = 0;
-	RC(pz_service_segment(p, 0, &fd, &off, &slen), -ENOENT);
-	RC(pz_service_segment(p, 0, NULL, &off, &slen), -EINVAL);
-	RC(pz_service_segment((char *)p + 1, 0, &fd, &off, &slen), -EINVAL);
-	RC(pz_service_free((char *)p + 4096), -EINVAL);
-	RC(pz_service_free(p), 0);
-	RC(pz_service_free(p), -EINVAL);
+	RC(pz_service_segment(m, 0, &fd, &off, &slen), -ENOENT);
+	RC(pz_service_segment(m, 0, NULL, &off, &slen), -EINVAL);
+	RC(pz_service_segment(NULL, 0, &fd, &off, &slen), -EINVAL);
+	RC(pz_service_free(m), 0);
+	RC(pz_service_free(NULL), -EINVAL);
+	CHECK(pz_service_memory_ptr(NULL) == NULL && pz_service_memory_len(NULL) == 0);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, &m, NULL), 0); /* source optional */
+	RC(pz_service_free(m), 0);
 
-	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, PZ_SERVICE_NO_FALLBACK, &p, &len), -ENOTCONN);
-	RC(pz_service_alloc(NULL, 0, PZ_PAGE_HUGE_2M, 0, &p, &len), -EINVAL);
-	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_BASE, 0, &p, &len), -EINVAL);
-	RC(pz_service_alloc(NULL, 2 << 20, 99, 0, &p, &len), -EINVAL);
-	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0x80, &p, &len), -EINVAL);
-	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, NULL, &len), -EINVAL);
-	RC(pz_service_alloc(NULL, SIZE_MAX, PZ_PAGE_HUGE_2M, 0, &p, &len), -EINVAL);
+	struct pz_service_memory *untouched = (struct pz_service_memory *)&len; /* left as it was */
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, PZ_SERVICE_NO_FALLBACK, &untouched, &source), -ENOTCONN);
+	RC(pz_service_alloc(NULL, 0, PZ_PAGE_HUGE_2M, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_BASE, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, 99, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0x80, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, NULL, &source), -EINVAL);
+	RC(pz_service_alloc(NULL, SIZE_MAX, PZ_PAGE_HUGE_2M, 0, &untouched, &source), -EINVAL);
+	CHECK(untouched == (struct pz_service_memory *)&len);
 	RC(pz_service_disconnect(NULL), -EINVAL);
 }
 

@@ -1,0 +1,109 @@
+//! What every area of the C ABI shares: the panic boundary, and turning C's
+//! pointers, sizes and handles into Rust values or error codes.
+
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::error::{Error, Result};
+
+/// Runs `f` behind the panic boundary, turning its `Result` into a return code.
+pub(super) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => -e.errno(),
+        Err(_) => -libc::ENOTRECOVERABLE,
+    }
+}
+
+pub(super) fn inval(msg: &str) -> Error {
+    Error::invalid(msg)
+}
+
+/// NULL is an error: for the pointers a call cannot do without.
+pub(super) fn not_null<T>(p: *const T, what: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(inval(&format!("NULL {what}")));
+    }
+    Ok(())
+}
+
+/// Writes `value` to an optional output: NULL skips it.
+///
+/// # Safety
+/// `out` is NULL or writable for a `T`.
+pub(super) unsafe fn write_opt<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: not NULL, so writable (the caller's promise).
+        unsafe { out.write(value) };
+    }
+}
+
+/// A writable `(ptr, len)` from C as a slice: NULL is an error unless `len == 0`;
+/// a range that wraps the address space or exceeds `isize::MAX` is an error.
+///
+/// # Safety
+/// `[ptr, ptr + len)` is writable and nothing else accesses it while the slice
+/// lives (the C caller's promise, as for `memset`).
+pub(super) unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    not_null(ptr, "pointer")?;
+    if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
+        return Err(inval("size overflows the address space"));
+    }
+    // SAFETY: the caller promises [ptr, ptr+len) is valid and unaliased.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast(), len) })
+}
+
+/// A readable `(ptr, len)` from C as a slice, checked as [`bytes_mut`].
+///
+/// # Safety
+/// `[ptr, ptr + len)` is readable and nothing writes it while the slice lives.
+pub(super) unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8]> {
+    // SAFETY: as bytes_mut; the slice is only read.
+    unsafe { bytes_mut(ptr.cast_mut(), len).map(|b| &*b) }
+}
+
+/// A caller's versioned struct (its first field is `size_t struct_size`): not
+/// NULL, and of the size this library was built with.
+///
+/// # Safety
+/// `p` is NULL or readable for at least a `size_t`.
+pub(super) unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
+    not_null(p, "argument")?;
+    // SAFETY: not NULL, and every versioned struct begins with its size as a size_t.
+    if unsafe { p.cast::<usize>().read() } != std::mem::size_of::<T>() {
+        return Err(Error::invalid(format!(
+            "unknown {name}.struct_size (set it to sizeof({name}))"
+        )));
+    }
+    Ok(())
+}
+
+/// Hands `value` to C as an opaque handle, owned by the caller until the one
+/// call that frees it ([`free_handle`]).
+pub(super) fn into_handle<T>(value: T) -> *mut T {
+    Box::into_raw(Box::new(value))
+}
+
+/// A live handle as a shared reference: NULL is an error.
+///
+/// # Safety
+/// `h` is NULL or came from [`into_handle`] and has not been freed.
+pub(super) unsafe fn handle<'a, T>(h: *const T, what: &str) -> Result<&'a T> {
+    // SAFETY: NULL or a live handle (the C caller's promise); shared access only.
+    unsafe { h.as_ref() }.ok_or_else(|| inval(&format!("NULL {what}")))
+}
+
+/// Takes a handle back from C and drops what it holds: NULL is an error.
+///
+/// # Safety
+/// As [`handle`], and this is the last call on it: no other call on the handle
+/// runs during or after it.
+pub(super) unsafe fn free_handle<T>(h: *mut T, what: &str) -> Result<()> {
+    not_null(h, what)?;
+    // SAFETY: from Box::into_raw in into_handle; the caller's last call on it.
+    drop(unsafe { Box::from_raw(h) });
+    Ok(())
+}

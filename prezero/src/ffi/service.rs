@@ -1,0 +1,208 @@
+//! Memory from `prezero serve`: `pz_service_*`, with an opaque `pz_service` per
+//! connection and a `pz_service_memory` per allocation.
+
+use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+
+use super::helpers::{free_handle, guard, handle, into_handle, inval, not_null, write_opt};
+use super::region::page_kind;
+use crate::error::Error;
+use crate::service::{AllocOptions, Client, ServiceMemory, Source};
+
+/// `pz_service_alloc` flag: fail rather than map local memory when the service
+/// cannot serve.
+pub const PZ_SERVICE_NO_FALLBACK: u32 = 1;
+/// `pz_service_alloc` source: the memory came from `prezero serve`.
+pub const PZ_SOURCE_SERVICE: c_int = 0;
+/// `pz_service_alloc` source: local memory, mapped and populated here.
+pub const PZ_SOURCE_LOCAL: c_int = 1;
+
+/// A connection to `prezero serve` (opaque). Thread-safe: calls may be made from
+/// any thread at once, except `pz_service_disconnect`, the last call on it,
+/// made at most once.
+pub struct PzService {
+    client: Client,
+}
+
+/// Memory from `pz_service_alloc` (opaque), independent of the connection that
+/// served it. Thread-safe: `pz_service_memory_ptr`, `pz_service_memory_len`
+/// and `pz_service_segment` may be called from any thread at once;
+/// `pz_service_free` must be the last call on it, made at most once. The
+/// memory is the caller's to use, from any thread, until then.
+pub struct PzServiceMemory {
+    memory: ServiceMemory,
+}
+
+/// Connects to `prezero serve` at `path` (NULL: `$PREZERO_SOCKET`, else
+/// `/run/prezero/prezero.sock`). On success `*out` is the connection; when no
+/// service answers, `*out` is NULL and the return is connect(2)'s error
+/// (`-ENOENT`, `-ECONNREFUSED`, `-EACCES`): `pz_service_alloc` with a NULL
+/// connection still serves, locally.
+///
+/// # Safety
+/// `path` is NULL or a NUL-terminated string; `out` is NULL (refused) or
+/// writable for a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_connect(
+    path: *const c_char,
+    out: *mut *mut PzService,
+) -> c_int {
+    guard(|| {
+        not_null(out, "output pointer")?;
+        // SAFETY: out is not NULL; the caller gave a writable slot.
+        unsafe { out.write(std::ptr::null_mut()) };
+        let client = if path.is_null() {
+            Client::connect_default()?
+        } else {
+            // SAFETY: the caller passes a NUL-terminated string.
+            let p = unsafe { CStr::from_ptr(path) };
+            Client::connect(OsStr::from_bytes(p.to_bytes()))?
+        };
+        if let Some(errno) = client.connect_errno() {
+            return Err(Error::Service {
+                errno,
+                reason: "no service".into(),
+            });
+        }
+        // SAFETY: as above.
+        unsafe { out.write(into_handle(PzService { client })) };
+        Ok(())
+    })
+}
+
+/// `bytes` of zeroed, populated memory on `page` pages (`PZ_PAGE_HUGE_2M` or
+/// `PZ_PAGE_HUGE_1G`) into a new `*out` (left unchanged on failure), whose
+/// length is `bytes` rounded up to the page size. `*source_out` (if not NULL)
+/// receives where it came from: `PZ_SOURCE_SERVICE`, or `PZ_SOURCE_LOCAL` when
+/// the service is absent (`svc` NULL), refused, or had too little ready (local
+/// memory falls to THP if hugetlb pages run short). With
+/// `PZ_SERVICE_NO_FALLBACK`, the service's refusal is the error instead
+/// (`-ENOMEM`: too little ready, `-EDQUOT`: over the uid's cap, `-EACCES`:
+/// uid not allowed, `-ENOTCONN`: `svc` NULL). Free with `pz_service_free`.
+///
+/// # Safety
+/// `svc` is NULL or a live connection; `out` is NULL (refused) or writable for
+/// a pointer; `source_out` is NULL or writable for an `int`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_alloc(
+    svc: *const PzService,
+    bytes: usize,
+    page: c_int,
+    flags: u32,
+    out: *mut *mut PzServiceMemory,
+    source_out: *mut c_int,
+) -> c_int {
+    guard(|| {
+        not_null(out, "output pointer")?;
+        if flags & !PZ_SERVICE_NO_FALLBACK != 0 {
+            return Err(inval("unknown flags"));
+        }
+        let opts = AllocOptions {
+            fallback: flags & PZ_SERVICE_NO_FALLBACK == 0,
+            ..AllocOptions::default()
+        };
+        let kind = page_kind(page)?;
+        let local;
+        let client = if svc.is_null() {
+            local = Client::local("no connection (pz_service_alloc was given NULL)");
+            &local
+        } else {
+            // SAFETY: a non-NULL svc is a live connection (the caller's promise).
+            unsafe { &handle(svc, "connection")?.client }
+        };
+        let memory = client.alloc_with(bytes, kind, opts)?;
+        let source = match memory.source() {
+            Source::Service { .. } => PZ_SOURCE_SERVICE,
+            Source::Local { .. } => PZ_SOURCE_LOCAL,
+        };
+        // SAFETY: out was checked non-NULL; source_out is NULL or writable.
+        unsafe {
+            write_opt(source_out, source);
+            out.write(into_handle(PzServiceMemory { memory }));
+        }
+        Ok(())
+    })
+}
+
+/// The first byte of the memory; NULL for a NULL handle.
+///
+/// # Safety
+/// `mem` is NULL or live memory from `pz_service_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_memory_ptr(mem: *const PzServiceMemory) -> *mut c_void {
+    // SAFETY: NULL or live (the caller's promise).
+    unsafe { handle(mem, "memory") }.map_or(std::ptr::null_mut(), |m| m.memory.as_ptr().cast())
+}
+
+/// The memory's length in bytes (the rounded size); 0 for a NULL handle.
+///
+/// # Safety
+/// As `pz_service_memory_ptr`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_memory_len(mem: *const PzServiceMemory) -> usize {
+    // SAFETY: NULL or live (the caller's promise).
+    unsafe { handle(mem, "memory") }.map_or(0, |m| m.memory.len())
+}
+
+/// The `index`th segment of the memory: its memfd (owned by the library until
+/// `pz_service_free`; `dup` it to keep it), its offset in the memory and its
+/// mapped length, e.g. for a vhost-user memory table. `-ENOENT` past the last
+/// segment (local memory has none).
+///
+/// # Safety
+/// `mem` is NULL (refused) or live memory from `pz_service_alloc`; each output
+/// is NULL (refused) or writable.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_segment(
+    mem: *const PzServiceMemory,
+    index: usize,
+    fd_out: *mut c_int,
+    offset_out: *mut usize,
+    len_out: *mut usize,
+) -> c_int {
+    guard(|| {
+        if fd_out.is_null() || offset_out.is_null() || len_out.is_null() {
+            return Err(inval("NULL output pointer"));
+        }
+        // SAFETY: NULL (refused) or live (the caller's promise).
+        let m = unsafe { handle(mem, "memory")? };
+        let segs = m.memory.segments();
+        let s = segs.get(index).ok_or(Error::Os {
+            call: "pz_service_segment",
+            source: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })?;
+        // SAFETY: all three outputs were checked non-NULL.
+        unsafe {
+            fd_out.write(s.fd.as_raw_fd());
+            offset_out.write(s.offset);
+            len_out.write(s.len);
+        }
+        Ok(())
+    })
+}
+
+/// Unmaps the memory, gives service segments back and frees the handle. NULL
+/// is `-EINVAL`. Works after `pz_service_disconnect` too.
+///
+/// # Safety
+/// `mem` is NULL or live memory from `pz_service_alloc`; this is the last call
+/// on it (no other call on it runs during or after it), and nothing touches
+/// the memory or its segments' fds afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_free(mem: *mut PzServiceMemory) -> c_int {
+    // SAFETY: the caller's promise, as documented.
+    guard(|| unsafe { free_handle(mem, "memory") })
+}
+
+/// Closes the connection. Memory already allocated stays valid until
+/// `pz_service_free`. NULL is `-EINVAL`.
+///
+/// # Safety
+/// `svc` is NULL or a live connection from `pz_service_connect`; this is the
+/// last call on it (no other call on it runs during or after it).
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_disconnect(svc: *mut PzService) -> c_int {
+    // SAFETY: the caller's promise, as documented.
+    guard(|| unsafe { free_handle(svc, "connection") })
+}
