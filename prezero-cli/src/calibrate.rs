@@ -417,9 +417,10 @@ fn summarise(p: &Value) {
             .into_iter()
             .flatten()
             .map(|c| match c["below"].as_u64() {
+                // Class bounds lie between measured sizes (47453132): 3 figures.
                 Some(b) => format!(
                     "<{} {}",
-                    fmt_size(b as usize),
+                    crate::report::fmt::bytes(b as f64),
                     c["kernel"].as_str().unwrap_or("?")
                 ),
                 None => format!("rest {}", c["kernel"].as_str().unwrap_or("?")),

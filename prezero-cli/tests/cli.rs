@@ -640,6 +640,9 @@ fn bench_all_smoke_runs_every_step_into_the_report() {
         );
     }
     assert!(!html.contains("steps failed"), "{err}");
+    // The report read every row the benches wrote, and opens with its answer.
+    assert!(!html.contains("Rows not read"), "{html}");
+    assert!(html.contains("<h2>What prezero gives on this machine</h2>"));
     let service_ran = is_root();
     let want = &BENCHES[..if service_ran { 6 } else { 5 }];
     assert_eq!(benches_with_rows(&rows), want, "{err}");
