@@ -16,7 +16,8 @@ use prezero::{CopyKernel, Kernel, Temperature, MAX_CLASSES, PROFILE_FORMAT};
 
 use crate::bench::clear::{collect, Figure, Method};
 use crate::bench::template::{store_study, StoreFigure, STORE_SIZES};
-use crate::units::{fmt_size, parse_size};
+use crate::stats::round2;
+use crate::units::{fmt_size, parse_size, parse_sizes};
 
 const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
 
@@ -46,11 +47,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         None => prezero::clear::default_profile_path()
             .ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
     };
-    let sizes = args
-        .sizes
-        .iter()
-        .map(|s| parse_size(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let sizes = parse_sizes(&args.sizes)?;
     let started = Instant::now();
     let large = parse_size(&args.large)?;
     let measured = measure(&sizes, args.reps, large)?;
@@ -107,11 +104,10 @@ fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, Strin
         .map(Method::Parallel)
         .collect();
     let threads = collect(&["cold"], &[large], &thread_methods, reps, |_| ())?;
-    let store_sizes = STORE_SIZES
-        .split(',')
-        .map(parse_size)
-        .filter(|s| s.as_ref().map_or(true, |&s| s <= large))
-        .collect::<Result<Vec<_>, _>>()?;
+    let store_sizes: Vec<usize> = parse_sizes(STORE_SIZES.split(','))?
+        .into_iter()
+        .filter(|&s| s <= large)
+        .collect();
     let template = store_study(&store_sizes, reps)?;
     Ok(Measured {
         kernels,
@@ -279,7 +275,7 @@ fn derive(m: &Measured) -> Value {
         .threads
         .iter()
         .map(|f| match f.method {
-            Method::Parallel(n) => json!({"threads": n, "gbps": round(f.stats.median)}),
+            Method::Parallel(n) => json!({"threads": n, "gbps": round2(f.stats.median)}),
             _ => Value::Null,
         })
         .collect();
@@ -304,10 +300,10 @@ fn derive(m: &Measured) -> Value {
         "elision_knee": knees,
         "bounded_min_chunk": bounded,
         "threads": threads,
-        "scrubber": {"streaming_gbps": round(at(true)), "temporal_gbps": round(at(false)), "streaming_wins": at(true) >= at(false)},
+        "scrubber": {"streaming_gbps": round2(at(true)), "temporal_gbps": round2(at(false)), "streaming_wins": at(true) >= at(false)},
         "template": template,
         "figures": m.figures.iter().chain(&m.chunks).chain(&m.threads).map(|f| json!({
-            "mode": f.mode, "size": f.size, "method": f.method.name(), "gbps_median": round(f.stats.median), "stdev_pct": round(f.stats.stdev_pct),
+            "mode": f.mode, "size": f.size, "method": f.method.name(), "gbps_median": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct),
         })).collect::<Vec<_>>(),
     })
 }
@@ -400,13 +396,9 @@ fn derive_template(figs: &[StoreFigure]) -> Value {
         "stream_from": from,
         "figures": figs.iter().map(|f| json!({
             "mode": f.mode, "size": f.size, "kernel": f.kernel.name(),
-            "gbps_median": round(f.stats.median), "stdev_pct": round(f.stats.stdev_pct),
+            "gbps_median": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct),
         })).collect::<Vec<_>>(),
     })
-}
-
-fn round(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
 }
 
 fn summarise(p: &Value) {
@@ -457,14 +449,9 @@ fn summarise(p: &Value) {
         "  scrubber: streaming {} GB/s vs temporal {} GB/s on cold 2 MiB",
         p["scrubber"]["streaming_gbps"], p["scrubber"]["temporal_gbps"]
     );
-    let t = &p["template"];
     println!(
-        "  template fills: {} below {}, {} from there",
-        t["temporal"].as_str().unwrap_or("?"),
-        t["stream_from"]
-            .as_u64()
-            .map_or("every size".to_string(), |b| fmt_size(b as usize)),
-        t["stream"].as_str().unwrap_or("?"),
+        "  template fills: {}",
+        crate::info::template_choice(&p["template"])
     );
 }
 

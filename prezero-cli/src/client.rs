@@ -9,6 +9,7 @@ use serde_json::json;
 use prezero::service::{AllocOptions, Client, Refusal, ServiceStats, Source};
 use prezero::PageKind;
 
+use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
 #[derive(clap::Subcommand)]
@@ -177,8 +178,17 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
         print!("{}", prezero::service::metrics::prometheus(&s));
         return Ok(());
     }
-    println!(
-        "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9} {:>9}",
+    let table = Table::new(" ")
+        .right(5)
+        .right(8)
+        .right(8)
+        .right(8)
+        .right(6)
+        .right(6)
+        .right(11)
+        .right(9)
+        .right(9);
+    table.print(&[
         "page",
         "segment",
         "target",
@@ -187,21 +197,21 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
         "leased",
         "quarantined",
         "scrubbing",
-        "hand-outs"
-    );
+        "hand-outs",
+    ]);
     for p in &s.pools {
-        println!(
-            "{:>5} {:>8} {:>8} {:>8} {:>6} {:>6} {:>11} {:>9} {:>9}",
-            fmt_size(p.page_size as usize),
-            fmt_size(p.segment_size as usize),
-            fmt_size(p.target as usize),
-            fmt_size(p.cap as usize),
-            p.ready,
-            p.leased,
-            p.quarantined,
-            p.scrubbing,
-            p.handouts
-        );
+        let size = |b: u64| fmt_size(b as usize);
+        table.print(&[
+            size(p.page_size),
+            size(p.segment_size),
+            size(p.target),
+            size(p.cap),
+            p.ready.to_string(),
+            p.leased.to_string(),
+            p.quarantined.to_string(),
+            p.scrubbing.to_string(),
+            p.handouts.to_string(),
+        ]);
     }
     let rate = |b: u64, ns: u64| if ns == 0 { 0.0 } else { b as f64 / ns as f64 };
     let reasons: Vec<String> = Refusal::ALL

@@ -4,6 +4,7 @@ use serde_json::{json, Value};
 
 use prezero::{Kernel, Temperature};
 
+use crate::table::Table;
 use crate::units::fmt_size;
 
 #[derive(clap::Args)]
@@ -179,9 +180,15 @@ fn print_text(v: &Value) {
     }
     println!();
     println!("Kernels");
+    let kernels = Table::new(" ")
+        .gap("  ")
+        .left(10)
+        .left(13)
+        .left(9)
+        .gap(" needs ")
+        .left(0);
     for k in v["kernels"].as_array().into_iter().flatten() {
-        println!(
-            "  {:<10} {:<13} {:<9} needs {}",
+        kernels.print(&[
             k["name"].as_str().unwrap_or(""),
             if k["available"].as_bool() == Some(true) {
                 "available"
@@ -193,8 +200,8 @@ fn print_text(v: &Value) {
             } else {
                 "temporal"
             },
-            k["needs"].as_str().unwrap_or("")
-        );
+            k["needs"].as_str().unwrap_or(""),
+        ]);
     }
     println!();
     match v["forced"].as_str() {
@@ -204,18 +211,21 @@ fn print_text(v: &Value) {
             v["profile"]["source"].as_str().unwrap_or("")
         ),
     }
-    println!(
-        "  {:>6}  {:<10} {:<10} {:<10}",
-        "size", "unknown", "hot", "cold"
-    );
+    let auto = Table::new(" ")
+        .gap("  ")
+        .right(6)
+        .gap("  ")
+        .left(10)
+        .left(10)
+        .left(10);
+    auto.print(&["size", "unknown", "hot", "cold"]);
     for a in v["auto"].as_array().into_iter().flatten() {
-        println!(
-            "  {:>6}  {:<10} {:<10} {:<10}",
-            fmt_size(a["size"].as_u64().unwrap_or(0) as usize),
+        auto.print(&[
+            fmt_size(a["size"].as_u64().unwrap_or(0) as usize).as_str(),
             a["unknown"].as_str().unwrap_or(""),
             a["hot"].as_str().unwrap_or(""),
-            a["cold"].as_str().unwrap_or("")
-        );
+            a["cold"].as_str().unwrap_or(""),
+        ]);
     }
     let t = &v["template"];
     let available: Vec<&str> = t["kernels"]
@@ -226,13 +236,22 @@ fn print_text(v: &Value) {
         .filter_map(|k| k["name"].as_str())
         .collect();
     println!(
-        "\nTemplate {} below {}, {} from there ({}); kernels here: {}",
-        t["temporal"].as_str().unwrap_or(""),
-        t["stream_from"]
-            .as_u64()
-            .map_or("every size".into(), |b| fmt_size(b as usize)),
-        t["stream"].as_str().unwrap_or(""),
+        "\nTemplate {} ({}); kernels here: {}",
+        template_choice(t),
         t["source"].as_str().unwrap_or(""),
         available.join(" ")
     );
+}
+
+/// "avx2 below 8M, avx2-nt from there": the template kernels a `"template"`
+/// section (of `info --json` or of a calibrated profile) chooses.
+pub fn template_choice(t: &Value) -> String {
+    format!(
+        "{} below {}, {} from there",
+        t["temporal"].as_str().unwrap_or("?"),
+        t["stream_from"]
+            .as_u64()
+            .map_or("every size".into(), |b| fmt_size(b as usize)),
+        t["stream"].as_str().unwrap_or("?")
+    )
 }

@@ -13,6 +13,8 @@ mod info;
 mod report;
 mod run;
 mod serve;
+mod stats;
+mod table;
 mod units;
 
 #[derive(Parser)]

@@ -21,7 +21,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
-use crate::units::{fmt_size, parse_size};
+use crate::units::{fmt_size, parse_size, parse_size_or_zero};
 
 /// The library, built by build.rs from `prezero-preload`.
 static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
@@ -80,10 +80,7 @@ pub struct Args {
 
 /// A size flag: K/M/G/T as everywhere, and 0.
 fn size_or_zero(flag: &str, s: &str) -> Result<usize, String> {
-    if s.trim() == "0" {
-        return Ok(0);
-    }
-    parse_size(s).map_err(|e| format!("--{flag}: {e}"))
+    parse_size_or_zero(s).map_err(|e| format!("--{flag}: {e}"))
 }
 
 impl Settings {

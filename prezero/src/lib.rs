@@ -37,6 +37,7 @@ pub mod pool;
 pub mod prefault;
 pub mod region;
 pub mod service;
+mod size;
 mod sys;
 pub mod template;
 mod verify;
@@ -53,6 +54,7 @@ pub use hugetlb::HugetlbReservation;
 pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_raw};
 pub use region::{PageKind, Region};
+pub use size::{fmt_size, parse_size};
 pub use template::{
     drain, stream_copy, stream_copy_nodrain, template_fill, template_fill_grouped,
     template_fill_words, template_fill_words_grouped, CopyKernel, Record, Streamer,

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use prezero::Kernel;
 
 use super::clear::Method;
-use super::Progress;
+use super::progress::Progress;
 
 #[derive(clap::Args)]
 pub struct Args {

@@ -15,8 +15,11 @@ use serde_json::json;
 
 use prezero::{Kernel, PageKind, Region, Strategy, Temperature};
 
-use super::{gbps, verify_zero, Progress, Stats};
-use crate::units::{fmt_size, parse_size};
+use super::memory::verify_zero;
+use super::progress::Progress;
+use crate::stats::{gbps, round2, Stats};
+use crate::table::Table;
+use crate::units::{fmt_size, parse_sizes};
 
 const DEFAULT_SIZES: &str = "4K,64K,1M,2M,8M,32M,64M,256M,1G";
 /// Bytes one timed repetition aims to clear (many calls for small sizes), so
@@ -154,11 +157,7 @@ pub(crate) struct Figure {
 }
 
 pub fn run(args: &Args) -> Result<(), String> {
-    let sizes = args
-        .sizes
-        .iter()
-        .map(|s| parse_size(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let sizes = parse_sizes(&args.sizes)?;
     let methods = parse_methods(&args.strategies)?;
     let modes: &[&'static str] = match args.mode.as_str() {
         "hot" => &["hot"],
@@ -379,10 +378,6 @@ fn print_json(f: &Figure) {
     println!("{v}");
 }
 
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
 fn print_table(mode: &str, sizes: &[usize], methods: &[Method], figs: &[Figure]) {
     let get = |size, m| {
         figs.iter()
@@ -390,26 +385,26 @@ fn print_table(mode: &str, sizes: &[usize], methods: &[Method], figs: &[Figure])
             .map(|f| f.stats)
     };
     println!("\n# bench clear, {mode} — GB/s (mean +- stdev%); auto/best compares medians");
-    print!("{:<16}", "strategy");
-    for &s in sizes {
-        print!("{:>14}", fmt_size(s));
-    }
-    println!();
+    let table = sizes
+        .iter()
+        .fold(Table::new("").left(16), |t, _| t.right(14));
+    let row = |label: String, cell: &dyn Fn(usize) -> String| {
+        let cells: Vec<String> = std::iter::once(label)
+            .chain(sizes.iter().map(|&s| cell(s)))
+            .collect();
+        table.print(&cells);
+    };
+    row("strategy".into(), &|s| fmt_size(s));
     for &m in methods {
-        print!("{:<16}", m.name());
-        for &s in sizes {
-            match get(s, m) {
-                Some(st) => print!("{:>14}", format!("{:.1} +-{:.0}%", st.mean, st.stdev_pct)),
-                None => print!("{:>14}", "-"),
-            }
-        }
-        println!();
+        row(m.name(), &|s| match get(s, m) {
+            Some(st) => format!("{:.1} +-{:.0}%", st.mean, st.stdev_pct),
+            None => "-".into(),
+        });
     }
     // Auto against the best single-thread strategy measured in the same run,
     // by medians: one descheduled repetition on a shared VM moves a mean a lot.
     if methods.contains(&Method::Auto) {
-        print!("{:<16}", "auto/best");
-        for &s in sizes {
+        row("auto/best".into(), &|s| {
             let auto = get(s, Method::Auto).map_or(0.0, |st| st.median);
             let best = methods
                 .iter()
@@ -417,28 +412,18 @@ fn print_table(mode: &str, sizes: &[usize], methods: &[Method], figs: &[Figure])
                 .filter_map(|&m| get(s, m).map(|st| (st.median, m)))
                 .max_by(|a, b| a.0.total_cmp(&b.0));
             match best {
-                Some((b, bm)) if b > 0.0 => {
-                    print!("{:>14}", format!("{:.2} {}", auto / b, short(bm)))
-                }
-                _ => print!("{:>14}", "-"),
+                Some((b, bm)) if b > 0.0 => format!("{:.2} {}", auto / b, short(bm)),
+                _ => "-".into(),
             }
-        }
-        println!();
-        let kernel_row = |label: &str, temp| {
-            print!("{:<16}", label);
-            for &s in sizes {
-                print!("{:>14}", prezero::auto_kernel(s, temp).name());
-            }
-            println!();
+        });
+        let temp = if mode == "hot" {
+            Temperature::Hot
+        } else {
+            Temperature::Cold
         };
-        kernel_row(
-            "auto runs",
-            if mode == "hot" {
-                Temperature::Hot
-            } else {
-                Temperature::Cold
-            },
-        );
+        row("auto runs".into(), &|s| {
+            prezero::auto_kernel(s, temp).name().to_string()
+        });
     }
 }
 

@@ -5,6 +5,8 @@ use std::path::PathBuf;
 
 use serde_json::Value;
 
+use crate::table::Table;
+
 #[derive(clap::Args)]
 pub struct Args {
     /// The baseline: lines of `prezero bench ... --json`.
@@ -70,7 +72,15 @@ fn figure(v: &Value) -> Option<(f64, bool)> {
 pub fn run(args: &Args) -> Result<(), String> {
     let (a, b) = (rows(&args.a)?, rows(&args.b)?);
     let mut shown = 0;
-    println!("{:<70} {:>10} {:>10} {:>8}", "row", "a", "b", "b/a");
+    // The last column marks a change beyond the noise.
+    let table = Table::new(" ")
+        .left(70)
+        .right(10)
+        .right(10)
+        .right(8)
+        .gap("")
+        .left(0);
+    table.print(&["row", "a", "b", "b/a"]);
     for rb in &b {
         let k = key(rb);
         let Some(ra) = a.iter().find(|r| key(r) == k) else {
@@ -94,7 +104,13 @@ pub fn run(args: &Args) -> Result<(), String> {
         } else {
             "  WORSE"
         };
-        println!("{k:<70} {xa:>10.2} {xb:>10.2} {ratio:>8.3}{mark}");
+        table.print(&[
+            k,
+            format!("{xa:.2}"),
+            format!("{xb:.2}"),
+            format!("{ratio:.3}"),
+            mark.to_string(),
+        ]);
         shown += 1;
     }
     println!("{shown} rows in common");

@@ -9,7 +9,9 @@ use serde_json::json;
 
 use prezero::{PageKind, Region};
 
-use super::hugetlb_for_run;
+use super::hugetlb::hugetlb_for_run;
+use super::memory::touch_lines;
+use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
 #[derive(clap::Args)]
@@ -87,6 +89,8 @@ pub fn run(args: &Args) -> Result<(), String> {
                         Source::Prezero => "kept mapped, cleared by prezero::clear, then touched",
                     }
                 );
+                // Seed 003's header as it printed it: over the rows' columns,
+                // its labels left of the units.
                 println!("  Gb Rep Threads CLine   User    System   Wall  flt/cpu/s  fault/wsec");
             }
             let mut kept = match source {
@@ -149,7 +153,7 @@ fn measure(
                     if source == Source::Prezero {
                         prezero::clear(chunk);
                     }
-                    touch(chunk, lines);
+                    touch_lines(chunk, lines);
                 });
             }
         });
@@ -164,16 +168,6 @@ fn measure(
         wall,
         faults: reps * size / kind.page_size(),
     })
-}
-
-/// Writes the first `lines` cache lines of every 4 KiB.
-fn touch(buf: &mut [u8], lines: usize) {
-    for page in buf.chunks_mut(4096) {
-        for l in 0..lines.min(page.len().div_ceil(64)) {
-            // SAFETY: l * 64 < page.len(); volatile keeps every store.
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr().add(l * 64), 1) };
-        }
-    }
 }
 
 fn print_row(as_json: bool, kind: PageKind, source: Source, size: usize, reps: usize, r: &Row) {
@@ -192,17 +186,27 @@ fn print_row(as_json: bool, kind: PageKind, source: Source, size: usize, reps: u
             })
         );
     } else {
-        println!(
-            "{:>4} {:>3} {:>7} {:>5} {:>6.3}s {:>7.3}s {:>6.3}s {:>10.0} {:>11.0}",
+        let table = Table::new(" ")
+            .right(4)
+            .right(3)
+            .right(7)
+            .right(5)
+            .right(7)
+            .right(8)
+            .right(7)
+            .right(10)
+            .right(11);
+        let secs = |d: Duration| format!("{:.3}s", d.as_secs_f64());
+        table.print(&[
             fmt_size(size),
-            reps,
-            r.threads,
-            r.lines,
-            r.user.as_secs_f64(),
-            r.system.as_secs_f64(),
-            r.wall.as_secs_f64(),
-            flt_cpu,
-            flt_wall
-        );
+            reps.to_string(),
+            r.threads.to_string(),
+            r.lines.to_string(),
+            secs(r.user),
+            secs(r.system),
+            secs(r.wall),
+            format!("{flt_cpu:.0}"),
+            format!("{flt_wall:.0}"),
+        ]);
     }
 }

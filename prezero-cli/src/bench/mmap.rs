@@ -8,7 +8,11 @@ use serde_json::json;
 
 use prezero::{PageKind, Region};
 
-use super::{gbps, hugetlb_for_run, Stats};
+use super::daemon::{alloc, wait_ready, Daemon};
+use super::hugetlb::hugetlb_for_run;
+use super::memory::touch_pages;
+use super::pool::wait_scrubbed;
+use crate::stats::{gbps, round2, Stats};
 use crate::units::{fmt_size, parse_size};
 
 #[derive(clap::Args)]
@@ -108,7 +112,7 @@ impl Function {
     ) -> prezero::Result<Region> {
         let mut r = Region::new(size, kind)?;
         match self {
-            Function::Demand => touch_each_page(r.as_mut_slice(), touch_stride(kind)),
+            Function::Demand => touch_pages(r.as_mut_slice(), touch_stride(kind), 1),
             Function::Populate | Function::PopulateParallel => {
                 prezero::prefault(&r, self.threads(threads))?;
             }
@@ -149,10 +153,7 @@ fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>, Str
         let d = t.elapsed();
         drop(held);
         samples.push(gbps(n * chunk, d));
-        let wait = Instant::now();
-        while pool.stats().zeroed < n && wait.elapsed() < Duration::from_secs(60) {
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        wait_scrubbed(&pool, n, Duration::from_secs(60));
     }
     Ok(samples)
 }
@@ -168,26 +169,18 @@ fn service_loops(
     socket: Option<&std::path::Path>,
     reserve: bool,
 ) -> Result<Vec<f64>, String> {
-    use super::service::{connect, no_fallback, wait_ready, PrivateDaemon};
     if !kind.is_hugetlb() {
         return Err(format!(
             "-f service: page {kind}: the service serves 2MB or 1GB pages"
         ));
     }
-    let daemon = match socket {
-        Some(_) => None,
-        None => Some(PrivateDaemon::start(kind, size, reserve)?),
-    };
-    let path = socket.map_or_else(
-        || daemon.as_ref().expect("started").socket.clone(),
-        |p| p.to_path_buf(),
-    );
-    let c = connect(&path)?;
+    let daemon = Daemon::open(socket, kind, size, reserve)?;
+    let c = &daemon.client;
     let mut samples = Vec::with_capacity(loops);
     for _ in 0..loops {
-        let ready = wait_ready(&c, kind, size)?;
+        let ready = wait_ready(c, kind, size)?;
         if ready < size {
-            let log = daemon.as_ref().map_or(String::new(), |d| d.log());
+            let log = daemon.log();
             return Err(format!(
                 "-f service: the service has {} ready, {} needed (rerun with --reserve, or reserve more hugetlb pages){log}",
                 fmt_size(ready),
@@ -195,10 +188,8 @@ fn service_loops(
             ));
         }
         let t = Instant::now();
-        let mut m = c
-            .alloc_with(size, kind, no_fallback())
-            .map_err(|e| e.to_string())?;
-        touch_each_page(m.as_mut_slice(), kind.page_size());
+        let mut m = alloc(c, size, kind)?;
+        touch_pages(m.as_mut_slice(), kind.page_size(), 1);
         let d = t.elapsed();
         drop(m);
         samples.push(gbps(size, d));
@@ -212,13 +203,6 @@ fn touch_stride(kind: PageKind) -> usize {
     match kind {
         PageKind::Thp => PageKind::Base.page_size(),
         k => k.page_size(),
-    }
-}
-
-fn touch_each_page(buf: &mut [u8], stride: usize) {
-    for i in (0..buf.len()).step_by(stride) {
-        // SAFETY: i < len; volatile so the compiler keeps every fault-raising store.
-        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), 1) };
     }
 }
 
@@ -299,8 +283,8 @@ pub fn run(args: &Args) -> Result<(), String> {
                     json!({
                         "bench": "mmap", "page": kind.name(), "function": f.name(),
                         "threads": f.threads(threads), "size": size,
-                        "gbps": (s.mean * 100.0).round() / 100.0,
-                        "stdev_pct": (s.stdev_pct * 100.0).round() / 100.0,
+                        "gbps": round2(s.mean),
+                        "stdev_pct": round2(s.stdev_pct),
                         "host": host,
                     })
                 );

@@ -14,7 +14,10 @@ use serde_json::json;
 
 use prezero::{Chunk, PageKind, Pool, Region, ScrubPriority};
 
-use super::{hugetlb_for_run, Stats};
+use super::hugetlb::hugetlb_for_run;
+use super::memory::touch_lines;
+use crate::stats::{gbps, round3, Sorted, Stats};
+use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
 const CHUNK: usize = 2 << 20;
@@ -165,16 +168,6 @@ impl Maker {
     }
 }
 
-/// Writes the first `lines` cache lines of every 4 KiB.
-fn touch(buf: &mut [u8], lines: usize) {
-    for page in buf.chunks_mut(4096) {
-        for l in 0..lines.min(64) {
-            // SAFETY: l * 64 < 4096 = page.len(); volatile keeps every store.
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr().add(l * 64), 1) };
-        }
-    }
-}
-
 pub fn run(args: &Args) -> Result<(), String> {
     let volume = parse_size(&args.volume)?;
     let backlog = parse_size(&args.backlog)?.div_ceil(CHUNK);
@@ -228,15 +221,13 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
+    let table = Table::new(" ").left(14).right(9).right(9).right(9);
     if !args.json {
         println!(
             "\n# pool: 2 MiB hand-out latency (zeroed, usable memory), {} samples",
             args.samples
         );
-        println!(
-            "{:<14} {:>9} {:>9} {:>9}",
-            "source", "p50 us", "p99 us", "max us"
-        );
+        table.print(&["source", "p50 us", "p99 us", "max us"]);
     }
     for &source in sources {
         let n = args.samples.max(1);
@@ -251,7 +242,11 @@ fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
         );
         while lat.len() < n {
             if source == Source::PoolWarm {
-                wait_scrubbed(maker.pool.as_ref().expect("pool"), batch);
+                wait_scrubbed(
+                    maker.pool.as_ref().expect("pool"),
+                    batch,
+                    Duration::from_secs(30),
+                );
             }
             let mut held = Vec::with_capacity(batch);
             for _ in 0..batch.min(n - lat.len()) {
@@ -261,30 +256,26 @@ fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
                     // Usable means populated: what the pool hands out already is.
                     populate(&mut item)?;
                 }
-                lat.push(t.elapsed());
+                lat.push(t.elapsed().as_secs_f64() * 1e6);
                 held.push(item);
             }
         }
-        lat.sort();
-        let q = |p: f64| {
-            lat[((lat.len() as f64 * p).ceil() as usize).clamp(1, lat.len()) - 1].as_secs_f64()
-                * 1e6
-        };
-        let (p50, p99, max) = (q(0.50), q(0.99), lat[lat.len() - 1].as_secs_f64() * 1e6);
+        let lat = Sorted::new(lat);
+        let q = |p: f64| lat.percentile(p);
+        let (p50, p99, max) = (q(0.50), q(0.99), q(1.0));
         if args.json {
             println!(
                 "{}",
-                json!({"bench": "pool", "case": "handout", "source": source.name(), "p50_us": r3(p50), "p99_us": r3(p99), "max_us": r3(max),
-                       "cdf": CDF_POINTS.iter().map(|&p| [r3(q(p)), p]).collect::<Vec<_>>()})
+                json!({"bench": "pool", "case": "handout", "source": source.name(), "p50_us": round3(p50), "p99_us": round3(p99), "max_us": round3(max),
+                       "cdf": CDF_POINTS.iter().map(|&p| [round3(q(p)), p]).collect::<Vec<_>>()})
             );
         } else {
-            println!(
-                "{:<14} {:>9.2} {:>9.2} {:>9.2}",
-                source.name(),
-                p50,
-                p99,
-                max
-            );
+            table.print(&[
+                source.name().to_string(),
+                format!("{p50:.2}"),
+                format!("{p99:.2}"),
+                format!("{max:.2}"),
+            ]);
         }
     }
     Ok(())
@@ -295,31 +286,35 @@ fn populate(item: &mut Item) -> Result<(), String> {
     match item {
         Item::Region(r) => prezero::prefault(r, 1).map(drop).map_err(|e| e.to_string()),
         Item::Calloc(_) => {
-            touch(item.bytes(), 1);
+            touch_lines(item.bytes(), 1);
             Ok(())
         }
         Item::Chunk(_) => Ok(()),
     }
 }
 
-/// Waits until the pool holds `n` zeroed chunks again (the warm state).
-fn wait_scrubbed(pool: &Pool, n: usize) {
+/// Waits, `at_most` this long, until the pool holds `n` zeroed chunks again
+/// (the warm state).
+pub(super) fn wait_scrubbed(pool: &Pool, n: usize, at_most: Duration) {
     let t = Instant::now();
-    while pool.stats().zeroed < n && t.elapsed() < Duration::from_secs(30) {
+    while pool.stats().zeroed < n && t.elapsed() < at_most {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
 
 fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), String> {
     let ops = (volume / CHUNK).max(1);
+    let table = args
+        .lines
+        .iter()
+        .fold(Table::new("").left(20), |t, _| t.right(12));
     for &w in &args.inflight {
         if !args.json {
             println!("\n# pool: sustained alloc -> touch k lines per 4 KiB -> free, W = {w} in flight, GB/s of zeroed memory handed out");
-            print!("{:<20}", "source");
-            for k in &args.lines {
-                print!("{:>12}", format!("k={k}"));
-            }
-            println!();
+            let head: Vec<String> = std::iter::once("source".to_string())
+                .chain(args.lines.iter().map(|k| format!("k={k}")))
+                .collect();
+            table.print(&head);
         }
         for &source in sources {
             let mut hosts = vec!["warm"];
@@ -332,9 +327,7 @@ fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), Strin
                 } else {
                     source.name().to_string()
                 };
-                if !args.json {
-                    print!("{label:<20}");
-                }
+                let mut cells = vec![label];
                 let lines: &[usize] = if host == "cold" {
                     &args.lines[..1]
                 } else {
@@ -349,18 +342,18 @@ fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), Strin
                     } else {
                         ring(&maker, k, w, ops, w + 8)?
                     };
-                    let mut row = json!({"bench": "pool", "case": "sustained", "source": source.name(), "lines": k, "inflight": w, "gbps": r3(gbps), "stdev_pct": r3(stdev)});
+                    let mut row = json!({"bench": "pool", "case": "sustained", "source": source.name(), "lines": k, "inflight": w, "gbps": round3(gbps), "stdev_pct": round3(stdev)});
                     if source.is_kernel() {
                         row["host"] = json!(host);
                     }
                     if args.json {
                         println!("{row}");
                     } else {
-                        print!("{:>12}", format!("{gbps:.1}+-{stdev:.0}%"));
+                        cells.push(format!("{gbps:.1}+-{stdev:.0}%"));
                     }
                 }
                 if !args.json {
-                    println!();
+                    table.print(&cells);
                 }
             }
         }
@@ -374,7 +367,7 @@ fn ring(maker: &Maker, k: usize, w: usize, ops: usize, warm: usize) -> Result<(f
     let mut ring: VecDeque<Item> = VecDeque::with_capacity(w + 1);
     let step = |ring: &mut VecDeque<Item>| -> Result<(), String> {
         let mut item = maker.make()?;
-        touch(item.bytes(), k);
+        touch_lines(item.bytes(), k);
         ring.push_back(item);
         while ring.len() >= w.max(1) {
             ring.pop_front();
@@ -393,9 +386,9 @@ fn ring(maker: &Maker, k: usize, w: usize, ops: usize, warm: usize) -> Result<(f
         for _ in 0..n {
             step(&mut ring)?;
         }
-        rates.push((n * CHUNK) as f64 / t.elapsed().as_secs_f64() / 1e9);
+        rates.push(gbps(n * CHUNK, t.elapsed()));
     }
-    let total = (ops * CHUNK) as f64 / start.elapsed().as_secs_f64() / 1e9;
+    let total = gbps(ops * CHUNK, start.elapsed());
     Ok((total, Stats::of(&rates).stdev_pct))
 }
 
@@ -426,22 +419,30 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
     let t = Instant::now();
     std::hint::black_box(spin(10_000_000));
     let iterations = (10_000_000.0 * args.foreground / t.elapsed().as_secs_f64()) as u64;
+    // The last column, on the scrubber's rows only, says how much it did.
+    let table = Table::new(" ")
+        .left(30)
+        .right(10)
+        .right(10)
+        .gap("   ")
+        .left(0);
     if !args.json {
         println!(
             "\n# pool: interference — a CPU-bound foreground on all {threads} CPUs, alone and with {} waiting to be scrubbed",
             fmt_size(backlog_chunks * CHUNK)
         );
-        println!("{:<30} {:>10} {:>10}", "scrubber", "time s", "slowdown");
+        table.print(&["scrubber", "time s", "slowdown"]);
     }
     let alone: Vec<f64> = (0..3)
         .map(|_| foreground(threads, iterations).as_secs_f64())
         .collect();
     let base = Stats::of(&alone).median;
     if !args.json {
-        println!(
-            "{:<30} {:>10.3} {:>10}",
-            "none (foreground alone)", base, "-"
-        );
+        table.print(&[
+            "none (foreground alone)",
+            format!("{base:.3}").as_str(),
+            "-",
+        ]);
     }
     for priority in [ScrubPriority::Idle, ScrubPriority::Normal] {
         let pool = Pool::builder()
@@ -466,21 +467,16 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
         if args.json {
             println!(
                 "{}",
-                json!({"bench": "pool", "case": "interference", "scrubber": name, "alone_s": r3(base), "with_s": r3(with), "slowdown_pct": r3(slowdown), "scrubbed_bytes_during": scrubbed_during})
+                json!({"bench": "pool", "case": "interference", "scrubber": name, "alone_s": round3(base), "with_s": round3(with), "slowdown_pct": round3(slowdown), "scrubbed_bytes_during": scrubbed_during})
             );
         } else {
-            println!(
-                "{:<30} {:>10.3} {:>9.1}%   ({} MiB scrubbed meanwhile)",
-                name,
-                with,
-                slowdown,
-                scrubbed_during >> 20
-            );
+            table.print(&[
+                name.to_string(),
+                format!("{with:.3}"),
+                format!("{slowdown:.1}%"),
+                format!("({} MiB scrubbed meanwhile)", scrubbed_during >> 20),
+            ]);
         }
     }
     Ok(())
-}
-
-fn r3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
 }

@@ -29,8 +29,10 @@ use std::time::Instant;
 
 use serde_json::json;
 
-use super::{Progress, Stats};
+use super::progress::Progress;
 use crate::run::Settings;
+use crate::stats::{round3, Stats};
+use crate::table::Table;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -353,10 +355,6 @@ fn mib(b: u64) -> f64 {
     b as f64 / (1u64 << 20) as f64
 }
 
-fn round3(x: f64) -> f64 {
-    (x * 1000.0).round() / 1000.0
-}
-
 /// What the issue asks of a row, to print beside it.
 fn goal(program: Program, figure: &str) -> Option<(&'static str, f64)> {
     match (program, figure) {
@@ -476,13 +474,24 @@ pub fn run(args: &Args) -> Result<(), String> {
     progress.finish();
     let floor = own_peak_rss();
 
+    let table = Table::new(" ")
+        .left(13)
+        .left(17)
+        .right(17)
+        .right(17)
+        .right(9)
+        .right(9)
+        .gap("  ")
+        .right(10)
+        .right(10)
+        .gap("  ")
+        .right(15);
     if !args.json {
         println!(
             "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%), speed-up = plain / prezero",
             args.reps
         );
-        println!(
-            "{:<13} {:<17} {:>17} {:>17} {:>9} {:>9}  {:>10} {:>10}  {:>15}",
+        table.print(&[
             "program",
             "figure",
             "plain ms",
@@ -491,8 +500,8 @@ pub fn run(args: &Args) -> Result<(), String> {
             "goal",
             "RSS plain",
             "RSS prez.",
-            "held at peak"
-        );
+            "held at peak",
+        ]);
     }
     for ((p, _), [plain, pz]) in argv.iter().zip(&arms) {
         if !args.json {
@@ -526,27 +535,27 @@ pub fn run(args: &Args) -> Result<(), String> {
                 }
                 println!("{row}");
             } else {
-                println!(
-                    "{:<13} {:<17} {:>9.2} (+-{:>4.1}%) {:>9.2} (+-{:>4.1}%) {:>8.2}x {:>9}  {:>6.0} MiB {:>6.0} MiB  {:>15}",
-                    p.name(),
-                    fig,
-                    a.median / 1e6,
-                    a.stdev_pct,
-                    b.median / 1e6,
-                    b.stdev_pct,
-                    speedup,
+                // Milliseconds and spread aligned within their cell.
+                let ms = |s: &Stats| format!("{:>9.2} (+-{:>4.1}%)", s.median / 1e6, s.stdev_pct);
+                let rss = |bytes: u64| format!("{:.0} MiB", mib(bytes));
+                table.print(&[
+                    p.name().to_string(),
+                    fig.to_string(),
+                    ms(&a),
+                    ms(&b),
+                    format!("{speedup:.2}x"),
                     match goal {
                         Some((t, min)) if speedup >= min => format!("{t} ok"),
                         Some((t, _)) => format!("{t} NO"),
                         None => String::new(),
                     },
-                    mib(plain.peak_rss()),
-                    mib(pz.peak_rss()),
+                    rss(plain.peak_rss()),
+                    rss(pz.peak_rss()),
                     held.map_or_else(
                         || "-".to_string(),
-                        |(h, u)| format!("{:.2}G + {:.2}G", u, h)
+                        |(h, u)| format!("{:.2}G + {:.2}G", u, h),
                     ),
-                );
+                ]);
             }
         }
     }

@@ -14,11 +14,15 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use prezero::service::{AllocOptions, Client, ServiceStats};
+use prezero::service::Client;
 use prezero::{PageKind, Region, Temperature};
 
-use super::{gbps, hugetlb_for_run, verify_zero, Stats};
-use crate::units::{fmt_size, parse_size};
+use super::daemon::{alloc, ready, wait_ready, Daemon};
+use super::hugetlb::hugetlb_for_run;
+use super::memory::{touch_pages, verify_zero};
+use crate::stats::{gbps, round2, Sorted, Stats};
+use crate::table::Table;
+use crate::units::{fmt_size, parse_size_or_zero, parse_sizes};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -65,137 +69,6 @@ pub struct Args {
     json: bool,
 }
 
-/// A `prezero serve` of this benchmark on a temporary socket; stopped on drop.
-pub struct PrivateDaemon {
-    child: Child,
-    dir: PathBuf,
-    pub socket: PathBuf,
-}
-
-impl PrivateDaemon {
-    /// Starts a daemon with one pool and waits until `target` bytes are ready
-    /// (or as many as it could get: the daemon logs a shortage and goes on).
-    pub fn start(kind: PageKind, target: usize, reserve: bool) -> Result<PrivateDaemon, String> {
-        PrivateDaemon::start_shaped(kind, target, kind.page_size().max(256 << 20), reserve)
-    }
-
-    /// [`PrivateDaemon::start`] with segments of `segment` bytes (a VM's size,
-    /// so that its memory is one file).
-    pub fn start_shaped(
-        kind: PageKind,
-        target: usize,
-        segment: usize,
-        reserve: bool,
-    ) -> Result<PrivateDaemon, String> {
-        let target = target.next_multiple_of(segment);
-        let dir = std::env::temp_dir().join(format!("prezero-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        let socket = dir.join("s.sock");
-        let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(exe);
-        cmd.args(["serve", "--socket"])
-            .arg(&socket)
-            .arg("--pool")
-            .arg(format!(
-                "{}:target={},cap={},segment={}",
-                kind.name(),
-                fmt_size(target),
-                fmt_size(target),
-                fmt_size(segment)
-            ))
-            // Not the bench's stdout: a daemon left behind by a killed bench
-            // must not hold `bench all`'s pipe open.
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
-        if reserve {
-            cmd.arg("--reserve");
-        }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting prezero serve: {e}"))?;
-        let mut d = PrivateDaemon { child, dir, socket };
-        let t = Instant::now();
-        while !d.socket.exists() {
-            if let Ok(Some(status)) = d.child.try_wait() {
-                return Err(format!("prezero serve exited ({status}): {}", d.log()));
-            }
-            if t.elapsed() > Duration::from_secs(300) {
-                return Err(format!("prezero serve did not start: {}", d.log()));
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Ok(d)
-    }
-
-    pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
-    }
-}
-
-impl Drop for PrivateDaemon {
-    fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// Connects and fails unless a daemon answers.
-pub fn connect(path: &Path) -> Result<Client, String> {
-    let c = Client::connect(path).map_err(|e| e.to_string())?;
-    if !c.is_connected() {
-        return Err(format!("no prezero serve at {}", path.display()));
-    }
-    Ok(c)
-}
-
-/// Ready bytes of the pool of `kind`.
-pub fn ready(s: &ServiceStats, kind: PageKind) -> usize {
-    s.pools
-        .iter()
-        .find(|p| p.page_size == kind.page_size() as u64)
-        .map_or(0, |p| (p.ready * p.segment_size) as usize)
-}
-
-/// Waits (untimed) until `bytes` are ready, or until the pool is quiet (nothing
-/// in quarantine or scrubbing) and that is all there is.
-pub fn wait_ready(c: &Client, kind: PageKind, bytes: usize) -> Result<usize, String> {
-    let t = Instant::now();
-    loop {
-        let s = c.stats().map_err(|e| e.to_string())?;
-        let r = ready(&s, kind);
-        let busy = s.pools.iter().any(|p| p.quarantined + p.scrubbing > 0);
-        if r >= bytes || (!busy && t.elapsed() > Duration::from_millis(500)) {
-            return Ok(r);
-        }
-        if t.elapsed() > Duration::from_secs(120) {
-            return Err("the service's memory did not come back within 120 s".into());
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-/// Service or error, populated with every CPU (as a VMM would).
-pub fn no_fallback() -> AllocOptions {
-    AllocOptions {
-        fallback: false,
-        ..AllocOptions::default()
-    }
-}
-
-/// Two decimals, for JSON rows people read.
-fn r2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
 /// Most bytes of memory this run may take, leaving 4 GiB to everything else.
 fn memory_budget() -> usize {
     let avail = prezero::memory().available;
@@ -218,20 +91,10 @@ pub fn run(args: &Args) -> Result<(), String> {
     if let Some(k) = kinds.iter().find(|k| !k.is_hugetlb()) {
         return Err(format!("page {k}: the service serves 2MB or 1GB pages"));
     }
-    let mut sizes = args
-        .sizes
-        .iter()
-        .map(|s| parse_size(s))
-        .collect::<Result<Vec<_>, _>>()?;
+    let mut sizes = parse_sizes(&args.sizes)?;
     sizes.sort_unstable();
-    let boot = match args.boot.as_str() {
-        "0" => 0,
-        b => parse_size(b)?,
-    };
-    let vmm_size = match args.vmm_size.as_str() {
-        "0" => 0,
-        v => parse_size(v)?,
-    };
+    let boot = parse_size_or_zero(&args.boot)?;
+    let vmm_size = parse_size_or_zero(&args.vmm_size)?;
     if args.reps == 0 || args.boot_runs == 0 || args.vmm_runs == 0 {
         return Err("--reps, --boot-runs and --vmm-runs must be at least 1".into());
     }
@@ -274,26 +137,21 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
     let Some(&largest) = fitting.last() else {
         return Ok(());
     };
-    let _daemon;
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => {
-            let d = PrivateDaemon::start(kind, largest, args.reserve)?;
-            let s = d.socket.clone();
-            _daemon = d;
-            s
-        }
-    };
-    let c = connect(&socket)?;
-    let have = wait_ready(&c, kind, largest)?;
+    let daemon = Daemon::open(args.socket.as_deref(), kind, largest, args.reserve)?;
+    let c = &daemon.client;
+    let have = wait_ready(c, kind, largest)?;
+    let table = Table::new(" ")
+        .right(8)
+        .right(6)
+        .right(10)
+        .right(10)
+        .right(10)
+        .right(10);
     if !args.json {
         println!(
             "# prezero serve: hand-out latency, page {kind} (request -> mapped, populated, zero)"
         );
-        println!(
-            "{:>8} {:>6} {:>10} {:>10} {:>10} {:>10}",
-            "size", "reps", "p50 us", "p99 us", "max us", "GB/s p50"
-        );
+        table.print(&["size", "reps", "p50 us", "p99 us", "max us", "GB/s p50"]);
     }
     for &size in &fitting {
         if size > have {
@@ -311,11 +169,9 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
         };
         let mut us = Vec::with_capacity(reps);
         for _ in 0..reps {
-            wait_ready(&c, kind, size)?;
+            wait_ready(c, kind, size)?;
             let t = Instant::now();
-            let m = c
-                .alloc_with(size, kind, no_fallback())
-                .map_err(|e| e.to_string())?;
+            let m = alloc(c, size, kind)?;
             us.push(t.elapsed().as_secs_f64() * 1e6);
             // Check a sample per page (a full check of 16 GiB x reps would
             // dominate the run; the tests check every byte).
@@ -324,29 +180,29 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
             }
             drop(m);
         }
-        us.sort_by(f64::total_cmp);
-        let (p50, p99, max) = (
-            percentile(&us, 0.5),
-            percentile(&us, 0.99),
-            us[us.len() - 1],
-        );
+        let us = Sorted::new(us);
+        let (p50, p99, max) = (us.percentile(0.5), us.percentile(0.99), us.percentile(1.0));
         let rate = size as f64 / (p50 / 1e6) / 1e9;
         if args.json {
             println!(
                 "{}",
                 json!({"bench": "service", "table": "handout", "page": kind.name(), "size": size,
-                       "reps": reps, "p50_us": r2(p50), "p99_us": r2(p99), "max_us": r2(max),
-                       "gbps_p50": r2(rate)})
+                       "reps": reps, "p50_us": round2(p50), "p99_us": round2(p99), "max_us": round2(max),
+                       "gbps_p50": round2(rate)})
             );
         } else {
-            println!(
-                "{:>8} {reps:>6} {p50:>10.1} {p99:>10.1} {max:>10.1} {rate:>10.0}",
-                fmt_size(size)
-            );
+            table.print(&[
+                fmt_size(size),
+                reps.to_string(),
+                format!("{p50:.1}"),
+                format!("{p99:.1}"),
+                format!("{max:.1}"),
+                format!("{rate:.0}"),
+            ]);
         }
     }
-    wait_ready(&c, kind, largest)?;
-    scrub_rate(args, kind, &c, largest.min(have).min(4 << 30))
+    wait_ready(c, kind, largest)?;
+    scrub_rate(args, kind, c, largest.min(have).min(4 << 30))
 }
 
 /// Rounds of this scrub-rate phase.
@@ -375,9 +231,7 @@ fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(
             engine.push(gbps(half, t.elapsed()));
         }
         wait_ready(c, kind, bytes)?;
-        let m = c
-            .alloc_with(bytes, kind, no_fallback())
-            .map_err(|e| e.to_string())?;
+        let m = alloc(c, bytes, kind)?;
         let before = c.stats().map_err(|e| e.to_string())?;
         drop(m);
         loop {
@@ -409,8 +263,8 @@ fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(
         println!(
             "{}",
             json!({"bench": "service", "table": "scrub", "page": kind.name(), "bytes": scrubbed,
-                   "scrub_gbps": r2(scrub), "verify_gbps": r2(verify), "scrub_verify_gbps": r2(both),
-                   "engine_cold_gbps": r2(cold), "ratio": r2(scrub / cold)})
+                   "scrub_gbps": round2(scrub), "verify_gbps": round2(verify), "scrub_verify_gbps": round2(both),
+                   "engine_cold_gbps": round2(cold), "ratio": round2(scrub / cold)})
         );
     } else {
         println!(
@@ -469,18 +323,9 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
     let size = size
         .next_multiple_of(256 << 20)
         .min(memory_budget().next_multiple_of(256 << 20));
-    let _daemon;
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => {
-            let d = PrivateDaemon::start(kind, size, args.reserve)?;
-            let s = d.socket.clone();
-            _daemon = d;
-            s
-        }
-    };
-    let c = connect(&socket)?;
-    wait_ready(&c, kind, size)?;
+    let daemon = Daemon::open(args.socket.as_deref(), kind, size, args.reserve)?;
+    let c = &daemon.client;
+    wait_ready(c, kind, size)?;
     // The kernel rows' pages, reserved once the daemon holds its own (dropped
     // first: reservations are given back in the reverse order).
     let _pages = hugetlb_for_run(kind, size, args.reserve)?;
@@ -489,16 +334,14 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
     } else {
         "warm"
     };
+    let table = Table::new(" ").left(52).right(10).right(9).right(8);
     if !args.json {
         println!(
             "# VM boot: {} of zeroed, populated 2 MiB memory, host-{host_name} ({} runs, median)",
             fmt_size(size),
             args.boot_runs
         );
-        println!(
-            "{:<52} {:>10} {:>9} {:>8}",
-            "path", "ms", "GB/s", "x kernel"
-        );
+        table.print(&["path", "ms", "GB/s", "x kernel"]);
     }
     let paths = [
         BootPath::Service,
@@ -524,16 +367,14 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
             let t = Instant::now();
             let d = match p {
                 BootPath::Service => {
-                    if wait_ready(&c, kind, size)? < size {
+                    if wait_ready(c, kind, size)? < size {
                         return Err(format!(
                             "the service has less than {} ready",
                             fmt_size(size)
                         ));
                     }
                     let t = Instant::now();
-                    let m = c
-                        .alloc_with(size, kind, no_fallback())
-                        .map_err(|e| e.to_string())?;
+                    let m = alloc(c, size, kind)?;
                     let d = t.elapsed();
                     verify_zero(&m.as_slice()[..1 << 20], "service boot memory")?;
                     d
@@ -547,13 +388,8 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
                         BootPath::Populate => {
                             prezero::prefault(&r, 1).map_err(|e| e.to_string())?;
                         }
-                        _ => {
-                            let buf = r.as_mut_slice();
-                            for off in (0..buf.len()).step_by(kind.page_size()) {
-                                // SAFETY: off < len; volatile keeps every faulting store.
-                                unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(off), 0) };
-                            }
-                        }
+                        // Zeros: the check below reads these pages too.
+                        _ => touch_pages(r.as_mut_slice(), kind.page_size(), 0),
                     }
                     let d = t.elapsed();
                     verify_zero(&r.as_slice()[..1 << 20], "kernel boot memory")?;
@@ -575,17 +411,16 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
             println!(
                 "{}",
                 json!({"bench": "service", "table": "vm-boot", "host": host_name, "path": p.name(),
-                       "size": size, "ms": r2(s.median * 1e3), "stdev_pct": r2(s.stdev_pct),
-                       "gbps": r2(rate), "x_best_kernel": r2(x)})
+                       "size": size, "ms": round2(s.median * 1e3), "stdev_pct": round2(s.stdev_pct),
+                       "gbps": round2(rate), "x_best_kernel": round2(x)})
             );
         } else {
-            println!(
-                "{:<52} {:>10.2} {:>9.1} {:>7.1}x",
-                p.name(),
-                s.median * 1e3,
-                rate,
-                x
-            );
+            table.print(&[
+                p.name().to_string(),
+                format!("{:.2}", s.median * 1e3),
+                format!("{rate:.1}"),
+                format!("{x:.1}x"),
+            ]);
         }
     }
     Ok(())
@@ -812,19 +647,10 @@ fn vmm(args: &Args, size: usize) -> Result<(), String> {
     } else {
         "tcg"
     };
-    let _daemon;
-    let socket = match &args.socket {
-        Some(s) => s.clone(),
-        None => {
-            // One segment of the VM's size: its memory is one file.
-            let d = PrivateDaemon::start_shaped(kind, size, size, args.reserve)?;
-            let s = d.socket.clone();
-            _daemon = d;
-            s
-        }
-    };
-    let c = connect(&socket)?;
-    if wait_ready(&c, kind, size)? < size {
+    // A private daemon's segments of the VM's size: its memory is one file.
+    let daemon = Daemon::open_shaped(args.socket.as_deref(), kind, size, size, args.reserve)?;
+    let (c, socket) = (&daemon.client, &daemon.socket);
+    if wait_ready(c, kind, size)? < size {
         return Err(format!(
             "vmm: the service has less than {} ready",
             fmt_size(size)
@@ -845,13 +671,13 @@ fn vmm(args: &Args, size: usize) -> Result<(), String> {
     // (host-warm) and a QEMU binary in the page cache.
     let result = (0..=args.vmm_runs).try_for_each(|run| {
         for (i, &p) in paths.iter().enumerate() {
-            let d = vmm_once(p, &qemu, accel, size, &socket, &dir)?;
+            let d = vmm_once(p, &qemu, accel, size, socket, &dir)?;
             if run > 0 {
                 samples[i].push(d.as_secs_f64());
             }
             // The daemon scrubs and verifies the segment QEMU let go: done
             // before the next row, so its work never overlaps a timed run.
-            if p == VmmPath::Service && wait_ready(&c, kind, size)? < size {
+            if p == VmmPath::Service && wait_ready(c, kind, size)? < size {
                 return Err(format!(
                     "vmm: the service's segment did not come back ({} ready)",
                     fmt_size(ready(&c.stats().map_err(|e| e.to_string())?, kind))
@@ -864,6 +690,13 @@ fn vmm(args: &Args, size: usize) -> Result<(), String> {
     result?;
     let service = Stats::of(&samples[0]).median;
     let threads = prezero::cpu().logical_cpus;
+    let table = Table::new(" ")
+        .left(52)
+        .right(9)
+        .right(9)
+        .right(9)
+        .right(8)
+        .right(10);
     if !args.json {
         println!(
             "# vmm: QEMU ready (spawn -> QMP answers query-status, stopped with -S, {accel}), {} of \
@@ -871,34 +704,29 @@ fn vmm(args: &Args, size: usize) -> Result<(), String> {
             fmt_size(size),
             args.vmm_runs
         );
-        println!(
-            "{:<52} {:>9} {:>9} {:>9} {:>8} {:>10}",
-            "path", "ms", "min ms", "max ms", "stdev%", "x service"
-        );
+        table.print(&["path", "ms", "min ms", "max ms", "stdev%", "x service"]);
     }
     for (i, &p) in paths.iter().enumerate() {
         let st = Stats::of(&samples[i]);
-        let min = samples[i].iter().copied().fold(f64::INFINITY, f64::min);
-        let max = samples[i].iter().copied().fold(0.0, f64::max);
+        let (min, max) = (st.min, st.max);
         let x = st.median / service;
         if args.json {
             println!(
                 "{}",
                 json!({"bench": "service", "table": "vmm", "path": p.name(), "size": size,
-                       "accel": accel, "runs": args.vmm_runs, "ms": r2(st.median * 1e3),
-                       "min_ms": r2(min * 1e3), "max_ms": r2(max * 1e3),
-                       "stdev_pct": r2(st.stdev_pct), "x_service": r2(x)})
+                       "accel": accel, "runs": args.vmm_runs, "ms": round2(st.median * 1e3),
+                       "min_ms": round2(min * 1e3), "max_ms": round2(max * 1e3),
+                       "stdev_pct": round2(st.stdev_pct), "x_service": round2(x)})
             );
         } else {
-            println!(
-                "{:<52} {:>9.1} {:>9.1} {:>9.1} {:>8.1} {:>9.1}x",
-                p.name(),
-                st.median * 1e3,
-                min * 1e3,
-                max * 1e3,
-                st.stdev_pct,
-                x
-            );
+            table.print(&[
+                p.name().to_string(),
+                format!("{:.1}", st.median * 1e3),
+                format!("{:.1}", min * 1e3),
+                format!("{:.1}", max * 1e3),
+                format!("{:.1}", st.stdev_pct),
+                format!("{x:.1}x"),
+            ]);
         }
     }
     if !args.json {

@@ -17,8 +17,10 @@ use serde_json::json;
 
 use prezero::{CopyKernel, PageKind, Region, Streamer};
 
-use super::{Progress, Stats};
-use crate::units::{fmt_size, parse_size};
+use super::progress::Progress;
+use crate::stats::{gbps, round2, Stats};
+use crate::table::Table;
+use crate::units::{fmt_size, parse_sizes};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -437,11 +439,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         return Err("--reps and --records must be at least 1".into());
     }
     if args.stores {
-        let sizes = args
-            .sizes
-            .iter()
-            .map(|s| parse_size(s))
-            .collect::<Result<Vec<_>, _>>()?;
+        let sizes = parse_sizes(&args.sizes)?;
         let figs = store_study(&sizes, args.reps)?;
         print_stores(&figs, args.json);
         return Ok(());
@@ -592,10 +590,6 @@ struct Row {
     stats: Stats,
 }
 
-fn round2(x: f64) -> f64 {
-    (x * 100.0).round() / 100.0
-}
-
 fn print_table(layout: Layout, records: usize, rows: &[&Row], candidates: &[(&str, f64)]) {
     println!(
         "\n# bench template, layout {} ({} records of 64 bytes, {})",
@@ -603,10 +597,23 @@ fn print_table(layout: Layout, records: usize, rows: &[&Row], candidates: &[(&st
         records,
         Streamer::for_bytes(records * 64).kernel().name()
     );
-    println!(
-        "{:<22} {:>9} {:>7} {:>8} {:>12} {:>8} {:>11}",
-        "method", "median ms", "+-%", "GB/s", "vs per-field", "vs C", "vs ceiling"
-    );
+    let table = Table::new(" ")
+        .left(22)
+        .right(9)
+        .right(7)
+        .right(8)
+        .right(12)
+        .right(8)
+        .right(11);
+    table.print(&[
+        "method",
+        "median ms",
+        "+-%",
+        "GB/s",
+        "vs per-field",
+        "vs C",
+        "vs ceiling",
+    ]);
     let med = |f: &dyn Fn(Method) -> bool| {
         rows.iter()
             .find(|r| f(r.method))
@@ -628,16 +635,15 @@ fn print_table(layout: Layout, records: usize, rows: &[&Row], candidates: &[(&st
             m => m.name().to_string(),
         };
         let st = r.stats;
-        println!(
-            "{:<22} {:>9.1} {:>6.1}% {:>8.1} {:>12} {:>8} {:>11}",
+        table.print(&[
             name,
-            st.median,
-            st.stdev_pct,
-            (records * 64) as f64 / (st.median / 1e3) / 1e9,
+            format!("{:.1}", st.median),
+            format!("{:.1}%", st.stdev_pct),
+            format!("{:.1}", (records * 64) as f64 / (st.median / 1e3) / 1e9),
             ratio(per_field / st.median),
             ratio(st.median / c),
-            ratio(st.median / ceiling)
-        );
+            ratio(st.median / ceiling),
+        ]);
     }
     let cands: Vec<String> = candidates
         .iter()
@@ -688,7 +694,7 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
             let records = size / 64;
             let mut hot = Region::new(size, PageKind::Thp).map_err(|e| e.to_string())?;
             hot.as_mut_slice().fill(0xcd);
-            let mut gbps = vec![Vec::with_capacity(reps); kernels.len()];
+            let mut samples = vec![Vec::with_capacity(reps); kernels.len()];
             for rep in 0..reps {
                 progress.step(format!("{mode} {}", fmt_size(size)));
                 for j in 0..kernels.len() {
@@ -702,7 +708,7 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
                         for _ in 0..inner {
                             fill_words(s, dst);
                         }
-                        let g = (records * 64 * inner) as f64 / t.elapsed().as_secs_f64() / 1e9;
+                        let g = gbps(records * 64 * inner, t.elapsed());
                         verify(Method::TemplateWords, Layout::Pages4k, dst)?;
                         g
                     } else {
@@ -721,7 +727,7 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
                             fill_words(s, dst);
                             cursor += 1;
                         }
-                        let g = (records * 64 * inner) as f64 / t.elapsed().as_secs_f64() / 1e9;
+                        let g = gbps(records * 64 * inner, t.elapsed());
                         let at = (cursor - 1) % slices * size;
                         // SAFETY: as above.
                         let last: &[Page] = unsafe {
@@ -730,10 +736,10 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
                         verify(Method::TemplateWords, Layout::Pages4k, last)?;
                         g
                     };
-                    gbps[i].push(g);
+                    samples[i].push(g);
                 }
             }
-            for (&kernel, g) in kernels.iter().zip(&gbps) {
+            for (&kernel, g) in kernels.iter().zip(&samples) {
                 figs.push(StoreFigure {
                     mode,
                     size,
@@ -776,26 +782,34 @@ fn print_stores(figs: &[StoreFigure], json: bool) {
         );
         v
     };
+    // Size, a column per kernel, and the kernel Auto picks.
+    let table = kernels
+        .iter()
+        .fold(Table::new(" ").right(6), |t, _| t.right(10))
+        .right(10);
     for mode in ["hot", "cold"] {
         println!("\n# template_fill_words, {mode}, GB/s (median), by kernel");
-        print!("{:>6}", "size");
-        for k in &kernels {
-            print!(" {:>10}", k.name());
-        }
-        println!(" {:>10}", "auto");
+        let head: Vec<&str> = std::iter::once("size")
+            .chain(kernels.iter().map(|k| k.name()))
+            .chain(["auto"])
+            .collect();
+        table.print(&head);
         let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
         sizes.sort_unstable();
         sizes.dedup();
         for size in sizes {
-            print!("{:>6}", fmt_size(size));
-            for k in &kernels {
+            let medians = kernels.iter().map(|k| {
                 let g = figs
                     .iter()
                     .find(|f| f.mode == mode && f.size == size && f.kernel == *k)
                     .map_or(f64::NAN, |f| f.stats.median);
-                print!(" {g:>10.1}");
-            }
-            println!(" {:>10}", Streamer::for_bytes(size).kernel().name());
+                format!("{g:.1}")
+            });
+            let row: Vec<String> = std::iter::once(fmt_size(size))
+                .chain(medians)
+                .chain([Streamer::for_bytes(size).kernel().name().to_string()])
+                .collect();
+            table.print(&row);
         }
     }
     let from = prezero::template::stream_from();

@@ -250,25 +250,13 @@ fn sysfs_caches() -> Option<Vec<Cache>> {
             }
             Some(Cache {
                 level: sys::read_usize(p.join("level"))? as u32,
-                size: parse_size(&sys::read_text(p.join("size"))?)?,
+                size: crate::parse_size(&sys::read_text(p.join("size"))?).ok()?,
                 kind,
             })
         })
         .collect();
     caches.sort_by_key(|c| c.level);
     Some(caches)
-}
-
-/// Parses sysfs sizes such as "48K", "2048K", "32M" into bytes.
-pub(crate) fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (digits, mult) = match s.as_bytes().last()? {
-        b'K' | b'k' => (&s[..s.len() - 1], 1usize << 10),
-        b'M' | b'm' => (&s[..s.len() - 1], 1 << 20),
-        b'G' | b'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    digits.parse::<usize>().ok()?.checked_mul(mult)
 }
 
 /// Transparent huge page settings.
@@ -640,15 +628,6 @@ mod arch {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("48K"), Some(48 << 10));
-        assert_eq!(parse_size("260M"), Some(260 << 20));
-        assert_eq!(parse_size("4096"), Some(4096));
-        assert_eq!(parse_size("x"), None);
-        assert_eq!(parse_size(""), None);
-    }
 
     #[test]
     fn cpu_is_plausible() {
