@@ -279,7 +279,7 @@ const MAX_CONNS: usize = 4096;
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The daemon. [`Server::start`] creates the pools and the socket; [`Server::run`]
-/// serves until SIGINT or SIGTERM.
+/// serves until SIGINT, SIGTERM or SIGHUP.
 pub struct Server {
     cfg: ServerConfig,
     listener: OwnedFd,
@@ -457,7 +457,7 @@ impl Server {
         })
     }
 
-    /// Serves until SIGINT or SIGTERM, then shuts down: connections close, the
+    /// Serves until SIGINT, SIGTERM or SIGHUP, then shuts down: connections close, the
     /// worker stops, the socket is removed. Segments clients hold stay valid for
     /// them (their own open file and mappings keep the pages).
     pub fn run(mut self) -> Result<()> {
