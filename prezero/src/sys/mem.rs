@@ -30,15 +30,27 @@ unsafe fn mmap(
     NonNull::new(p.cast()).ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))
 }
 
-/// The safe mapping calls take no `MAP_FIXED`: a fixed mapping replaces what
-/// is there, so only [`mmap_shared_fixed`] (an `unsafe fn`) may ask for one.
-fn assert_not_fixed(flags: libc::c_int) {
+/// `mmap(2)` where the kernel picks: a fresh range, which aliases nothing.
+///
+/// pre: no `MAP_FIXED` in `flags` (checked: a fixed mapping replaces what is
+/// there, so only [`mmap_shared_fixed`], an `unsafe fn`, asks for one).
+fn mmap_fresh(
+    len: usize,
+    prot: libc::c_int,
+    flags: libc::c_int,
+    fd: RawFd,
+) -> io::Result<NonNull<u8>> {
     assert_eq!(
         flags & libc::MAP_FIXED,
         0,
         "MAP_FIXED needs mmap_shared_fixed"
     );
+    // SAFETY: not fixed (checked above).
+    unsafe { mmap(std::ptr::null_mut(), len, prot, flags, fd) }
 }
+
+/// The flags of private anonymous memory (no file behind it).
+const ANON: libc::c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
 
 /// Anonymous private read-write mapping of `len` bytes with extra `flags`
 /// (e.g. MAP_HUGETLB).
@@ -46,18 +58,8 @@ fn assert_not_fixed(flags: libc::c_int) {
 /// pre: `len > 0`; for hugetlb flags, `len` is a multiple of the huge page
 /// size; no `MAP_FIXED` (checked).
 pub(crate) fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
-    assert_not_fixed(flags);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: not fixed (checked above).
-    unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            len,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
-            -1,
-        )
-    }
+    mmap_fresh(len, prot, ANON | flags, -1)
 }
 
 /// Anonymous private mapping of `len` bytes that starts on an `align`
@@ -73,20 +75,10 @@ pub(crate) fn mmap_anon_aligned(
     prot: libc::c_int,
     flags: libc::c_int,
 ) -> io::Result<NonNull<u8>> {
-    assert_not_fixed(flags);
     let span = len
         .checked_add(align)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
-    // SAFETY: not fixed (checked above).
-    let raw = unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            span,
-            prot,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags,
-            -1,
-        )?
-    };
+    let raw = mmap_fresh(span, prot, ANON | flags, -1)?;
     let head = (raw.as_ptr() as usize).next_multiple_of(align) - raw.as_ptr() as usize;
     let tail = span - head - len;
     // SAFETY: `head + len <= span`, so both pointers lie in the mapping just
@@ -114,18 +106,8 @@ pub(crate) fn mmap_shared(
     len: usize,
     flags: libc::c_int,
 ) -> io::Result<NonNull<u8>> {
-    assert_not_fixed(flags);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
-    // SAFETY: not fixed (checked above).
-    unsafe {
-        mmap(
-            std::ptr::null_mut(),
-            len,
-            prot,
-            libc::MAP_SHARED | flags,
-            fd.as_raw_fd(),
-        )
-    }
+    mmap_fresh(len, prot, libc::MAP_SHARED | flags, fd.as_raw_fd())
 }
 
 /// As [`mmap_shared`], but exactly at `addr` (`MAP_FIXED`), replacing what is
