@@ -15,9 +15,10 @@ use crate::sys;
 ///
 /// Uses `MADV_POPULATE_WRITE` (Linux 5.14+). On older kernels, and where the
 /// advice is accepted but does nothing (qemu-user, some sandboxes), base-page and
-/// THP regions are populated by writing one byte per page (an atomic add of zero,
-/// so contents never change); hugetlb regions are never touched that way, since a
-/// touch of an unbacked hugetlb page raises SIGBUS: there the error is returned.
+/// THP regions are populated by writing one byte per page (a compare-exchange of
+/// the byte with itself, so contents never change); hugetlb regions are never
+/// touched that way, since a touch of an unbacked hugetlb page raises SIGBUS:
+/// there the error is returned.
 pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
     populate(
         region.as_ptr(),

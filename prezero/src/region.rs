@@ -63,6 +63,16 @@ impl PageKind {
             PageKind::Huge1G => libc::MAP_HUGETLB | libc::MAP_HUGE_1GB,
         }
     }
+
+    /// The `memfd_create` flags of a file of this kind's pages: hugetlb and
+    /// its size, or none (a plain memfd has base pages).
+    pub(crate) fn memfd_flags(self) -> libc::c_uint {
+        match self {
+            PageKind::Base | PageKind::Thp => 0,
+            PageKind::Huge2M => libc::MFD_HUGETLB | libc::MFD_HUGE_2MB,
+            PageKind::Huge1G => libc::MFD_HUGETLB | libc::MFD_HUGE_1GB,
+        }
+    }
 }
 
 impl fmt::Display for PageKind {
@@ -187,38 +197,31 @@ impl fmt::Debug for Region {
     }
 }
 
-/// Maps `len` bytes starting on an `align` boundary: over-map, then trim both ends.
+/// Maps `len` bytes starting on an `align` boundary.
 fn map_aligned(len: usize, align: usize) -> Result<NonNull<u8>> {
-    let total = len
-        .checked_add(align)
-        .ok_or_else(|| Error::invalid(format!("region size {len} overflows")))?;
-    let raw = sys::mmap_anon(total, 0).map_err(|e| map_error(e, len, PageKind::Thp))?;
-    let start = (raw.as_ptr() as usize).next_multiple_of(align);
-    let head = start - raw.as_ptr() as usize;
-    let tail = total - head - len;
-    // SAFETY: head and tail are the unused ends of the mapping we just made.
-    unsafe {
-        if head > 0 {
-            sys::munmap(raw, head)?;
-        }
-        if tail > 0 {
-            sys::munmap(NonNull::new_unchecked((start + len) as *mut u8), tail)?;
-        }
+    if len.checked_add(align).is_none() {
+        return Err(Error::invalid(format!("region size {len} overflows")));
     }
-    // SAFETY: start lies inside a successful mapping, so it is not null.
-    Ok(unsafe { NonNull::new_unchecked(start as *mut u8) })
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    sys::mmap_anon_aligned(len, align, prot, 0).map_err(|e| map_error(e, len, PageKind::Thp))
 }
 
 fn map_error(e: std::io::Error, len: usize, kind: PageKind) -> Error {
     if e.raw_os_error() == Some(libc::ENOMEM) {
         if kind.is_hugetlb() {
-            let page = kind.page_size();
-            let free = cpu::hugetlb_pool(page).map_or(0, |p| p.free);
-            return shortage(page, len / page, free);
+            return hugetlb_shortage(kind, len);
         }
         return Error::OutOfMemory { size: len };
     }
     Error::os("mmap", e)
+}
+
+/// A mapping of `len` bytes of hugetlb `kind` pages was refused (ENOMEM): how
+/// many pages it needed, how many are free, and the command that reserves enough.
+pub(crate) fn hugetlb_shortage(kind: PageKind, len: usize) -> Error {
+    let page = kind.page_size();
+    let free = cpu::hugetlb_pool(page).map_or(0, |p| p.free);
+    shortage(page, len / page, free)
 }
 
 fn check_hugetlb(page: usize, needed: usize) -> Result<()> {

@@ -516,8 +516,7 @@ mod arch {
             return v as u32;
         }
         const HWCAP_CPUID: u64 = 1 << 11;
-        // SAFETY: getauxval has no preconditions.
-        if unsafe { libc::getauxval(libc::AT_HWCAP) } as u64 & HWCAP_CPUID != 0 {
+        if crate::sys::auxval(libc::AT_HWCAP) & HWCAP_CPUID != 0 {
             let v: u64;
             // SAFETY: HWCAP_CPUID says the kernel emulates EL0 reads of MIDR_EL1;
             // the read has no side effects.
@@ -585,8 +584,7 @@ mod arch {
     pub(super) fn features() -> Features {
         // HWCAP2_MOPS is bit 43 of AT_HWCAP2 (Linux 6.5+); libc does not name it yet.
         const HWCAP2_MOPS: u64 = 1 << 43;
-        // SAFETY: getauxval has no preconditions.
-        let hwcap2 = unsafe { libc::getauxval(libc::AT_HWCAP2) } as u64;
+        let hwcap2 = crate::sys::auxval(libc::AT_HWCAP2);
         Features {
             dc_zva: dczid() & (1 << 4) == 0,
             mops: hwcap2 & HWCAP2_MOPS != 0,

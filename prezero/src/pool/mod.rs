@@ -243,7 +243,7 @@ pub(crate) struct Shared {
     latency: Histogram,
     priority: Mutex<&'static str>,
     /// Kernel thread ids of the scrubbers, to lift them out of `SCHED_IDLE` at shutdown.
-    scrubber_tids: Mutex<Vec<libc::pid_t>>,
+    scrubber_tids: Mutex<Vec<crate::sys::Tid>>,
 }
 
 impl Shared {

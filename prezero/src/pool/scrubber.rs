@@ -38,21 +38,10 @@ pub(super) fn spawn(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(sys::gettid());
-            let got = apply(priority);
+            let got = sys::set_priority(0, priority);
             *shared.priority.lock().unwrap_or_else(|e| e.into_inner()) = got;
             run(&shared);
         })
-}
-
-fn apply(p: ScrubPriority) -> &'static str {
-    match p {
-        ScrubPriority::Idle if sys::set_sched_idle_of(0).is_ok() => "SCHED_IDLE",
-        ScrubPriority::Idle if sys::set_nice_of(0, 19).is_ok() => "nice 19 (SCHED_IDLE refused)",
-        ScrubPriority::Idle => "normal (SCHED_IDLE and nice 19 refused)",
-        ScrubPriority::Nice19 if sys::set_nice_of(0, 19).is_ok() => "nice 19",
-        ScrubPriority::Nice19 => "normal (nice 19 refused)",
-        ScrubPriority::Normal => "normal",
-    }
 }
 
 fn run(shared: &Shared) {

@@ -5,7 +5,7 @@
 //! with a sealed, populated local memfd as the fallback.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -13,9 +13,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::protocol::{self, Reply, Request, ServiceStats, MAX_MESSAGE, MAX_RELEASE_IDS};
-use super::{socket_address, DEFAULT_SOCKET};
+use super::{DEFAULT_SOCKET, SEALS};
 use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
+use crate::sys::{self, UnixAddr};
 
 /// How long the client waits for any one reply before giving up on the service.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -99,8 +100,7 @@ impl Conn {
         let r = self.exchange_locked(req);
         if r.is_err() {
             self.broken.store(true, Ordering::Relaxed);
-            // SAFETY: shutdown on our own socket.
-            unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
+            let _ = sys::shutdown(self.sock.as_fd());
         }
         r
     }
@@ -210,7 +210,7 @@ impl Client {
     /// Errors are for bad input only: a path too long for a unix socket.
     pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
         let path = path.as_ref().to_path_buf();
-        socket_address(&path)?;
+        UnixAddr::new(&path)?;
         Ok(match connect_socket(&path, CONNECT_TIMEOUT) {
             Ok(sock) => Client {
                 conn: Some(Arc::new(Conn {
@@ -407,25 +407,13 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Connects a `SOCK_SEQPACKET` socket to `path` within `timeout` (`TimedOut`
 /// while the listen backlog stays full), with send and reply timeouts.
 pub(crate) fn connect_socket(path: &Path, timeout: Duration) -> io::Result<OwnedFd> {
-    let (addr, len) = socket_address(path)
+    let addr = UnixAddr::new(path)
         .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
     // Non-blocking: a unix socket's connect then fails with EAGAIN at once
     // when the backlog is full, instead of waiting for room.
-    let sock = super::seqpacket_socket(libc::SOCK_NONBLOCK)?;
+    let sock = sys::seqpacket_socket(libc::SOCK_NONBLOCK)?;
     let deadline = Instant::now() + timeout;
-    loop {
-        // SAFETY: addr is a valid sockaddr_un of `len` bytes.
-        let r = unsafe {
-            libc::connect(
-                sock.as_raw_fd(),
-                (&addr as *const libc::sockaddr_un).cast(),
-                len,
-            )
-        };
-        if r == 0 {
-            break;
-        }
-        let e = io::Error::last_os_error();
+    while let Err(e) = sys::connect(sock.as_fd(), &addr) {
         if e.raw_os_error() != Some(libc::EAGAIN) {
             return Err(e);
         }
@@ -440,28 +428,9 @@ pub(crate) fn connect_socket(path: &Path, timeout: Duration) -> io::Result<Owned
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    // SAFETY: fcntl on our own descriptor: back to blocking I/O, bounded by the
-    // timeouts below.
-    unsafe {
-        let fl = libc::fcntl(sock.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(sock.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK);
-    }
-    let tv = libc::timeval {
-        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
-        tv_usec: 0,
-    };
-    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
-        // SAFETY: setsockopt reads a timeval of the stated size.
-        unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&tv as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-    }
+    // Back to blocking I/O, bounded by the timeouts.
+    let _ = sys::set_nonblocking(sock.as_fd(), false);
+    let _ = sys::set_timeouts(sock.as_fd(), REPLY_TIMEOUT);
     Ok(sock)
 }
 
@@ -550,40 +519,32 @@ fn from_service(
         Some(reserve(len, page.page_size())?)
     };
     let mut start = None;
+    // The pages exist (the daemon populated them): populating only builds page
+    // tables, ~1 us per 2 MiB page, faster in one thread than the start-up of
+    // a second (measured).
+    let populate = libc::MAP_POPULATE;
     for (fd, &(off, n)) in held.fds.iter().zip(&spans) {
-        let (hint, fixed) = match base {
-            // SAFETY: off < len (tile), inside the reservation.
-            Some(b) => (unsafe { b.as_ptr().add(off) }, libc::MAP_FIXED),
-            None => (std::ptr::null_mut(), 0),
+        let mapped = match base {
+            // SAFETY: off < len (tile), so the pointer lies in the reservation;
+            // [off, off+n) lies inside our PROT_NONE reservation (tile:
+            // off + n <= len), which nothing else uses, and only that part is
+            // replaced.
+            Some(b) => unsafe { sys::mmap_shared_fixed(b.add(off), fd.as_fd(), n, populate) },
+            None => sys::mmap_shared(fd.as_fd(), n, populate),
         };
-        // SAFETY: with MAP_FIXED, [hint, hint+n) lies inside our PROT_NONE
-        // reservation (tile: off + n <= len), which nothing else uses, and only
-        // that part is replaced; without, the kernel picks a free range.
-        let p = unsafe {
-            libc::mmap(
-                hint.cast(),
-                n,
-                libc::PROT_READ | libc::PROT_WRITE,
-                // The pages exist (the daemon populated them): populating only
-                // builds page tables, ~1 us per 2 MiB page, faster in one thread
-                // than the start-up of a second (measured).
-                libc::MAP_SHARED | libc::MAP_POPULATE | fixed,
-                fd.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
-            if let Some(b) = base {
-                // SAFETY: the whole reservation (and what replaced parts of it) is ours.
-                unsafe { libc::munmap(b.as_ptr().cast(), len) };
+        let p = match mapped {
+            Ok(p) => p,
+            Err(e) => {
+                if let Some(b) = base {
+                    // SAFETY: the whole reservation (and what replaced parts of it) is ours.
+                    let _ = unsafe { sys::munmap(b, len) };
+                }
+                return Err(Error::os("mmap of a service segment", e));
             }
-            return Err(Error::os("mmap of a service segment", e));
-        }
-        start.get_or_insert(p.cast::<u8>());
+        };
+        start.get_or_insert(p);
     }
-    let base =
-        NonNull::new(start.expect("at least one segment")).expect("mmap does not return NULL");
+    let base = start.expect("at least one segment");
     Ok(ServiceMemory {
         ptr: base,
         len,
@@ -646,7 +607,7 @@ fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -
             "the service sent a segment file {why}"
         )))
     };
-    let st = fstat(fd.as_raw_fd()).map_err(|e| Error::os("fstat of a service segment", e))?;
+    let st = sys::fstat(fd).map_err(|e| Error::os("fstat of a service segment", e))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return lie("that is not a regular file".into());
     }
@@ -661,29 +622,19 @@ fn check_segment_file(fd: BorrowedFd<'_>, claimed: u64, n: usize, page: usize) -
     }
     // st_blksize alone is not enough: with shmem THP a plain memfd reports
     // 2 MiB.
-    // SAFETY: an all-zero statfs is valid; fstatfs writes into the local.
-    let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
-    // SAFETY: fstatfs on a descriptor we hold, into a local buffer.
-    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut fs) } != 0 {
-        return Err(Error::os(
-            "fstatfs of a service segment",
-            io::Error::last_os_error(),
-        ));
-    }
+    let fs = sys::fstatfs(fd).map_err(|e| Error::os("fstatfs of a service segment", e))?;
     if fs.f_type as u32 != HUGETLBFS_MAGIC {
         return lie(format!(
             "that is not on hugetlbfs (filesystem type {:#x}): not of {page}-byte pages",
             fs.f_type
         ));
     }
-    // SAFETY: fcntl(F_GETFL) reads the flags of a descriptor we hold.
-    let fl = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) };
-    if fl < 0 || fl & libc::O_ACCMODE != libc::O_RDWR {
+    if !sys::status_flags(fd).is_ok_and(|fl| fl & libc::O_ACCMODE == libc::O_RDWR) {
         return lie("that is not open read-write".into());
     }
-    // SAFETY: fcntl(F_GET_SEALS) reads the seals of a descriptor we hold.
-    let seals = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) };
-    if seals < 0 || seals & libc::F_SEAL_SHRINK == 0 {
+    // A file whose seals cannot be read counts as unsealed.
+    let seals = sys::seals(fd).unwrap_or(0);
+    if seals & libc::F_SEAL_SHRINK == 0 {
         return lie("that is not sealed against shrinking".into());
     }
     if seals & (libc::F_SEAL_WRITE | libc::F_SEAL_FUTURE_WRITE) != 0 {
@@ -698,33 +649,8 @@ fn reserve(len: usize, align: usize) -> Result<NonNull<u8>> {
     let span = len
         .checked_add(align)
         .ok_or(Error::OutOfMemory { size: len })?;
-    // SAFETY: a fresh inaccessible anonymous mapping at a kernel-chosen address.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            span,
-            libc::PROT_NONE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::OutOfMemory { size: span });
-    }
-    let start = p as usize;
-    let aligned = start.next_multiple_of(align);
-    // SAFETY: head and tail are parts of the reservation just made, unused.
-    unsafe {
-        if aligned > start {
-            libc::munmap(p, aligned - start);
-        }
-        let end = aligned + len;
-        if start + span > end {
-            libc::munmap(end as *mut libc::c_void, start + span - end);
-        }
-    }
-    Ok(NonNull::new(aligned as *mut u8).expect("mmap does not return NULL"))
+    sys::mmap_anon_aligned(len, align, libc::PROT_NONE, libc::MAP_NORESERVE)
+        .map_err(|_| Error::OutOfMemory { size: span })
 }
 
 fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<ServiceMemory> {
@@ -757,10 +683,6 @@ fn local(bytes: usize, page: PageKind, threads: usize, why: String) -> Result<Se
         backing: Backing::Local(region),
     })
 }
-
-/// The seals a local file carries, as the daemon's segments do: no holder can
-/// truncate it, grow it, or add a seal.
-const LOCAL_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
 
 /// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
 /// for `bytes`, hugetlb of `page` (whole pages) when the pool has the pages,
@@ -806,61 +728,26 @@ fn local_file(bytes: usize, page: PageKind, threads: usize, why: String) -> Resu
 
 /// A memfd of `len` bytes (hugetlb of `huge` pages, or plain), every page
 /// faulted in through a temporary mapping with `threads` threads, then sealed
-/// with [`LOCAL_SEALS`]. Close-on-exec.
+/// with [`SEALS`], as the daemon's segments are. Close-on-exec.
 fn populated_memfd(len: usize, huge: Option<PageKind>, threads: usize) -> Result<OwnedFd> {
-    let size_flag = match huge {
-        Some(PageKind::Huge2M) => libc::MFD_HUGETLB | libc::MFD_HUGE_2MB,
-        Some(PageKind::Huge1G) => libc::MFD_HUGETLB | libc::MFD_HUGE_1GB,
-        _ => 0,
-    };
-    // SAFETY: the name is a NUL-terminated literal; the flags are valid
-    // memfd_create flags.
-    let raw = unsafe {
-        libc::memfd_create(
-            c"prezero-local".as_ptr(),
-            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING | size_flag,
-        )
-    };
-    if raw < 0 {
-        return Err(Error::os("memfd_create", io::Error::last_os_error()));
-    }
-    // SAFETY: raw is a fresh descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    // SAFETY: ftruncate on our own memfd, which no other process has.
-    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
-        return Err(Error::os("ftruncate", io::Error::last_os_error()));
-    }
+    let size_flags = huge.map_or(0, PageKind::memfd_flags);
+    let fd = sys::memfd_create(c"prezero-local", libc::MFD_ALLOW_SEALING | size_flags)
+        .map_err(|e| Error::os("memfd_create", e))?;
+    // No other process has the memfd.
+    sys::ftruncate(fd.as_fd(), len).map_err(|e| Error::os("ftruncate", e))?;
     // A shared mapping of a hugetlb file reserves its pages here: a shortage
     // is ENOMEM now, not a SIGBUS later.
-    // SAFETY: a new shared mapping of our memfd at a kernel-chosen address.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED,
-            fd.as_raw_fd(),
-            0,
-        )
-    };
-    if p == libc::MAP_FAILED {
-        return Err(Error::os(
-            "mmap of a local memfd",
-            io::Error::last_os_error(),
-        ));
-    }
+    let p =
+        sys::mmap_shared(fd.as_fd(), len, 0).map_err(|e| Error::os("mmap of a local memfd", e))?;
     // SAFETY: [p, p+len) is the mapping just made, which nothing else knows of;
     // populating does not change its contents; `huge` says whether it is hugetlb.
     let populated =
-        unsafe { crate::prefault::prefault_as(p.cast(), len, threads.max(1), huge.is_some()) };
+        unsafe { crate::prefault::prefault_as(p.as_ptr(), len, threads.max(1), huge.is_some()) };
     // The pages stay in the file; the mapping was only the way to fault them in.
     // SAFETY: our own mapping, unused from here on.
-    unsafe { libc::munmap(p, len) };
+    let _ = unsafe { sys::munmap(p, len) };
     populated?;
-    // SAFETY: fcntl(F_ADD_SEALS) on our own memfd.
-    if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, LOCAL_SEALS) } != 0 {
-        return Err(Error::os("fcntl(F_ADD_SEALS)", io::Error::last_os_error()));
-    }
+    sys::add_seals(fd.as_fd(), SEALS).map_err(|e| Error::os("fcntl(F_ADD_SEALS)", e))?;
     Ok(fd)
 }
 
@@ -1011,7 +898,7 @@ impl Drop for ServiceMemory {
         if let Backing::Service { .. } = self.backing {
             // SAFETY: the range is our reservation, now the segments' mappings;
             // nothing borrows it once self is dropped.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+            let _ = unsafe { sys::munmap(self.ptr, self.len) };
         }
         // Then `backing` drops: Held closes the fds and releases, Region unmaps.
     }
@@ -1058,21 +945,21 @@ impl SegmentFiles {
     pub fn pass_to(&self, cmd: &mut std::process::Command) -> Result<()> {
         let mut files = Vec::new();
         for s in self.segments() {
-            let st = fstat(s.fd.as_raw_fd()).map_err(|e| Error::os("fstat", e))?;
+            let st = sys::fstat(s.fd).map_err(|e| Error::os("fstat", e))?;
             files.push((s.fd.as_raw_fd(), st.st_dev, st.st_ino));
         }
         // Runs between fork and exec: fstat, fcntl and a stack error only (no
         // allocation, no lock).
         let hook = move || {
             for &(fd, dev, ino) in &files {
-                match fstat(fd) {
+                match sys::fstat(fd) {
                     Ok(st) if st.st_dev == dev && st.st_ino == ino => {}
                     _ => return Err(io::Error::from_raw_os_error(libc::EBADF)),
                 }
-                // SAFETY: fcntl(F_SETFD) on a descriptor just seen to be ours.
-                if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
-                    return Err(io::Error::last_os_error());
-                }
+                // SAFETY: `fd` was just seen to name the file it named in the
+                // parent, and nothing in this child closes it before the exec.
+                let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+                sys::set_cloexec(fd, false)?;
             }
             Ok(())
         };
@@ -1093,10 +980,7 @@ impl SegmentFiles {
     /// instead they stay leased, and charged, until the [`Client`] is dropped.
     pub fn into_inherited(self) -> Result<Vec<InheritedFile>> {
         for s in self.segments() {
-            // SAFETY: fcntl(F_SETFD) on a descriptor we hold.
-            if unsafe { libc::fcntl(s.fd.as_raw_fd(), libc::F_SETFD, 0) } != 0 {
-                return Err(Error::os("fcntl(F_SETFD)", io::Error::last_os_error()));
-            }
+            sys::set_cloexec(s.fd, false).map_err(|e| Error::os("fcntl(F_SETFD)", e))?;
         }
         let (fds, spans) = match self.backing {
             Backing::Local(fd) => (vec![fd], vec![(0, self.len)]),
@@ -1114,22 +998,17 @@ impl SegmentFiles {
     }
 }
 
-/// fstat(2) of `fd`; async-signal-safe (no allocation).
-fn fstat(fd: libc::c_int) -> io::Result<libc::stat> {
-    // SAFETY: an all-zero stat is valid; fstat writes into the local.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat into a local buffer; a bad descriptor is an error, not UB.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const M: u64 = 2 << 20;
+
+    /// The descriptor flags (`F_GETFD`): `FD_CLOEXEC` or 0.
+    fn fd_flags(fd: BorrowedFd<'_>) -> libc::c_int {
+        // SAFETY: fcntl(F_GETFD) takes no argument and touches no memory.
+        unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFD) }
+    }
 
     /// What every local file is: one segment of `len` bytes (the whole file),
     /// on `page` pages, sealed, populated with zeros, close-on-exec here.
@@ -1137,22 +1016,19 @@ mod tests {
         assert_eq!((f.len(), f.page()), (len, page));
         let s = f.segments();
         assert_eq!((s.len(), s[0].offset, s[0].len), (1, 0, len));
-        let fd = s[0].fd.as_raw_fd();
-        let st = fstat(fd).unwrap();
+        let fd = s[0].fd;
+        let st = sys::fstat(fd).unwrap();
         assert_eq!(st.st_size as usize, len);
         if page.is_hugetlb() {
             assert_eq!(st.st_blksize as usize, page.page_size());
         }
-        // SAFETY: fcntl and ftruncate on a descriptor `f` holds.
-        unsafe {
-            assert_eq!(libc::fcntl(fd, libc::F_GET_SEALS), LOCAL_SEALS);
-            assert_eq!(libc::fcntl(fd, libc::F_GETFD), libc::FD_CLOEXEC);
-            assert_ne!(libc::ftruncate(fd, 0), 0, "sealed against shrinking");
-        }
+        assert_eq!(sys::seals(fd).unwrap(), SEALS);
+        assert_eq!(fd_flags(fd), libc::FD_CLOEXEC);
+        assert!(sys::ftruncate(fd, 0).is_err(), "sealed against shrinking");
         let mut buf = vec![0xa5u8; len];
-        // SAFETY: pread into a local buffer of its length.
-        let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-        assert_eq!(n, buf.len() as isize);
+        let file = std::fs::File::from(fd.try_clone_to_owned().unwrap());
+        let n = std::os::unix::fs::FileExt::read_at(&file, &mut buf, 0).unwrap();
+        assert_eq!(n, buf.len());
         assert!(crate::is_zero(&buf));
     }
 
@@ -1166,23 +1042,12 @@ mod tests {
             }
         };
         // qemu-user reserves the pages but cannot map them.
-        // SAFETY: a fresh anonymous hugetlb mapping, unmapped at once if made.
-        let probe = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                M as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_HUGETLB,
-                -1,
-                0,
-            )
-        };
-        if probe == libc::MAP_FAILED {
+        let Ok(probe) = sys::mmap_anon(M as usize, libc::MAP_HUGETLB) else {
             eprintln!("skipped: the hugetlb local file (hugetlb pages cannot be mapped here)");
             return;
-        }
-        // SAFETY: the probe mapping just made.
-        unsafe { libc::munmap(probe, M as usize) };
+        };
+        // SAFETY: the probe mapping just made, unused.
+        unsafe { sys::munmap(probe, M as usize) }.unwrap();
         let len = 8 << 20;
         let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
         assert_eq!(
@@ -1194,11 +1059,7 @@ mod tests {
         check_local_file(&f, len, PageKind::Huge2M);
         let files = f.into_inherited().unwrap();
         assert_eq!((files.len(), files[0].offset, files[0].len), (1, 0, len));
-        // SAFETY: fcntl on the descriptor we now own.
-        assert_eq!(
-            unsafe { libc::fcntl(files[0].fd.as_raw_fd(), libc::F_GETFD) },
-            0
-        );
+        assert_eq!(fd_flags(files[0].fd.as_fd()), 0);
     }
 
     #[test]
@@ -1235,9 +1096,8 @@ mod tests {
         assert!(out.status.success(), "{out:?}");
         let link = String::from_utf8_lossy(&out.stdout);
         assert!(link.starts_with("/memfd:prezero-local"), "{link}");
-        // SAFETY: fcntl on a descriptor `f` holds.
         assert_eq!(
-            unsafe { libc::fcntl(fd, libc::F_GETFD) },
+            fd_flags(f.segments()[0].fd),
             libc::FD_CLOEXEC,
             "still close-on-exec here"
         );

@@ -17,11 +17,6 @@ mod segment;
 mod server;
 mod worker;
 
-use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::Path;
-
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
@@ -31,39 +26,8 @@ pub use worker::Verify;
 /// Where `prezero serve` listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/prezero/prezero.sock";
 
-/// The `sockaddr_un` for `path`; a path that does not fit is an error.
-fn socket_address(path: &Path) -> crate::Result<(libc::sockaddr_un, libc::socklen_t)> {
-    // SAFETY: an all-zero sockaddr_un is valid (and NUL-terminates the path).
-    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
-    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-    let bytes = path.as_os_str().as_bytes();
-    if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-        return Err(crate::Error::invalid(format!(
-            "socket path '{}' must be 1..{} bytes without NUL",
-            path.display(),
-            addr.sun_path.len() - 1
-        )));
-    }
-    for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
-        *d = s as libc::c_char;
-    }
-    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
-    Ok((addr, len as libc::socklen_t))
-}
-
-/// A new close-on-exec `SOCK_SEQPACKET` unix socket, with extra type `flags`.
-fn seqpacket_socket(flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: socket() has no memory-safety preconditions.
-    let raw = unsafe {
-        libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
-            0,
-        )
-    };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
-}
+/// The seals of every memfd the service hands out, and of the client's local
+/// fallback file: no holder can truncate it (a SIGBUS in whoever maps it),
+/// grow it past what was cleared and counted, or add a seal (one that would
+/// stop the daemon's punch).
+const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;

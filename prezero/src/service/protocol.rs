@@ -7,8 +7,10 @@
 //! never trusts a count it has not bounded first.
 
 use std::io;
-use std::mem::size_of;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::BorrowedFd;
+
+use crate::sys;
+pub use crate::sys::Received;
 
 /// `b"PZSV"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PZSV");
@@ -654,113 +656,14 @@ pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Res
         fds.len() <= MAX_FDS,
         "at most MAX_FDS descriptors per message"
     );
-    let mut iov = libc::iovec {
-        iov_base: msg.as_ptr() as *mut libc::c_void,
-        iov_len: msg.len(),
-    };
-    let mut control = [0u64; cmsg_words(MAX_FDS)];
-    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    if !fds.is_empty() {
-        let data_len = size_of::<RawFd>() * fds.len();
-        hdr.msg_control = control.as_mut_ptr().cast();
-        // SAFETY: CMSG_SPACE only computes a size.
-        hdr.msg_controllen = unsafe { libc::CMSG_SPACE(data_len as u32) } as _;
-        // SAFETY: msg_control points at `control`, which is large enough for
-        // MAX_FDS descriptors and aligned for cmsghdr (u64 words); CMSG_FIRSTHDR
-        // and CMSG_DATA stay inside it.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&hdr);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-            let data = libc::CMSG_DATA(c).cast::<RawFd>();
-            for (i, fd) in fds.iter().enumerate() {
-                data.add(i).write_unaligned(fd.as_raw_fd());
-            }
-        }
-    }
-    loop {
-        // SAFETY: hdr points at live buffers for the duration of the call.
-        let n = unsafe { libc::sendmsg(sock.as_raw_fd(), &hdr, libc::MSG_NOSIGNAL) };
-        if n >= 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
-/// What `recv` read.
-pub struct Received {
-    /// Bytes of the datagram (0 = the peer closed the connection).
-    pub len: usize,
-    /// The datagram was longer than the buffer (the rest is lost).
-    pub truncated: bool,
-    /// Descriptors that came with it, each now owned (close-on-exec) by the caller.
-    pub fds: Vec<OwnedFd>,
-    /// More descriptors came than fit: the kernel closed the rest.
-    pub fds_truncated: bool,
+    sys::send_with_fds(sock, msg, fds)
 }
 
 /// Receives one datagram into `buf` (which should be `MAX_MESSAGE + 1` bytes so
-/// that an oversized one shows as truncated), with any attached descriptors.
+/// that an oversized one shows as truncated), with any attached descriptors (at
+/// most `MAX_FDS`: the kernel closes the rest and says so).
 pub fn recv(sock: BorrowedFd<'_>, buf: &mut [u8], flags: libc::c_int) -> io::Result<Received> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
-    };
-    let mut control = [0u64; cmsg_words(MAX_FDS)];
-    // SAFETY: zeroed msghdr is a valid "no name, no control" header.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = std::mem::size_of_val(&control) as _;
-    let n = loop {
-        // SAFETY: hdr points at live buffers of the sizes it states.
-        let n =
-            unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, flags | libc::MSG_CMSG_CLOEXEC) };
-        if n >= 0 {
-            break n as usize;
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    };
-    let mut fds = Vec::new();
-    // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG macros walk
-    // only within it, and every SCM_RIGHTS descriptor is a fresh one now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&hdr);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                for i in 0..bytes / size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
-            }
-            c = libc::CMSG_NXTHDR(&hdr, c);
-        }
-    }
-    Ok(Received {
-        len: n.min(buf.len()),
-        truncated: hdr.msg_flags & libc::MSG_TRUNC != 0,
-        fds,
-        fds_truncated: hdr.msg_flags & libc::MSG_CTRUNC != 0,
-    })
-}
-
-/// u64 words of a control buffer holding `n` descriptors.
-const fn cmsg_words(n: usize) -> usize {
-    // CMSG_SPACE is not const: header (16) + data, rounded up to 8, plus slack.
-    (16 + n * size_of::<RawFd>()).div_ceil(8) + 2
+    sys::recv_with_fds(sock, buf, flags, MAX_FDS)
 }
 
 #[cfg(test)]

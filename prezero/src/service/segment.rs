@@ -28,18 +28,17 @@
 //! error and a destroyed segment, never a signal.
 
 use std::collections::HashMap;
-use std::ffi::CString;
 use std::fs;
-use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::ptr::NonNull;
 use std::time::{Duration, Instant};
 
+use super::SEALS;
 use crate::error::{Error, Result};
 use crate::region::PageKind;
-
-/// The seals every segment carries from before its first hand-out.
-const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+use crate::sys;
 
 /// A populated hugetlb memfd and the daemon's mapping of it.
 pub(crate) struct Segment {
@@ -62,40 +61,19 @@ impl Segment {
     /// reserves its pages: a hugetlb shortage is `HugetlbShortage` here, never a
     /// SIGBUS later. [`Segment::repopulate`] then faults them in.
     pub(crate) fn create(page: PageKind, len: usize) -> Result<Segment> {
-        let size_flag = match page {
-            PageKind::Huge2M => libc::MFD_HUGE_2MB,
-            PageKind::Huge1G => libc::MFD_HUGE_1GB,
+        let name = match page {
+            PageKind::Huge2M => c"prezero-2MB",
+            PageKind::Huge1G => c"prezero-1GB",
             _ => return Err(Error::invalid("service segments are hugetlb (2MB or 1GB)")),
         };
-        let name = CString::new(format!("prezero-{}", page.name())).expect("no NUL");
-        // SAFETY: name is NUL-terminated; the flags are valid memfd_create flags.
-        let raw = unsafe {
-            libc::memfd_create(
-                name.as_ptr(),
-                libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_ALLOW_SEALING | size_flag,
-            )
-        };
-        if raw < 0 {
-            return Err(Error::os("memfd_create", io::Error::last_os_error()));
-        }
-        // SAFETY: raw is a fresh descriptor nobody else owns.
-        let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
-        // SAFETY: ftruncate and fcntl(F_ADD_SEALS) on our own memfd, which no
-        // other process can have yet.
-        unsafe {
-            if libc::ftruncate(memfd.as_raw_fd(), len as libc::off_t) != 0 {
-                return Err(Error::os("ftruncate", io::Error::last_os_error()));
-            }
-            if libc::fcntl(memfd.as_raw_fd(), libc::F_ADD_SEALS, SEALS) != 0 {
-                return Err(Error::os("fcntl(F_ADD_SEALS)", io::Error::last_os_error()));
-            }
-        }
+        let memfd = sys::memfd_create(name, libc::MFD_ALLOW_SEALING | page.memfd_flags())
+            .map_err(|e| Error::os("memfd_create", e))?;
+        // No other process can have the memfd yet.
+        sys::ftruncate(memfd.as_fd(), len).map_err(|e| Error::os("ftruncate", e))?;
+        sys::add_seals(memfd.as_fd(), SEALS).map_err(|e| Error::os("fcntl(F_ADD_SEALS)", e))?;
         let file = reopen(memfd.as_fd())?;
         drop(memfd);
-        // SAFETY: fchmod on our own descriptor.
-        if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } != 0 {
-            return Err(Error::os("fchmod", io::Error::last_os_error()));
-        }
+        sys::fchmod(file.as_fd(), 0o600).map_err(|e| Error::os("fchmod", e))?;
         Segment::map(file, page, len, 0)
     }
 
@@ -110,13 +88,10 @@ impl Segment {
     /// dropped, when it is cleaned.
     pub(crate) fn adopt(file: OwnedFd, page: PageKind, holder: u32) -> Result<Segment> {
         let st = fstat(file.as_fd())?;
-        // SAFETY: fcntl(F_GET_SEALS) reads the seals of our own descriptor.
-        let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
-        // SAFETY: geteuid has no preconditions.
-        let me = unsafe { libc::geteuid() };
+        let seals = sys::seals(file.as_fd()).ok();
         let len = st.st_size as usize;
-        let ours = st.st_uid == me && st.st_mode & 0o777 == 0o600;
-        if seals != SEALS
+        let ours = st.st_uid == sys::geteuid() && st.st_mode & 0o777 == 0o600;
+        if seals != Some(SEALS)
             || !(ours || st.st_uid == holder)
             || len == 0
             || !len.is_multiple_of(page.page_size())
@@ -133,11 +108,7 @@ impl Segment {
     /// programs may open it by name (`/proc/self/fd/N`, a VMM's `mem-path`),
     /// which checks the inode's permission; the daemon's own uid keeps it.
     pub(crate) fn lend_to(&self, uid: u32) -> Result<()> {
-        // SAFETY: fchown on our own descriptor; -1 keeps the group.
-        if unsafe { libc::fchown(self.file.as_raw_fd(), uid, u32::MAX) } != 0 {
-            return Err(Error::os("fchown", io::Error::last_os_error()));
-        }
-        Ok(())
+        std::os::unix::fs::fchown(&self.file, Some(uid), None).map_err(|e| Error::os("fchown", e))
     }
 
     /// Takes the inode back from a lease: the daemon's, mode 0600, before
@@ -151,42 +122,18 @@ impl Segment {
     /// Maps `file` shared, with extra mmap `flags`; a hugetlb shortage is
     /// `HugetlbShortage`.
     fn map(file: OwnedFd, page: PageKind, len: usize, flags: libc::c_int) -> Result<Segment> {
-        // SAFETY: a new shared mapping of our memfd at a kernel-chosen address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | flags,
-                file.as_raw_fd(),
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = io::Error::last_os_error();
+        let ptr = sys::mmap_shared(file.as_fd(), len, flags).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOMEM) {
-                let pool = crate::cpu::hugetlb_pool(page.page_size());
-                let (free, total) = pool.map_or((0, 0), |p| (p.free, p.total));
-                let needed = len / page.page_size();
-                return Err(Error::HugetlbShortage {
-                    page_size: page.page_size(),
-                    needed,
-                    free,
-                    reserve_cmd: format!(
-                        "echo {} > {}",
-                        total + needed.saturating_sub(free),
-                        crate::cpu::HugetlbPool::nr_path(page.page_size())
-                    ),
-                });
+                crate::region::hugetlb_shortage(page, len)
+            } else {
+                Error::os("mmap(memfd)", e)
             }
-            return Err(Error::os("mmap(memfd)", e));
-        }
-        let ptr = NonNull::new(p.cast()).expect("mmap does not return NULL on success");
+        })?;
         let st = match fstat(file.as_fd()) {
             Ok(st) => st,
             Err(e) => {
                 // SAFETY: the mapping just made; nothing refers to it yet.
-                unsafe { libc::munmap(p, len) };
+                let _ = unsafe { sys::munmap(ptr, len) };
                 return Err(e);
             }
         };
@@ -231,25 +178,11 @@ impl Segment {
     /// Unpinned pages go back to the hugetlb pool; a page someone pinned stays
     /// with that pinner and leaves the file for good.
     pub(crate) fn punch(&self) -> Result<()> {
-        // SAFETY: fallocate on our own descriptor; KEEP_SIZE leaves the length
-        // (sealed) unchanged. The daemon's mapping stays valid: the pages behind
-        // it are gone until the next fault, which nothing takes before
+        // The length (sealed) stays. The daemon's mapping stays valid: the pages
+        // behind it are gone until the next fault, which nothing takes before
         // `repopulate` has succeeded.
-        let r = unsafe {
-            libc::fallocate(
-                self.file.as_raw_fd(),
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                0,
-                self.len as libc::off_t,
-            )
-        };
-        if r != 0 {
-            return Err(Error::os(
-                "fallocate(PUNCH_HOLE) of a segment",
-                io::Error::last_os_error(),
-            ));
-        }
-        Ok(())
+        sys::punch_hole(self.file.as_fd(), 0, self.len)
+            .map_err(|e| Error::os("fallocate(PUNCH_HOLE) of a segment", e))
     }
 
     /// Faults every missing page of `[off, off+len)` into the file with
@@ -279,44 +212,30 @@ impl Segment {
 
 /// `fstat` of our own descriptor.
 fn fstat(fd: BorrowedFd<'_>) -> Result<libc::stat> {
-    // SAFETY: an all-zero stat is valid; fstat writes into the local.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on a descriptor we hold, into a local buffer.
-    if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 {
-        return Err(Error::os("fstat", io::Error::last_os_error()));
-    }
-    Ok(st)
+    sys::fstat(fd).map_err(|e| Error::os("fstat", e))
 }
 
 /// Whether the file behind `fd` has an open file description besides `fd`'s
 /// own: true if a write lease is refused.
 fn other_openers(fd: BorrowedFd<'_>) -> Result<bool> {
-    // SAFETY: fcntl lease calls on a descriptor we own; a granted lease is
-    // dropped again at once, so no opener is ever made to wait on it.
-    unsafe {
-        if libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_WRLCK) == 0 {
-            libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK);
-            return Ok(false);
+    // A granted lease is dropped again at once, so no opener is ever made to
+    // wait on it.
+    match sys::set_lease(fd, libc::F_WRLCK) {
+        Ok(()) => {
+            let _ = sys::set_lease(fd, libc::F_UNLCK);
+            Ok(false)
         }
-    }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN) | Some(libc::EBUSY) => Ok(true),
-        _ => Err(Error::os("fcntl(F_SETLEASE)", e)),
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EBUSY)) => Ok(true),
+        Err(e) => Err(Error::os("fcntl(F_SETLEASE)", e)),
     }
 }
+
 /// Without file leases the daemon could not see descriptors in flight, so it
 /// refuses to start: a plain memfd, reopened as segments are, must show "no
 /// other opener" alone and "another opener" while a second open exists.
 pub(crate) fn check_leases_work() -> Result<()> {
-    let name = CString::new("prezero-lease-probe").expect("no NUL");
-    // SAFETY: name is NUL-terminated; MFD_CLOEXEC is a valid flag.
-    let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if raw < 0 {
-        return Err(Error::os("memfd_create", io::Error::last_os_error()));
-    }
-    // SAFETY: raw is a fresh descriptor nobody else owns.
-    let memfd = unsafe { OwnedFd::from_raw_fd(raw) };
+    let memfd =
+        sys::memfd_create(c"prezero-lease-probe", 0).map_err(|e| Error::os("memfd_create", e))?;
     let probe = reopen(memfd.as_fd())?;
     drop(memfd);
     let other = reopen(probe.as_fd())?;
@@ -336,40 +255,35 @@ pub(crate) fn check_leases_work() -> Result<()> {
 
 impl Drop for Segment {
     fn drop(&mut self) {
-        // SAFETY: the mapping was made in `create` and nothing borrows it once the
+        // SAFETY: the mapping was made in `map` and nothing borrows it once the
         // segment is dropped (the scrubber returns segments before they die).
-        unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.len) };
+        let _ = unsafe { sys::munmap(self.ptr, self.len) };
     }
+}
+
+/// The inode back to the daemon's uid, mode 0600 (whatever its lessee set).
+fn take_back(fd: BorrowedFd<'_>) -> Result<()> {
+    std::os::unix::fs::fchown(fd, Some(sys::geteuid()), None)
+        .map_err(|e| Error::os("fchown", e))?;
+    sys::fchmod(fd, 0o600).map_err(|e| Error::os("fchmod", e))
 }
 
 /// `open("/proc/self/fd/N", O_RDWR)`: a new open file description of the same file.
-/// The inode back to the daemon's uid, mode 0600 (whatever its lessee set).
-fn take_back(fd: BorrowedFd<'_>) -> Result<()> {
-    // SAFETY: geteuid has no preconditions; fchown and fchmod act on our own
-    // descriptor.
-    unsafe {
-        if libc::fchown(fd.as_raw_fd(), libc::geteuid(), u32::MAX) != 0 {
-            return Err(Error::os("fchown", io::Error::last_os_error()));
-        }
-        if libc::fchmod(fd.as_raw_fd(), 0o600) != 0 {
-            return Err(Error::os("fchmod", io::Error::last_os_error()));
-        }
-    }
-    Ok(())
+fn reopen(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    open_rw(Path::new(&path), 0).map_err(|e| Error::os("open(/proc/self/fd) to reopen a memfd", e))
 }
 
-fn reopen(fd: BorrowedFd<'_>) -> Result<OwnedFd> {
-    let path = CString::new(format!("/proc/self/fd/{}", fd.as_raw_fd())).expect("no NUL");
-    // SAFETY: path is NUL-terminated.
-    let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if raw < 0 {
-        return Err(Error::os(
-            "open(/proc/self/fd) to reopen a memfd",
-            io::Error::last_os_error(),
-        ));
-    }
-    // SAFETY: raw is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+/// Opens `path` read-write and close-on-exec, with extra `flags`: a magic
+/// link (`/proc/PID/fd/N`, `/proc/PID/map_files/RANGE`) so opened is a new
+/// open file description of the file it names.
+fn open_rw(path: &Path, flags: libc::c_int) -> std::io::Result<OwnedFd> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(flags)
+        .open(path)?;
+    Ok(file.into())
 }
 
 /// A file of a previous daemon found open in a process, reopened as our own.
@@ -417,21 +331,9 @@ pub(crate) fn find_holders(
             if !wanted.contains_key(&key) || seen.contains(&key) {
                 return;
             }
-            let Ok(c) = CString::new(path.as_os_str().as_encoded_bytes()) else {
+            let Ok(file) = open_rw(&path, libc::O_NONBLOCK | libc::O_NOCTTY) else {
                 return;
             };
-            // SAFETY: c is NUL-terminated; opening a magic link reopens the file.
-            let raw = unsafe {
-                libc::open(
-                    c.as_ptr(),
-                    libc::O_RDWR | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY,
-                )
-            };
-            if raw < 0 {
-                return;
-            }
-            // SAFETY: a fresh descriptor nobody else owns.
-            let file = unsafe { OwnedFd::from_raw_fd(raw) };
             // The link may have changed between the stat and the open.
             match fstat(file.as_fd()) {
                 Ok(st) if (st.st_dev, st.st_ino) == key => {

@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
@@ -29,10 +29,11 @@ use super::protocol::{
 };
 use super::segment::{check_leases_work, find_holders, Segment, ADOPT_BUDGET};
 use super::worker::{Done, Job, Verify, Worker};
-use super::{socket_address, DEFAULT_SOCKET};
+use super::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
 use crate::pool::ScrubPriority;
 use crate::region::PageKind;
+use crate::sys::{self, UnixAddr};
 
 /// One pool of the daemon: segments of one page size and one length (a page
 /// size may have several pools, one per shape of VM, say).
@@ -278,7 +279,7 @@ const MAX_CONNS: usize = 4096;
 const LOG_EVERY: Duration = Duration::from_secs(1);
 
 /// The daemon. [`Server::start`] creates the pools and the socket; [`Server::run`]
-/// serves until SIGINT or SIGTERM.
+/// serves until SIGINT, SIGTERM or SIGHUP.
 pub struct Server {
     cfg: ServerConfig,
     listener: OwnedFd,
@@ -328,29 +329,24 @@ impl Server {
     pub fn start(cfg: ServerConfig) -> Result<Server> {
         cfg.validate()?;
         // Fail before populating gigabytes, not after.
-        socket_address(&cfg.socket)?;
+        UnixAddr::new(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
         let metrics = match &cfg.metrics_textfile {
             Some(path) => Some((MetricsFile::start(path)?, Instant::now())),
             None => None,
         };
         check_leases_work()?;
-        raise_nofile_limit();
-        let signals = block_stop_signals()?;
+        // One descriptor per segment and two per connection: take the hard limit.
+        let _ = sys::raise_nofile_limit();
+        // Blocked here, before any thread starts, so every thread inherits it.
+        let signals = sys::signals_to_fd(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+            .map_err(|e| Error::os("signalfd", e))?;
         // A lease break (someone opening a segment during the lease probe) would
         // send SIGIO, whose default action ends the process.
-        // SAFETY: ignoring a signal has no preconditions.
-        unsafe { libc::signal(libc::SIGIO, libc::SIG_IGN) };
-        // SAFETY: prctl(PR_SET_DUMPABLE, 0) only changes this process's
-        // /proc ownership and ptrace access: other uids cannot reach our fds.
-        unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) };
-        // SAFETY: eventfd has no memory-safety preconditions.
-        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if raw < 0 {
-            return Err(Error::os("eventfd", io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        let wake = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
+        let _ = sys::ignore_signal(libc::SIGIO);
+        // Other uids cannot reach our descriptors through /proc/PID/fd.
+        let _ = sys::set_dumpable(false);
+        let wake = Arc::new(sys::eventfd().map_err(|e| Error::os("eventfd", e))?);
         let (tx, done) = std::sync::mpsc::channel();
         let worker = Worker::spawn(cfg.scrub_priority, cfg.verify, tx, wake.clone())
             .map_err(|e| Error::os("spawn scrubber thread", e))?;
@@ -452,8 +448,7 @@ impl Server {
             signals,
             last_check: Instant::now(),
             accept_paused_until: None,
-            // SAFETY: geteuid has no preconditions.
-            my_uid: unsafe { libc::geteuid() },
+            my_uid: sys::geteuid(),
             log_last: HashMap::new(),
             ledger_file,
             told_no_escalation: false,
@@ -462,7 +457,7 @@ impl Server {
         })
     }
 
-    /// Serves until SIGINT or SIGTERM, then shuts down: connections close, the
+    /// Serves until SIGINT, SIGTERM or SIGHUP, then shuts down: connections close, the
     /// worker stops, the socket is removed. Segments clients hold stay valid for
     /// them (their own open file and mappings keep the pages).
     pub fn run(mut self) -> Result<()> {
@@ -471,17 +466,17 @@ impl Server {
             self.write_metrics_if_due();
             let paused = self.accept_paused_until.filter(|&t| Instant::now() < t);
             let mut fds = vec![
-                pollfd(self.signals.as_raw_fd()),
+                sys::pollfd_in(self.signals.as_raw_fd()),
                 // A negative fd is skipped by poll: no accepting while out of descriptors.
-                pollfd(paused.map_or(self.listener.as_raw_fd(), |_| -1)),
-                pollfd(self.wake.as_raw_fd()),
+                sys::pollfd_in(paused.map_or(self.listener.as_raw_fd(), |_| -1)),
+                sys::pollfd_in(self.wake.as_raw_fd()),
             ];
             let mut owners = Vec::with_capacity(self.conns.len() * 2);
             for (&id, c) in &self.conns {
-                fds.push(pollfd(c.sock.as_raw_fd()));
+                fds.push(sys::pollfd_in(c.sock.as_raw_fd()));
                 owners.push(id);
                 if let Some(p) = &c.pidfd {
-                    fds.push(pollfd(p.as_raw_fd()));
+                    fds.push(sys::pollfd_in(p.as_raw_fd()));
                     owners.push(id);
                 }
             }
@@ -502,14 +497,10 @@ impl Server {
                             .clamp(1, i32::MAX as u128) as libc::c_int
                     })
             };
-            // SAFETY: fds is a live array of pollfd of the stated length.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(Error::os("poll", e));
+            match sys::poll(&mut fds, timeout) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(Error::os("poll", e)),
             }
             if fds[0].revents != 0 {
                 break;
@@ -579,34 +570,26 @@ impl Server {
 
     fn accept_all(&mut self) {
         loop {
-            // SAFETY: accept4 with null address buffers only returns a new descriptor.
-            let raw = unsafe {
-                libc::accept4(
-                    self.listener.as_raw_fd(),
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-                )
-            };
-            if raw < 0 {
-                let e = io::Error::last_os_error().raw_os_error();
-                if matches!(
-                    e,
-                    Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
-                ) {
-                    // The connection waits in the backlog; polling the listener
-                    // now would only spin.
-                    if self.accept_paused_until.is_none() {
-                        log("out of descriptors: accepting paused (raise LimitNOFILE)");
+            let sock = match sys::accept(self.listener.as_fd()) {
+                Ok(sock) => sock,
+                Err(e) => {
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    ) {
+                        // The connection waits in the backlog; polling the listener
+                        // now would only spin.
+                        if self.accept_paused_until.is_none() {
+                            log("out of descriptors: accepting paused (raise LimitNOFILE)");
+                        }
+                        self.accept_paused_until =
+                            Some(Instant::now() + Duration::from_millis(100));
                     }
-                    self.accept_paused_until = Some(Instant::now() + Duration::from_millis(100));
+                    return;
                 }
-                return;
-            }
+            };
             self.accept_paused_until = None;
-            // SAFETY: a fresh descriptor nobody else owns.
-            let sock = unsafe { OwnedFd::from_raw_fd(raw) };
-            let Ok(cred) = peer_cred(sock.as_fd()) else {
+            let Ok(cred) = sys::peer_cred(sock.as_fd()) else {
                 continue;
             };
             if let Err(why) = self.authorize(sock.as_fd(), &cred) {
@@ -693,7 +676,7 @@ impl Server {
             return Ok(());
         }
         if !self.cfg.allow_gids.is_empty() {
-            let groups = peer_groups(sock);
+            let groups = sys::peer_groups(sock).unwrap_or_default();
             if groups.iter().any(|g| self.cfg.allow_gids.contains(g)) {
                 return Ok(());
             }
@@ -1009,9 +992,7 @@ impl Server {
     }
 
     fn collect_done(&mut self) {
-        let mut buf = [0u8; 8];
-        // SAFETY: an 8-byte read into a local from our nonblocking eventfd.
-        unsafe { libc::read(self.wake.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+        let _ = sys::eventfd_take(self.wake.as_fd());
         while let Ok(done) = self.done.try_recv() {
             match done {
                 Done::Cleaned {
@@ -1222,14 +1203,6 @@ enum AllocError {
     Gone,
 }
 
-fn pollfd(fd: RawFd) -> libc::pollfd {
-    libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    }
-}
-
 fn send_error(
     sock: BorrowedFd<'_>,
     seq: u32,
@@ -1243,36 +1216,6 @@ fn send_error(
         message: message.into(),
     };
     protocol::send(sock, &r.encode(seq), &[])
-}
-
-fn block_stop_signals() -> Result<OwnedFd> {
-    // SAFETY: sigset operations on a local set; pthread_sigmask and signalfd only
-    // read it. Blocking here, before any thread starts, makes every thread inherit it.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-            libc::sigaddset(&mut set, s);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
-        if fd < 0 {
-            return Err(Error::os("signalfd", io::Error::last_os_error()));
-        }
-        Ok(OwnedFd::from_raw_fd(fd))
-    }
-}
-
-/// One descriptor per segment and two per connection: take the hard limit.
-fn raise_nofile_limit() {
-    // SAFETY: getrlimit/setrlimit read and write a local struct.
-    unsafe {
-        let mut r: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 && r.rlim_cur < r.rlim_max {
-            r.rlim_cur = r.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
-        }
-    }
 }
 
 /// How long the start-up check waits for a daemon already on the socket.
@@ -1304,7 +1247,7 @@ fn refuse_if_served(path: &Path) -> Result<()> {
 /// replaced, a live one refused. The file starts at mode 0600 and
 /// [`restrict_socket`] opens it to the allowed uids and groups.
 fn bind(path: &Path) -> Result<OwnedFd> {
-    let (addr, addr_len) = socket_address(path)?;
+    let addr = UnixAddr::new(path)?;
     if let Some(dir) = path.parent() {
         if !dir.as_os_str().is_empty() && !dir.exists() {
             std::fs::create_dir_all(dir).map_err(|e| Error::os("create socket directory", e))?;
@@ -1319,29 +1262,14 @@ fn bind(path: &Path) -> Result<OwnedFd> {
         refuse_if_served(path)?;
         std::fs::remove_file(path).map_err(|e| Error::os("remove stale socket", e))?;
     }
-    let sock = super::seqpacket_socket(libc::SOCK_NONBLOCK).map_err(|e| Error::os("socket", e))?;
+    let sock = sys::seqpacket_socket(libc::SOCK_NONBLOCK).map_err(|e| Error::os("socket", e))?;
     // The socket file is created with mode 0777 & ~umask: nobody else may
     // connect before its permissions are set.
-    // SAFETY: umask only changes this process's file-creation mask; set back below.
-    let old = unsafe { libc::umask(0o177) };
-    // SAFETY: addr is a valid sockaddr_un of addr_len bytes.
-    let r = unsafe {
-        libc::bind(
-            sock.as_raw_fd(),
-            (&addr as *const libc::sockaddr_un).cast(),
-            addr_len,
-        )
-    };
-    let e = io::Error::last_os_error();
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    if r != 0 {
-        return Err(Error::os("bind", e));
-    }
-    // SAFETY: listen on our own bound socket.
-    if unsafe { libc::listen(sock.as_raw_fd(), libc::SOMAXCONN) } != 0 {
-        return Err(Error::os("listen", io::Error::last_os_error()));
-    }
+    let old = sys::umask(0o177);
+    let bound = sys::bind(sock.as_fd(), &addr);
+    sys::umask(old);
+    bound.map_err(|e| Error::os("bind", e))?;
+    sys::listen(sock.as_fd()).map_err(|e| Error::os("listen", e))?;
     Ok(sock)
 }
 
@@ -1351,8 +1279,7 @@ fn bind(path: &Path) -> Result<OwnedFd> {
 fn check_private_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::MetadataExt;
     let md = std::fs::metadata(dir).map_err(|e| Error::os("stat the socket directory", e))?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = sys::geteuid();
     let shared = md.mode() & 0o022 != 0 && md.mode() & 0o1000 == 0;
     if (md.uid() != me && md.uid() != 0) || shared {
         return Err(Error::invalid(format!(
@@ -1401,21 +1328,9 @@ fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
         blob.extend(perm.to_le_bytes());
         blob.extend(id.to_le_bytes());
     }
-    let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
-    // SAFETY: both strings are NUL-terminated; the value is `blob.len()` bytes.
-    let r = unsafe {
-        libc::lsetxattr(
-            c.as_ptr(),
-            c"system.posix_acl_access".as_ptr(),
-            blob.as_ptr().cast(),
-            blob.len(),
-            0,
-        )
-    };
-    if r == 0 {
+    let Err(e) = sys::lsetxattr(path, c"system.posix_acl_access", &blob) else {
         return;
-    }
-    let e = io::Error::last_os_error();
+    };
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666));
     log(&format!(
@@ -1561,8 +1476,7 @@ fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
     else {
         return wanted;
     };
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = sys::geteuid();
     let trusted = f
         .metadata()
         .is_ok_and(|m| m.is_file() && m.uid() == me && m.mode() & 0o022 == 0);
@@ -1634,55 +1548,6 @@ fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(Segment, u32)> {
     adopted
 }
 
-fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
-    // SAFETY: a zeroed ucred is valid; getsockopt writes at most `len` bytes into it.
-    unsafe {
-        let mut cred: libc::ucred = std::mem::zeroed();
-        let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-        if libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        ) != 0
-        {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(cred)
-    }
-}
-
-/// The peer's supplementary groups (`SO_PEERGROUPS`, however many), empty if
-/// unavailable.
-fn peer_groups(sock: BorrowedFd<'_>) -> Vec<u32> {
-    let mut groups = vec![0u32; 64];
-    loop {
-        let mut len = (groups.len() * 4) as libc::socklen_t;
-        // SAFETY: getsockopt writes at most `len` bytes into `groups`.
-        let r = unsafe {
-            libc::getsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_PEERGROUPS,
-                groups.as_mut_ptr().cast(),
-                &mut len,
-            )
-        };
-        if r == 0 {
-            groups.truncate(len as usize / 4);
-            return groups;
-        }
-        // ERANGE: `len` now holds the size needed (NGROUPS_MAX is 65536).
-        let needed = len as usize / 4;
-        if io::Error::last_os_error().raw_os_error() != Some(libc::ERANGE) || needed <= groups.len()
-        {
-            return Vec::new();
-        }
-        groups.resize(needed, 0);
-    }
-}
-
 /// The uid a peer is a tenant as: its own, unless it runs in a user namespace
 /// that an unprivileged user made (`unshare -U`, a rootless container), where
 /// it may take any of that user's subordinate uids: then that user's, so they
@@ -1690,19 +1555,12 @@ fn peer_groups(sock: BorrowedFd<'_>) -> Vec<u32> {
 /// root made (container runtimes giving each container its own range) keep
 /// their peers' uids. Without a way to see the namespace, the peer's uid.
 fn tenant_uid(pidfd: Option<&OwnedFd>, pid: i32, uid: u32) -> u32 {
-    const PIDFD_GET_USER_NAMESPACE: libc::c_ulong = 0xff09; // _IO(0xFF, 9), Linux 6.11
-    const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 2)
-    const NS_GET_OWNER_UID: libc::c_ulong = 0xb704; // _IO(0xb7, 4)
-    let own = |raw: libc::c_int| {
-        // SAFETY: a descriptor the kernel just returned, nobody else's.
-        (raw >= 0).then(|| std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) }))
-    };
     let Some(mine) = std::fs::metadata("/proc/self/ns/user").ok() else {
         return uid;
     };
-    // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
     let ns = pidfd
-        .and_then(|p| own(unsafe { libc::ioctl(p.as_raw_fd(), PIDFD_GET_USER_NAMESPACE) }))
+        .and_then(|p| sys::pidfd_user_namespace(p.as_fd()).ok())
+        .map(std::fs::File::from)
         .or_else(|| std::fs::File::open(format!("/proc/{pid}/ns/user")).ok());
     let Some(mut ns) = ns else { return uid };
     let mut owner = None;
@@ -1714,16 +1572,13 @@ fn tenant_uid(pidfd: Option<&OwnedFd>, pid: i32, uid: u32) -> u32 {
         if (md.dev(), md.ino()) == (mine.dev(), mine.ino()) {
             break;
         }
-        let mut o: libc::uid_t = 0;
-        // SAFETY: NS_GET_OWNER_UID writes one uid_t into `o`.
-        if unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_OWNER_UID, &mut o) } != 0 {
+        let Ok(o) = sys::namespace_owner(ns.as_fd()) else {
             break;
-        }
+        };
         owner = Some(o);
-        // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
-        match own(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) }) {
-            Some(parent) => ns = parent,
-            None => break,
+        match sys::namespace_parent(ns.as_fd()) {
+            Ok(parent) => ns = parent.into(),
+            Err(_) => break,
         }
     }
     match owner {
@@ -1735,28 +1590,5 @@ fn tenant_uid(pidfd: Option<&OwnedFd>, pid: i32, uid: u32) -> u32 {
 /// A pidfd for the peer: `SO_PEERPIDFD` (Linux 6.5, immune to pid reuse), else
 /// `pidfd_open` on the pid from `SO_PEERCRED`.
 fn peer_pidfd(sock: BorrowedFd<'_>, pid: i32) -> Option<OwnedFd> {
-    const SO_PEERPIDFD: libc::c_int = 77;
-    let mut fd: libc::c_int = -1;
-    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: getsockopt writes at most `len` bytes into `fd`.
-    let r = unsafe {
-        libc::getsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            SO_PEERPIDFD,
-            (&mut fd as *mut libc::c_int).cast(),
-            &mut len,
-        )
-    };
-    if r != 0 || fd < 0 {
-        // SAFETY: pidfd_open has no memory-safety preconditions.
-        fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as libc::c_int;
-        if fd < 0 {
-            return None;
-        }
-        // SAFETY: set close-on-exec on our own fresh descriptor.
-        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-    }
-    // SAFETY: a fresh descriptor nobody else owns.
-    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+    sys::peer_pidfd(sock).or_else(|_| sys::pidfd_open(pid)).ok()
 }

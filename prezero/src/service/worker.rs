@@ -14,7 +14,7 @@
 //! and it faults pages in on every core.
 
 use std::ops::ControlFlow;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ impl Worker {
             .name("prezero-serve-scrub".into())
             .spawn(move || {
                 t.store(sys::gettid(), Ordering::Release);
-                lower(priority, 0);
+                sys::set_priority(0, priority);
                 let env = Env {
                     done,
                     wake: &wake,
@@ -164,10 +164,9 @@ impl Worker {
             return Ok(());
         }
         if urgent {
-            sys::set_sched_normal(tid)?;
-            sys::set_nice_of(tid, 0)?;
+            sys::set_normal_priority(tid)?;
         } else {
-            lower(self.priority, tid);
+            sys::set_priority(tid, self.priority);
         }
         Ok(())
     }
@@ -204,21 +203,6 @@ impl Drop for Worker {
     }
 }
 
-/// Puts thread `tid` (0: the calling thread) at the configured priority.
-fn lower(priority: ScrubPriority, tid: libc::pid_t) {
-    match priority {
-        ScrubPriority::Idle => {
-            if sys::set_sched_idle_of(tid).is_err() {
-                let _ = sys::set_nice_of(tid, 19);
-            }
-        }
-        ScrubPriority::Nice19 => {
-            let _ = sys::set_nice_of(tid, 19);
-        }
-        ScrubPriority::Normal => {}
-    }
-}
-
 /// What every job of the thread needs.
 struct Env<'a> {
     done: Sender<Done>,
@@ -237,9 +221,7 @@ impl Env<'_> {
         if self.done.send(d).is_err() {
             return false;
         }
-        let one: u64 = 1;
-        // SAFETY: an 8-byte write from a local to our eventfd.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let _ = sys::eventfd_add(self.wake.as_fd(), 1);
         true
     }
 
@@ -295,11 +277,10 @@ impl Env<'_> {
         if self.priority == ScrubPriority::Normal || self.urgent.load(Ordering::Acquire) {
             return f();
         }
-        let _ = sys::set_sched_normal(0);
-        let _ = sys::set_nice_of(0, 0);
+        let _ = sys::set_normal_priority(0);
         let r = f();
         if !self.urgent.load(Ordering::Acquire) {
-            lower(self.priority, 0);
+            sys::set_priority(0, self.priority);
         }
         r
     }

@@ -1,0 +1,112 @@
+//! The OS layer: every call the library makes into libc (the system calls std
+//! has no safe form of), each wrapper with its precondition on a `pre:` line
+//! (as mimalloc's `prim` layer has them), and the sysfs/procfs text readers.
+//!
+//! Keeping them in one place makes the crate's contact surface with the kernel
+//! small enough to audit, and gives every failure the name of its call. A
+//! wrapper is safe unless a wrong argument could break memory or a descriptor
+//! the caller still uses (then it is an `unsafe fn` and its `pre:` line is the
+//! obligation); a bad range or descriptor is otherwise the kernel's error, not
+//! undefined behaviour. The files sort the calls by subject, and callers name
+//! them `sys::call`:
+//!
+//! * `mem.rs`: mappings (`mmap`, `munmap`, `madvise`, `mincore`, `/proc/self/smaps`);
+//! * `fd.rs`: files and descriptors (memfds, seals, leases, punching, `fstat`,
+//!   eventfds, `poll`);
+//! * `socket.rs`: unix sockets (addresses, connecting, descriptors passed,
+//!   peer credentials);
+//! * `sched.rs`: thread ids and scheduling priority;
+//! * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
+//!   the auxiliary vector).
+
+mod fd;
+mod mem;
+mod process;
+mod sched;
+mod socket;
+
+pub(crate) use fd::*;
+pub(crate) use mem::*;
+pub(crate) use process::*;
+pub(crate) use sched::*;
+pub(crate) use socket::*;
+// Public as `service::protocol::Received`.
+pub use socket::Received;
+
+use std::fs;
+use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::path::Path;
+
+/// -1 from a call is its errno; anything else its result.
+///
+/// pre: `r` is what a call that sets errno on failure returned, just now.
+fn check(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(r)
+}
+
+/// The descriptor a call just returned, now owned (or its errno, for -1).
+///
+/// pre: `r` is what a call that makes a new descriptor returned, so nothing
+/// else owns it.
+fn owned(r: libc::c_int) -> io::Result<OwnedFd> {
+    let fd = check(r)?;
+    // SAFETY: the kernel just made `fd` (pre); nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The base page size (4 KiB on x86_64, 4/16/64 KiB on aarch64).
+///
+/// pre: none.
+pub(crate) fn page_size() -> usize {
+    // SAFETY: sysconf has no memory-safety preconditions.
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if v > 0 {
+        v as usize
+    } else {
+        4096
+    }
+}
+
+/// Online logical CPUs this process may run on.
+///
+/// pre: none.
+pub(crate) fn online_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// A sysfs/procfs file as trimmed text, or `None` if it is missing or unreadable.
+///
+/// pre: none.
+pub(crate) fn read_text(path: impl AsRef<Path>) -> Option<String> {
+    fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
+}
+
+/// A sysfs/procfs file holding one unsigned number.
+///
+/// pre: none.
+pub(crate) fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
+    read_text(path)?.parse().ok()
+}
+
+/// `MemAvailable` of `/proc/meminfo` in bytes (0 if unreadable).
+///
+/// pre: none.
+pub(crate) fn mem_available() -> usize {
+    read_text("/proc/meminfo")
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map_or(0, |kib| kib << 10)
+}
+
+/// Writes a sysfs/procfs file (hugetlb reservations).
+///
+/// pre: none (the kernel checks the value; writing needs root).
+pub(crate) fn write_text(path: impl AsRef<Path>, text: &str) -> io::Result<()> {
+    fs::write(path, text)
+}

@@ -1,0 +1,165 @@
+//! The process: its identity, signals, limits and file-creation mask; other
+//! processes' pidfds and user namespaces; extended attributes; the auxiliary
+//! vector.
+
+use std::ffi::CStr;
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+use super::{check, owned};
+
+/// This process's effective uid.
+///
+/// pre: none.
+pub(crate) fn geteuid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// Sets the process's file-creation mask; the previous one.
+///
+/// pre: none (the mask is the whole process's: a file another thread creates
+/// meanwhile gets it too).
+pub(crate) fn umask(mask: libc::mode_t) -> libc::mode_t {
+    // SAFETY: umask has no memory-safety preconditions.
+    unsafe { libc::umask(mask) }
+}
+
+/// Ignores signal `sig` (`SIG_IGN`) in the whole process.
+///
+/// pre: none (no handler is installed; SIGKILL and SIGSTOP are EINVAL).
+pub(crate) fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: SIG_IGN runs no code of ours.
+    if unsafe { libc::signal(sig, libc::SIG_IGN) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `PR_SET_DUMPABLE`: whether the process may dump core and other uids may
+/// reach it through `/proc/PID` (its descriptors) and ptrace.
+///
+/// pre: none.
+pub(crate) fn set_dumpable(on: bool) -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory of ours.
+    check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on), 0, 0, 0) }).map(drop)
+}
+
+/// Blocks `signals` in the calling thread and returns a signalfd (nonblocking,
+/// close-on-exec) on which they arrive instead. Threads started afterwards
+/// inherit the mask, so call it before any.
+///
+/// pre: none.
+pub(crate) fn signals_to_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
+    // SAFETY: an all-zero sigset_t is valid storage; sigemptyset initialises it.
+    let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: the set operations write the local; pthread_sigmask and signalfd
+    // only read it.
+    unsafe {
+        libc::sigemptyset(&mut set);
+        for &s in signals {
+            check(libc::sigaddset(&mut set, s))?;
+        }
+        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        if r != 0 {
+            return Err(io::Error::from_raw_os_error(r));
+        }
+        owned(libc::signalfd(
+            -1,
+            &set,
+            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
+        ))
+    }
+}
+
+/// Raises the soft limit on open descriptors (`RLIMIT_NOFILE`) to the hard one.
+///
+/// pre: none.
+pub(crate) fn raise_nofile_limit() -> io::Result<()> {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one rlimit into the local.
+    check(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) })?;
+    if r.rlim_cur < r.rlim_max {
+        r.rlim_cur = r.rlim_max;
+        // SAFETY: setrlimit reads one rlimit from the local.
+        check(unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &r) })?;
+    }
+    Ok(())
+}
+
+/// `lsetxattr(2)`: sets extended attribute `name` of `path` (not following a
+/// final symbolic link) to `value`.
+///
+/// pre: none (a path with a NUL in it is EINVAL).
+pub(crate) fn lsetxattr(path: &Path, name: &CStr, value: &[u8]) -> io::Result<()> {
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: both strings are NUL-terminated; the value is `value.len()` bytes.
+    let r = unsafe {
+        libc::lsetxattr(
+            path.as_ptr(),
+            name.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    check(r).map(drop)
+}
+
+/// `pidfd_open(2)`: a pidfd (close-on-exec) for process `pid`, which may since
+/// have exited and its pid been reused: prefer a pidfd the kernel ties to the
+/// process itself (`SO_PEERPIDFD`).
+///
+/// pre: none.
+pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open has no memory-safety preconditions.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    owned(fd as libc::c_int)
+}
+
+/// The user namespace of the process behind `pidfd` (`PIDFD_GET_USER_NAMESPACE`,
+/// Linux 6.11).
+///
+/// pre: none (a descriptor that is no pidfd, or an older kernel, is an error).
+pub(crate) fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    const PIDFD_GET_USER_NAMESPACE: libc::c_ulong = 0xff09; // _IO(0xFF, 9)
+                                                            // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
+    owned(unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_USER_NAMESPACE) })
+}
+
+/// The namespace that `ns` (a user namespace) was made in (`NS_GET_PARENT`);
+/// EPERM at the caller's own namespace or above it.
+///
+/// pre: none.
+pub(crate) fn namespace_parent(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 2)
+                                                 // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
+    owned(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) })
+}
+
+/// The uid (in the caller's namespace) of who made user namespace `ns`
+/// (`NS_GET_OWNER_UID`).
+///
+/// pre: none.
+pub(crate) fn namespace_owner(ns: BorrowedFd<'_>) -> io::Result<u32> {
+    const NS_GET_OWNER_UID: libc::c_ulong = 0xb704; // _IO(0xb7, 4)
+    let mut uid: libc::uid_t = 0;
+    // SAFETY: NS_GET_OWNER_UID writes one uid_t into the local.
+    check(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_OWNER_UID, &mut uid) })?;
+    Ok(uid)
+}
+
+/// An entry of the auxiliary vector (`AT_HWCAP`, `AT_HWCAP2`); 0 if absent.
+///
+/// pre: none.
+#[cfg(target_arch = "aarch64")]
+pub(crate) fn auxval(kind: libc::c_ulong) -> u64 {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(kind) as u64 }
+}
