@@ -17,8 +17,11 @@
  * - Handles (struct pz_region, pz_pool, pz_service, pz_service_memory) are opaque.
  *   Each belongs to the caller from the call that makes it until the one that frees
  *   it (pz_region_unmap, pz_pool_destroy, pz_service_disconnect, pz_service_free),
- *   which must be the last call on it, made at most once. NULL is -EINVAL; any other
- *   pointer that is not a live handle cannot be detected (undefined behaviour).
+ *   which must be the last call on it: no call on the handle may run during it. Every
+ *   handle passed is looked up among the live ones first: NULL, a handle freed
+ *   already, a handle of another type or any other pointer is -EINVAL (an accessor
+ *   answers NULL or 0), never undefined behaviour. (Like a closed fd's number, a
+ *   freed handle's address may come back as a new handle of the same type.)
  * - Functions without a handle are thread-safe.
  * - pz_region: thread-safe; its memory is the caller's until pz_region_unmap.
  * - pz_pool: thread-safe; every call may run concurrently on any thread, except
@@ -135,24 +138,24 @@
 
 // A pool of pre-zeroed chunks (opaque). Thread-safe: every `pz_pool_*` call may
 // be made from any thread at the same time, except `pz_pool_destroy`, which
-// must be the last call on the pool and made at most once.
+// must be the last call on the pool (a second one is `-EINVAL`).
 struct pz_pool;
 
 // A mapping from `pz_region_map` (opaque). Thread-safe: `pz_region_ptr` and
 // `pz_region_len` may be called from any thread at once; `pz_region_unmap`
-// must be the last call on it, made at most once. Its memory is the caller's
+// must be the last call on it (a second one is `-EINVAL`). Its memory is the caller's
 // to use, from any thread, until then.
 struct pz_region;
 
 // A connection to `prezero serve` (opaque). Thread-safe: calls may be made from
-// any thread at once, except `pz_service_disconnect`, the last call on it,
-// made at most once.
+// any thread at once, except `pz_service_disconnect`, the last call on it (a
+// second one is `-EINVAL`).
 struct pz_service;
 
 // Memory from `pz_service_alloc` (opaque), independent of the connection that
 // served it. Thread-safe: `pz_service_memory_ptr`, `pz_service_memory_len`
 // and `pz_service_segment` may be called from any thread at once;
-// `pz_service_free` must be the last call on it, made at most once. The
+// `pz_service_free` must be the last call on it (a second one is `-EINVAL`). The
 // memory is the caller's to use, from any thread, until then.
 struct pz_service_memory;
 
@@ -335,8 +338,8 @@ int pz_pool_new(const struct pz_pool_config *cfg, struct pz_pool **out);
 // `-EAGAIN` when the pool is exhausted; `-EIO` if verify mode caught non-zero memory.
 //
 // # Safety
-// `pool` is NULL (refused) or a live pool; `out` is NULL (refused) or
-// writable for a pointer.
+// No other thread frees `pool` during the call (any pointer is checked first);
+// `out` is NULL (refused) or writable for a pointer.
 int pz_pool_alloc_zeroed(struct pz_pool *pool, void **out);
 
 // As `pz_pool_alloc_zeroed`, waiting up to `timeout_ns` for a chunk when exhausted.
@@ -356,30 +359,31 @@ int pz_pool_alloc(struct pz_pool *pool, void **out);
 // (foreign, interior, already freed) is `-EINVAL` and changes nothing.
 //
 // # Safety
-// `pool` is NULL (refused) or a live pool; nothing touches the chunk after
-// it is returned.
+// No other thread frees `pool` during the call (any pointer is checked first);
+// nothing touches the chunk after it is returned.
 int pz_pool_free(struct pz_pool *pool, void *chunk);
 
 // Gives memory above `keep_bytes` back to the kernel; `*released` (if not NULL)
 // receives the bytes given back.
 //
 // # Safety
-// `pool` is NULL (refused) or a live pool; `released` is NULL or writable.
+// No other thread frees `pool` during the call (any pointer is checked first);
+// `released` is NULL or writable.
 int pz_pool_trim(struct pz_pool *pool, size_t keep_bytes, size_t *released);
 
 // Fills `*out`, whose `struct_size` the caller sets to `sizeof(pz_pool_stats)`.
 //
 // # Safety
-// `pool` is NULL (refused) or a live pool; `out` is NULL (refused) or
-// writable for its `struct_size`.
+// No other thread frees `pool` during the call (any pointer is checked first);
+// `out` is NULL (refused) or writable for its `struct_size`.
 int pz_pool_stats(const struct pz_pool *pool, struct pz_pool_stats *out);
 
 // Destroys a pool: joins its scrubbers and unmaps its memory. `-EBUSY` (and the
 // pool stays usable) while chunks are outstanding: free them first.
 //
 // # Safety
-// `pool` is NULL (refused) or a live pool; no other call on it runs during
-// this one, nor after it unless it returned `-EBUSY`.
+// No other call on `pool` runs during this one, nor after it unless it
+// returned `-EBUSY` (any pointer is checked first).
 int pz_pool_destroy(struct pz_pool *pool);
 
 // Maps `size` bytes (rounded up to the page size) of a `PZ_PAGE_*` kind into a
@@ -392,7 +396,8 @@ int pz_region_map(size_t size, int kind, struct pz_region **out);
 // The first byte of the region's memory; NULL for a NULL region.
 //
 // # Safety
-// `region` is NULL or a live region from `pz_region_map`.
+// No other thread frees `region` during the call (any pointer is checked
+// first).
 void *pz_region_ptr(const struct pz_region *region);
 
 // The region's length in bytes (the rounded size); 0 for a NULL region.
@@ -404,9 +409,9 @@ size_t pz_region_len(const struct pz_region *region);
 // Unmaps a region and frees its handle. NULL is `-EINVAL`.
 //
 // # Safety
-// `region` is NULL or a live region from `pz_region_map`; this is the last
-// call on it (no other call on it runs during or after it), and nothing
-// touches its memory afterwards.
+// This is the last call on `region` (no other call on it runs during or
+// after it; any pointer is checked first), and nothing touches its memory
+// afterwards.
 int pz_region_unmap(struct pz_region *region);
 
 // Populates `[ptr, ptr+len)` for writing with `threads` threads (>= 1); the
@@ -439,8 +444,9 @@ int pz_service_connect(const char *path, struct pz_service **out);
 // uid not allowed, `-ENOTCONN`: `svc` NULL). Free with `pz_service_free`.
 //
 // # Safety
-// `svc` is NULL or a live connection; `out` is NULL (refused) or writable for
-// a pointer; `source_out` is NULL or writable for an `int`.
+// No other thread frees `svc` during the call (any pointer is checked first);
+// `out` is NULL (refused) or writable for a pointer; `source_out` is NULL or
+// writable for an `int`.
 int pz_service_alloc(const struct pz_service *svc,
                      size_t bytes,
                      int page,
@@ -451,7 +457,7 @@ int pz_service_alloc(const struct pz_service *svc,
 // The first byte of the memory; NULL for a NULL handle.
 //
 // # Safety
-// `mem` is NULL or live memory from `pz_service_alloc`.
+// No other thread frees `mem` during the call (any pointer is checked first).
 void *pz_service_memory_ptr(const struct pz_service_memory *mem);
 
 // The memory's length in bytes (the rounded size); 0 for a NULL handle.
@@ -466,8 +472,8 @@ size_t pz_service_memory_len(const struct pz_service_memory *mem);
 // segment (local memory has none).
 //
 // # Safety
-// `mem` is NULL (refused) or live memory from `pz_service_alloc`; each output
-// is NULL (refused) or writable.
+// No other thread frees `mem` during the call (any pointer is checked
+// first); each output is NULL (refused) or writable.
 int pz_service_segment(const struct pz_service_memory *mem,
                        size_t index,
                        int *fd_out,
@@ -478,17 +484,17 @@ int pz_service_segment(const struct pz_service_memory *mem,
 // is `-EINVAL`. Works after `pz_service_disconnect` too.
 //
 // # Safety
-// `mem` is NULL or live memory from `pz_service_alloc`; this is the last call
-// on it (no other call on it runs during or after it), and nothing touches
-// the memory or its segments' fds afterwards.
+// This is the last call on `mem` (no other call on it runs during or after
+// it; any pointer is checked first), and nothing touches the memory or its
+// segments' fds afterwards.
 int pz_service_free(struct pz_service_memory *mem);
 
 // Closes the connection. Memory already allocated stays valid until
 // `pz_service_free`. NULL is `-EINVAL`.
 //
 // # Safety
-// `svc` is NULL or a live connection from `pz_service_connect`; this is the
-// last call on it (no other call on it runs during or after it).
+// This is the last call on `svc` (no other call on it runs during or after
+// it; any pointer is checked first).
 int pz_service_disconnect(struct pz_service *svc);
 
 // Copies `len` bytes with streaming stores, then drains. No overlap allowed.

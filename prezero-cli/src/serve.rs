@@ -257,7 +257,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             fmt_size(p.cap)
         );
     }
-    // Dropped after the server stops (on SIGINT/SIGTERM): the pools go back.
+    // Dropped after the server stops (on SIGINT, SIGTERM or SIGHUP): the pools go back.
     let _reservations = if args.reserve {
         // One reservation per page size, for all its pools together.
         let mut pages_of: std::collections::BTreeMap<usize, (PageKind, usize)> = Default::default();

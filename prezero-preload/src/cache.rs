@@ -534,12 +534,7 @@ fn ensure_scrubber() {
 /// The scrubber: at `SCHED_IDLE`, prefills, clears Dirty blocks with
 /// streaming stores, and gives idle memory back.
 fn scrub() {
-    let param = libc::sched_param { sched_priority: 0 };
-    // SAFETY: changes this thread's own policy; failure leaves it normal.
-    if unsafe { libc::sched_setscheduler(0, libc::SCHED_IDLE, &param) } != 0 {
-        // SAFETY: as above.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, 19) };
-    }
+    prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut g = lock();
     let prefill = std::mem::take(&mut g.cache().prefill);
     if prefill > 0 {

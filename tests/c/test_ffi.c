@@ -259,6 +259,10 @@ static void test_regions_and_prefault(void)
 	RC(pz_prefault(p, len, 3), 0);
 	memset(p, 1, len);
 	RC(pz_region_unmap(r), 0);
+	RC(pz_region_unmap(r), -EINVAL); /* unmapped twice */
+	CHECK(pz_region_ptr(r) == NULL && pz_region_len(r) == 0); /* freed: not read */
+	int local;
+	RC(pz_region_unmap((struct pz_region *)&local), -EINVAL); /* never a handle */
 	RC(pz_region_unmap(NULL), -EINVAL);
 	CHECK(pz_region_ptr(NULL) == NULL && pz_region_len(NULL) == 0);
 	struct pz_region *untouched = (struct pz_region *)&len; /* left as it was on failure */
@@ -347,6 +351,7 @@ static void test_pool(void)
 	RC(pz_pool_stats(pool, NULL), -EINVAL);
 
 	RC(pz_pool_destroy(pool), 0);
+	RC(pz_pool_destroy(pool), -EINVAL); /* destroyed twice */
 	RC(pz_pool_destroy(NULL), -EINVAL);
 }
 
@@ -371,7 +376,15 @@ static void test_service_absent(void)
 	RC(pz_service_segment(m, 0, &fd, &off, &slen), -ENOENT);
 	RC(pz_service_segment(m, 0, NULL, &off, &slen), -EINVAL);
 	RC(pz_service_segment(NULL, 0, &fd, &off, &slen), -EINVAL);
+	RC(pz_service_segment((struct pz_service_memory *)p, 0, &fd, &off, &slen), -EINVAL); /* the memory, not its handle */
+	RC(pz_service_free((struct pz_service_memory *)((char *)p + 4096)), -EINVAL);
+	struct pz_region *r = NULL;
+	RC(pz_region_map(4096, PZ_PAGE_BASE, &r), 0);
+	RC(pz_service_free((struct pz_service_memory *)r), -EINVAL); /* a handle of another type */
+	RC(pz_region_unmap(r), 0);
 	RC(pz_service_free(m), 0);
+	RC(pz_service_free(m), -EINVAL); /* freed twice */
+	CHECK(pz_service_memory_ptr(m) == NULL && pz_service_memory_len(m) == 0);
 	RC(pz_service_free(NULL), -EINVAL);
 	CHECK(pz_service_memory_ptr(NULL) == NULL && pz_service_memory_len(NULL) == 0);
 	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, &m, NULL), 0); /* source optional */

@@ -1,8 +1,11 @@
 //! What every area of the C ABI shares: the panic boundary, and turning C's
 //! pointers, sizes and handles into Rust values or error codes.
 
+use std::any::TypeId;
+use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::RwLock;
 
 use crate::error::{Error, Result};
 
@@ -81,29 +84,69 @@ pub(super) unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
     Ok(())
 }
 
+/// Every live handle: its address and the type behind it. A handle C passes
+/// is looked up here before it is dereferenced, so one freed already, one of
+/// another type, or any other pointer is `-EINVAL`, never undefined
+/// behaviour. (What the registry cannot catch: a handle freed by one thread
+/// while another uses it, which the header forbids, and a freed handle whose
+/// address a new handle of the same type has taken, as a closed fd's number
+/// comes back.) A read lock per call:
+/// calls on live handles from many threads do not wait for each other.
+static LIVE: RwLock<BTreeMap<usize, TypeId>> = RwLock::new(BTreeMap::new());
+
+fn is_live<T: 'static>(h: *const T) -> bool {
+    let live = LIVE.read().unwrap_or_else(|e| e.into_inner());
+    live.get(&(h as usize)) == Some(&TypeId::of::<T>())
+}
+
+fn not_live(what: &str) -> Error {
+    inval(&format!("not a live {what} (freed already, or never one)"))
+}
+
 /// Hands `value` to C as an opaque handle, owned by the caller until the one
 /// call that frees it ([`free_handle`]).
-pub(super) fn into_handle<T>(value: T) -> *mut T {
-    Box::into_raw(Box::new(value))
+pub(super) fn into_handle<T: 'static>(value: T) -> *mut T {
+    let h = Box::into_raw(Box::new(value));
+    let mut live = LIVE.write().unwrap_or_else(|e| e.into_inner());
+    live.insert(h as usize, TypeId::of::<T>());
+    h
 }
 
-/// A live handle as a shared reference: NULL is an error.
+/// A live handle as a shared reference: NULL, a freed handle, a handle of
+/// another type and any other pointer are errors.
 ///
 /// # Safety
-/// `h` is NULL or came from [`into_handle`] and has not been freed.
-pub(super) unsafe fn handle<'a, T>(h: *const T, what: &str) -> Result<&'a T> {
-    // SAFETY: NULL or a live handle (the C caller's promise); shared access only.
-    unsafe { h.as_ref() }.ok_or_else(|| inval(&format!("NULL {what}")))
-}
-
-/// Takes a handle back from C and drops what it holds: NULL is an error.
-///
-/// # Safety
-/// As [`handle`], and this is the last call on it: no other call on the handle
-/// runs during or after it.
-pub(super) unsafe fn free_handle<T>(h: *mut T, what: &str) -> Result<()> {
+/// No other thread frees `h` while the reference lives (the C caller's
+/// promise: a handle's free is its last call).
+pub(super) unsafe fn handle<'a, T: 'static>(h: *const T, what: &str) -> Result<&'a T> {
     not_null(h, what)?;
-    // SAFETY: from Box::into_raw in into_handle; the caller's last call on it.
+    if !is_live(h) {
+        return Err(not_live(what));
+    }
+    // SAFETY: registered by into_handle (a live Box of T) and not freed since;
+    // shared access only.
+    Ok(unsafe { &*h })
+}
+
+/// Takes a handle back from C and drops what it holds: NULL, a handle freed
+/// already and anything else not live are errors.
+///
+/// # Safety
+/// No other call on the handle runs during or after this one.
+pub(super) unsafe fn free_handle<T: 'static>(h: *mut T, what: &str) -> Result<()> {
+    not_null(h, what)?;
+    let removed = {
+        let mut live = LIVE.write().unwrap_or_else(|e| e.into_inner());
+        match live.get(&(h as usize)) {
+            Some(t) if *t == TypeId::of::<T>() => live.remove(&(h as usize)).is_some(),
+            _ => false,
+        }
+    };
+    if !removed {
+        return Err(not_live(what));
+    }
+    // SAFETY: from Box::into_raw in into_handle, and just taken out of the
+    // registry by this call alone, so dropped once.
     drop(unsafe { Box::from_raw(h) });
     Ok(())
 }

@@ -14,8 +14,10 @@
 //! out where it is defined and pinned by a test below, so no change on the Rust
 //! side (an enum reordered, a kernel added) moves one. Each handle
 //! (`pz_region`, `pz_pool`, `pz_service`, `pz_service_memory`) is a `Box` made
-//! by one call and freed by one other, at most once; NULL is refused, and
-//! anything else not from that call cannot be checked (the `# Safety` sections).
+//! by one call and freed by one other, registered among the live handles in
+//! between (`helpers::into_handle`): a pointer that is not a live handle of the
+//! type a call takes (NULL, freed, another type's, garbage) is refused with
+//! `-EINVAL` before anything reads it.
 //!
 //! Memory passed in as `(ptr, len)` must be valid for `len` bytes as the
 //! function documents: that much C has to promise, as with `memset`.

@@ -86,7 +86,7 @@ pub unsafe extern "C" fn pz_pool_config_init(cfg: *mut PzPoolConfig) -> c_int {
 
 /// A pool of pre-zeroed chunks (opaque). Thread-safe: every `pz_pool_*` call may
 /// be made from any thread at the same time, except `pz_pool_destroy`, which
-/// must be the last call on the pool and made at most once.
+/// must be the last call on the pool (a second one is `-EINVAL`).
 pub struct PzPool {
     pool: Pool,
 }
@@ -132,7 +132,7 @@ pub unsafe extern "C" fn pz_pool_new(cfg: *const PzPoolConfig, out: *mut *mut Pz
 /// The pool behind a handle; NULL is an error.
 ///
 /// # Safety
-/// `p` is NULL or a live pool from `pz_pool_new`.
+/// No other thread frees `p` during the call (any pointer is checked first).
 unsafe fn pool_ref<'a>(p: *const PzPool) -> Result<&'a Pool> {
     // SAFETY: the caller's promise.
     unsafe { handle(p, "pool") }.map(|p| &p.pool)
@@ -163,8 +163,8 @@ unsafe fn alloc_into(
 /// `-EAGAIN` when the pool is exhausted; `-EIO` if verify mode caught non-zero memory.
 ///
 /// # Safety
-/// `pool` is NULL (refused) or a live pool; `out` is NULL (refused) or
-/// writable for a pointer.
+/// No other thread frees `pool` during the call (any pointer is checked first);
+/// `out` is NULL (refused) or writable for a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_alloc_zeroed(pool: *mut PzPool, out: *mut *mut c_void) -> c_int {
     // SAFETY: forwarded from the caller.
@@ -204,8 +204,8 @@ pub unsafe extern "C" fn pz_pool_alloc(pool: *mut PzPool, out: *mut *mut c_void)
 /// (foreign, interior, already freed) is `-EINVAL` and changes nothing.
 ///
 /// # Safety
-/// `pool` is NULL (refused) or a live pool; nothing touches the chunk after
-/// it is returned.
+/// No other thread frees `pool` during the call (any pointer is checked first);
+/// nothing touches the chunk after it is returned.
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_free(pool: *mut PzPool, chunk: *mut c_void) -> c_int {
     guard(|| {
@@ -220,7 +220,8 @@ pub unsafe extern "C" fn pz_pool_free(pool: *mut PzPool, chunk: *mut c_void) -> 
 /// receives the bytes given back.
 ///
 /// # Safety
-/// `pool` is NULL (refused) or a live pool; `released` is NULL or writable.
+/// No other thread frees `pool` during the call (any pointer is checked first);
+/// `released` is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_trim(
     pool: *mut PzPool,
@@ -281,8 +282,8 @@ pub struct PzPoolStats {
 /// Fills `*out`, whose `struct_size` the caller sets to `sizeof(pz_pool_stats)`.
 ///
 /// # Safety
-/// `pool` is NULL (refused) or a live pool; `out` is NULL (refused) or
-/// writable for its `struct_size`.
+/// No other thread frees `pool` during the call (any pointer is checked first);
+/// `out` is NULL (refused) or writable for its `struct_size`.
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_stats(pool: *const PzPool, out: *mut PzPoolStats) -> c_int {
     guard(|| {
@@ -321,8 +322,8 @@ pub unsafe extern "C" fn pz_pool_stats(pool: *const PzPool, out: *mut PzPoolStat
 /// pool stays usable) while chunks are outstanding: free them first.
 ///
 /// # Safety
-/// `pool` is NULL (refused) or a live pool; no other call on it runs during
-/// this one, nor after it unless it returned `-EBUSY`.
+/// No other call on `pool` runs during this one, nor after it unless it
+/// returned `-EBUSY` (any pointer is checked first).
 #[no_mangle]
 pub unsafe extern "C" fn pz_pool_destroy(pool: *mut PzPool) -> c_int {
     guard(|| {

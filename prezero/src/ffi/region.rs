@@ -28,7 +28,7 @@ pub(super) fn page_kind(k: c_int) -> Result<PageKind> {
 
 /// A mapping from `pz_region_map` (opaque). Thread-safe: `pz_region_ptr` and
 /// `pz_region_len` may be called from any thread at once; `pz_region_unmap`
-/// must be the last call on it, made at most once. Its memory is the caller's
+/// must be the last call on it (a second one is `-EINVAL`). Its memory is the caller's
 /// to use, from any thread, until then.
 pub struct PzRegion {
     region: Region,
@@ -53,7 +53,8 @@ pub unsafe extern "C" fn pz_region_map(size: usize, kind: c_int, out: *mut *mut 
 /// The first byte of the region's memory; NULL for a NULL region.
 ///
 /// # Safety
-/// `region` is NULL or a live region from `pz_region_map`.
+/// No other thread frees `region` during the call (any pointer is checked
+/// first).
 #[no_mangle]
 pub unsafe extern "C" fn pz_region_ptr(region: *const PzRegion) -> *mut c_void {
     // SAFETY: NULL or live (the caller's promise).
@@ -73,9 +74,9 @@ pub unsafe extern "C" fn pz_region_len(region: *const PzRegion) -> usize {
 /// Unmaps a region and frees its handle. NULL is `-EINVAL`.
 ///
 /// # Safety
-/// `region` is NULL or a live region from `pz_region_map`; this is the last
-/// call on it (no other call on it runs during or after it), and nothing
-/// touches its memory afterwards.
+/// This is the last call on `region` (no other call on it runs during or
+/// after it; any pointer is checked first), and nothing touches its memory
+/// afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn pz_region_unmap(region: *mut PzRegion) -> c_int {
     // SAFETY: the caller's promise, as documented.

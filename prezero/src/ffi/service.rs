@@ -19,8 +19,8 @@ pub const PZ_SOURCE_SERVICE: c_int = 0;
 pub const PZ_SOURCE_LOCAL: c_int = 1;
 
 /// A connection to `prezero serve` (opaque). Thread-safe: calls may be made from
-/// any thread at once, except `pz_service_disconnect`, the last call on it,
-/// made at most once.
+/// any thread at once, except `pz_service_disconnect`, the last call on it (a
+/// second one is `-EINVAL`).
 pub struct PzService {
     client: Client,
 }
@@ -28,7 +28,7 @@ pub struct PzService {
 /// Memory from `pz_service_alloc` (opaque), independent of the connection that
 /// served it. Thread-safe: `pz_service_memory_ptr`, `pz_service_memory_len`
 /// and `pz_service_segment` may be called from any thread at once;
-/// `pz_service_free` must be the last call on it, made at most once. The
+/// `pz_service_free` must be the last call on it (a second one is `-EINVAL`). The
 /// memory is the caller's to use, from any thread, until then.
 pub struct PzServiceMemory {
     memory: ServiceMemory,
@@ -82,8 +82,9 @@ pub unsafe extern "C" fn pz_service_connect(
 /// uid not allowed, `-ENOTCONN`: `svc` NULL). Free with `pz_service_free`.
 ///
 /// # Safety
-/// `svc` is NULL or a live connection; `out` is NULL (refused) or writable for
-/// a pointer; `source_out` is NULL or writable for an `int`.
+/// No other thread frees `svc` during the call (any pointer is checked first);
+/// `out` is NULL (refused) or writable for a pointer; `source_out` is NULL or
+/// writable for an `int`.
 #[no_mangle]
 pub unsafe extern "C" fn pz_service_alloc(
     svc: *const PzService,
@@ -108,7 +109,7 @@ pub unsafe extern "C" fn pz_service_alloc(
             local = Client::local("no connection (pz_service_alloc was given NULL)");
             &local
         } else {
-            // SAFETY: a non-NULL svc is a live connection (the caller's promise).
+            // SAFETY: handle() checks svc is a live connection; the caller promises no one frees it meanwhile.
             unsafe { &handle(svc, "connection")?.client }
         };
         let memory = client.alloc_with(bytes, kind, opts)?;
@@ -128,7 +129,7 @@ pub unsafe extern "C" fn pz_service_alloc(
 /// The first byte of the memory; NULL for a NULL handle.
 ///
 /// # Safety
-/// `mem` is NULL or live memory from `pz_service_alloc`.
+/// No other thread frees `mem` during the call (any pointer is checked first).
 #[no_mangle]
 pub unsafe extern "C" fn pz_service_memory_ptr(mem: *const PzServiceMemory) -> *mut c_void {
     // SAFETY: NULL or live (the caller's promise).
@@ -151,8 +152,8 @@ pub unsafe extern "C" fn pz_service_memory_len(mem: *const PzServiceMemory) -> u
 /// segment (local memory has none).
 ///
 /// # Safety
-/// `mem` is NULL (refused) or live memory from `pz_service_alloc`; each output
-/// is NULL (refused) or writable.
+/// No other thread frees `mem` during the call (any pointer is checked
+/// first); each output is NULL (refused) or writable.
 #[no_mangle]
 pub unsafe extern "C" fn pz_service_segment(
     mem: *const PzServiceMemory,
@@ -186,9 +187,9 @@ pub unsafe extern "C" fn pz_service_segment(
 /// is `-EINVAL`. Works after `pz_service_disconnect` too.
 ///
 /// # Safety
-/// `mem` is NULL or live memory from `pz_service_alloc`; this is the last call
-/// on it (no other call on it runs during or after it), and nothing touches
-/// the memory or its segments' fds afterwards.
+/// This is the last call on `mem` (no other call on it runs during or after
+/// it; any pointer is checked first), and nothing touches the memory or its
+/// segments' fds afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn pz_service_free(mem: *mut PzServiceMemory) -> c_int {
     // SAFETY: the caller's promise, as documented.
@@ -199,8 +200,8 @@ pub unsafe extern "C" fn pz_service_free(mem: *mut PzServiceMemory) -> c_int {
 /// `pz_service_free`. NULL is `-EINVAL`.
 ///
 /// # Safety
-/// `svc` is NULL or a live connection from `pz_service_connect`; this is the
-/// last call on it (no other call on it runs during or after it).
+/// This is the last call on `svc` (no other call on it runs during or after
+/// it; any pointer is checked first).
 #[no_mangle]
 pub unsafe extern "C" fn pz_service_disconnect(svc: *mut PzService) -> c_int {
     // SAFETY: the caller's promise, as documented.

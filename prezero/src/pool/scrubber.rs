@@ -22,6 +22,15 @@ pub enum ScrubPriority {
     Normal,
 }
 
+impl ScrubPriority {
+    /// Puts the calling thread at this priority, as the pool's scrubbers are
+    /// (for scrubbers of one's own: the LD_PRELOAD front's). Returns the
+    /// scheduling in force, as [`PoolStats`](crate::PoolStats) reports it.
+    pub fn apply_to_current_thread(self) -> &'static str {
+        crate::sys::set_priority(0, self)
+    }
+}
+
 /// Bytes cleared between checks for shutdown: at ~10 GB/s, 100 us.
 const STEP: usize = 1 << 20;
 
@@ -38,7 +47,7 @@ pub(super) fn spawn(
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push(sys::gettid());
-            let got = sys::set_priority(0, priority);
+            let got = priority.apply_to_current_thread();
             *shared.priority.lock().unwrap_or_else(|e| e.into_inner()) = got;
             run(&shared);
         })
