@@ -771,7 +771,10 @@ fn a_calloc_does_not_wait_for_a_starved_scrubber() {
         let r = run(b, &["starve"], &[STATS], true);
         r.ok();
         let worst = number_after(&r.stdout, "worst");
-        assert!(worst < 150.0, "a calloc took {worst} ms");
+        // Waiting for the starved scrubber held a calloc for most of a second;
+        // clearing 64 MiB itself, on a core shared with two spinners (and, on a
+        // busy CI machine, a compiler), took up to 160 ms.
+        assert!(worst < 400.0, "a calloc took {worst} ms");
     }
 }
 
