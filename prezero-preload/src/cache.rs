@@ -622,6 +622,9 @@ extern "C" fn in_child() {
         libc::pthread_cond_init(SHARED.cond.get(), std::ptr::null());
         let c = (*SHARED.cache.get()).as_mut().expect("started");
         c.scrubber = false;
+        // A prefill the parent's scrubber had not begun is the parent's: the
+        // child is not the program `PREZERO_PREFILL_PID` names.
+        c.prefill = 0;
         c.blocks.abandon_busy();
         // The parent's waiting threads do not exist here.
         WAITING.store(0, Ordering::Relaxed);

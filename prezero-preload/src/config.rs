@@ -61,6 +61,11 @@ pub fn parse_size(s: &[u8]) -> Option<usize> {
     n.checked_mul(1usize << shift)
 }
 
+/// A pid: digits only (the size parser would read `1K` as 1024).
+fn pid(s: &[u8]) -> Option<usize> {
+    s.iter().all(u8::is_ascii_digit).then(|| parse_size(s))?
+}
+
 /// A field of /proc/meminfo in bytes, read into a stack buffer.
 fn meminfo(field: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 4096];
@@ -98,7 +103,7 @@ impl Config {
                 .unwrap_or(1 << 20)
                 .max(MIN_THRESHOLD),
             cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
-            prefill: match env(c"PREZERO_PREFILL_PID").map(parse_size) {
+            prefill: match env(c"PREZERO_PREFILL_PID").map(pid) {
                 // SAFETY: getpid has no preconditions.
                 Some(pid) if pid != Some(unsafe { libc::getpid() } as usize) => 0,
                 _ => size(c"PREZERO_PREFILL").unwrap_or(0),

@@ -70,8 +70,13 @@ impl Error {
         Error::Os { call, source }
     }
 
-    /// The matching negative errno, for the C ABI and for callers who think in errno.
+    /// The matching errno (positive: the C ABI returns it negated), for the C
+    /// ABI and for callers who think in errno. Always in 1..=4095: a code from
+    /// outside (the daemon's answer, the OS) that is not a real errno reads as
+    /// `EPROTO` or `EIO`, so a lying daemon can never make a C call report
+    /// success or a positive number.
     pub fn errno(&self) -> i32 {
+        let real = |e: i32| (1..=4095).contains(&e);
         match self {
             Error::Unsupported { .. } => libc::ENOTSUP,
             Error::InvalidArgument(_) => libc::EINVAL,
@@ -79,8 +84,12 @@ impl Error {
             Error::Exhausted { .. } => libc::EAGAIN,
             Error::NotZero { .. } => libc::EIO,
             Error::Busy => libc::EBUSY,
-            Error::Service { errno, .. } => *errno,
-            Error::Os { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            Error::Service { errno, .. } if real(*errno) => *errno,
+            Error::Service { .. } => libc::EPROTO,
+            Error::Os { source, .. } => source
+                .raw_os_error()
+                .filter(|e| real(*e))
+                .unwrap_or(libc::EIO),
         }
     }
 }
@@ -127,3 +136,24 @@ impl std::error::Error for Error {
 
 /// Shorthand used throughout the crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::Error;
+
+    #[test]
+    fn a_peers_code_that_is_no_errno_never_reads_as_success() {
+        for bad in [0, -12, i32::MIN, 4096, i32::MAX] {
+            let e = Error::Service {
+                errno: bad,
+                reason: String::new(),
+            };
+            assert_eq!(e.errno(), libc::EPROTO, "{bad}");
+        }
+        let e = Error::Service {
+            errno: libc::ENOMEM,
+            reason: String::new(),
+        };
+        assert_eq!(e.errno(), libc::ENOMEM);
+    }
+}
