@@ -42,6 +42,9 @@ export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $sysroot"
 # Its own target dir, so the native builds are never blocked on its lock.
 export CARGO_TARGET_DIR=target/aarch64
+# No debug info: the cross build is most of this stage's time, and backtraces
+# from under qemu are all it would add.
+export CARGO_PROFILE_DEV_DEBUG=false
 
 start=$SECONDS
 # Unit, integration and doc tests, all through the runner.
