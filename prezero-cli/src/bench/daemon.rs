@@ -1,6 +1,7 @@
 //! The `prezero serve` a bench measures: the one at `--socket`, or a private
 //! one the bench starts on a temporary socket and stops when done.
 
+use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -91,8 +92,18 @@ impl PrivateDaemon {
         reserve: bool,
     ) -> Result<PrivateDaemon, String> {
         let target = target.next_multiple_of(segment);
-        let dir = std::env::temp_dir().join(format!("prezero-bench-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        // A new directory of our own (0700; refused if the name exists), so no
+        // other user can plant a socket or a symlink for the log: this runs as
+        // root under --reserve.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+        let dir =
+            std::env::temp_dir().join(format!("prezero-bench-{}-{nanos}", std::process::id()));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
         let socket = dir.join("s.sock");
         let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
         let exe = std::env::current_exe().map_err(|e| e.to_string())?;
