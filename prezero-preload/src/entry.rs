@@ -72,10 +72,14 @@ fn boot() -> u8 {
     };
     // SAFETY: only this thread writes NEXT, before publishing STATE.
     unsafe { *NEXT.0.get() = Some(n) };
-    NEXT_MALLOC.store(n.malloc as *mut (), Ordering::Relaxed);
-    NEXT_FREE.store(n.free as *mut (), Ordering::Relaxed);
-    NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Relaxed);
     STATE.store(FORWARD, Ordering::Release);
+    // After STATE, Release (read with Acquire: plain loads on x86): a thread
+    // that has taken one pointer's new value and still finds another's slow
+    // path there finds the next allocator known when it gets there, so its
+    // block is forwarded, not leaked.
+    NEXT_MALLOC.store(n.malloc as *mut (), Ordering::Release);
+    NEXT_FREE.store(n.free as *mut (), Ordering::Release);
+    NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Release);
     let cfg = Config::from_env();
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
     if !cache::start(cfg) {
@@ -133,8 +137,7 @@ fn wants_cache(size: usize) -> bool {
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
     if size < THRESHOLD.load(Ordering::Relaxed) {
-        // Relaxed: either value of the pointer is a whole `malloc`.
-        let f = NEXT_MALLOC.load(Ordering::Relaxed);
+        let f = NEXT_MALLOC.load(Ordering::Acquire);
         // SAFETY: NEXT_MALLOC holds `malloc_slow` or the next allocator's
         // malloc, both of this signature.
         return unsafe { std::mem::transmute::<*mut (), next::Malloc>(f)(size) };
@@ -180,7 +183,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if next::in_arena(a) {
         return arena_free();
     }
-    let f = NEXT_FREE.load(Ordering::Relaxed);
+    let f = NEXT_FREE.load(Ordering::Acquire);
     // SAFETY: NEXT_FREE holds `free_slow` or the next allocator's free, both
     // of this signature; `p` is not ours (so the next allocator's, NULL, or
     // the program's bug, as it would be without us).
@@ -214,7 +217,7 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     // Small, and not ours: the next allocator's business whatever `p` is
     // (NULL, or `size` 0, it answers as it would without us).
     if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) && !next::in_arena(a) {
-        let f = NEXT_REALLOC.load(Ordering::Relaxed);
+        let f = NEXT_REALLOC.load(Ordering::Acquire);
         // SAFETY: NEXT_REALLOC holds `realloc_slow` or the next allocator's
         // realloc, both of this signature; `p` is not ours.
         return unsafe { std::mem::transmute::<*mut (), next::Realloc>(f)(p, size) };
