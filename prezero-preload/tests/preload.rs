@@ -919,7 +919,7 @@ fn valgrind_memcheck_under_the_preload() {
     let Some(b) = built() else { return };
     let _s = serial();
     if Command::new("valgrind").arg("--version").output().is_err() {
-        println!("skipped: valgrind is not installed (scripts/preload-tests.sh installs it)");
+        println!("skipped: valgrind is not installed (.ci/run installs it)");
         return;
     }
     let vg = [

@@ -194,11 +194,14 @@ fn words_of<const W: usize>(s: Streamer) {
                 let dst: &mut [[u64; W]] = unsafe {
                     std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(start).cast(), count)
                 };
-                s.fill_words_grouped(dst, group, &head, &tail, offsets, |i, is_head| {
+                // Through `dyn`: a closure here is a new type for every W, and each
+                // would compile the whole register-form engine again (minutes).
+                let produce: &mut dyn FnMut(usize, bool) -> [u64; 3] = &mut |i, is_head| {
                     assert_eq!(is_head, i % group == 0);
                     [i as u64, !(i as u64), i as u64 * 7]
-                })
-                .unwrap();
+                };
+                s.fill_words_grouped(dst, group, &head, &tail, offsets, produce)
+                    .unwrap();
                 for i in 0..count {
                     let mut e = if i % group == 0 { head } else { tail };
                     e[0] = i as u64;
@@ -227,7 +230,9 @@ fn words_of<const W: usize>(s: Streamer) {
     }
     // No varying word: plain replication.
     let mut v = vec![[0u64; W]; 10];
-    s.fill_words(&mut v, &tail, [], |_| []).unwrap();
+    let nothing: &mut dyn FnMut(usize, bool) -> [u64; 0] = &mut |_, _| [];
+    s.fill_words_grouped(&mut v, usize::MAX, &tail, &tail, [], nothing)
+        .unwrap();
     assert!(v.iter().all(|r| *r == tail));
 }
 
