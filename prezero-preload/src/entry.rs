@@ -28,11 +28,14 @@ const NONE: u8 = 4;
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Where small requests and frees of memory not ours go: our own slow paths
-/// until start-up has found the next allocator, then its `malloc`, `free` and
-/// `realloc` (the `memchr` crate's self-replacing pointer). After start-up a
-/// program of small allocations pays a comparison or two and one jump per
-/// call: no state to check, no NULL test.
+/// until start-up has found the next allocator, then its `malloc`, `calloc`,
+/// `free` and `realloc` (the `memchr` crate's self-replacing pointer). After
+/// start-up a program of small allocations pays a comparison or two and one
+/// jump per call: no state to check, no NULL test. `free` and `realloc` stay
+/// on the slow paths, which know the start-up arena, if the arena served any
+/// call (see [`next::close_arena`]).
 static NEXT_MALLOC: AtomicPtr<()> = AtomicPtr::new(malloc_slow as *mut ());
+static NEXT_CALLOC: AtomicPtr<()> = AtomicPtr::new(calloc_slow as *mut ());
 static NEXT_FREE: AtomicPtr<()> = AtomicPtr::new(free_slow as *mut ());
 static NEXT_REALLOC: AtomicPtr<()> = AtomicPtr::new(realloc_slow as *mut ());
 
@@ -73,13 +76,19 @@ fn boot() -> u8 {
     // SAFETY: only this thread writes NEXT, before publishing STATE.
     unsafe { *NEXT.0.get() = Some(n) };
     STATE.store(FORWARD, Ordering::Release);
+    // After STATE, so a thread still in the arena's allocation when it closes
+    // finds the next allocator known.
+    let arena_used = next::close_arena();
     // After STATE, Release (read with Acquire: plain loads on x86): a thread
     // that has taken one pointer's new value and still finds another's slow
     // path there finds the next allocator known when it gets there, so its
     // block is forwarded, not leaked.
     NEXT_MALLOC.store(n.malloc as *mut (), Ordering::Release);
-    NEXT_FREE.store(n.free as *mut (), Ordering::Release);
-    NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Release);
+    NEXT_CALLOC.store(n.calloc as *mut (), Ordering::Release);
+    if !arena_used {
+        NEXT_FREE.store(n.free as *mut (), Ordering::Release);
+        NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Release);
+    }
     let cfg = Config::from_env();
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
     if !cache::start(cfg) {
@@ -151,7 +160,8 @@ extern "C" fn malloc_slow(size: usize) -> *mut c_void {
         (Some(n), true) if wants_cache(size) => large(size, 16, false, n),
         // SAFETY: forwarded with the caller's arguments.
         (Some(n), _) => unsafe { (n.malloc)(size) },
-        (None, _) => next::arena_alloc(size),
+        // Closed: start-up has just found the next allocator.
+        (None, _) => next::arena_alloc(size).unwrap_or_else(|| malloc_slow(size)),
     }
 }
 
@@ -159,6 +169,19 @@ extern "C" fn malloc_slow(size: usize) -> *mut c_void {
 /// As C's `calloc`.
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
+    if let Some(total) = count.checked_mul(size) {
+        if total < THRESHOLD.load(Ordering::Relaxed) {
+            let f = NEXT_CALLOC.load(Ordering::Acquire);
+            // SAFETY: NEXT_CALLOC holds `calloc_slow` or the next allocator's
+            // calloc, both of this signature.
+            return unsafe { std::mem::transmute::<*mut (), next::Calloc>(f)(count, size) };
+        }
+    }
+    calloc_slow(count, size)
+}
+
+#[inline(never)]
+extern "C" fn calloc_slow(count: usize, size: usize) -> *mut c_void {
     let Some(total) = count.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return std::ptr::null_mut();
@@ -167,8 +190,9 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
         (Some(n), true) if wants_cache(total) => large(total, 16, true, n),
         // SAFETY: forwarded with the caller's arguments.
         (Some(n), _) => unsafe { (n.calloc)(count, size) },
-        // The arena is static and never reused: zero.
-        (None, _) => next::arena_alloc(total),
+        // The arena is static and never reused: zero. Closed: start-up has
+        // just found the next allocator.
+        (None, _) => next::arena_alloc(total).unwrap_or_else(|| calloc_slow(count, size)),
     }
 }
 
@@ -180,26 +204,20 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if cache::owns(a) {
         return cache::free(a);
     }
-    if next::in_arena(a) {
-        return arena_free();
-    }
     let f = NEXT_FREE.load(Ordering::Acquire);
     // SAFETY: NEXT_FREE holds `free_slow` or the next allocator's free, both
-    // of this signature; `p` is not ours (so the next allocator's, NULL, or
-    // the program's bug, as it would be without us).
+    // of this signature; `p` is not the cache's, and the next allocator's
+    // free is there only if the arena served nothing: so `p` is the next
+    // allocator's, NULL, or the program's bug, as it would be without us.
     unsafe { std::mem::transmute::<*mut (), next::Free>(f)(p) }
 }
 
-/// Arena memory is never reused. Cold, so a `free` of the next allocator's
-/// memory falls straight through to its jump.
-#[cold]
-#[inline(never)]
-fn arena_free() {}
-
-/// `free` of memory not ours before start-up has found the next allocator.
+/// `free` of memory not the cache's before start-up has found the next
+/// allocator, or in a process whose start-up used the arena (whose memory is
+/// never reused).
 #[inline(never)]
 extern "C" fn free_slow(p: *mut c_void) {
-    if p.is_null() {
+    if p.is_null() || next::in_arena(p as usize) {
         return;
     }
     if let (Some(n), _) = state() {
@@ -214,12 +232,14 @@ extern "C" fn free_slow(p: *mut c_void) {
 #[no_mangle]
 pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let a = p as usize;
-    // Small, and not ours: the next allocator's business whatever `p` is
-    // (NULL, or `size` 0, it answers as it would without us).
-    if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) && !next::in_arena(a) {
+    // Small, and not the cache's: the next allocator's business whatever `p`
+    // is (NULL, or `size` 0, it answers as it would without us), unless the
+    // arena's, which NEXT_REALLOC then knows (it is `realloc_slow`).
+    if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) {
         let f = NEXT_REALLOC.load(Ordering::Acquire);
         // SAFETY: NEXT_REALLOC holds `realloc_slow` or the next allocator's
-        // realloc, both of this signature; `p` is not ours.
+        // realloc, both of this signature; the latter only if no pointer is
+        // the arena's, and `p` is not the cache's.
         return unsafe { std::mem::transmute::<*mut (), next::Realloc>(f)(p, size) };
     }
     realloc_slow(p, size)
@@ -309,7 +329,7 @@ fn aligned(align: usize, size: usize) -> *mut c_void {
                 }
             }
         }
-        (None, _) if align <= 16 => next::arena_alloc(size),
+        (None, _) if align <= 16 => next::arena_alloc(size).unwrap_or_else(|| aligned(align, size)),
         (None, _) => std::ptr::null_mut(),
     }
 }

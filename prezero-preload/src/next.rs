@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 pub type Free = unsafe extern "C" fn(*mut c_void);
-type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 pub type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+pub type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
 type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
 type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
@@ -66,7 +66,11 @@ const ARENA: usize = 256 << 10;
 struct Arena([u8; ARENA]);
 
 static mut BOOT: Arena = Arena([0; ARENA]);
+/// Bytes handed out, and [`CLOSED`] once start-up has found the next
+/// allocator: one atomic, so a thread that allocated from the arena before the
+/// close is seen by [`close_arena`], and none allocates after it.
 static BOOT_USED: AtomicUsize = AtomicUsize::new(0);
+const CLOSED: usize = 1 << (usize::BITS - 1);
 
 /// Each arena allocation is preceded by its size, for `realloc` and
 /// `malloc_usable_size`.
@@ -84,20 +88,24 @@ pub fn in_arena(p: usize) -> bool {
 }
 
 /// `size` bytes (zero: the arena is static and never reused), aligned to 16,
-/// or null when the arena is spent.
-pub fn arena_alloc(size: usize) -> *mut c_void {
+/// or null when the arena is spent; `None` once it is closed (the next
+/// allocator is known then: ask it).
+pub fn arena_alloc(size: usize) -> Option<*mut c_void> {
     let Some(need) = size
         .checked_next_multiple_of(16)
         .and_then(|s| s.checked_add(HEADER))
     else {
-        return std::ptr::null_mut();
+        return Some(std::ptr::null_mut());
     };
-    let mut at = BOOT_USED.load(Ordering::Relaxed);
+    let mut at = BOOT_USED.load(Ordering::Acquire);
     loop {
-        if at + need > ARENA {
-            return std::ptr::null_mut();
+        if at & CLOSED != 0 {
+            return None;
         }
-        match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Relaxed, Ordering::Relaxed) {
+        if at + need > ARENA {
+            return Some(std::ptr::null_mut());
+        }
+        match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => break,
             Err(now) => at = now,
         }
@@ -105,11 +113,43 @@ pub fn arena_alloc(size: usize) -> *mut c_void {
     let p = arena_base() + at;
     // SAFETY: [p, p + need) was reserved for this call alone by the exchange.
     unsafe { (p as *mut usize).write(size) };
-    (p + HEADER) as *mut c_void
+    Some((p + HEADER) as *mut c_void)
+}
+
+/// Ends the arena's allocations (called once the next allocator is known) and
+/// tells whether it made any: if none, no pointer the program holds can be the
+/// arena's, and `free` and `realloc` need not ask.
+pub fn close_arena() -> bool {
+    BOOT_USED.fetch_or(CLOSED, Ordering::AcqRel) != 0
 }
 
 /// The size an arena allocation was made with.
 pub fn arena_size(p: usize) -> usize {
     // SAFETY: `p` came from `arena_alloc`, which wrote the size before it.
     unsafe { ((p - HEADER) as *const usize).read() }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The only test of the arena: closing it is for the life of the process.
+    #[test]
+    fn the_arena_serves_until_closed_and_tells_whether_it_served() {
+        let p = arena_alloc(24).expect("open").cast::<u8>();
+        assert!(in_arena(p as usize) && (p as usize).is_multiple_of(16));
+        assert_eq!(arena_size(p as usize), 24);
+        // SAFETY: 24 bytes just handed out, zero as the arena promises.
+        assert!(unsafe { std::slice::from_raw_parts(p, 24) }
+            .iter()
+            .all(|&b| b == 0));
+        assert_eq!(
+            arena_alloc(usize::MAX),
+            Some(std::ptr::null_mut()),
+            "an impossible size"
+        );
+        assert!(close_arena(), "it served one call");
+        assert_eq!(arena_alloc(8), None, "closed");
+        assert!(in_arena(p as usize), "its pointers stay its own");
+    }
 }

@@ -64,7 +64,9 @@ fn shared_object() -> PathBuf {
         }
     }
     // <target>/<triple>/<profile>: the target dir is one more up.
-    if !target.join("CACHEDIR.TAG").exists() {
+    // (cargo marks its target dir with both files; either can be missing, as
+    // CACHEDIR.TAG is when the directory existed before cargo first ran.)
+    if !target.join("CACHEDIR.TAG").exists() && !target.join(".rustc_info.json").exists() {
         if let (Some(triple), Some(up)) = (
             target.file_name().map(|t| t.to_owned()),
             target.parent().map(Path::to_path_buf),
