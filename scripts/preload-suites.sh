@@ -18,20 +18,27 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 # Absolute: the suites run from other directories.
 mkdir -p "$target" && target=$(cd "$target" && pwd)
-cargo build -q -p prezero-preload
-so=$(realpath "$target/debug/libprezero_preload.so")
+# Its own target dir, as prezero-preload/tests/preload.rs builds it (built alone the
+# package takes prezero without its C ABI; in the workspace's dir each would rebuild
+# prezero over the other's).
+CARGO_TARGET_DIR=$target/preload cargo build -q -p prezero-preload
+so=$(realpath "$target/preload/debug/libprezero_preload.so")
 py=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
 threshold=64K
 
-# Runs "$@" plainly and under the preload; prints both outputs' tails into
-# $work/{plain,preload}.out and the preload's stats lines into $work/stats.
+# Runs "$@" plainly and under the preload, at the same time (each is one busy
+# thread, the machines have two cores, and only the results are compared);
+# their outputs go to $work/{plain,preload}.out and the preload's stats lines
+# to $work/stats.
 both() {
-  timeout 600 env -u LD_PRELOAD "$@" >"$work/plain.out" 2>&1 || true
+  timeout 600 env -u LD_PRELOAD "$@" >"$work/plain.out" 2>&1 &
+  local plain=$!
   timeout 600 env PREZERO_THRESHOLD=$threshold PREZERO_STATS=1 LD_PRELOAD="$so" "$@" \
     >"$work/preload.out" 2>&1 || true
+  wait $plain || true
   grep -h '^prezero-preload: pid' "$work/preload.out" >"$work/stats" || true
 }
 

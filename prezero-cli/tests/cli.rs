@@ -522,6 +522,10 @@ fn calibrate_writes_a_profile_the_library_loads() {
         "4K,64K",
         "--reps",
         "1",
+        // As above: the default large extent touches 1 GiB and 4 GiB regions
+        // (half a minute of host faults on a VM).
+        "--large",
+        "16M",
     ]);
     assert!(ok, "{err}");
     assert!(out.contains("figures are off by more than 10%"));

@@ -44,14 +44,16 @@ fn profile_dir() -> PathBuf {
         .to_path_buf()
 }
 
-/// The .so cargo built for this package, built now: an integration test does
-/// not make cargo build (or rebuild) a cdylib-only library. A no-op when it
-/// is up to date.
+/// The .so of this package, built now: an integration test does not make
+/// cargo build (or rebuild) a cdylib-only library. A no-op when it is up to
+/// date. In `<target>/preload`, a target dir of its own: built alone, the
+/// package takes prezero without its C ABI, and in the workspace's dir that
+/// build and every workspace build (which unifies the C ABI back on) would
+/// rebuild prezero over each other's (the cdylib's file name has no hash).
+/// `scripts/preload-suites.sh` uses the same dir.
 fn shared_object() -> PathBuf {
     let dir = profile_dir();
-    let so = dir.join("libprezero_preload.so");
     let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
-    let mut target = dir.parent().expect("target dir").to_path_buf();
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "-p", "prezero-preload"]);
     match profile {
@@ -63,20 +65,24 @@ fn shared_object() -> PathBuf {
             cmd.args(["--profile", other]);
         }
     }
-    // <target>/<triple>/<profile>: the target dir is one more up.
-    // (cargo marks its target dir with both files; either can be missing, as
-    // CACHEDIR.TAG is when the directory existed before cargo first ran.)
-    if !target.join("CACHEDIR.TAG").exists() && !target.join(".rustc_info.json").exists() {
-        if let (Some(triple), Some(up)) = (
-            target.file_name().map(|t| t.to_owned()),
-            target.parent().map(Path::to_path_buf),
-        ) {
-            cmd.arg("--target").arg(triple);
-            target = up;
-        }
+    // <target>/<profile>, or <target>/<triple>/<profile> when cross-built:
+    // cargo marks its target dir with both files (either can be missing, as
+    // CACHEDIR.TAG is when the directory existed before cargo first ran).
+    let up = dir.parent().expect("target dir").to_path_buf();
+    let is_target = |d: &Path| d.join("CACHEDIR.TAG").exists() || d.join(".rustc_info.json").exists();
+    let (target, triple) = match (is_target(&up), up.file_name(), up.parent()) {
+        (false, Some(triple), Some(top)) => (top.to_path_buf(), Some(triple.to_owned())),
+        _ => (up, None),
+    };
+    let own = target.join("preload");
+    let mut so = own.clone();
+    if let Some(t) = &triple {
+        cmd.arg("--target").arg(t);
+        so.push(t);
     }
+    so.extend([profile, "libprezero_preload.so"]);
     let out = cmd
-        .env("CARGO_TARGET_DIR", &target)
+        .env("CARGO_TARGET_DIR", &own)
         .output()
         .expect("run cargo build");
     assert!(
@@ -527,13 +533,13 @@ fn realloc_in_place_by_mremap_shrink_zero_and_across_the_threshold() {
 fn fork_with_and_without_exec_during_traffic() {
     let Some(b) = built() else { return };
     let _s = serial();
-    run(b, &["fork", "3", "24"], &[LOW], true).ok();
-    run(b, &["fork", "2", "8"], &[("PREZERO_PREFILL", "32M")], true).ok();
+    run(b, &["fork", "3", "10"], &[LOW], true).ok();
+    run(b, &["fork", "2", "6"], &[("PREZERO_PREFILL", "32M")], true).ok();
     // The child of a process whose scrubber is busy: a small idle time keeps
     // it giving memory back while the children are made.
     run(
         b,
-        &["fork", "3", "12"],
+        &["fork", "3", "6"],
         &[LOW, ("PREZERO_IDLE_SECS", "0"), ("PREZERO_CAP", "8M")],
         true,
     )
@@ -703,7 +709,7 @@ fn prefill_populates_in_the_background() {
     let Some(b) = built() else { return };
     let _s = serial();
     let env = [("PREZERO_PREFILL", "64M"), ("PREZERO_THP", "0"), STATS];
-    let plain = run(b, &["prefill"], &env, false);
+    let plain = run(b, &["prefill", "0"], &env, false);
     plain.ok();
     let pre = run(b, &["prefill"], &env, true);
     pre.ok();
