@@ -88,22 +88,29 @@ pub fn in_arena(p: usize) -> bool {
 }
 
 /// `size` bytes (zero: the arena is static and never reused), aligned to 16,
-/// or null when the arena is spent; `None` once it is closed (the next
-/// allocator is known then: ask it).
+/// or null with `ENOMEM` when the arena is spent; `None` once it is closed
+/// (the next allocator is known then: ask it).
 pub fn arena_alloc(size: usize) -> Option<*mut c_void> {
+    let spent = || {
+        // SAFETY: the calling thread's errno.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        Some(std::ptr::null_mut())
+    };
     let Some(need) = size
         .checked_next_multiple_of(16)
         .and_then(|s| s.checked_add(HEADER))
     else {
-        return Some(std::ptr::null_mut());
+        return spent();
     };
     let mut at = BOOT_USED.load(Ordering::Acquire);
     loop {
         if at & CLOSED != 0 {
             return None;
         }
-        if at + need > ARENA {
-            return Some(std::ptr::null_mut());
+        // Not `at + need`, which a size near usize::MAX wraps round to a
+        // small number: while open, at <= ARENA.
+        if need > ARENA - at {
+            return spent();
         }
         match BOOT_USED.compare_exchange_weak(at, at + need, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => break,
@@ -148,7 +155,19 @@ mod tests {
             Some(std::ptr::null_mut()),
             "an impossible size"
         );
-        assert!(close_arena(), "it served one call");
+        // One whose header fits but whose end wraps round from where the arena is.
+        assert_eq!(arena_alloc(usize::MAX - 63), Some(std::ptr::null_mut()));
+        assert_eq!(
+            arena_alloc(ARENA),
+            Some(std::ptr::null_mut()),
+            "more than is left"
+        );
+        let q = arena_alloc(8).expect("open").cast::<u8>();
+        assert!(
+            q as usize >= p as usize + 24 + HEADER,
+            "nothing handed out twice"
+        );
+        assert!(close_arena(), "it served two calls");
         assert_eq!(arena_alloc(8), None, "closed");
         assert!(in_arena(p as usize), "its pointers stay its own");
     }

@@ -69,7 +69,8 @@ fn shared_object() -> PathBuf {
     // cargo marks its target dir with both files (either can be missing, as
     // CACHEDIR.TAG is when the directory existed before cargo first ran).
     let up = dir.parent().expect("target dir").to_path_buf();
-    let is_target = |d: &Path| d.join("CACHEDIR.TAG").exists() || d.join(".rustc_info.json").exists();
+    let is_target =
+        |d: &Path| d.join("CACHEDIR.TAG").exists() || d.join(".rustc_info.json").exists();
     let (target, triple) = match (is_target(&up), up.file_name(), up.parent()) {
         (false, Some(triple), Some(top)) => (top.to_path_buf(), Some(triple.to_owned())),
         _ => (up, None),
