@@ -6,8 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# The dev profile is optimised (Cargo.toml), and CI has just built it for the tests.
-cargo build -q -p prezero-cli
+# The dev profile is optimised (Cargo.toml), and CI has just built it for the tests: the
+# same command is a no-op then (a `cargo build -p prezero-cli` would not be: without the
+# dev-dependencies, libc's features differ and everything above it is rebuilt).
+cargo test --workspace --no-run -q
 bin=target/debug/prezero
 # The levels, and the one optional kernel feature worth running without.
 case "$(uname -m)" in
@@ -45,7 +47,7 @@ run() {
 }
 for m in "${masks[@]}"; do
   export PREZERO_CPU=$m
-  run "$out/$m.tests.log" cargo test -p prezero --test kernels --test template --test pool -- --nocapture
+  run "$out/$m.tests.log" cargo test --workspace --test kernels --test template --test pool -- --nocapture
   run "$out/$m.smoke.log" "$bin" bench all --smoke "${reserve[@]}" \
     --report "$out/$m.html" --json-out "$out/$m.jsonl"
   passed=$(grep -o '[0-9]* passed' "$out/$m.tests.log" | awk '{n += $1} END {print n}')
