@@ -124,11 +124,18 @@ impl Profile {
                 class(hot_fits, extent),
                 class(usize::MAX, stream),
             ]),
-            cold: ascending(vec![
-                class(page, small),
-                class(COLD_STREAM_FROM, extent),
-                class(usize::MAX, stream),
-            ]),
+            cold: if f.erms {
+                ascending(vec![
+                    class(page, small),
+                    class(COLD_STREAM_FROM, extent),
+                    class(usize::MAX, stream),
+                ])
+            } else {
+                ascending(vec![
+                    class(COLD_STREAM_FROM_NO_ERMS, small),
+                    class(usize::MAX, stream),
+                ])
+            },
         }
     }
 
@@ -217,6 +224,12 @@ fn splits_512_bit_stores(cpu: &Cpu) -> bool {
 /// against `rep stosb` (GB/s): 4 KiB 16 / 23-25, 8 KiB 24 / 24, 16 KiB 35 / 21,
 /// 64 KiB 64 / 23. Zen 3 ties at 4 KiB (14 / 14) and streams 3x faster at 64 KiB.
 const COLD_STREAM_FROM: usize = 8 << 10;
+
+/// Without ERMS no temporal kernel is fast on cold memory past a few lines, so
+/// streaming pays its fence back from here. Zen 1 under KVM, which hides ERMS
+/// (cold, GB/s, clzero / avx2-nt / portable / `rep stosb`): 512 B 2.7 / 2.7 /
+/// 6.5 / 6.6; 2 KiB 9.4 / 8.6 / 8.1 / 8.2; 4 KiB 14.1 / 13.6 / 8.3 / 8.7.
+const COLD_STREAM_FROM_NO_ERMS: usize = 2 << 10;
 
 /// How many bytes of recently written memory can be expected to still be in
 /// cache: where a "hot" extent stops being hot.
