@@ -82,6 +82,9 @@ impl Profile {
     ///   (cold 2 MiB: 48 / 76 against `rep stosb` 14 / 27). Cold single pages
     ///   are the exception: streaming stores pay their fence on every call
     ///   (cold 4 KiB on Zen 4: 16 against 23-25 for `rep stosb`).
+    /// - An x86 CPU without ERMS has no fast temporal extent kernel, so cold
+    ///   memory streams from `COLD_STREAM_FROM_NO_ERMS` (Zen 1, where KVM hides
+    ///   ERMS). aarch64 keeps the three classes: no arm64 machine is recorded.
     pub fn builtin(cpu: &Cpu) -> Profile {
         let f = &cpu.features;
         let small = Kernel::Portable;
@@ -124,7 +127,7 @@ impl Profile {
                 class(hot_fits, extent),
                 class(usize::MAX, stream),
             ]),
-            cold: if f.erms {
+            cold: if f.erms || cfg!(not(target_arch = "x86_64")) {
                 ascending(vec![
                     class(page, small),
                     class(COLD_STREAM_FROM, extent),

@@ -122,15 +122,15 @@ pub(super) fn choice() -> &'static Choice {
 }
 
 /// AMD family 17h (Zen 1 recorded; Zen+ and Zen 2 share the family and are
-/// assumed alike): storing through the caches into cold memory costs what the
-/// rule above says it does not. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
+/// assumed alike): storing through the caches into cold memory costs far more
+/// than the at most 1.05x that [`TemplateProfile::builtin`]'s rule relies on. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
 /// avx2-nt): cold 7.0 / 10.7-12.2 (1.5-1.8x), hot 12.8-14.0 / 11.4-12.5
 /// (1.1-1.2x): the smaller worst case is streaming from 16 KiB.
 fn cold_stores_read_dearly(cpu: &Cpu) -> bool {
     cpu.vendor == "AuthenticAMD" && cpu.family == 0x17
 }
 
-/// Where such a CPU's fills start streaming (below it both tie, hot or cold).
+/// Where such a CPU's fills start streaming (where calibrate put it on Zen 1).
 const ZEN1_STREAM_FROM: usize = 16 << 10;
 
 /// Fills of at least this many bytes stream; smaller ones store through the caches.
