@@ -154,7 +154,7 @@ fn populate_write_honoured() -> bool {
         let Ok(p) = sys::mmap_anon(page, 0) else {
             return true;
         };
-        let ignored = sys::madvise(p.as_ptr(), page, libc::MADV_POPULATE_WRITE).is_ok()
+        let ignored = sys::madvise(p.as_ptr(), page, sys::Advice::PopulateWrite).is_ok()
             && sys::resident_pages(p.as_ptr(), page).is_ok_and(|n| n == 0);
         // SAFETY: the page was mapped just above and nothing borrows it.
         let _ = unsafe { sys::munmap(p, page) };
@@ -167,7 +167,7 @@ fn populate_one(ptr: *mut u8, len: usize, hugetlb: bool, honoured: bool) -> Resu
     // emulator that ignores the advice cannot map hugetlb pages at all, so a
     // probe misled by memory pressure must not make hugetlb prefault fail.
     if honoured || hugetlb {
-        match sys::madvise(ptr, len, libc::MADV_POPULATE_WRITE) {
+        match sys::madvise(ptr, len, sys::Advice::PopulateWrite) {
             Ok(()) => return Ok(()),
             // A pre-5.14 kernel does not know the advice: touch instead, below.
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) && !hugetlb => {}

@@ -142,7 +142,7 @@ impl Region {
         let region = Region { ptr, len, kind };
         if kind == PageKind::Thp {
             // EINVAL means a kernel without THP: the region still works with base pages.
-            let _ = sys::madvise(ptr.as_ptr(), len, libc::MADV_HUGEPAGE);
+            let _ = sys::madvise(ptr.as_ptr(), len, sys::Advice::HugePage);
         }
         Ok(region)
     }

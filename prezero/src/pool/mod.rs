@@ -494,8 +494,10 @@ impl Pool {
         while s.backed_chunks() > keep {
             let Some(id) = s.trim_victim() else { break };
             let ptr = s.slots[id].addr as *mut u8;
-            // The lock stays held: the chunk is in transit and nobody else may see it.
-            let r = crate::sys::madvise(ptr, self.shared.chunk_size, libc::MADV_DONTNEED);
+            // SAFETY: the chunk is a slot of the pool's own anonymous mapping, and
+            // not in use: the lock stays held, so it is in transit and nobody
+            // else may see it.
+            let r = unsafe { crate::sys::discard(ptr, self.shared.chunk_size) };
             s.released(id);
             self.shared.check(&s);
             r.map_err(|e| Error::os("madvise(MADV_DONTNEED)", e))?;

@@ -148,15 +148,42 @@ pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// `madvise(2)`. Advice that discards contents (MADV_DONTNEED) makes the range read zero.
+/// Advice that keeps a range's contents: safe to give any range.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Advice {
+    /// MADV_HUGEPAGE: back the range with transparent huge pages where possible.
+    HugePage,
+    /// MADV_POPULATE_WRITE: fault every page in writable, contents unchanged.
+    PopulateWrite,
+}
+
+/// `madvise(2)` with advice that keeps contents.
 ///
-/// pre: `[ptr, ptr+len)` lies in mappings of this process (the kernel checks and
-/// answers ENOMEM otherwise, so a wrong range is an error, not undefined behaviour,
-/// for non-destructive advice).
-pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: libc::c_int) -> io::Result<()> {
-    // SAFETY: the kernel validates the range; the advice values used by this crate
-    // either only populate or only hint, except DONTNEED whose callers own the range.
+/// pre: none: the kernel checks the range (ENOMEM for one not mapped), and
+/// neither advice changes a byte, so a wrong range is an error, never
+/// undefined behaviour.
+pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
+    let advice = match advice {
+        Advice::HugePage => libc::MADV_HUGEPAGE,
+        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+    };
+    // SAFETY: the kernel validates the range; both values only hint or
+    // populate, leaving every byte as it was.
     if unsafe { libc::madvise(ptr.cast(), len, advice) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and
+/// read zero on the next touch.
+///
+/// # Safety
+/// pre: `[ptr, ptr+len)` lies in private anonymous mappings this crate made,
+/// and nothing else reads or writes it while this runs (its contents vanish).
+pub(crate) unsafe fn discard(ptr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the range and nothing else uses it.
+    if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) } != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
