@@ -6,7 +6,7 @@
 //!
 //! The library's contract is its environment (`PREZERO_THRESHOLD`,
 //! `PREZERO_CAP`, `PREZERO_PREFILL`, `PREZERO_IDLE_SECS`, `PREZERO_STATS`,
-//! `PREZERO_THP`): each flag sets one variable, and a variable the caller
+//! `PREZERO_THP`, `PREZERO_SPARE`): each flag sets one variable, and a variable the caller
 //! already set is kept when its flag is absent.
 //!
 //! Nested runs: a `prezero run` under another adds no second copy (it finds
@@ -61,6 +61,13 @@ pub struct Settings {
     /// Sets PREZERO_THP=1.
     #[arg(long)]
     pub thp: bool,
+    /// Keep a spare: once a calloc finds only freed memory the scrubber has
+    /// not cleared yet, populate that much more in the background (within
+    /// the cap) so the next one finds zeroes. For programs that compute
+    /// between large callocs; one that streams through memory meanwhile pays
+    /// the clearing in bandwidth instead. Sets PREZERO_SPARE=1.
+    #[arg(long)]
+    pub spare: bool,
 }
 
 #[derive(clap::Args)]
@@ -113,6 +120,9 @@ impl Settings {
         }
         if self.thp {
             v.push(("PREZERO_THP", "1".into()));
+        }
+        if self.spare {
+            v.push(("PREZERO_SPARE", "1".into()));
         }
         Ok(v)
     }
@@ -373,6 +383,7 @@ mod tests {
             idle: Some(3),
             stats: true,
             thp: true,
+            spare: true,
         };
         assert_eq!(
             s.variables().unwrap(),
@@ -383,6 +394,7 @@ mod tests {
                 ("PREZERO_IDLE_SECS", "3".into()),
                 ("PREZERO_STATS", "1".into()),
                 ("PREZERO_THP", "1".into()),
+                ("PREZERO_SPARE", "1".into()),
             ]
         );
         assert!(Settings::default().variables().unwrap().is_empty());

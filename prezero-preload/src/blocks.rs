@@ -506,6 +506,44 @@ impl Blocks {
         self.busy_prefix(i, chunk)
     }
 
+    /// For populating a spare: at most `chunk` bytes without pages, now Busy
+    /// and dated `now`; from a Fresh block (memory given back earlier) before
+    /// the range beyond top, of which it takes at most `room` bytes.
+    pub fn fresh_take(&mut self, chunk: usize, room: usize, now: u64) -> Option<(usize, usize)> {
+        let chunk = chunk / PAGE * PAGE;
+        if chunk == 0 {
+            return None;
+        }
+        let taken = match (0..self.n).find(|&i| self.list[i].kind == Kind::Fresh) {
+            Some(i) => {
+                let (s, l) = self.busy_prefix(i, chunk)?;
+                (i, s, l)
+            }
+            None => {
+                let len = chunk.min(room / PAGE * PAGE).min(self.limit - self.top);
+                if len == 0 || self.n == self.list.len() {
+                    return None;
+                }
+                let at = self.n;
+                let start = self.top;
+                self.insert(
+                    at,
+                    Block {
+                        start,
+                        len,
+                        kind: Kind::Busy,
+                        since: now,
+                    },
+                );
+                self.bytes.busy += len;
+                self.top += len;
+                (at, start, len)
+            }
+        };
+        self.list[taken.0].since = now;
+        Some((taken.1, taken.2))
+    }
+
     fn busy_prefix(&mut self, i: usize, chunk: usize) -> Option<(usize, usize)> {
         let chunk = (chunk / PAGE * PAGE).max(PAGE);
         let b = self.list[i];
@@ -600,6 +638,46 @@ mod tests {
             p,
             vec![(a, 4 * M, Kind::Clean), (a + 4 * M, 4 * M, Kind::Dirty)]
         );
+        assert!(b.check());
+    }
+
+    #[test]
+    fn a_spare_is_populated_from_memory_without_pages_and_serves_calloc_first() {
+        let mut b = blocks(64 * M, 64);
+        let (a, ..) = granted(b.alloc(8 * M, 1, true, usize::MAX));
+        assert_eq!(b.fresh_take(4 * M, 0, 1), None, "no Fresh block, no room");
+        // Beyond top, in chunks, dated when populated (idle counts from then).
+        let (s, l) = b.fresh_take(4 * M, usize::MAX, 7).unwrap();
+        assert_eq!((s, l), (a + 8 * M, 4 * M));
+        b.busy_done(s, Kind::Clean);
+        let (s2, l2) = b.fresh_take(16 * M, 2 * M + 100, 9).unwrap();
+        assert_eq!((s2, l2), (a + 12 * M, 2 * M), "room bounds the chunk");
+        b.busy_done(s2, Kind::Clean);
+        assert_eq!(
+            b.blocks()[1],
+            Block {
+                start: s,
+                len: 6 * M,
+                kind: Kind::Clean,
+                since: 9
+            }
+        );
+        // calloc takes the spare, not the Dirty block; malloc the Dirty one.
+        b.free(a, 10).unwrap();
+        let (z, _, p) = granted(b.alloc(6 * M, 1, true, 0));
+        assert_eq!(
+            (z, p.iter().map(|x| x.2).collect::<Vec<_>>()),
+            (s, vec![Kind::Clean])
+        );
+        let (m, _, p) = granted(b.alloc(4 * M, 1, false, 0));
+        assert_eq!((m, p[0].2), (a, Kind::Dirty));
+        // A Fresh block inside (given back) comes before the range beyond top.
+        b.free(z, 11).unwrap();
+        let (r, rl) = b.release_take(11, usize::MAX).unwrap();
+        assert_eq!((r, rl), (a + 4 * M, 10 * M));
+        b.busy_done(r, Kind::Fresh);
+        assert_eq!(b.fresh_take(M, usize::MAX, 12), Some((r, M)));
+        b.busy_done(r, Kind::Clean);
         assert!(b.check());
     }
 
@@ -700,7 +778,14 @@ mod tests {
         let base = 1usize << 40;
         let mut zero = vec![true; len / PAGE];
         let mut live: Vec<usize> = Vec::new();
-        let mut busy: Vec<(usize, usize, bool)> = Vec::new();
+        // What a Busy block is for: scrubbing, giving back, populating a spare.
+        #[derive(PartialEq)]
+        enum Work {
+            Scrub,
+            Release,
+            Populate,
+        }
+        let mut busy: Vec<(usize, usize, Work)> = Vec::new();
         let mut rng = 0x9e37_79b9_7f4a_7c15u64;
         let mut next = || {
             rng ^= rng << 13;
@@ -710,7 +795,7 @@ mod tests {
         };
         let pages = |s: usize, l: usize| (s - base) / PAGE..(s - base + l) / PAGE;
         for step in 0..200_000u64 {
-            match next() % 8 {
+            match next() % 9 {
                 0 | 1 => {
                     let size = (1 + next() as usize % 24) * M / 2 + next() as usize % PAGE;
                     let align = [1, PAGE, 2 * M][next() as usize % 3];
@@ -742,18 +827,36 @@ mod tests {
                 4 => {
                     let chunk = [M, 8 * M, usize::MAX][next() as usize % 3];
                     if let Some((s, l)) = b.scrub_take(chunk) {
-                        busy.push((s, l, true));
+                        busy.push((s, l, Work::Scrub));
                     }
                 }
                 5 => {
                     if let Some((s, l)) = b.release_take(step, 4 * M) {
-                        busy.push((s, l, false));
+                        busy.push((s, l, Work::Release));
                     }
                 }
                 6 if !busy.is_empty() => {
-                    let (s, l, scrub) = busy.swap_remove(next() as usize % busy.len());
+                    let (s, l, work) = busy.swap_remove(next() as usize % busy.len());
+                    if work == Work::Populate {
+                        // Populating zeroes nothing: only pages no one wrote.
+                        assert!(zero[pages(s, l)].iter().all(|&z| z), "step {step}");
+                    }
                     zero[pages(s, l)].fill(true);
-                    b.busy_done(s, if scrub { Kind::Clean } else { Kind::Fresh });
+                    let to = if work == Work::Release {
+                        Kind::Fresh
+                    } else {
+                        Kind::Clean
+                    };
+                    b.busy_done(s, to);
+                }
+                8 => {
+                    let chunk = [M, 8 * M][next() as usize % 2];
+                    if let Some((s, l)) =
+                        b.fresh_take(chunk, [0, 4 * M, 64 * M][next() as usize % 3], step)
+                    {
+                        assert!(l <= chunk && s.is_multiple_of(PAGE), "step {step}");
+                        busy.push((s, l, Work::Populate));
+                    }
                 }
                 7 if !live.is_empty() => {
                     let a = live[next() as usize % live.len()];

@@ -15,6 +15,14 @@
 //! before it returns; free memory unused for `idle_secs` goes back too (the
 //! scrubber). Memory the program holds is not capped: that is its own.
 //!
+//! Spare (opt-in, `Config::spare`): a `calloc` that had to clear a Dirty
+//! block itself shows the program frees and asks again faster than the
+//! scrubber clears (numpy's `del a; a = np.zeros(n)`). From then on the
+//! scrubber, when nothing is Dirty, populates fresh memory until Clean
+//! reaches that request's size, within the cap, so the next request takes
+//! zeroes while the block just freed is scrubbed. Memory going back (idle,
+//! cap) ends the spare.
+//!
 //! Fork: the lock is taken around `fork` (`pthread_atfork`), so the child
 //! starts with consistent blocks; it has no scrubber thread (one starts at
 //! its first large `free`), and what the parent's was doing is Dirty again.
@@ -46,6 +54,9 @@ struct Cache {
     scrubber: bool,
     /// Prefill still to do (the scrubber does it first).
     prefill: usize,
+    /// Clean bytes the scrubber keeps ready: the largest `calloc` that found
+    /// only a Dirty block since memory last went back (see `Config::spare`).
+    spare: usize,
 }
 
 /// The lock, its condition, and the cache it guards.
@@ -213,6 +224,7 @@ pub fn start(cfg: Config) -> bool {
             writable: base,
             scrubber: false,
             prefill,
+            spare: 0,
         })
     };
     BASE.store(base, Ordering::Release);
@@ -321,6 +333,12 @@ fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *mut c_void {
                 debug_assert!(c.blocks.check());
                 if counted {
                     c.peaks();
+                    // Freed and asked for again faster than the scrubber
+                    // clears: keep this much zeroed ahead from now on.
+                    if zeroed && c.cfg.spare && pieces[..n].iter().any(|p| p.2 == Kind::Dirty) {
+                        c.spare = c.spare.max(len).min(c.cfg.cap);
+                        signal_all();
+                    }
                 }
                 break (start, len, pieces, n);
             }
@@ -412,6 +430,8 @@ fn release_one(g: &mut Guard, before: u64) -> bool {
         .busy_done(s, if ok { Kind::Fresh } else { Kind::Dirty });
     if ok {
         stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+        // Memory went back (idle, or past the cap): no spare to make again.
+        g.cache().spare = 0;
     }
     signal_all();
     ok
@@ -531,8 +551,8 @@ fn ensure_scrubber() {
     }
 }
 
-/// The scrubber: at `SCHED_IDLE`, prefills, clears Dirty blocks with
-/// streaming stores, and gives idle memory back.
+/// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
+/// Dirty blocks with streaming stores, and populates the spare.
 fn scrub() {
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut g = lock();
@@ -566,8 +586,54 @@ fn scrub() {
             signal_all();
             continue;
         }
+        if let Some((s, l)) = spare_take(&mut g) {
+            drop(g);
+            let at = s as *mut c_void;
+            // SAFETY: [s, s + l) is a Busy block of our range, without pages
+            // (Fresh or beyond top): the scrubber's alone until busy_done. The
+            // kernel's pages are zero, so populated it is Clean.
+            let ok = unsafe { libc::madvise(at, l, libc::MADV_POPULATE_WRITE) } == 0;
+            if !ok {
+                // SAFETY: as above; drops what was populated before the failure.
+                unsafe { libc::madvise(at, l, libc::MADV_DONTNEED) };
+            }
+            g = lock();
+            if ok {
+                stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+            } else {
+                g.cache().spare = 0;
+            }
+            g.cache()
+                .blocks
+                .busy_done(s, if ok { Kind::Clean } else { Kind::Fresh });
+            signal_all();
+            continue;
+        }
         g.wait(1);
     }
+}
+
+/// The next piece of the spare to populate, now Busy: what the spare lacks,
+/// within the cap, a scrub chunk at most (a request that needs it waits
+/// little).
+fn spare_take(g: &mut Guard) -> Option<(usize, usize)> {
+    let c = g.cache();
+    let bytes = c.blocks.bytes;
+    let chunk = c
+        .spare
+        .saturating_sub(bytes.clean)
+        .min(c.cfg.cap.saturating_sub(bytes.held()))
+        .min(SCRUB_CHUNK);
+    if chunk < PAGE {
+        return None;
+    }
+    let top = c.blocks.top();
+    let room = if c.ensure_writable(top.saturating_add(chunk).min(limit())) {
+        chunk
+    } else {
+        c.writable - top
+    };
+    c.blocks.fresh_take(chunk, room, now())
 }
 
 /// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
@@ -622,6 +688,7 @@ extern "C" fn in_child() {
         libc::pthread_cond_init(SHARED.cond.get(), std::ptr::null());
         let c = (*SHARED.cache.get()).as_mut().expect("started");
         c.scrubber = false;
+        c.spare = 0;
         // A prefill the parent's scrubber had not begun is the parent's: the
         // child is not the program `PREZERO_PREFILL_PID` names.
         c.prefill = 0;

@@ -12,6 +12,8 @@ pub static POPULATED_BYTES: AtomicU64 = AtomicU64::new(0);
 pub static INLINE_CLEARED: AtomicU64 = AtomicU64::new(0);
 pub static SCRUBBED_BYTES: AtomicU64 = AtomicU64::new(0);
 pub static SCRUB_NS: AtomicU64 = AtomicU64::new(0);
+/// Bytes the scrubber populated as a spare (see `Config::spare`).
+pub static SPARE_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Bytes given back to the kernel (cap, idle).
 pub static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
 /// Large requests the cache could not serve (handed to the next allocator).
@@ -32,6 +34,7 @@ pub fn reset() {
         &INLINE_CLEARED,
         &SCRUBBED_BYTES,
         &SCRUB_NS,
+        &SPARE_BYTES,
         &RELEASED_BYTES,
         &FALLBACKS,
         &REMAPS,
@@ -61,7 +64,7 @@ pub fn print() {
         w,
         "prezero-preload: pid {}: {} large blocks served ({:.2} GiB, {:.2} GiB from the cache \
          populated: ~{} page faults avoided; {:.2} GiB cleared by calloc itself), scrubbed \
-         {:.2} GiB at {:.1} GB/s, gave back {:.2} GiB, peak held {:.2} GiB beyond {:.2} GiB in \
+         {:.2} GiB at {:.1} GB/s, populated {:.2} GiB spare, gave back {:.2} GiB, peak held {:.2} GiB beyond {:.2} GiB in \
          use, {} to the next allocator, {} realloc by mremap, {} bad frees",
         std::process::id(),
         SERVED.load(Relaxed),
@@ -71,6 +74,7 @@ pub fn print() {
         gib(INLINE_CLEARED.load(Relaxed)),
         gib(scrubbed),
         scrubbed as f64 / ns as f64,
+        gib(SPARE_BYTES.load(Relaxed)),
         gib(RELEASED_BYTES.load(Relaxed)),
         gib(PEAK_HELD.load(Relaxed) as u64),
         gib(PEAK_IN_USE.load(Relaxed) as u64),

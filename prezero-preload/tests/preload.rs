@@ -326,6 +326,7 @@ struct Stats {
     faults_avoided: u64,
     cleared_gib: f64,
     scrubbed_gib: f64,
+    spare_gib: f64,
     gave_back_gib: f64,
     peak_held_gib: f64,
     peak_in_use_gib: f64,
@@ -337,8 +338,8 @@ struct Stats {
 impl Stats {
     const TEMPLATE: &'static str = "prezero-preload: pid #: # large blocks served (# GiB, # GiB \
         from the cache populated: ~# page faults avoided; # GiB cleared by calloc itself), \
-        scrubbed # GiB at # GB/s, gave back # GiB, peak held # GiB beyond # GiB in use, # to the \
-        next allocator, # realloc by mremap, # bad frees";
+        scrubbed # GiB at # GB/s, populated # GiB spare, gave back # GiB, peak held # GiB beyond \
+        # GiB in use, # to the next allocator, # realloc by mremap, # bad frees";
 
     fn parse(line: &str) -> Result<Stats, String> {
         let mut shape = String::new();
@@ -376,12 +377,13 @@ impl Stats {
             faults_avoided: n(4) as u64,
             cleared_gib: n(5),
             scrubbed_gib: n(6),
-            gave_back_gib: n(8),
-            peak_held_gib: n(9),
-            peak_in_use_gib: n(10),
-            fallbacks: n(11) as u64,
-            remaps: n(12) as u64,
-            bad_frees: n(13) as u64,
+            spare_gib: n(8),
+            gave_back_gib: n(9),
+            peak_held_gib: n(10),
+            peak_in_use_gib: n(11),
+            fallbacks: n(12) as u64,
+            remaps: n(13) as u64,
+            bad_frees: n(14) as u64,
         };
         // what the numbers promise of each other (two decimals printed)
         let gib = |pages: u64| (pages * 4096) as f64 / (1u64 << 30) as f64;
@@ -732,6 +734,50 @@ fn prefill_populates_in_the_background() {
     let not_mine = run(b, &["prefill", "0.5"], &other, true);
     not_mine.ok();
     assert!(faults(&not_mine) >= 7000.0, "{}", not_mine.stdout);
+}
+
+/// numpy's `del a; a = np.zeros(n)`: each calloc right after a free. Once a
+/// calloc had to clear the freed block itself, the spare serves the next
+/// ones zeroed and populated; with `PREZERO_SPARE=0` each one clears inline.
+#[test]
+fn a_spare_serves_calloc_right_after_free() {
+    let Some(b) = built() else { return };
+    let _s = serial();
+    let rounds = 8;
+    let go = |spare: &'static str| {
+        let r = run(
+            b,
+            &["spare", &rounds.to_string()],
+            &[("PREZERO_SPARE", spare), ("PREZERO_THP", "0"), STATS],
+            true,
+        );
+        r.ok();
+        (r.stats(), r.stdout)
+    };
+    let (on, out) = go("1");
+    let (off, _) = go("0");
+    let block = 32.0 / 1024.0;
+    assert!(on.spare_gib >= block - 0.01, "{on:?}");
+    assert!(off.spare_gib == 0.0, "{off:?}");
+    assert!(
+        off.cleared_gib >= (rounds - 2) as f64 * block,
+        "without a spare every calloc after the first clears: {off:?}"
+    );
+    assert!(
+        on.cleared_gib <= 3.0 * block,
+        "with a spare calloc cleared {} GiB itself\n{out}",
+        on.cleared_gib
+    );
+    // Four threads: spares populated while others take and free around them,
+    // every calloc checked zero by the program.
+    let r = run(
+        b,
+        &["spare", "6", "4"],
+        &[("PREZERO_SPARE", "1"), ("PREZERO_CAP", "256M"), STATS],
+        true,
+    );
+    r.ok();
+    assert!(r.stats().spare_gib > 0.0, "{}", r.stderr);
 }
 
 /// The scrubber runs the prefill when it first gets a core: a block the

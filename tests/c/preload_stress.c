@@ -27,6 +27,7 @@
  *   idle SECS               frees; prints when the memory went back
  *   prefill [WAIT_S]        prints page faults on a calloc after PREZERO_PREFILL
  *   prefill-dirty           a block freed before the prefill ran: calloc zero?
+ *   spare ROUNDS [THREADS]  calloc, check, write, work, free: page faults per round
  *   starve                  calloc latency while spinning threads take every core
  *   vmas ITERS              realloc churn; prints mappings before and after
  *   mremap-race SECS        realloc by mremap on one thread, mmap/munmap on two
@@ -987,6 +988,43 @@ static int mode_prefill_dirty(void) {
   return 0;
 }
 
+/* numpy's loop: each round's calloc comes right after the last round's free,
+ * before the scrubber can clear it. The spare (populated in the background
+ * once a calloc had to clear) must serve later rounds zeroed and populated;
+ * on several threads, while others take and free blocks around it. */
+static int spare_rounds;
+
+static void *spare_thread(void *arg) {
+  long id = (long)arg;
+  const size_t n = (size_t)(32 + 8 * id) << 20;
+  unsigned char *p = NULL;
+  for (int i = 0; i < spare_rounds; i++) {
+    struct rusage r0, r1;
+    getrusage(RUSAGE_THREAD, &r0);
+    free(p);
+    p = calloc(1, n);
+    if (!p) fail("spare: thread %ld round %d: calloc failed", id, i);
+    size_t z = first_nonzero(p, n);
+    if (z != n) fail("spare: thread %ld round %d: calloc byte %zu is %#x", id, i, z, p[z]);
+    memset(p, 0xA5, n);
+    getrusage(RUSAGE_THREAD, &r1);
+    printf("spare: thread %ld round %d: %ld page faults\n", id, i, r1.ru_minflt - r0.ru_minflt);
+    usleep(200000); /* the program's work: the scrubber gets a core */
+  }
+  free(p);
+  return NULL;
+}
+
+static int mode_spare(int argc, char **argv) {
+  spare_rounds = argc > 2 ? atoi(argv[2]) : 8;
+  long threads = argc > 3 ? atol(argv[3]) : 1;
+  pthread_t t[8];
+  if (threads < 1 || threads > 8) fail("spare: 1-8 threads");
+  for (long i = 0; i < threads; i++) pthread_create(&t[i], NULL, spare_thread, (void *)i);
+  for (long i = 0; i < threads; i++) pthread_join(t[i], NULL);
+  return 0;
+}
+
 /* ---- a calloc while the program's threads take every core -------------- */
 
 static volatile int spinning = 1;
@@ -1143,6 +1181,7 @@ int main(int argc, char **argv) {
   if (argc < 2) fail("usage: %s MODE ...", argv[0]);
   const char *m = argv[1];
   if (!strcmp(m, "mix")) return mode_mix(argc, argv);
+  if (!strcmp(m, "spare")) return mode_spare(argc, argv);
   if (!strcmp(m, "align")) return mode_align();
   if (!strcmp(m, "huge")) return mode_huge();
   if (!strcmp(m, "realloc")) return mode_realloc();
