@@ -249,3 +249,72 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
     // The region and the reservation are gone; the pool is back where it was.
     assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
 }
+
+/// The other process of the next test: reserves two pages more than are free,
+/// says so, and drops them when its stdin closes.
+#[test]
+fn other_process_holding_a_reservation() {
+    if std::env::var_os("PREZERO_TEST_HOLD_HUGETLB").is_none() {
+        return;
+    }
+    let free = prezero::cpu::hugetlb_pool(MB2).unwrap().free;
+    let r = HugetlbReservation::ensure_free(MB2, free + 2).unwrap();
+    println!("held {}", r.previous_total());
+    let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
+}
+
+/// Two processes reserve, the first to reserve gives back first: each gives
+/// back only what it added (writing back the size it found would take the
+/// other's pages, then leave two behind for good).
+#[test]
+fn reservations_of_two_processes_do_not_undo_each_other() {
+    use std::io::BufRead;
+    let _serial = hugetlb_lock();
+    let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
+        eprintln!("skipped: no 2 MiB hugetlb pool");
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: reserving hugetlb pages needs root");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "other_process_holding_a_reservation",
+            "--nocapture",
+        ])
+        .env("PREZERO_TEST_HOLD_HUGETLB", "1")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.starts_with("held") {
+        line.clear();
+        if out.read_line(&mut line).unwrap() == 0 {
+            eprintln!("skipped: the other process could not reserve two pages");
+            let _ = child.wait();
+            return;
+        }
+    }
+    let theirs = prezero::cpu::hugetlb_pool(MB2).unwrap();
+    match HugetlbReservation::ensure_free(MB2, theirs.free + 2) {
+        Ok(mine) => {
+            drop(child.stdin.take());
+            assert!(child.wait().unwrap().success());
+            let after_theirs = prezero::cpu::hugetlb_pool(MB2).unwrap();
+            assert_eq!(after_theirs.total, before.total + 2, "mine stay");
+            assert!(after_theirs.free >= before.free + 2, "{after_theirs:?}");
+            drop(mine);
+        }
+        Err(e) => {
+            drop(child.stdin.take());
+            let _ = child.wait();
+            eprintln!("skipped: cannot reserve two more hugetlb pages: {e}");
+        }
+    }
+    assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
+}
