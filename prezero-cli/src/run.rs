@@ -61,11 +61,12 @@ pub struct Settings {
     /// Sets PREZERO_THP=1.
     #[arg(long)]
     pub thp: bool,
-    /// Keep a spare: once a calloc finds only freed memory the scrubber has
-    /// not cleared yet, populate that much more in the background (within
-    /// the cap) so the next one finds zeroes. For programs that compute
-    /// between large callocs; one that streams through memory meanwhile pays
-    /// the clearing in bandwidth instead. Sets PREZERO_SPARE=1.
+    /// Keep a spare: once a calloc finds freed memory the scrubber has not
+    /// cleared yet, populate fresh memory in the background until one zeroed
+    /// block of that size is ready (if the cap holds two), so the next one
+    /// finds zeroes. For programs that compute between large callocs; one
+    /// that streams through memory meanwhile pays the clearing in bandwidth
+    /// instead. Sets PREZERO_SPARE=1.
     #[arg(long)]
     pub spare: bool,
 }

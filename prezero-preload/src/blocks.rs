@@ -506,26 +506,42 @@ impl Blocks {
         self.busy_prefix(i, chunk)
     }
 
-    /// For populating a spare: at most `chunk` bytes without pages, now Busy
-    /// and dated `now`; from a Fresh block (memory given back earlier) before
-    /// the range beyond top, of which it takes at most `room` bytes.
+    /// The longest Clean block: what one zeroed request can take at no cost.
+    pub fn largest_clean(&self) -> usize {
+        self.list[..self.n]
+            .iter()
+            .filter(|b| b.kind == Kind::Clean)
+            .map(|b| b.len)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Whether the last block is Fresh: a spare grows into it, not beyond top.
+    pub fn ends_fresh(&self) -> bool {
+        self.n > 0 && self.list[self.n - 1].kind == Kind::Fresh
+    }
+
+    /// For populating a spare: at most `chunk` bytes without pages at the
+    /// end of the range in use, now Busy and dated `now`: the head of a
+    /// Fresh last block, else `room` bytes at most beyond top. At the end,
+    /// so the pieces join one run (and the run the last block is, if Clean);
+    /// Fresh holes further down stay for requests of their size.
     pub fn fresh_take(&mut self, chunk: usize, room: usize, now: u64) -> Option<(usize, usize)> {
         let chunk = chunk / PAGE * PAGE;
         if chunk == 0 {
             return None;
         }
-        let taken = match (0..self.n).find(|&i| self.list[i].kind == Kind::Fresh) {
-            Some(i) => {
-                let (s, l) = self.busy_prefix(i, chunk)?;
-                (i, s, l)
+        let (i, start, len) = match self.n.checked_sub(1) {
+            Some(last) if self.list[last].kind == Kind::Fresh => {
+                let (s, l) = self.busy_prefix(last, chunk)?;
+                (last, s, l)
             }
-            None => {
+            _ => {
                 let len = chunk.min(room / PAGE * PAGE).min(self.limit - self.top);
                 if len == 0 || self.n == self.list.len() {
                     return None;
                 }
-                let at = self.n;
-                let start = self.top;
+                let (at, start) = (self.n, self.top);
                 self.insert(
                     at,
                     Block {
@@ -540,8 +556,8 @@ impl Blocks {
                 (at, start, len)
             }
         };
-        self.list[taken.0].since = now;
-        Some((taken.1, taken.2))
+        self.list[i].since = now;
+        Some((start, len))
     }
 
     fn busy_prefix(&mut self, i: usize, chunk: usize) -> Option<(usize, usize)> {
@@ -562,6 +578,19 @@ impl Blocks {
         };
         if self.list[i].kind == Kind::Busy {
             self.set_kind(i, to);
+            self.merge(i);
+        }
+    }
+
+    /// A Busy block whose work failed (memory the kernel would not take
+    /// back): Dirty, dated `now`, so it is not taken again as idle at once.
+    pub fn busy_failed(&mut self, start: usize, now: u64) {
+        let Some(i) = self.find(start) else {
+            return;
+        };
+        if self.list[i].kind == Kind::Busy {
+            self.set_kind(i, Kind::Dirty);
+            self.list[i].since = now;
             self.merge(i);
         }
     }
@@ -671,13 +700,30 @@ mod tests {
         );
         let (m, _, p) = granted(b.alloc(4 * M, 1, false, 0));
         assert_eq!((m, p[0].2), (a, Kind::Dirty));
-        // A Fresh block inside (given back) comes before the range beyond top.
+        // A Fresh last block (given back) is populated from its head, before
+        // the range beyond top.
         b.free(z, 11).unwrap();
         let (r, rl) = b.release_take(11, usize::MAX).unwrap();
         assert_eq!((r, rl), (a + 4 * M, 10 * M));
         b.busy_done(r, Kind::Fresh);
+        assert_eq!(b.largest_clean(), 0);
         assert_eq!(b.fresh_take(M, usize::MAX, 12), Some((r, M)));
         b.busy_done(r, Kind::Clean);
+        assert_eq!(b.largest_clean(), M);
+        assert!(b.check());
+        // A Fresh hole below a block in use is left for requests of its size:
+        // the spare grows at the end, in one run.
+        let mut b = blocks(64 * M, 64);
+        let (x, ..) = granted(b.alloc(4 * M, 1, true, usize::MAX));
+        let (y, ..) = granted(b.alloc(4 * M, 1, true, usize::MAX));
+        b.free(x, 1).unwrap();
+        let (h, _) = b.release_take(1, usize::MAX).unwrap();
+        b.busy_done(h, Kind::Fresh);
+        assert_eq!(b.fresh_take(M, usize::MAX, 2), Some((y + 4 * M, M)));
+        // Work that failed: Dirty, dated now (not idle again at once).
+        b.busy_failed(y + 4 * M, 3);
+        let last = *b.blocks().last().unwrap();
+        assert_eq!((last.kind, last.since), (Kind::Dirty, 3));
         assert!(b.check());
     }
 
@@ -835,6 +881,17 @@ mod tests {
                         busy.push((s, l, Work::Release));
                     }
                 }
+                6 if !busy.is_empty() && next() % 16 == 0 => {
+                    // The work failed (the kernel kept the pages), or a fork
+                    // left every Busy block to a child without a scrubber.
+                    if next() % 2 == 0 {
+                        let (s, ..) = busy.swap_remove(next() as usize % busy.len());
+                        b.busy_failed(s, step);
+                    } else {
+                        b.abandon_busy();
+                        busy.clear();
+                    }
+                }
                 6 if !busy.is_empty() => {
                     let (s, l, work) = busy.swap_remove(next() as usize % busy.len());
                     if work == Work::Populate {
@@ -863,8 +920,10 @@ mod tests {
                     let len = b.in_use_len(a).unwrap();
                     if next() % 2 == 0 {
                         b.shrink(a, len / 2, step);
-                    } else {
-                        b.grow(a, len + 2 * M, 8 * M);
+                    } else if b.grow(a, len + 2 * M, 8 * M) {
+                        // The program writes what it grew into.
+                        let grown = b.in_use_len(a).unwrap();
+                        zero[pages(a, grown)].fill(false);
                     }
                 }
                 _ => {}

@@ -15,13 +15,13 @@
 //! before it returns; free memory unused for `idle_secs` goes back too (the
 //! scrubber). Memory the program holds is not capped: that is its own.
 //!
-//! Spare (opt-in, `Config::spare`): a `calloc` that had to clear a Dirty
-//! block itself shows the program frees and asks again faster than the
-//! scrubber clears (numpy's `del a; a = np.zeros(n)`). From then on the
-//! scrubber, when nothing is Dirty, populates fresh memory until Clean
-//! reaches that request's size, within the cap, so the next request takes
-//! zeroes while the block just freed is scrubbed. Memory going back (idle,
-//! cap) ends the spare.
+//! Spare (opt-in, `Config::spare`): a `calloc` that had to clear Dirty
+//! memory itself shows the program frees and asks again faster than the
+//! scrubber clears (numpy's `del a; a = np.zeros(n)`). If the cap holds two
+//! blocks of that size, the scrubber, when nothing is Dirty, then populates
+//! fresh memory at the end of the range until the longest Clean block is
+//! that long, so the next request takes zeroes while the block just freed
+//! is scrubbed. Memory going back (idle, cap) ends the spare.
 //!
 //! Fork: the lock is taken around `fork` (`pthread_atfork`), so the child
 //! starts with consistent blocks; it has no scrubber thread (one starts at
@@ -55,7 +55,7 @@ struct Cache {
     /// Prefill still to do (the scrubber does it first).
     prefill: usize,
     /// Clean bytes the scrubber keeps ready: the largest `calloc` that found
-    /// only a Dirty block since memory last went back (see `Config::spare`).
+    /// Dirty memory to clear since memory last went back (see `Config::spare`).
     spare: usize,
 }
 
@@ -334,9 +334,12 @@ fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *mut c_void {
                 if counted {
                     c.peaks();
                     // Freed and asked for again faster than the scrubber
-                    // clears: keep this much zeroed ahead from now on.
-                    if zeroed && c.cfg.spare && pieces[..n].iter().any(|p| p.2 == Kind::Dirty) {
-                        c.spare = c.spare.max(len).min(c.cfg.cap);
+                    // clears: keep this much zeroed ahead from now on. Only
+                    // if the cap holds it beside the block the program frees
+                    // next: else that free gives the spare back at once.
+                    let dirty = pieces[..n].iter().any(|p| p.2 == Kind::Dirty);
+                    if zeroed && dirty && c.cfg.spare && len <= c.cfg.cap / 2 {
+                        c.spare = c.spare.max(len);
                         signal_all();
                     }
                 }
@@ -425,13 +428,16 @@ fn release_one(g: &mut Guard, before: u64) -> bool {
     let ok = unsafe { libc::madvise(s as *mut c_void, l, libc::MADV_DONTNEED) } == 0;
     // SAFETY: as above.
     unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
-    g.cache()
-        .blocks
-        .busy_done(s, if ok { Kind::Fresh } else { Kind::Dirty });
+    let c = g.cache();
     if ok {
+        c.blocks.busy_done(s, Kind::Fresh);
         stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
         // Memory went back (idle, or past the cap): no spare to make again.
-        g.cache().spare = 0;
+        c.spare = 0;
+    } else {
+        // Kept (mlock'd memory): not idle again before idle_secs, or the
+        // scrubber would clear it and fail to give it back in a loop.
+        c.blocks.busy_failed(s, now());
     }
     signal_all();
     ok
@@ -593,19 +599,24 @@ fn scrub() {
             // (Fresh or beyond top): the scrubber's alone until busy_done. The
             // kernel's pages are zero, so populated it is Clean.
             let ok = unsafe { libc::madvise(at, l, libc::MADV_POPULATE_WRITE) } == 0;
+            let unknown =
+                !ok && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
             if !ok {
                 // SAFETY: as above; drops what was populated before the failure.
                 unsafe { libc::madvise(at, l, libc::MADV_DONTNEED) };
             }
             g = lock();
+            let c = g.cache();
             if ok {
                 stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+                c.blocks.busy_done(s, Kind::Clean);
+                c.peaks();
             } else {
-                g.cache().spare = 0;
+                c.spare = 0;
+                // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
+                c.cfg.spare &= !unknown;
+                c.blocks.busy_done(s, Kind::Fresh);
             }
-            g.cache()
-                .blocks
-                .busy_done(s, if ok { Kind::Clean } else { Kind::Fresh });
             signal_all();
             continue;
         }
@@ -613,22 +624,22 @@ fn scrub() {
     }
 }
 
-/// The next piece of the spare to populate, now Busy: what the spare lacks,
-/// within the cap, a scrub chunk at most (a request that needs it waits
-/// little).
+/// The next piece of the spare to populate, now Busy: what the longest Clean
+/// block lacks, within the cap, a scrub chunk at most (a request that needs
+/// it waits little).
 fn spare_take(g: &mut Guard) -> Option<(usize, usize)> {
     let c = g.cache();
-    let bytes = c.blocks.bytes;
     let chunk = c
         .spare
-        .saturating_sub(bytes.clean)
-        .min(c.cfg.cap.saturating_sub(bytes.held()))
+        .saturating_sub(c.blocks.largest_clean())
+        .min(c.cfg.cap.saturating_sub(c.blocks.bytes.held()))
         .min(SCRUB_CHUNK);
     if chunk < PAGE {
         return None;
     }
     let top = c.blocks.top();
-    let room = if c.ensure_writable(top.saturating_add(chunk).min(limit())) {
+    let room = if c.blocks.ends_fresh() || c.ensure_writable(top.saturating_add(chunk).min(limit()))
+    {
         chunk
     } else {
         c.writable - top

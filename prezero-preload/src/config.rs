@@ -18,13 +18,14 @@ pub struct Config {
     /// program that inherits the environment.
     pub prefill: usize,
     /// Keep a spare (`PREZERO_SPARE=1`, off by default): once a `calloc` had
-    /// to clear a freed block itself (the program frees and asks again
-    /// faster than the scrubber clears), the scrubber populates that much
-    /// more, within the cap, so the next one finds zeroed memory. It moves
-    /// the clearing off the critical path, not off the memory bus: a program
-    /// that streams through memory meanwhile pays it in bandwidth (numpy's
-    /// loop on Zen 1: np.zeros 25 -> 0 ms, the pass after it 70 -> 90 ms), and
-    /// the cache holds one block more. Reset when memory goes back.
+    /// Dirty memory to clear itself (the program frees and asks again faster
+    /// than the scrubber clears), the scrubber populates fresh memory until
+    /// one Clean block of that size is ready, if the cap holds two, so the
+    /// next one finds zeroes. It moves the clearing off the critical path,
+    /// not off the memory bus: a program that streams through memory
+    /// meanwhile pays it in bandwidth (numpy's loop on Zen 1: np.zeros 25 ->
+    /// 0 ms, the pass after it 62 -> 75 ms), and the cache holds one block
+    /// more. Reset when memory goes back.
     pub spare: bool,
     /// Free memory unused this long goes back to the kernel (`PREZERO_IDLE_SECS`, default 5).
     pub idle_secs: u64,

@@ -759,8 +759,10 @@ fn a_spare_serves_calloc_right_after_free() {
     let block = 32.0 / 1024.0;
     assert!(on.spare_gib >= block - 0.01, "{on:?}");
     assert!(off.spare_gib == 0.0, "{off:?}");
+    // Each calloc after the first clears what the scrubber has not taken
+    // yet (it may have made 8 of the 32 MiB Busy before the calloc came).
     assert!(
-        off.cleared_gib >= (rounds - 2) as f64 * block,
+        off.cleared_gib >= 5.0 * block,
         "without a spare every calloc after the first clears: {off:?}"
     );
     assert!(
@@ -768,6 +770,16 @@ fn a_spare_serves_calloc_right_after_free() {
         "with a spare calloc cleared {} GiB itself\n{out}",
         on.cleared_gib
     );
+    // A cap that cannot hold the spare beside the block freed next: none
+    // (the free would give it back at once, and the next calloc clear again).
+    let r = run(
+        b,
+        &["spare", "4"],
+        &[("PREZERO_SPARE", "1"), ("PREZERO_CAP", "48M"), STATS],
+        true,
+    );
+    r.ok();
+    assert_eq!(r.stats().spare_gib, 0.0, "{}", r.stderr);
     // Four threads: spares populated while others take and free around them,
     // every calloc checked zero by the program.
     let r = run(

@@ -571,9 +571,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         if let Some(i) = argv.iter().position(|(p, _)| *p == Program::Numpy) {
             let m = |fig: &str| Stats::of(&arms[i][0].figure(fig)).median;
             println!(
-                "# numpy: first_pass_later: iterations 2-10 only. A first pass cannot beat a \
-                 pass over memory already resident: plain first / plain second pass = {:.2}x, \
-                 the most any allocator can give this loop on this machine",
+                "# numpy: first_pass_later: the iterations after the first. A first pass \
+                 cannot beat a pass over memory already resident: plain first_pass_later / \
+                 plain second_pass = {:.2}x, the most any allocator can give this loop here",
                 m("first_pass_later") / m("second_pass").max(1.0)
             );
         }
