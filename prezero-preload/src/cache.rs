@@ -629,6 +629,10 @@ fn scrub() {
 /// it waits little).
 fn spare_take(g: &mut Guard) -> Option<(usize, usize)> {
     let c = g.cache();
+    if c.spare == 0 {
+        // No spare wanted (the usual case): no walk of the block list.
+        return None;
+    }
     let chunk = c
         .spare
         .saturating_sub(c.blocks.largest_clean())
