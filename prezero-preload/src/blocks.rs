@@ -531,30 +531,26 @@ impl Blocks {
         if chunk == 0 {
             return None;
         }
-        let (i, start, len) = match self.n.checked_sub(1) {
-            Some(last) if self.list[last].kind == Kind::Fresh => {
-                let (s, l) = self.busy_prefix(last, chunk)?;
-                (last, s, l)
+        let (i, start, len) = if self.ends_fresh() {
+            let last = self.n - 1;
+            let (s, l) = self.busy_prefix(last, chunk)?;
+            (last, s, l)
+        } else {
+            let len = chunk.min(room / PAGE * PAGE).min(self.limit - self.top);
+            if len == 0 || self.n == self.list.len() {
+                return None;
             }
-            _ => {
-                let len = chunk.min(room / PAGE * PAGE).min(self.limit - self.top);
-                if len == 0 || self.n == self.list.len() {
-                    return None;
-                }
-                let (at, start) = (self.n, self.top);
-                self.insert(
-                    at,
-                    Block {
-                        start,
-                        len,
-                        kind: Kind::Busy,
-                        since: now,
-                    },
-                );
-                self.bytes.busy += len;
-                self.top += len;
-                (at, start, len)
-            }
+            let (at, start) = (self.n, self.top);
+            let busy = Block {
+                start,
+                len,
+                kind: Kind::Busy,
+                since: now,
+            };
+            self.insert(at, busy);
+            self.bytes.busy += len;
+            self.top += len;
+            (at, start, len)
         };
         self.list[i].since = now;
         Some((start, len))

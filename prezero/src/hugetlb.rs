@@ -36,7 +36,10 @@ pub struct HugetlbReservation {
 fn with_pool_locked<T>(page_size: usize, f: impl FnOnce() -> Result<T>) -> Result<T> {
     let path = HugetlbPool::nr_path(page_size);
     let file = std::fs::File::open(&path).map_err(|e| Error::os("open nr_hugepages", e))?;
-    sys::lock_exclusive(&file).map_err(|e| Error::os("flock nr_hugepages", e))?;
+    // std's File::lock is flock(LOCK_EX) on Linux: released when the file is
+    // closed, also when the process dies.
+    file.lock()
+        .map_err(|e| Error::os("flock nr_hugepages", e))?;
     // The lock goes with the file, after `f`.
     f()
 }

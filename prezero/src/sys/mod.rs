@@ -104,24 +104,6 @@ pub(crate) fn mem_available() -> usize {
         .map_or(0, |kib| kib << 10)
 }
 
-/// Takes an exclusive `flock` on `file`, waiting for it; released when the
-/// file is closed (also when the process dies).
-///
-/// pre: none (a lock on a file we opened).
-pub(crate) fn lock_exclusive(file: &fs::File) -> io::Result<()> {
-    use std::os::fd::AsRawFd;
-    loop {
-        // SAFETY: flock on a descriptor `file` owns for the duration of the call.
-        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
-            return Ok(());
-        }
-        let e = io::Error::last_os_error();
-        if e.kind() != io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
-}
-
 /// Writes a sysfs/procfs file (hugetlb reservations).
 ///
 /// pre: none (the kernel checks the value; writing needs root).
