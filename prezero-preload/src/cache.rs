@@ -34,6 +34,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::blocks::{Alloc, Block, Blocks, Kind, PAGE};
 use crate::config::Config;
 use crate::stats;
+use crate::sys::{self, Advice, Errno};
 
 /// Bytes the scrubber clears between looks at the lock: ~0.3 ms of streaming
 /// stores, so a request waiting on a Busy block waits little.
@@ -61,18 +62,18 @@ struct Cache {
 
 /// The lock, its condition, and the cache it guards.
 struct Shared {
-    mutex: UnsafeCell<libc::pthread_mutex_t>,
-    cond: UnsafeCell<libc::pthread_cond_t>,
+    mutex: sys::Mutex,
+    cond: sys::Cond,
     cache: UnsafeCell<Option<Cache>>,
 }
 
 // SAFETY: `cache` is only reached through `lock()`, which holds `mutex`; the
-// pthread objects are made for sharing between threads.
+// mutex and the condition are made for sharing between threads.
 unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
-    mutex: UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER),
-    cond: UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER),
+    mutex: sys::Mutex::new(),
+    cond: sys::Cond::new(),
     cache: UnsafeCell::new(None),
 };
 
@@ -100,50 +101,37 @@ impl Guard {
 
     /// Waits for a signal or `ms` milliseconds.
     fn wait_ms(&mut self, ms: u64) {
-        let mut now: libc::timespec = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: clock_gettime writes into a local; the wait takes the mutex
-        // this guard holds, and gives it back before returning.
-        unsafe {
-            libc::clock_gettime(libc::CLOCK_REALTIME, &mut now);
-            let ns = now.tv_nsec as u64 + (ms % 1000) * 1_000_000;
-            now.tv_sec += (ms / 1000 + ns / 1_000_000_000) as libc::time_t;
-            now.tv_nsec = (ns % 1_000_000_000) as _;
-            libc::pthread_cond_timedwait(SHARED.cond.get(), SHARED.mutex.get(), &now);
-        }
+        let mut until = sys::clock_gettime(libc::CLOCK_REALTIME);
+        let ns = until.tv_nsec as u64 + (ms % 1000) * 1_000_000;
+        until.tv_sec += (ms / 1000 + ns / 1_000_000_000) as libc::time_t;
+        until.tv_nsec = (ns % 1_000_000_000) as _;
+        // SAFETY: this guard holds the mutex, the only one the condition is
+        // waited on with; the wait gives it back and takes it again.
+        unsafe { SHARED.cond.wait_until(&SHARED.mutex, &until) };
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         // SAFETY: this guard locked the mutex.
-        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+        unsafe { SHARED.mutex.unlock() };
     }
 }
 
 fn lock() -> Guard {
-    // SAFETY: a static mutex, initialised.
-    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    SHARED.mutex.lock();
     Guard
 }
 
 fn signal_all() {
-    // SAFETY: a static condition variable, initialised.
-    unsafe { libc::pthread_cond_broadcast(SHARED.cond.get()) };
+    SHARED.cond.broadcast();
 }
 
 /// Milliseconds on a coarse monotonic clock. Not whole seconds: a block
 /// freed at 10.99 s would count as idle for a second at 11.0 s, so memory went
 /// back up to a second before PREZERO_IDLE_SECS.
 fn now() -> u64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into a local.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut t) };
+    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
@@ -156,64 +144,34 @@ pub fn start(cfg: Config) -> bool {
     // does not fit goes to the next allocator whole rather than eat into it.
     // Without one, a refusal comes from something that cannot place that
     // much (valgrind takes 32 GiB, not 64): try smaller, down to 1 GiB.
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit writes into a local.
-    let unlimited = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0
-        && limit.rlim_cur == libc::RLIM_INFINITY;
-    let base = loop {
-        // Not MAP_NORESERVE: an inaccessible private mapping is not charged,
-        // and without the flag each `mprotect` that makes a part of it
-        // writable is (ensure_writable), so the kernel's overcommit policy
-        // judges a request as it would judge the C library's own mmap of it: a
-        // malloc past RAM + swap fails here as it fails without us, instead of
-        // succeeding and bringing the OOM killer when the program touches it.
-        // SAFETY: a fresh inaccessible mapping at an address the kernel picks.
-        let base = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len + (2 << 20),
-                libc::PROT_NONE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if base != libc::MAP_FAILED {
-            break base;
+    let unlimited = sys::address_space_unlimited();
+    let raw = loop {
+        // Charged as each part is made writable (ensure_writable), so the
+        // kernel's overcommit policy judges a request as it would judge the C
+        // library's own mmap of it: a malloc past RAM + swap fails here as it
+        // fails without us, instead of succeeding and bringing the OOM killer
+        // when the program touches it.
+        if let Ok(raw) = sys::reserve(len + (2 << 20)) {
+            break raw;
         }
         if !unlimited || len <= 1 << 30 {
             return false;
         }
         len /= 2;
     };
-    let raw = base;
     // Blocks start 2 MiB-aligned, so transparent huge pages can back them.
-    let base = (base as usize).next_multiple_of(2 << 20);
+    let base = raw.next_multiple_of(2 << 20);
     let list_bytes = MAX_BLOCKS * std::mem::size_of::<Block>();
-    // SAFETY: a fresh private mapping for the block list.
-    let list = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            list_bytes,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if list == libc::MAP_FAILED {
+    let Ok(list) = sys::map_noreserve(list_bytes) else {
         // SAFETY: the reservation just made, unused.
-        unsafe { libc::munmap(raw, len + (2 << 20)) };
+        let _ = unsafe { sys::munmap(raw, len + (2 << 20)) };
         return false;
-    }
+    };
     // SAFETY: the mapping is ours alone for the life of the process, zeroed
     // by the kernel, and an all-zero Block is a valid value (start 0, len 0,
     // kind InUse, since 0).
     let list: &'static mut [Block] =
-        unsafe { std::slice::from_raw_parts_mut(list.cast::<Block>(), MAX_BLOCKS) };
+        unsafe { std::slice::from_raw_parts_mut(list as *mut Block, MAX_BLOCKS) };
     let prefill = cfg.prefill.min(cfg.cap) / PAGE * PAGE;
     let g = lock();
     // SAFETY: the mutex is held; nothing has a reference to the cache yet.
@@ -231,8 +189,8 @@ pub fn start(cfg: Config) -> bool {
     SPAN.store(len, Ordering::Release);
     STARTED.store(true, Ordering::Release);
     drop(g);
-    // SAFETY: registering static functions, which only take and drop the lock.
-    unsafe { libc::pthread_atfork(Some(before_fork), Some(after_fork), Some(in_child)) };
+    // Handlers that take and give back the lock, and start the child anew.
+    sys::atfork(before_fork, after_fork, in_child);
     if prefill > 0 {
         ensure_scrubber();
     }
@@ -268,16 +226,14 @@ impl Cache {
         if end > new {
             return false;
         }
-        let at = self.writable as *mut c_void;
+        let at = self.writable;
         // SAFETY: [writable, new) is part of our PROT_NONE reservation.
-        if unsafe { libc::mprotect(at, new - self.writable, libc::PROT_READ | libc::PROT_WRITE) }
-            != 0
-        {
+        if unsafe { sys::make_writable(at, new - at) }.is_err() {
             return false;
         }
         if self.cfg.thp {
-            // SAFETY: advice on our own range; failure only means small pages.
-            unsafe { libc::madvise(at, new - self.writable, libc::MADV_HUGEPAGE) };
+            // Failure only means small pages.
+            let _ = sys::madvise(at, new - at, Advice::HugePage);
         }
         self.writable = new;
         true
@@ -422,12 +378,11 @@ fn release_one(g: &mut Guard, before: u64) -> bool {
     };
     // Unlocked while the kernel drops the pages: the block is Busy, no one
     // else touches it.
-    // SAFETY: unlock and lock again the mutex `g` holds.
-    unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+    // SAFETY: `g` holds the mutex; it is taken again below, before `g` is used.
+    unsafe { SHARED.mutex.unlock() };
     // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
-    let ok = unsafe { libc::madvise(s as *mut c_void, l, libc::MADV_DONTNEED) } == 0;
-    // SAFETY: as above.
-    unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+    let ok = unsafe { sys::discard(s, l) }.is_ok();
+    SHARED.mutex.lock();
     let c = g.cache();
     if ok {
         c.blocks.busy_done(s, Kind::Fresh);
@@ -486,24 +441,14 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     if q.is_null() {
         return Some(q);
     }
-    // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks this
-    // thread owns (the program's, and the one just granted). mremap moves the
-    // pages of the first over the second, replacing what was mapped there in
-    // the same call; MREMAP_DONTUNMAP leaves the first mapped, with no pages
-    // behind it (zero when next touched). The range never has a hole: an
-    // mmap on another thread cannot land inside it (it could between an
-    // mremap that unmaps and an mmap MAP_FIXED that fills the hole again,
-    // which then replaced that thread's mapping with ours).
-    let moved = unsafe {
-        libc::mremap(
-            p as *mut c_void,
-            old,
-            old,
-            libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
-            q,
-        )
-    };
-    if moved == q {
+    // The range never has a hole: an mmap on another thread cannot land
+    // inside it (it could between an mremap that unmaps and an mmap
+    // MAP_FIXED that fills the hole again, which then replaced that thread's
+    // mapping with ours).
+    // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
+    // range this thread owns (the program's, and the one just granted).
+    let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
+    if moved {
         // The vacated part keeps the moved pages' mapping (its offset and
         // flags differ from its neighbours'), which the kernel will not merge:
         // a fresh mapping in its place merges again, or every move would leave
@@ -512,20 +457,10 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         // step (still no hole); if it fails the empty mapping stays, usable.
         // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
         // still this thread's (InUse until free_fresh below).
-        let again = unsafe {
-            libc::mmap(
-                p as *mut c_void,
-                old,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
-                -1,
-                0,
-            )
-        };
+        let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
         let mut g = lock();
-        if again != libc::MAP_FAILED && g.cache().cfg.thp {
-            // SAFETY: advice on our own range.
-            unsafe { libc::madvise(p as *mut c_void, old, libc::MADV_HUGEPAGE) };
+        if again && g.cache().cfg.thp {
+            let _ = sys::madvise(p, old, Advice::HugePage);
         }
         g.cache().blocks.free_fresh(p);
         stats::REMAPS.fetch_add(1, Ordering::Relaxed);
@@ -594,16 +529,15 @@ fn scrub() {
         }
         if let Some((s, l)) = spare_take(&mut g) {
             drop(g);
-            let at = s as *mut c_void;
-            // SAFETY: [s, s + l) is a Busy block of our range, without pages
-            // (Fresh or beyond top): the scrubber's alone until busy_done. The
+            // [s, s + l) is a Busy block of our range, without pages (Fresh
+            // or beyond top): the scrubber's alone until busy_done. The
             // kernel's pages are zero, so populated it is Clean.
-            let ok = unsafe { libc::madvise(at, l, libc::MADV_POPULATE_WRITE) } == 0;
-            let unknown =
-                !ok && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL);
+            let populated = sys::madvise(s, l, Advice::PopulateWrite);
+            let ok = populated.is_ok();
+            let unknown = populated == Err(Errno(libc::EINVAL));
             if !ok {
                 // SAFETY: as above; drops what was populated before the failure.
-                unsafe { libc::madvise(at, l, libc::MADV_DONTNEED) };
+                let _ = unsafe { sys::discard(s, l) };
             }
             g = lock();
             let c = g.cache();
@@ -663,8 +597,8 @@ fn do_prefill(bytes: usize) {
     if p.is_null() {
         return;
     }
-    // SAFETY: the block just granted to this thread, writable.
-    let ok = unsafe { libc::madvise(p, bytes, libc::MADV_POPULATE_WRITE) } == 0;
+    // The block just granted to this thread, writable.
+    let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
     let mut g = lock();
     let c = g.cache();
     if ok {
@@ -681,15 +615,15 @@ extern "C" fn before_fork() {
         // `OnceLock`: forked while another thread makes it, the child would
         // wait for it forever. Made here, before the fork, it is done.
         let _ = prezero::active_profile();
-        // SAFETY: the static mutex; `after_fork`/`in_child` unlock it.
-        unsafe { libc::pthread_mutex_lock(SHARED.mutex.get()) };
+        // `after_fork`/`in_child` unlock it.
+        SHARED.mutex.lock();
     }
 }
 
 extern "C" fn after_fork() {
     if STARTED.load(Ordering::Acquire) {
         // SAFETY: locked by before_fork in this thread.
-        unsafe { libc::pthread_mutex_unlock(SHARED.mutex.get()) };
+        unsafe { SHARED.mutex.unlock() };
     }
 }
 
@@ -700,7 +634,7 @@ extern "C" fn in_child() {
     // SAFETY: the child's only thread holds the lock (before_fork); the
     // parent's waiters do not exist here, so the condition starts anew.
     unsafe {
-        libc::pthread_cond_init(SHARED.cond.get(), std::ptr::null());
+        SHARED.cond.reset();
         let c = (*SHARED.cache.get()).as_mut().expect("started");
         c.scrubber = false;
         c.spare = 0;
@@ -711,6 +645,6 @@ extern "C" fn in_child() {
         // The parent's waiting threads do not exist here.
         WAITING.store(0, Ordering::Relaxed);
         stats::reset();
-        libc::pthread_mutex_unlock(SHARED.mutex.get());
+        SHARED.mutex.unlock();
     }
 }

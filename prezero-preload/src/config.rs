@@ -3,6 +3,8 @@
 
 use std::ffi::CStr;
 
+use crate::sys;
+
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -43,11 +45,9 @@ pub struct Config {
 pub const MIN_THRESHOLD: usize = 64 << 10;
 
 fn env(name: &CStr) -> Option<&'static [u8]> {
-    // SAFETY: getenv reads the environment; the string it returns lives as
-    // long as the environment entry, which nothing here changes.
-    let p = unsafe { libc::getenv(name.as_ptr()) };
-    // SAFETY: getenv returns NULL or a NUL-terminated string.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+    // SAFETY: the string getenv returns lives as long as the environment
+    // entry, which nothing here changes.
+    unsafe { sys::getenv(name) }
 }
 
 /// `123`, `64K`, `1M`, `8G`, `1T` (binary units, optional `B`/`iB`).
@@ -79,17 +79,8 @@ fn pid(s: &[u8]) -> Option<usize> {
 /// A field of /proc/meminfo in bytes, read into a stack buffer.
 fn meminfo(field: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 4096];
-    // SAFETY: open/read/close on a path we name, into a local buffer of its size.
-    let n = unsafe {
-        let fd = libc::open(c"/proc/meminfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    let text = &buf[..usize::try_from(n).ok()?];
+    let n = sys::read_file_start(c"/proc/meminfo", &mut buf).ok()?;
+    let text = &buf[..n];
     let at = text.windows(field.len()).position(|w| w == field)?;
     let rest = &text[at + field.len()..];
     let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
@@ -114,8 +105,7 @@ impl Config {
                 .max(MIN_THRESHOLD),
             cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
             prefill: match env(c"PREZERO_PREFILL_PID").map(pid) {
-                // SAFETY: getpid has no preconditions.
-                Some(pid) if pid != Some(unsafe { libc::getpid() } as usize) => 0,
+                Some(pid) if pid != Some(sys::getpid() as usize) => 0,
                 _ => size(c"PREZERO_PREFILL").unwrap_or(0),
             },
             spare: env(c"PREZERO_SPARE") == Some(b"1"),

@@ -16,6 +16,7 @@
 //! * `next.rs`: the next allocator, and the arena that serves start-up.
 //! * `cache.rs`: the cache itself: the lock, the range, the entry points'
 //!   large path, the scrubber, fork and the limits.
+//! * `sys.rs`: every call into libc, none of which allocates.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -29,6 +30,7 @@ mod cache;
 mod config;
 mod next;
 mod stats;
+mod sys;
 
 #[cfg(not(test))]
 mod entry;
