@@ -50,25 +50,38 @@ fn env(name: &CStr) -> Option<&'static [u8]> {
     unsafe { sys::getenv(name) }
 }
 
-/// `123`, `64K`, `1M`, `8G`, `1T` (binary units, optional `B`/`iB`).
+/// A size read exactly as `prezero::parse_size` reads it ("4096", "4K",
+/// "4KB", "4KiB", "2M", "1G", "1T", any case, blanks around it; zero
+/// refused), without allocating: its errors say nothing, and the unit is
+/// lowered in a stack buffer. A test holds the two to one table.
 pub fn parse_size(s: &[u8]) -> Option<usize> {
-    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
-    }
-    let mut n: usize = 0;
-    for &d in &s[..digits] {
-        n = n.checked_mul(10)?.checked_add((d - b'0') as usize)?;
-    }
-    let shift = match &s[digits..] {
-        b"" | b"B" => 0,
-        b"K" | b"KB" | b"KiB" | b"k" => 10,
-        b"M" | b"MB" | b"MiB" => 20,
-        b"G" | b"GB" | b"GiB" => 30,
-        b"T" | b"TB" | b"TiB" => 40,
+    let t = std::str::from_utf8(s).ok()?.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().ok()?;
+    // Every unit has at most three letters: a longer one is none of them.
+    let mut buf = [0u8; 3];
+    let lower = buf.get_mut(..unit.len())?;
+    lower.copy_from_slice(unit.as_bytes());
+    lower.make_ascii_lowercase();
+    let shift = match &*lower {
+        b"" | b"b" => 0,
+        b"k" | b"kb" | b"kib" => 10,
+        b"m" | b"mb" | b"mib" => 20,
+        b"g" | b"gb" | b"gib" => 30,
+        b"t" | b"tb" | b"tib" => 40,
         _ => return None,
     };
-    n.checked_mul(1usize << shift)
+    n.checked_mul(1usize << shift).filter(|&v| v > 0)
+}
+
+/// A size, or zero written `0` (`prezero run --cap 0` sets it so), as the
+/// `prezero` command reads its flags: the size parser refuses zero.
+fn size_or_zero(s: &[u8]) -> Option<usize> {
+    if std::str::from_utf8(s).is_ok_and(|t| t.trim() == "0") {
+        return Some(0);
+    }
+    parse_size(s)
 }
 
 /// A pid: digits only (the size parser would read `1K` as 1024).
@@ -85,7 +98,7 @@ fn meminfo(field: &[u8]) -> Option<usize> {
     let rest = &text[at + field.len()..];
     let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
     let end = rest.iter().position(|b| !b.is_ascii_digit())?;
-    parse_size(&rest[..end])?.checked_mul(1024)
+    size_or_zero(&rest[..end])?.checked_mul(1024)
 }
 
 /// The machine's memory.
@@ -95,7 +108,7 @@ pub fn mem_total() -> Option<usize> {
 
 impl Config {
     pub fn from_env() -> Config {
-        let size = |name: &CStr| env(name).and_then(parse_size);
+        let size = |name: &CStr| env(name).and_then(size_or_zero);
         let default_cap = meminfo(b"MemAvailable:")
             .map_or(1 << 30, |m| m / 4)
             .min(8 << 30);
@@ -110,7 +123,7 @@ impl Config {
             },
             spare: env(c"PREZERO_SPARE") == Some(b"1"),
             idle_secs: env(c"PREZERO_IDLE_SECS")
-                .and_then(parse_size)
+                .and_then(size_or_zero)
                 .map_or(5, |s| s as u64),
             stats: env(c"PREZERO_STATS") == Some(b"1"),
             thp: env(c"PREZERO_THP") == Some(b"1"),
@@ -139,5 +152,89 @@ mod tests {
             assert_eq!(parse_size(bad), None, "{:?}", std::str::from_utf8(bad));
         }
         assert_eq!(parse_size(b"20000000T"), None, "overflow");
+    }
+
+    /// What both parsers are given: every unit in every case, blanks, zero,
+    /// the edges of overflow, and what neither reads.
+    const SIZES: &[&str] = &[
+        "0",
+        "1",
+        "123",
+        "4096",
+        "4K",
+        "4k",
+        "4KB",
+        "4kb",
+        "4Kb",
+        "4KiB",
+        "4kib",
+        "4KIB",
+        "64K",
+        "2M",
+        "2m",
+        "2MB",
+        "2mb",
+        "2MiB",
+        "1G",
+        "1g",
+        "1GB",
+        "1GiB",
+        "1T",
+        "1t",
+        "1TB",
+        "1TiB",
+        "1B",
+        "1b",
+        "0K",
+        "0B",
+        "00",
+        "007M",
+        "20000000T",
+        "16777215T",
+        "16777216T",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999",
+        "",
+        " ",
+        "B",
+        "G",
+        "K",
+        "iB",
+        "1X",
+        "4X",
+        "-1",
+        "+1",
+        "1 M",
+        " 2M",
+        "2M ",
+        "2048K\n",
+        "\t8G\t",
+        "\u{a0}1M\u{a0}",
+        "1.5M",
+        "1e6",
+        "0x10",
+        "1MM",
+        "1iB",
+        "1Ki",
+        "1KiBB",
+        "1P",
+        "1K\0",
+        "\u{663}",
+        "\u{ff11}",
+    ];
+
+    #[test]
+    fn sizes_read_as_the_library_reads_them() {
+        for s in SIZES {
+            assert_eq!(
+                parse_size(s.as_bytes()),
+                prezero::parse_size(s).ok(),
+                "{s:?}"
+            );
+        }
+        // Bytes that are no UTF-8 reach the preload's alone (the library's
+        // takes a `str`): refused.
+        assert_eq!(parse_size(b"4\xffK"), None);
     }
 }
