@@ -3,6 +3,8 @@
 
 use std::ffi::CStr;
 
+use crate::sys;
+
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Config {
@@ -43,32 +45,43 @@ pub struct Config {
 pub const MIN_THRESHOLD: usize = 64 << 10;
 
 fn env(name: &CStr) -> Option<&'static [u8]> {
-    // SAFETY: getenv reads the environment; the string it returns lives as
-    // long as the environment entry, which nothing here changes.
-    let p = unsafe { libc::getenv(name.as_ptr()) };
-    // SAFETY: getenv returns NULL or a NUL-terminated string.
-    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+    // SAFETY: the string getenv returns lives as long as the environment
+    // entry, which nothing here changes.
+    unsafe { sys::getenv(name) }
 }
 
-/// `123`, `64K`, `1M`, `8G`, `1T` (binary units, optional `B`/`iB`).
+/// A size read exactly as `prezero::parse_size` reads it ("4096", "4K",
+/// "4KB", "4KiB", "2M", "1G", "1T", any case, blanks around it; zero
+/// refused), without allocating: its errors say nothing, and the unit is
+/// lowered in a stack buffer. A test holds the two to one table.
 pub fn parse_size(s: &[u8]) -> Option<usize> {
-    let digits = s.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 {
-        return None;
-    }
-    let mut n: usize = 0;
-    for &d in &s[..digits] {
-        n = n.checked_mul(10)?.checked_add((d - b'0') as usize)?;
-    }
-    let shift = match &s[digits..] {
-        b"" | b"B" => 0,
-        b"K" | b"KB" | b"KiB" | b"k" => 10,
-        b"M" | b"MB" | b"MiB" => 20,
-        b"G" | b"GB" | b"GiB" => 30,
-        b"T" | b"TB" | b"TiB" => 40,
+    let t = std::str::from_utf8(s).ok()?.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: usize = num.parse().ok()?;
+    // Every unit has at most three letters: a longer one is none of them.
+    let mut buf = [0u8; 3];
+    let lower = buf.get_mut(..unit.len())?;
+    lower.copy_from_slice(unit.as_bytes());
+    lower.make_ascii_lowercase();
+    let shift = match &*lower {
+        b"" | b"b" => 0,
+        b"k" | b"kb" | b"kib" => 10,
+        b"m" | b"mb" | b"mib" => 20,
+        b"g" | b"gb" | b"gib" => 30,
+        b"t" | b"tb" | b"tib" => 40,
         _ => return None,
     };
-    n.checked_mul(1usize << shift)
+    n.checked_mul(1usize << shift).filter(|&v| v > 0)
+}
+
+/// A size, or zero written `0` (`prezero run --cap 0` sets it so), as the
+/// `prezero` command reads its flags: the size parser refuses zero.
+fn size_or_zero(s: &[u8]) -> Option<usize> {
+    if std::str::from_utf8(s).is_ok_and(|t| t.trim() == "0") {
+        return Some(0);
+    }
+    parse_size(s)
 }
 
 /// A pid: digits only (the size parser would read `1K` as 1024).
@@ -79,22 +92,13 @@ fn pid(s: &[u8]) -> Option<usize> {
 /// A field of /proc/meminfo in bytes, read into a stack buffer.
 fn meminfo(field: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 4096];
-    // SAFETY: open/read/close on a path we name, into a local buffer of its size.
-    let n = unsafe {
-        let fd = libc::open(c"/proc/meminfo".as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    let text = &buf[..usize::try_from(n).ok()?];
+    let n = sys::read_file_start(c"/proc/meminfo", &mut buf).ok()?;
+    let text = &buf[..n];
     let at = text.windows(field.len()).position(|w| w == field)?;
     let rest = &text[at + field.len()..];
     let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
     let end = rest.iter().position(|b| !b.is_ascii_digit())?;
-    parse_size(&rest[..end])?.checked_mul(1024)
+    size_or_zero(&rest[..end])?.checked_mul(1024)
 }
 
 /// The machine's memory.
@@ -104,7 +108,7 @@ pub fn mem_total() -> Option<usize> {
 
 impl Config {
     pub fn from_env() -> Config {
-        let size = |name: &CStr| env(name).and_then(parse_size);
+        let size = |name: &CStr| env(name).and_then(size_or_zero);
         let default_cap = meminfo(b"MemAvailable:")
             .map_or(1 << 30, |m| m / 4)
             .min(8 << 30);
@@ -114,13 +118,12 @@ impl Config {
                 .max(MIN_THRESHOLD),
             cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
             prefill: match env(c"PREZERO_PREFILL_PID").map(pid) {
-                // SAFETY: getpid has no preconditions.
-                Some(pid) if pid != Some(unsafe { libc::getpid() } as usize) => 0,
+                Some(pid) if pid != Some(sys::getpid() as usize) => 0,
                 _ => size(c"PREZERO_PREFILL").unwrap_or(0),
             },
             spare: env(c"PREZERO_SPARE") == Some(b"1"),
             idle_secs: env(c"PREZERO_IDLE_SECS")
-                .and_then(parse_size)
+                .and_then(size_or_zero)
                 .map_or(5, |s| s as u64),
             stats: env(c"PREZERO_STATS") == Some(b"1"),
             thp: env(c"PREZERO_THP") == Some(b"1"),
@@ -149,5 +152,89 @@ mod tests {
             assert_eq!(parse_size(bad), None, "{:?}", std::str::from_utf8(bad));
         }
         assert_eq!(parse_size(b"20000000T"), None, "overflow");
+    }
+
+    /// What both parsers are given: every unit in every case, blanks, zero,
+    /// the edges of overflow, and what neither reads.
+    const SIZES: &[&str] = &[
+        "0",
+        "1",
+        "123",
+        "4096",
+        "4K",
+        "4k",
+        "4KB",
+        "4kb",
+        "4Kb",
+        "4KiB",
+        "4kib",
+        "4KIB",
+        "64K",
+        "2M",
+        "2m",
+        "2MB",
+        "2mb",
+        "2MiB",
+        "1G",
+        "1g",
+        "1GB",
+        "1GiB",
+        "1T",
+        "1t",
+        "1TB",
+        "1TiB",
+        "1B",
+        "1b",
+        "0K",
+        "0B",
+        "00",
+        "007M",
+        "20000000T",
+        "16777215T",
+        "16777216T",
+        "18446744073709551615",
+        "18446744073709551616",
+        "99999999999999999999999",
+        "",
+        " ",
+        "B",
+        "G",
+        "K",
+        "iB",
+        "1X",
+        "4X",
+        "-1",
+        "+1",
+        "1 M",
+        " 2M",
+        "2M ",
+        "2048K\n",
+        "\t8G\t",
+        "\u{a0}1M\u{a0}",
+        "1.5M",
+        "1e6",
+        "0x10",
+        "1MM",
+        "1iB",
+        "1Ki",
+        "1KiBB",
+        "1P",
+        "1K\0",
+        "\u{663}",
+        "\u{ff11}",
+    ];
+
+    #[test]
+    fn sizes_read_as_the_library_reads_them() {
+        for s in SIZES {
+            assert_eq!(
+                parse_size(s.as_bytes()),
+                prezero::parse_size(s).ok(),
+                "{s:?}"
+            );
+        }
+        // Bytes that are no UTF-8 reach the preload's alone (the library's
+        // takes a `str`): refused.
+        assert_eq!(parse_size(b"4\xffK"), None);
     }
 }

@@ -7,12 +7,18 @@
 //! call `malloc` again: those calls, and calls from other threads meanwhile,
 //! are served from a static arena), then reads the environment and reserves
 //! the range. Not in a test build: the test harness would allocate with it.
+//!
+//! These functions are the C library's allocator interface, so they name its
+//! types and errno values (`libc::c_int`, `EINVAL`, `ENOMEM`); the calls they
+//! make into libc, errno's set-up among them, go through `sys` like every
+//! other file's.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use crate::config::Config;
 use crate::next::{self, Next};
+use crate::sys::{self, set_errno};
 use crate::{cache, stats};
 
 const UNINIT: u8 = 0;
@@ -95,8 +101,7 @@ fn boot() -> u8 {
         return FORWARD;
     }
     if cfg.stats {
-        // SAFETY: registers a static function.
-        unsafe { libc::atexit(at_exit) };
+        sys::atexit(at_exit);
     }
     STATE.store(READY, Ordering::Release);
     READY
@@ -104,11 +109,6 @@ fn boot() -> u8 {
 
 extern "C" fn at_exit() {
     stats::print();
-}
-
-fn set_errno(e: libc::c_int) {
-    // SAFETY: the calling thread's errno.
-    unsafe { *libc::__errno_location() = e };
 }
 
 /// A large block from the cache, else from the next allocator.
@@ -398,8 +398,7 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
 }
 
 fn page() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    sys::page_size()
 }
 
 /// # Safety

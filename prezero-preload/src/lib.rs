@@ -12,10 +12,15 @@
 //! with streaming stores while a core is idle (seed 003), so the next
 //! `calloc` of that size finds it zero and its pages present.
 //!
-//! * `blocks.rs`: which part of the reserved range is which block (pure).
+//! * `blocks/`: which part of the reserved range is which block (pure): the
+//!   model, the choice of a run, split and merge, the background work's
+//!   Busy blocks.
 //! * `next.rs`: the next allocator, and the arena that serves start-up.
-//! * `cache.rs`: the cache itself: the lock, the range, the entry points'
-//!   large path, the scrubber, fork and the limits.
+//! * `cache/`: the cache itself: the lock (`mod.rs`), the entry points'
+//!   large path (`requests.rs`), the range's mappings and the limits
+//!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
+//! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
+//! * `sys.rs`: every call into libc, none of which allocates.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -29,6 +34,7 @@ mod cache;
 mod config;
 mod next;
 mod stats;
+mod sys;
 
 #[cfg(not(test))]
 mod entry;

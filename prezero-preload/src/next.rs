@@ -2,8 +2,10 @@
 //! lookup order), found with `dlsym(RTLD_NEXT)`, and a bump arena that
 //! serves the calls made before it is found (`dlsym` itself may allocate).
 
-use std::ffi::{c_void, CStr};
+use std::ffi::c_void;
 use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::sys;
 
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
 pub type Free = unsafe extern "C" fn(*mut c_void);
@@ -30,20 +32,15 @@ pub struct Next {
 
 /// Resolves every entry point, or none (`aligned_alloc` is optional).
 pub fn resolve() -> Option<Next> {
-    fn sym(name: &CStr) -> Option<usize> {
-        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only reads it.
-        let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
-        (!p.is_null()).then_some(p as usize)
-    }
     let (m, f, c, r, pm, us) = (
-        sym(c"malloc")?,
-        sym(c"free")?,
-        sym(c"calloc")?,
-        sym(c"realloc")?,
-        sym(c"posix_memalign")?,
-        sym(c"malloc_usable_size")?,
+        sys::next_symbol(c"malloc")?,
+        sys::next_symbol(c"free")?,
+        sys::next_symbol(c"calloc")?,
+        sys::next_symbol(c"realloc")?,
+        sys::next_symbol(c"posix_memalign")?,
+        sys::next_symbol(c"malloc_usable_size")?,
     );
-    let aa = sym(c"aligned_alloc");
+    let aa = sys::next_symbol(c"aligned_alloc");
     // SAFETY: each address is the next definition of the C function of that
     // name, whose signature the type states.
     unsafe {
@@ -92,8 +89,7 @@ pub fn in_arena(p: usize) -> bool {
 /// (the next allocator is known then: ask it).
 pub fn arena_alloc(size: usize) -> Option<*mut c_void> {
     let spent = || {
-        // SAFETY: the calling thread's errno.
-        unsafe { *libc::__errno_location() = libc::ENOMEM };
+        sys::set_errno(libc::ENOMEM);
         Some(std::ptr::null_mut())
     };
     let Some(need) = size

@@ -83,6 +83,5 @@ pub fn print() {
         BAD_FREES.load(Relaxed),
     );
     let used = 512 - w.len();
-    // SAFETY: write(2) of a local buffer's initialised prefix.
-    unsafe { libc::write(2, buf.as_ptr().cast(), used) };
+    crate::sys::write_stderr(&buf[..used]);
 }

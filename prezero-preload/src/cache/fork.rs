@@ -1,0 +1,52 @@
+//! Fork: the lock is taken around `fork` (`pthread_atfork`), so the child
+//! starts with consistent blocks; it has no scrubber thread (one starts at
+//! its first large `free`), and what the parent's was doing is Dirty again.
+
+use std::sync::atomic::Ordering;
+
+use super::{SHARED, STARTED, WAITING};
+use crate::stats;
+
+/// Before `fork`, in the forking thread: takes the lock, so the child's
+/// blocks are consistent.
+pub(super) extern "C" fn before_fork() {
+    if STARTED.load(Ordering::Acquire) {
+        // The clearing kernels' choice is made once, lazily, under a
+        // `OnceLock`: forked while another thread makes it, the child would
+        // wait for it forever. Made here, before the fork, it is done.
+        let _ = prezero::active_profile();
+        // `after_fork`/`in_child` unlock it.
+        SHARED.mutex.lock();
+    }
+}
+
+/// After `fork`, in the parent: gives the lock back.
+pub(super) extern "C" fn after_fork() {
+    if STARTED.load(Ordering::Acquire) {
+        // SAFETY: locked by before_fork in this thread.
+        unsafe { SHARED.mutex.unlock() };
+    }
+}
+
+/// After `fork`, in the child: starts its cache anew, without a scrubber.
+pub(super) extern "C" fn in_child() {
+    if !STARTED.load(Ordering::Acquire) {
+        return;
+    }
+    // SAFETY: the child's only thread holds the lock (before_fork); the
+    // parent's waiters do not exist here, so the condition starts anew.
+    unsafe {
+        SHARED.cond.reset();
+        let c = (*SHARED.cache.get()).as_mut().expect("started");
+        c.scrubber = false;
+        c.spare = 0;
+        // A prefill the parent's scrubber had not begun is the parent's: the
+        // child is not the program `PREZERO_PREFILL_PID` names.
+        c.prefill = 0;
+        c.blocks.abandon_busy();
+        // The parent's waiting threads do not exist here.
+        WAITING.store(0, Ordering::Relaxed);
+        stats::reset();
+        SHARED.mutex.unlock();
+    }
+}

@@ -1,0 +1,189 @@
+//! The large-block cache: one reserved address range, the blocks in it
+//! ([`Blocks`]), one lock, and the scrubber thread.
+//!
+//! Concurrency: every change to the blocks happens under `LOCK`. Memory is
+//! cleared, populated or given back outside it, only while its block is
+//! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
+//! scrubber's or a releasing thread's): no one else may touch a block in
+//! either state, and a request that would need a Busy block waits on `LOCK`'s
+//! condition variable, which every end of Busy signals, for 2 ms at most
+//! (the scrubber is at `SCHED_IDLE`: with every core busy its step can take
+//! most of a second), then takes the best run around the Busy blocks.
+//!
+//! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
+//! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
+//! before it returns; free memory unused for `idle_secs` goes back too (the
+//! scrubber). Memory the program holds is not capped: that is its own.
+//!
+//! Spare (the scrubber keeps zeroed memory ahead of a program that frees and
+//! asks again faster than it clears) and fork: see `scrubber.rs` and `fork.rs`.
+//!
+//! This file holds the cache, its lock and the range's bounds, and starts
+//! it; beside it:
+//!
+//! * `requests.rs`: the entry points' large path (`alloc`, `free`,
+//!   `realloc`, `usable_size`);
+//! * `range.rs`: the range's mappings: reserved, made writable, given back;
+//! * `scrubber.rs`: the scrubber thread, the prefill and the spare;
+//! * `fork.rs`: the `pthread_atfork` handlers.
+
+mod fork;
+mod range;
+mod requests;
+mod scrubber;
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use crate::blocks::{Blocks, PAGE};
+use crate::config::Config;
+use crate::stats;
+use crate::sys;
+
+// Only entry.rs calls them, and a test build leaves it out.
+#[cfg(not(test))]
+pub use requests::{alloc, free, realloc, usable_size};
+
+struct Cache {
+    blocks: Blocks,
+    cfg: Config,
+    /// `[base, writable)` is read-write; the rest of the range `PROT_NONE`.
+    writable: usize,
+    /// A scrubber thread runs in this process.
+    scrubber: bool,
+    /// Prefill still to do (the scrubber does it first).
+    prefill: usize,
+    /// Clean bytes the scrubber keeps ready: the largest `calloc` that found
+    /// Dirty memory to clear since memory last went back (see `Config::spare`).
+    spare: usize,
+}
+
+/// The lock, its condition, and the cache it guards.
+struct Shared {
+    mutex: sys::Mutex,
+    cond: sys::Cond,
+    cache: UnsafeCell<Option<Cache>>,
+}
+
+// SAFETY: `cache` is only reached through `lock()`, which holds `mutex`; the
+// mutex and the condition are made for sharing between threads.
+unsafe impl Sync for Shared {}
+
+static SHARED: Shared = Shared {
+    mutex: sys::Mutex::new(),
+    cond: sys::Cond::new(),
+    cache: UnsafeCell::new(None),
+};
+
+/// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`.
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static SPAN: AtomicUsize = AtomicUsize::new(0);
+static STARTED: AtomicBool = AtomicBool::new(false);
+/// Requests waiting for a Busy block (changed under the lock).
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// `LOCK` held; the cache through it.
+struct Guard;
+
+impl Guard {
+    fn cache(&mut self) -> &mut Cache {
+        // SAFETY: the mutex is held while the guard lives, so this is the only
+        // reference; `started()` checked the cache exists before any guard.
+        unsafe { (*SHARED.cache.get()).as_mut().expect("the cache is set up") }
+    }
+
+    /// Waits for a signal (a Busy block done, a free) or `secs`.
+    fn wait(&mut self, secs: u64) {
+        self.wait_ms(secs.saturating_mul(1000));
+    }
+
+    /// Waits for a signal or `ms` milliseconds.
+    fn wait_ms(&mut self, ms: u64) {
+        let mut until = sys::clock_gettime(libc::CLOCK_REALTIME);
+        let ns = until.tv_nsec as u64 + (ms % 1000) * 1_000_000;
+        until.tv_sec += (ms / 1000 + ns / 1_000_000_000) as libc::time_t;
+        until.tv_nsec = (ns % 1_000_000_000) as _;
+        // SAFETY: this guard holds the mutex, the only one the condition is
+        // waited on with; the wait gives it back and takes it again.
+        unsafe { SHARED.cond.wait_until(&SHARED.mutex, &until) };
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: this guard locked the mutex.
+        unsafe { SHARED.mutex.unlock() };
+    }
+}
+
+fn lock() -> Guard {
+    SHARED.mutex.lock();
+    Guard
+}
+
+fn signal_all() {
+    SHARED.cond.broadcast();
+}
+
+/// Milliseconds on a coarse monotonic clock. Not whole seconds: a block
+/// freed at 10.99 s would count as idle for a second at 11.0 s, so memory went
+/// back up to a second before PREZERO_IDLE_SECS.
+fn now() -> u64 {
+    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
+/// Reserves the range and sets up the cache; false if it cannot (then every
+/// request goes to the next allocator).
+pub fn start(cfg: Config) -> bool {
+    let Some((base, len, list)) = range::reserve() else {
+        return false;
+    };
+    let prefill = cfg.prefill.min(cfg.cap) / PAGE * PAGE;
+    let g = lock();
+    // SAFETY: the mutex is held; nothing has a reference to the cache yet.
+    unsafe {
+        *SHARED.cache.get() = Some(Cache {
+            blocks: Blocks::new(base, base + len, list),
+            cfg,
+            writable: base,
+            scrubber: false,
+            prefill,
+            spare: 0,
+        })
+    };
+    BASE.store(base, Ordering::Release);
+    SPAN.store(len, Ordering::Release);
+    STARTED.store(true, Ordering::Release);
+    drop(g);
+    // Handlers that take and give back the lock, and start the child anew.
+    sys::atfork(fork::before_fork, fork::after_fork, fork::in_child);
+    if prefill > 0 {
+        scrubber::ensure_scrubber();
+    }
+    // The kernels' choice now, while the process has one thread, not in the
+    // first calloc that clears (see before_fork).
+    let _ = prezero::active_profile();
+    true
+}
+
+/// Whether `p` is in the range: then it is the cache's. Every `free` in the
+/// process asks, so one subtraction and one comparison: SPAN is 0 until the
+/// range exists, and is stored after BASE (read it first, Acquire: free on
+/// x86). A thread that sees the old SPAN was not handed any of the range.
+#[inline(always)]
+pub fn owns(p: usize) -> bool {
+    let span = SPAN.load(Ordering::Acquire);
+    p.wrapping_sub(BASE.load(Ordering::Relaxed)) < span
+}
+
+fn limit() -> usize {
+    BASE.load(Ordering::Relaxed) + SPAN.load(Ordering::Relaxed)
+}
+
+impl Cache {
+    fn peaks(&self) {
+        stats::PEAK_HELD.fetch_max(self.blocks.bytes.held(), Ordering::Relaxed);
+        stats::PEAK_IN_USE.fetch_max(self.blocks.bytes.in_use, Ordering::Relaxed);
+    }
+}

@@ -1,0 +1,214 @@
+//! The program's requests that reach the cache: the entry points' large
+//! path (`alloc`, `free`, `realloc`, `usable_size`), and the taking of a
+//! block that the prefill shares with them.
+
+use std::ffi::c_void;
+use std::sync::atomic::Ordering;
+
+use super::range::release_one;
+use super::scrubber::ensure_scrubber;
+use super::{limit, lock, now, signal_all, WAITING};
+use crate::blocks::{Alloc, Kind, PAGE};
+use crate::stats;
+use crate::sys::{self, Advice};
+
+/// `size` bytes aligned to `align` from the cache, zero if `zeroed`; null if
+/// the cache cannot serve (the caller asks the next allocator).
+pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    take(size, align, zeroed, true)
+}
+
+/// [`alloc`] for the program (`counted`: its statistics and peaks) or for the
+/// cache itself (the prefill, which is no request of the program's).
+pub(super) fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *mut c_void {
+    let mut waited = false;
+    let mut since: Option<std::time::Instant> = None;
+    let granted = loop {
+        let mut g = lock();
+        let c = g.cache();
+        let Some(reach) = c
+            .blocks
+            .top()
+            .checked_add(size)
+            .and_then(|r| r.checked_add(align.max(PAGE)))
+        else {
+            return std::ptr::null_mut();
+        };
+        // The cache's own range beyond top: what the program uses is not
+        // capped, only what it has freed.
+        let room = if c.ensure_writable(reach.min(limit())) {
+            usize::MAX
+        } else {
+            c.writable - c.blocks.top()
+        };
+        let a = if waited {
+            c.blocks.alloc_around_busy(size, align, zeroed, room)
+        } else {
+            c.blocks.alloc(size, align, zeroed, room)
+        };
+        match a {
+            Alloc::Granted {
+                start,
+                len,
+                pieces,
+                n,
+            } => {
+                debug_assert!(c.blocks.check());
+                if counted {
+                    c.peaks();
+                    // Freed and asked for again faster than the scrubber
+                    // clears: keep this much zeroed ahead from now on. Only
+                    // if the cap holds it beside the block the program frees
+                    // next: else that free gives the spare back at once.
+                    let dirty = pieces[..n].iter().any(|p| p.2 == Kind::Dirty);
+                    if zeroed && dirty && c.cfg.spare && len <= c.cfg.cap / 2 {
+                        c.spare = c.spare.max(len);
+                        signal_all();
+                    }
+                }
+                break (start, len, pieces, n);
+            }
+            // One step of the scrubber (~0.3 ms on a core of its own), then
+            // around it: at SCHED_IDLE, with the program's threads on every
+            // core, the step took up to most of a second and a calloc with it.
+            Alloc::Wait => {
+                // While a request waits the scrubber starts no new step, so
+                // the block is whole when this wakes.
+                let t = *since.get_or_insert_with(std::time::Instant::now);
+                WAITING.fetch_add(1, Ordering::Relaxed);
+                g.wait_ms(2);
+                WAITING.fetch_sub(1, Ordering::Relaxed);
+                waited = t.elapsed() >= std::time::Duration::from_millis(2);
+            }
+            Alloc::Full => return std::ptr::null_mut(),
+        }
+    };
+    let (start, len, pieces, n) = granted;
+    let mut populated = 0u64;
+    for &(s, l, kind) in &pieces[..n] {
+        match kind {
+            Kind::Dirty | Kind::Clean => populated += l as u64,
+            _ => {}
+        }
+        if zeroed && kind == Kind::Dirty {
+            // The caller is about to use it: ordinary stores while it fits a
+            // cache, streaming past that (the profile decides, seed 003).
+            // SAFETY: [s, s + l) is part of the block just handed to this
+            // caller, writable (ensure_writable), and no one else's.
+            let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };
+            if counted {
+                stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
+            }
+        }
+    }
+    if !counted {
+        return start as *mut c_void;
+    }
+    stats::SERVED.fetch_add(1, Ordering::Relaxed);
+    stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+    stats::POPULATED_BYTES.fetch_add(populated, Ordering::Relaxed);
+    start as *mut c_void
+}
+
+/// Takes back the block at `p` (in the range). A pointer that is not a block
+/// handed out is counted and ignored: never a corruption. `extern "C"` (it
+/// cannot unwind), so the C `free` ends in a jump here, not a call.
+pub extern "C" fn free(p: usize) {
+    let mut g = lock();
+    let c = g.cache();
+    if c.blocks.free(p, now()).is_none() {
+        stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+        return;
+    }
+    debug_assert!(c.blocks.check());
+    c.peaks();
+    let cap = c.cfg.cap;
+    // Past the cap: the oldest free memory goes back before this returns.
+    while g.cache().blocks.bytes.held() > cap {
+        if !release_one(&mut g, u64::MAX) {
+            break;
+        }
+    }
+    let start_scrubber = !g.cache().scrubber;
+    signal_all();
+    drop(g);
+    if start_scrubber {
+        ensure_scrubber();
+    }
+}
+
+/// Bytes usable at `p`, if it is a block handed out.
+pub fn usable_size(p: usize) -> Option<usize> {
+    lock().cache().blocks.in_use_len(p)
+}
+
+/// `realloc` of the block at `p` to `size` bytes: shrunk or grown in place,
+/// or its pages moved (mremap, no copy; a copy where the kernel cannot) to a
+/// new block. `None`: `p` is not a block handed out. `Some(null)`: the cache
+/// has no room (the caller copies to the next allocator).
+pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
+    let old = {
+        let mut g = lock();
+        let c = g.cache();
+        let old = c.blocks.in_use_len(p)?;
+        if size <= old {
+            // Shrinking by less than the threshold keeps the block whole.
+            if old - size >= threshold {
+                c.blocks.shrink(p, size, now());
+                signal_all();
+            }
+            return Some(p as *mut c_void);
+        }
+        let Some(reach) = p.checked_add(size) else {
+            // Past the address space: no room (the caller asks the next
+            // allocator, which refuses with ENOMEM), not "not ours".
+            return Some(std::ptr::null_mut());
+        };
+        let reach = reach.min(limit());
+        let room = if c.ensure_writable(reach) {
+            usize::MAX
+        } else {
+            0
+        };
+        if c.blocks.grow(p, size, room) {
+            c.peaks();
+            return Some(p as *mut c_void);
+        }
+        old
+    };
+    let q = alloc(size, PAGE, false);
+    if q.is_null() {
+        return Some(q);
+    }
+    // The range never has a hole: an mmap on another thread cannot land
+    // inside it (it could between an mremap that unmaps and an mmap
+    // MAP_FIXED that fills the hole again, which then replaced that thread's
+    // mapping with ours).
+    // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
+    // range this thread owns (the program's, and the one just granted).
+    let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
+    if moved {
+        // The vacated part keeps the moved pages' mapping (its offset and
+        // flags differ from its neighbours'), which the kernel will not merge:
+        // a fresh mapping in its place merges again, or every move would leave
+        // mappings behind until the process reaches vm.max_map_count and its
+        // own mmap calls fail. MAP_FIXED over a mapping replaces it in one
+        // step (still no hole); if it fails the empty mapping stays, usable.
+        // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
+        // still this thread's (InUse until free_fresh below).
+        let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
+        let mut g = lock();
+        if again && g.cache().cfg.thp {
+            let _ = sys::madvise(p, old, Advice::HugePage);
+        }
+        g.cache().blocks.free_fresh(p);
+        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+        signal_all();
+        return Some(q);
+    }
+    // mremap refused: copy.
+    // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
+    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };
+    free(p);
+    Some(q)
+}

@@ -1,0 +1,158 @@
+//! The scrubber thread: at `SCHED_IDLE` it prefills, gives idle memory
+//! back, clears Dirty blocks with streaming stores, and populates the spare.
+//!
+//! Spare (opt-in, `Config::spare`): a `calloc` that had to clear Dirty
+//! memory itself shows the program frees and asks again faster than the
+//! scrubber clears (numpy's `del a; a = np.zeros(n)`). If the cap holds two
+//! blocks of that size, the scrubber, when nothing is Dirty, then populates
+//! fresh memory at the end of the range until the longest Clean block is
+//! that long, so the next request takes zeroes while the block just freed
+//! is scrubbed. Memory going back (idle, cap) ends the spare.
+
+use std::sync::atomic::Ordering;
+
+use super::range::release_one;
+use super::requests::take;
+use super::{limit, lock, now, signal_all, Guard, WAITING};
+use crate::blocks::{Kind, PAGE};
+use crate::stats;
+use crate::sys::{self, Advice, Errno};
+
+/// Bytes the scrubber clears between looks at the lock: ~0.3 ms of streaming
+/// stores, so a request waiting on a Busy block waits little.
+const SCRUB_CHUNK: usize = 8 << 20;
+
+/// Starts the scrubber thread if this process has none.
+pub(super) fn ensure_scrubber() {
+    {
+        let mut g = lock();
+        if g.cache().scrubber {
+            return;
+        }
+        g.cache().scrubber = true;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("prezero-scrub".into())
+        .spawn(scrub);
+    if spawned.is_err() {
+        // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
+        lock().cache().scrubber = false;
+    }
+}
+
+/// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
+/// Dirty blocks with streaming stores, and populates the spare.
+fn scrub() {
+    prezero::ScrubPriority::Idle.apply_to_current_thread();
+    let mut g = lock();
+    let prefill = std::mem::take(&mut g.cache().prefill);
+    if prefill > 0 {
+        drop(g);
+        do_prefill(prefill);
+        g = lock();
+    }
+    loop {
+        let idle = g.cache().cfg.idle_secs;
+        if release_one(&mut g, now().saturating_sub(idle.saturating_mul(1000))) {
+            continue;
+        }
+        if WAITING.load(Ordering::Relaxed) > 0 {
+            // A request waits for the step just done: let it take the block
+            // before the next step makes part of it Busy again.
+            g.wait_ms(1);
+            continue;
+        }
+        if let Some((s, l)) = g.cache().blocks.scrub_take(SCRUB_CHUNK) {
+            drop(g);
+            let t = std::time::Instant::now();
+            // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
+            // alone until busy_done.
+            let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold) };
+            stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+            g = lock();
+            g.cache().blocks.busy_done(s, Kind::Clean);
+            signal_all();
+            continue;
+        }
+        if let Some((s, l)) = spare_take(&mut g) {
+            drop(g);
+            // [s, s + l) is a Busy block of our range, without pages (Fresh
+            // or beyond top): the scrubber's alone until busy_done. The
+            // kernel's pages are zero, so populated it is Clean.
+            let populated = sys::madvise(s, l, Advice::PopulateWrite);
+            let ok = populated.is_ok();
+            let unknown = populated == Err(Errno(libc::EINVAL));
+            if !ok {
+                // SAFETY: as above; drops what was populated before the failure.
+                let _ = unsafe { sys::discard(s, l) };
+            }
+            g = lock();
+            let c = g.cache();
+            if ok {
+                stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+                c.blocks.busy_done(s, Kind::Clean);
+                c.peaks();
+            } else {
+                c.spare = 0;
+                // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
+                c.cfg.spare &= !unknown;
+                c.blocks.busy_done(s, Kind::Fresh);
+            }
+            signal_all();
+            continue;
+        }
+        g.wait(1);
+    }
+}
+
+/// The next piece of the spare to populate, now Busy: what the longest Clean
+/// block lacks, within the cap, a scrub chunk at most (a request that needs
+/// it waits little).
+fn spare_take(g: &mut Guard) -> Option<(usize, usize)> {
+    let c = g.cache();
+    if c.spare == 0 {
+        // No spare wanted (the usual case): no walk of the block list.
+        return None;
+    }
+    let chunk = c
+        .spare
+        .saturating_sub(c.blocks.largest_clean())
+        .min(c.cfg.cap.saturating_sub(c.blocks.bytes.held()))
+        .min(SCRUB_CHUNK);
+    if chunk < PAGE {
+        return None;
+    }
+    let top = c.blocks.top();
+    let room = if c.blocks.ends_fresh() || c.ensure_writable(top.saturating_add(chunk).min(limit()))
+    {
+        chunk
+    } else {
+        c.writable - top
+    };
+    c.blocks.fresh_take(chunk, room, now())
+}
+
+/// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
+/// clears any Dirty piece, here, in the background) and leaves them Clean for
+/// the first requests.
+fn do_prefill(bytes: usize) {
+    // Zeroed: the program may have freed blocks before this thread got a core,
+    // and the cheapest run for a plain request starts on such a Dirty block.
+    // Populating does not clear what is already there, so a Dirty piece marked
+    // Clean below would reach a later calloc unzeroed.
+    let p = take(bytes, 2 << 20, true, false);
+    if p.is_null() {
+        return;
+    }
+    // The block just granted to this thread, writable.
+    let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
+    let mut g = lock();
+    let c = g.cache();
+    if ok {
+        c.blocks.free_clean(p as usize, now());
+    } else {
+        c.blocks.free_fresh(p as usize);
+    }
+    signal_all();
+}

@@ -1,0 +1,361 @@
+//! The preload's OS layer: every call it makes into libc, each a small
+//! function with its precondition on a `pre:` line, as the library's `sys/`
+//! has them. That layer cannot serve here: it is the library's own
+//! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
+//! and builds `Vec`s, where this crate runs inside `malloc` and may not
+//! allocate. These take and return numbers, C strings and the caller's stack
+//! buffers only.
+//!
+//! A wrapper is safe unless a wrong argument could break memory or a
+//! descriptor still in use; then it is an `unsafe fn` and its `pre:` line is
+//! the obligation. Addresses are numbers (`usize`), as the cache keeps them.
+
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void, CStr};
+
+/// A failed call's errno.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Errno(pub c_int);
+
+impl Errno {
+    /// The calling thread's errno, read just after a call failed.
+    fn last() -> Errno {
+        // SAFETY: the calling thread's errno, always valid to read.
+        Errno(unsafe { *libc::__errno_location() })
+    }
+}
+
+/// Sets the calling thread's errno: how a C caller learns why it got NULL.
+///
+/// pre: none.
+pub fn set_errno(e: c_int) {
+    // SAFETY: the calling thread's errno, always valid to write.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// A new private anonymous mapping of `len` bytes where the kernel picks.
+///
+/// pre: no `MAP_FIXED` in `flags` (the callers below pass none): without it
+/// the kernel takes a free range, which aliases nothing.
+fn map_anon(len: usize, prot: c_int, flags: c_int) -> Result<usize, Errno> {
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
+    // SAFETY: a fresh mapping at an address the kernel picks; a bad length
+    // is an error.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(p as usize)
+}
+
+/// `len` bytes of address space, inaccessible (`PROT_NONE`), where the kernel
+/// picks. Not `MAP_NORESERVE`: an inaccessible private mapping is not charged,
+/// and without the flag each part [`make_writable`] opens is, so the kernel's
+/// overcommit policy judges it as it would judge the C library's own `mmap`.
+///
+/// pre: none.
+pub fn reserve(len: usize) -> Result<usize, Errno> {
+    map_anon(len, libc::PROT_NONE, 0)
+}
+
+/// `len` bytes of zeroed read-write memory where the kernel picks, charged
+/// to no one until touched (`MAP_NORESERVE`).
+///
+/// pre: none.
+pub fn map_noreserve(len: usize) -> Result<usize, Errno> {
+    map_anon(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)
+}
+
+/// Maps fresh private read-write memory exactly over `[addr, addr + len)`
+/// (`MAP_FIXED`): what was there is replaced in one step, with no hole
+/// another thread's `mmap` could land in.
+///
+/// # Safety
+/// pre: `[addr, addr + len)` is a mapping of the caller's, and nothing uses
+/// its contents (they become untouched zero pages).
+pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
+    // SAFETY: the range is the caller's and unused (pre).
+    let p = unsafe { libc::mmap(addr as *mut c_void, len, prot, flags, -1, 0) };
+    if p == libc::MAP_FAILED {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Unmaps `[addr, addr + len)`.
+///
+/// # Safety
+/// pre: the range is a mapping this crate made, and nothing uses it any more.
+pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the range is ours and unused (pre).
+    if unsafe { libc::munmap(addr as *mut c_void, len) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Makes `[addr, addr + len)` readable and writable (`mprotect`).
+///
+/// # Safety
+/// pre: the range is part of this crate's own reservation: anywhere else it
+/// could take execute permission from code, or open memory meant to stay
+/// read-only to writes.
+pub unsafe fn make_writable(addr: usize, len: usize) -> Result<(), Errno> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: the range is our reservation's (pre).
+    if unsafe { libc::mprotect(addr as *mut c_void, len, prot) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Advice that keeps a range's contents: safe to give any range.
+#[derive(Clone, Copy, Debug)]
+pub enum Advice {
+    /// `MADV_HUGEPAGE`: back the range with transparent huge pages where possible.
+    HugePage,
+    /// `MADV_POPULATE_WRITE`: fault every page in writable, contents unchanged
+    /// (EINVAL before Linux 5.14, which does not know it).
+    PopulateWrite,
+}
+
+/// `madvise(2)` with advice that keeps contents.
+///
+/// pre: none: the kernel checks the range, and neither advice changes a
+/// byte, so a wrong range is an error, never undefined behaviour.
+pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
+    let advice = match advice {
+        Advice::HugePage => libc::MADV_HUGEPAGE,
+        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
+    };
+    // SAFETY: the kernel validates the range; both values only hint or
+    // populate, leaving every byte as it was.
+    if unsafe { libc::madvise(addr as *mut c_void, len, advice) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and read
+/// zero on the next touch.
+///
+/// # Safety
+/// pre: `[addr, addr + len)` lies in private anonymous mappings this crate
+/// made, and nothing else reads or writes it while this runs (its contents
+/// vanish).
+pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the range is ours and no one else's meanwhile (pre).
+    if unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Moves the pages of `[from, from + len)` over `[to, to + len)`, replacing
+/// what was mapped there in the same call (`mremap` with `MREMAP_MAYMOVE |
+/// MREMAP_FIXED | MREMAP_DONTUNMAP`); `from` stays mapped, with no pages
+/// behind it (zero when next touched). Neither range is ever a hole.
+///
+/// # Safety
+/// pre: both ranges are the caller's, in private anonymous mappings this
+/// crate made, disjoint, and nothing else uses either while this runs.
+pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno> {
+    let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+    // SAFETY: both ranges are the caller's, disjoint and unused (pre).
+    let p = unsafe { libc::mremap(from as *mut c_void, len, len, flags, to as *mut c_void) };
+    if p as usize != to {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Whether this process's address space is unlimited (`RLIMIT_AS`, what
+/// `ulimit -v` sets); false if the limit cannot be read.
+///
+/// pre: none.
+pub fn address_space_unlimited() -> bool {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a local.
+    let read = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0;
+    read && limit.rlim_cur == libc::RLIM_INFINITY
+}
+
+/// The time on `clock` (zero if the clock is unknown).
+///
+/// pre: none.
+pub fn clock_gettime(clock: libc::clockid_t) -> libc::timespec {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into a local.
+    unsafe { libc::clock_gettime(clock, &mut t) };
+    t
+}
+
+/// A pthread mutex that lives in a static: made without allocating, usable
+/// before anything is set up, and held across `fork` by [`atfork`] handlers.
+pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
+
+// SAFETY: a pthread mutex is made to be shared between threads; it is only
+// reached through the pthread calls below.
+unsafe impl Sync for Mutex {}
+
+impl Mutex {
+    pub const fn new() -> Mutex {
+        Mutex(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER))
+    }
+
+    /// Takes the mutex, waiting for it.
+    ///
+    /// pre: none (the calling thread holding it already deadlocks, the
+    /// default kind's answer: no memory is touched).
+    pub fn lock(&self) {
+        // SAFETY: an initialised mutex (new), never moved while in use (a static).
+        unsafe { libc::pthread_mutex_lock(self.0.get()) };
+    }
+
+    /// Gives the mutex back.
+    ///
+    /// # Safety
+    /// pre: the calling thread holds it (unlocking another's is undefined).
+    pub unsafe fn unlock(&self) {
+        // SAFETY: held by this thread (pre).
+        unsafe { libc::pthread_mutex_unlock(self.0.get()) };
+    }
+}
+
+/// A pthread condition variable that lives in a static, beside its [`Mutex`].
+pub struct Cond(UnsafeCell<libc::pthread_cond_t>);
+
+// SAFETY: a pthread condition variable is made to be shared between threads;
+// it is only reached through the pthread calls below.
+unsafe impl Sync for Cond {}
+
+impl Cond {
+    pub const fn new() -> Cond {
+        Cond(UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER))
+    }
+
+    /// Wakes every thread waiting on it.
+    ///
+    /// pre: none.
+    pub fn broadcast(&self) {
+        // SAFETY: an initialised condition variable (new or reset).
+        unsafe { libc::pthread_cond_broadcast(self.0.get()) };
+    }
+
+    /// Waits for a [`Cond::broadcast`] or until `deadline` on
+    /// `CLOCK_REALTIME`, with `m` given back meanwhile and held again on
+    /// return.
+    ///
+    /// # Safety
+    /// pre: the calling thread holds `m`, and every thread that waits on this
+    /// condition waits with `m`.
+    pub unsafe fn wait_until(&self, m: &Mutex, deadline: &libc::timespec) {
+        // SAFETY: `m` is held by this thread and the one mutex of this
+        // condition (pre); the deadline is only read.
+        unsafe { libc::pthread_cond_timedwait(self.0.get(), m.0.get(), deadline) };
+    }
+
+    /// Makes the condition anew, forgetting its waiters.
+    ///
+    /// # Safety
+    /// pre: no thread waits on it or starts to while this runs (a forked
+    /// child's copy, whose waiters were the parent's threads).
+    pub unsafe fn reset(&self) {
+        // SAFETY: no waiters (pre); default attributes.
+        unsafe { libc::pthread_cond_init(self.0.get(), std::ptr::null()) };
+    }
+}
+
+/// Registers `prepare` to run in the forking thread before `fork`, `parent`
+/// after it in the parent and `child` in the child (`pthread_atfork`).
+///
+/// pre: none (the handlers are safe functions).
+pub fn atfork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
+    // SAFETY: registers three functions of the signature pthread_atfork
+    // calls; it stores only the pointers.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+}
+
+/// Registers `f` to run at `exit`.
+///
+/// pre: none (`f` is a safe function).
+pub fn atexit(f: extern "C" fn()) {
+    // SAFETY: registers a function of the signature atexit calls.
+    unsafe { libc::atexit(f) };
+}
+
+/// This process's id.
+///
+/// pre: none.
+pub fn getpid() -> libc::pid_t {
+    // SAFETY: getpid has no preconditions.
+    unsafe { libc::getpid() }
+}
+
+/// The value of environment variable `name`, if set, without its NUL.
+///
+/// # Safety
+/// pre: nothing changes the variable (`setenv`, `putenv`, `unsetenv`) while
+/// the bytes returned are in use: they are the environment's own.
+pub unsafe fn getenv(name: &CStr) -> Option<&'static [u8]> {
+    // SAFETY: getenv only reads the NUL-terminated name.
+    let p = unsafe { libc::getenv(name.as_ptr()) };
+    // SAFETY: getenv returns NULL or a NUL-terminated string, which lives as
+    // long as the environment entry (pre).
+    (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
+}
+
+/// Reads the start of the file at `path` into `buf` with one `read` (a small
+/// procfs file comes whole): the bytes read.
+///
+/// pre: none.
+pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: open reads the NUL-terminated path; the descriptor is new and
+    // this function's alone.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let read = usize::try_from(n).map_err(|_| Errno::last());
+    // SAFETY: the descriptor opened above, used by no one else.
+    unsafe { libc::close(fd) };
+    read
+}
+
+/// Writes `buf` to standard error, as much as one `write` takes.
+///
+/// pre: none.
+pub fn write_stderr(buf: &[u8]) {
+    // SAFETY: write(2) only reads `buf`; descriptor 2 is the process's, and a
+    // closed one is an error.
+    unsafe { libc::write(2, buf.as_ptr().cast(), buf.len()) };
+}
+
+/// The base page size (`sysconf(_SC_PAGESIZE)`).
+///
+/// pre: none.
+pub fn page_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+}
+
+/// The address of the next definition of the symbol `name` after this
+/// library in the lookup order (`dlsym(RTLD_NEXT)`), if there is one. The
+/// C library's `dlsym` may call `malloc` itself: the start-up arena serves it.
+///
+/// pre: none.
+pub fn next_symbol(name: &CStr) -> Option<usize> {
+    // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only reads it.
+    let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
+    (!p.is_null()).then_some(p as usize)
+}
