@@ -20,6 +20,7 @@ use prezero::{PageKind, Region, Temperature};
 use super::daemon::{alloc, ready, wait_ready, Daemon};
 use super::hugetlb::hugetlb_for_run;
 use super::memory::{touch_pages, verify_zero};
+use super::rows::{self, Row, ServiceTable};
 use crate::stats::{gbps, round2, Sorted, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size_or_zero, parse_sizes};
@@ -184,12 +185,16 @@ fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<(),
         let (p50, p99, max) = (us.percentile(0.5), us.percentile(0.99), us.percentile(1.0));
         let rate = size as f64 / (p50 / 1e6) / 1e9;
         if args.json {
-            println!(
-                "{}",
-                json!({"bench": "service", "table": "handout", "page": kind.name(), "size": size,
-                       "reps": reps, "p50_us": round2(p50), "p99_us": round2(p99), "max_us": round2(max),
-                       "gbps_p50": round2(rate)})
-            );
+            Row::Service(ServiceTable::Handout(rows::ServiceHandout {
+                page: kind.name().to_string(),
+                size: size as u64,
+                reps: reps as u64,
+                p50_us: round2(p50),
+                p99_us: round2(p99),
+                max_us: round2(max),
+                gbps_p50: round2(rate),
+            }))
+            .print();
         } else {
             table.print(&[
                 fmt_size(size),
@@ -260,12 +265,16 @@ fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(
     let m = |v: &[f64]| Stats::of(v).median;
     let (scrub, verify, both, cold) = (m(&scrub), m(&verify), m(&both), m(&engine));
     if args.json {
-        println!(
-            "{}",
-            json!({"bench": "service", "table": "scrub", "page": kind.name(), "bytes": scrubbed,
-                   "scrub_gbps": round2(scrub), "verify_gbps": round2(verify), "scrub_verify_gbps": round2(both),
-                   "engine_cold_gbps": round2(cold), "ratio": round2(scrub / cold)})
-        );
+        Row::Service(ServiceTable::Scrub(rows::Scrub {
+            page: kind.name().to_string(),
+            bytes: scrubbed,
+            scrub_gbps: round2(scrub),
+            verify_gbps: round2(verify),
+            scrub_verify_gbps: round2(both),
+            engine_cold_gbps: round2(cold),
+            ratio: round2(scrub / cold),
+        }))
+        .print();
     } else {
         println!(
             "# scrubber, same uid ({SCRUB_ROUNDS} rounds of {}, medians): cleared at {scrub:.1} GB/s, \
@@ -408,12 +417,16 @@ fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
         let rate = size as f64 / s.median / 1e9;
         let x = best_kernel / s.median;
         if args.json {
-            println!(
-                "{}",
-                json!({"bench": "service", "table": "vm-boot", "host": host_name, "path": p.name(),
-                       "size": size, "ms": round2(s.median * 1e3), "stdev_pct": round2(s.stdev_pct),
-                       "gbps": round2(rate), "x_best_kernel": round2(x)})
-            );
+            Row::Service(ServiceTable::VmBoot(rows::VmBoot {
+                host: host_name.to_string(),
+                path: p.name().to_string(),
+                size: size as u64,
+                ms: round2(s.median * 1e3),
+                stdev_pct: round2(s.stdev_pct),
+                gbps: round2(rate),
+                x_best_kernel: round2(x),
+            }))
+            .print();
         } else {
             table.print(&[
                 p.name().to_string(),
@@ -711,13 +724,18 @@ fn vmm(args: &Args, size: usize) -> Result<(), String> {
         let (min, max) = (st.min, st.max);
         let x = st.median / service;
         if args.json {
-            println!(
-                "{}",
-                json!({"bench": "service", "table": "vmm", "path": p.name(), "size": size,
-                       "accel": accel, "runs": args.vmm_runs, "ms": round2(st.median * 1e3),
-                       "min_ms": round2(min * 1e3), "max_ms": round2(max * 1e3),
-                       "stdev_pct": round2(st.stdev_pct), "x_service": round2(x)})
-            );
+            Row::Service(ServiceTable::Vmm(rows::Vmm {
+                path: p.name().to_string(),
+                size: size as u64,
+                accel: accel.to_string(),
+                runs: args.vmm_runs as u64,
+                ms: round2(st.median * 1e3),
+                min_ms: round2(min * 1e3),
+                max_ms: round2(max * 1e3),
+                stdev_pct: round2(st.stdev_pct),
+                x_service: round2(x),
+            }))
+            .print();
         } else {
             table.print(&[
                 p.name().to_string(),

@@ -13,11 +13,10 @@
 
 use std::time::Instant;
 
-use serde_json::json;
-
 use prezero::{CopyKernel, PageKind, Region, Streamer};
 
 use super::progress::Progress;
+use super::rows;
 use crate::stats::{gbps, round2, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, parse_sizes};
@@ -535,27 +534,36 @@ pub fn run(args: &Args) -> Result<(), String> {
             .collect();
         if args.json {
             for r in &shown {
-                let mut v = json!({"bench": "template", "layout": layout.name(), "method": r.method.name(),
-                    "records": args.records, "ms": round2(r.stats.mean), "median_ms": round2(r.stats.median),
-                    "gbps": round2(bytes as f64 / (r.stats.median / 1e3) / 1e9),
-                    "stdev_pct": round2(r.stats.stdev_pct)});
+                let mut row = rows::Template {
+                    layout: layout.name().to_string(),
+                    method: r.method.name().to_string(),
+                    records: args.records as u64,
+                    ms: round2(r.stats.mean),
+                    median_ms: round2(r.stats.median),
+                    gbps: round2(bytes as f64 / (r.stats.median / 1e3) / 1e9),
+                    stdev_pct: round2(r.stats.stdev_pct),
+                    kernel: None,
+                    candidates_median_ms: None,
+                    variant: None,
+                };
                 match r.method {
                     Method::Ceiling(k) => {
-                        v["kernel"] = json!(k.name());
-                        v["candidates_median_ms"] = candidates
-                            .iter()
-                            .map(|(k, m)| (k.to_string(), json!(round2(*m))))
-                            .collect();
+                        row.kernel = Some(k.name().to_string());
+                        row.candidates_median_ms = Some(
+                            (candidates.iter())
+                                .map(|(k, m)| (k.to_string(), round2(*m)))
+                                .collect(),
+                        );
                     }
                     Method::CReference => {
-                        v["variant"] = json!(c_variant.clone().unwrap_or_default());
+                        row.variant = Some(c_variant.clone().unwrap_or_default());
                     }
                     Method::TemplateWords => {
-                        v["kernel"] = json!(Streamer::for_bytes(bytes).kernel().name());
+                        row.kernel = Some(Streamer::for_bytes(bytes).kernel().name().to_string());
                     }
                     _ => {}
                 }
-                println!("{v}");
+                rows::Row::Template(row).print();
             }
         } else {
             print_table(layout, args.records, &shown, &candidates);
@@ -763,12 +771,15 @@ fn fill_words(s: Streamer, dst: &mut [Page]) {
 fn print_stores(figs: &[StoreFigure], json: bool) {
     if json {
         for f in figs {
-            println!(
-                "{}",
-                json!({"bench": "template-stores", "mode": f.mode, "size": f.size,
-                       "kernel": f.kernel.name(), "streaming": f.kernel.is_streaming(),
-                       "gbps": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct)})
-            );
+            rows::Row::TemplateStores(rows::TemplateStores {
+                mode: f.mode.to_string(),
+                size: f.size as u64,
+                kernel: f.kernel.name().to_string(),
+                streaming: f.kernel.is_streaming(),
+                gbps: round2(f.stats.median),
+                stdev_pct: round2(f.stats.stdev_pct),
+            })
+            .print();
         }
         return;
     }
