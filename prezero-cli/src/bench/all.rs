@@ -12,6 +12,7 @@ use prezero::Kernel;
 
 use super::clear::Method;
 use super::progress::Progress;
+use super::rows::{self, AllRun, Row, Status};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -223,16 +224,6 @@ struct Outcome {
     status: Status,
 }
 
-enum Status {
-    Ok,
-    Skipped(&'static str),
-    /// Why, in one line, and the last lines of the step's stderr.
-    Failed {
-        reason: String,
-        tail: Vec<String>,
-    },
-}
-
 /// Lines of a failed step's stderr shown, and kept for the report.
 const TAIL_LINES: usize = 8;
 
@@ -246,7 +237,9 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
     };
     if let Some(why) = step.skipped {
         eprintln!("prezero: bench all: {} skipped: {why}", step.name);
-        outcome.status = Status::Skipped(why);
+        outcome.status = Status::Skipped {
+            reason: why.to_string(),
+        };
         return outcome;
     }
     let out = match Command::new(exe).args(&step.argv).arg("--json").output() {
@@ -256,7 +249,7 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
             eprintln!("prezero: bench all: {} failed: {reason}", step.name);
             outcome.status = Status::Failed {
                 reason,
-                tail: Vec::new(),
+                stderr_tail: Vec::new(),
             };
             return outcome;
         }
@@ -308,7 +301,10 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
             for l in &tail {
                 eprintln!("  | {l}");
             }
-            outcome.status = Status::Failed { reason, tail };
+            outcome.status = Status::Failed {
+                reason,
+                stderr_tail: tail,
+            };
         }
     }
     outcome
@@ -317,26 +313,20 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
 /// The run's own row: each step, its command, rows and outcome (the report's
 /// "Steps" table).
 fn record(scale: Scale, outcomes: &[Outcome]) -> Value {
-    let steps: Vec<Value> = outcomes
+    let steps = outcomes
         .iter()
-        .map(|o| {
-            let mut s = json!({"step": o.name, "command": o.command, "rows": o.rows.len()});
-            match &o.status {
-                Status::Ok => s["status"] = json!("ok"),
-                Status::Skipped(why) => {
-                    s["status"] = json!("skipped");
-                    s["reason"] = json!(why);
-                }
-                Status::Failed { reason, tail } => {
-                    s["status"] = json!("failed");
-                    s["reason"] = json!(reason);
-                    s["stderr_tail"] = json!(tail);
-                }
-            }
-            s
+        .map(|o| rows::Step {
+            step: o.name.to_string(),
+            command: o.command.clone(),
+            rows: o.rows.len() as u64,
+            status: o.status.clone(),
         })
         .collect();
-    json!({"bench": "all", "scale": scale.name(), "steps": steps})
+    Row::All(AllRun {
+        scale: scale.name().to_string(),
+        steps,
+    })
+    .to_value()
 }
 
 /// One line naming every failed step and why, or None when none failed.
@@ -353,7 +343,7 @@ fn failure_summary(outcomes: &[Outcome]) -> Option<String> {
     }
     let ran = outcomes
         .iter()
-        .filter(|o| !matches!(o.status, Status::Skipped(_)))
+        .filter(|o| !matches!(o.status, Status::Skipped { .. }))
         .count();
     Some(format!(
         "bench all: {} of {ran} steps failed: {}",

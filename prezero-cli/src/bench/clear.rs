@@ -11,12 +11,11 @@
 use std::ops::ControlFlow;
 use std::time::Instant;
 
-use serde_json::json;
-
 use prezero::{Kernel, PageKind, Region, Strategy, Temperature};
 
 use super::memory::verify_zero;
 use super::progress::Progress;
+use super::rows::{self, Row};
 use crate::stats::{gbps, round2, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, parse_sizes};
@@ -358,24 +357,24 @@ fn make_hot(buf: &mut [u8]) {
 }
 
 fn print_json(f: &Figure) {
-    let mut v = json!({
-        "bench": "clear",
-        "mode": f.mode,
-        "size": f.size,
-        "strategy": f.method.name(),
-        "gbps": round2(f.stats.mean),
-        "stdev_pct": round2(f.stats.stdev_pct),
-        "median_gbps": round2(f.stats.median),
-    });
-    if matches!(f.method, Method::Auto | Method::AutoPlain) {
+    let kernel = matches!(f.method, Method::Auto | Method::AutoPlain).then(|| {
         let temp = match (f.method, f.mode) {
             (Method::AutoPlain, _) => Temperature::Unknown,
             (_, "hot") => Temperature::Hot,
             _ => Temperature::Cold,
         };
-        v["kernel"] = json!(prezero::auto_kernel(f.size, temp).name());
-    }
-    println!("{v}");
+        prezero::auto_kernel(f.size, temp).name().to_string()
+    });
+    Row::Clear(rows::Clear {
+        mode: f.mode.to_string(),
+        size: f.size as u64,
+        strategy: f.method.name(),
+        gbps: round2(f.stats.mean),
+        stdev_pct: round2(f.stats.stdev_pct),
+        median_gbps: round2(f.stats.median),
+        kernel,
+    })
+    .print();
 }
 
 fn print_table(mode: &str, sizes: &[usize], methods: &[Method], figs: &[Figure]) {

@@ -5,12 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use prezero::{PageKind, Region};
 
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_lines;
+use super::rows;
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
@@ -175,16 +174,22 @@ fn print_row(as_json: bool, kind: PageKind, source: Source, size: usize, reps: u
     let flt_cpu = r.faults as f64 / cpu;
     let flt_wall = r.faults as f64 / r.wall.as_secs_f64().max(1e-9);
     if as_json {
-        println!(
-            "{}",
-            json!({
-                "bench": "faults", "page": kind.name(), "source": source.name(), "size": size,
-                "reps": reps, "threads": r.threads, "lines": r.lines,
-                "user_s": r.user.as_secs_f64(), "system_s": r.system.as_secs_f64(), "wall_s": r.wall.as_secs_f64(),
-                "faults": r.faults, "flt_per_cpu_s": flt_cpu.round(), "faults_per_wall_s": flt_wall.round(),
-                "gbps": (reps * size) as f64 / r.wall.as_secs_f64().max(1e-9) / 1e9,
-            })
-        );
+        rows::Row::Faults(rows::Faults {
+            page: kind.name().to_string(),
+            source: source.name().to_string(),
+            size: size as u64,
+            reps: reps as u64,
+            threads: r.threads as u64,
+            lines: r.lines as u64,
+            user_s: r.user.as_secs_f64(),
+            system_s: r.system.as_secs_f64(),
+            wall_s: r.wall.as_secs_f64(),
+            faults: r.faults as u64,
+            flt_per_cpu_s: flt_cpu.round(),
+            faults_per_wall_s: flt_wall.round(),
+            gbps: (reps * size) as f64 / r.wall.as_secs_f64().max(1e-9) / 1e9,
+        })
+        .print();
     } else {
         let table = Table::new(" ")
             .right(4)

@@ -4,14 +4,13 @@
 
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use prezero::{PageKind, Region};
 
 use super::daemon::{alloc, wait_ready, Daemon};
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_pages;
 use super::pool::wait_scrubbed;
+use super::rows::{self, Row};
 use crate::stats::{gbps, round2, Stats};
 use crate::units::{fmt_size, parse_size};
 
@@ -278,16 +277,16 @@ pub fn run(args: &Args) -> Result<(), String> {
             }
             let s = Stats::of(&samples);
             if args.json {
-                println!(
-                    "{}",
-                    json!({
-                        "bench": "mmap", "page": kind.name(), "function": f.name(),
-                        "threads": f.threads(threads), "size": size,
-                        "gbps": round2(s.mean),
-                        "stdev_pct": round2(s.stdev_pct),
-                        "host": host,
-                    })
-                );
+                Row::Mmap(rows::Mmap {
+                    page: kind.name().to_string(),
+                    function: f.name().to_string(),
+                    threads: f.threads(threads) as u64,
+                    size: size as u64,
+                    gbps: round2(s.mean),
+                    stdev_pct: round2(s.stdev_pct),
+                    host: host.to_string(),
+                })
+                .print();
             } else {
                 println!("# function '{}' ({})", f.name(), f.description());
                 println!("# Copying {} bytes ...\n", fmt_size(size));

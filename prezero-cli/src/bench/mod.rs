@@ -1,7 +1,9 @@
 //! `prezero bench ...`: which bench runs. Each lives in its own module; what
-//! several share lives beside them: `daemon` (the `prezero serve` a bench
-//! talks to), `hugetlb` (pages for a run), `memory` (touching and checking
-//! it), `progress`; statistics in `crate::stats`, tables in `crate::table`.
+//! several share lives beside them: `rows` (the rows each prints with
+//! `--json`, which the report reads back: a file per bench), `daemon` (the
+//! `prezero serve` a bench talks to), `hugetlb` (pages for a run), `memory`
+//! (touching and checking it), `progress`; statistics in `crate::stats`,
+//! tables in `crate::table`.
 
 mod all;
 pub(crate) mod clear;
@@ -13,6 +15,7 @@ mod memory;
 mod mmap;
 mod pool;
 mod progress;
+pub(crate) mod rows;
 mod run;
 mod service;
 pub(crate) mod template;

@@ -10,12 +10,11 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use prezero::{Chunk, PageKind, Pool, Region, ScrubPriority};
 
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_lines;
+use super::rows::{self, PoolCase, Row};
 use crate::stats::{gbps, round3, Sorted, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
@@ -264,11 +263,14 @@ fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
         let q = |p: f64| lat.percentile(p);
         let (p50, p99, max) = (q(0.50), q(0.99), q(1.0));
         if args.json {
-            println!(
-                "{}",
-                json!({"bench": "pool", "case": "handout", "source": source.name(), "p50_us": round3(p50), "p99_us": round3(p99), "max_us": round3(max),
-                       "cdf": CDF_POINTS.iter().map(|&p| [round3(q(p)), p]).collect::<Vec<_>>()})
-            );
+            Row::Pool(PoolCase::Handout(rows::PoolHandout {
+                source: source.name().to_string(),
+                p50_us: round3(p50),
+                p99_us: round3(p99),
+                max_us: round3(max),
+                cdf: CDF_POINTS.iter().map(|&p| (round3(q(p)), p)).collect(),
+            }))
+            .print();
         } else {
             table.print(&[
                 source.name().to_string(),
@@ -342,12 +344,16 @@ fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), Strin
                     } else {
                         ring(&maker, k, w, ops, w + 8)?
                     };
-                    let mut row = json!({"bench": "pool", "case": "sustained", "source": source.name(), "lines": k, "inflight": w, "gbps": round3(gbps), "stdev_pct": round3(stdev)});
-                    if source.is_kernel() {
-                        row["host"] = json!(host);
-                    }
                     if args.json {
-                        println!("{row}");
+                        Row::Pool(PoolCase::Sustained(rows::PoolSustained {
+                            source: source.name().to_string(),
+                            host: source.is_kernel().then(|| host.to_string()),
+                            inflight: w as u64,
+                            lines: k as u64,
+                            gbps: round3(gbps),
+                            stdev_pct: round3(stdev),
+                        }))
+                        .print();
                     } else {
                         cells.push(format!("{gbps:.1}+-{stdev:.0}%"));
                     }
@@ -465,10 +471,14 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
         let slowdown = (with / base - 1.0) * 100.0;
         let name = pool.stats().scrubber_priority;
         if args.json {
-            println!(
-                "{}",
-                json!({"bench": "pool", "case": "interference", "scrubber": name, "alone_s": round3(base), "with_s": round3(with), "slowdown_pct": round3(slowdown), "scrubbed_bytes_during": scrubbed_during})
-            );
+            Row::Pool(PoolCase::Interference(rows::Interference {
+                scrubber: name.to_string(),
+                alone_s: round3(base),
+                with_s: round3(with),
+                slowdown_pct: round3(slowdown),
+                scrubbed_bytes_during: scrubbed_during,
+            }))
+            .print();
         } else {
             table.print(&[
                 name.to_string(),

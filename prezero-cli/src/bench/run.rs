@@ -29,9 +29,8 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use serde_json::json;
-
 use super::progress::Progress;
+use super::rows::{self, Row};
 use crate::run::Settings;
 use crate::stats::{round3, Stats};
 use crate::table::Table;
@@ -562,29 +561,26 @@ pub fn run(args: &Args) -> Result<(), String> {
             let speedup = a.median / b.median.max(1.0);
             let goal = goal(*p, fig);
             if args.json {
-                let mut row = json!({
-                    "bench": "run", "program": p.name(), "figure": fig,
-                    "runs": plain.samples.len(),
-                    "plain_ms": round3(a.median / 1e6), "plain_stdev_pct": round3(a.stdev_pct),
-                    "prezero_ms": round3(b.median / 1e6), "prezero_stdev_pct": round3(b.stdev_pct),
-                    "speedup": round3(speedup),
-                    "plain_peak_rss_bytes": plain.peak_rss(),
-                    "prezero_peak_rss_bytes": pz.peak_rss(),
-                    "rss_floor_bytes": floor,
-                    "smoke": args.smoke,
-                });
-                if let Some((held, in_use)) = held {
-                    row["prezero_held_beyond_use_gib"] = json!(held);
-                    row["prezero_peak_in_use_gib"] = json!(in_use);
-                }
-                if let (Some(b), "first_pass_later") = (bound, fig) {
-                    row["bound_speedup"] = json!(round3(b));
-                }
-                if let Some((text, min)) = goal {
-                    row["goal"] = json!(text);
-                    row["goal_met"] = json!(speedup >= min);
-                }
-                println!("{row}");
+                Row::Run(rows::Run {
+                    program: p.name().to_string(),
+                    figure: fig.to_string(),
+                    runs: plain.samples.len() as u64,
+                    plain_ms: round3(a.median / 1e6),
+                    plain_stdev_pct: round3(a.stdev_pct),
+                    prezero_ms: round3(b.median / 1e6),
+                    prezero_stdev_pct: round3(b.stdev_pct),
+                    speedup: round3(speedup),
+                    goal: goal.map(|(text, _)| text.to_string()),
+                    goal_met: goal.map(|(_, min)| speedup >= min),
+                    plain_peak_rss_bytes: plain.peak_rss(),
+                    prezero_peak_rss_bytes: pz.peak_rss(),
+                    rss_floor_bytes: Some(floor),
+                    smoke: args.smoke,
+                    prezero_held_beyond_use_gib: held.map(|(held, _)| held),
+                    prezero_peak_in_use_gib: held.map(|(_, in_use)| in_use),
+                    bound_speedup: bound.filter(|_| fig == "first_pass_later").map(round3),
+                })
+                .print();
             } else {
                 // Milliseconds and spread aligned within their cell.
                 let ms = |s: &Stats| format!("{:>9.2} (+-{:>4.1}%)", s.median / 1e6, s.stdev_pct);

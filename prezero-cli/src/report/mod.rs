@@ -3,7 +3,8 @@
 //! machine beside it), then one section per bench (sections.rs) with charts
 //! drawn by plotters as inline SVG (chart.rs) and every number in a table
 //! (fmt.rs: three significant figures and a unit), the raw JSON at the end.
-//! The rows are read into one type per kind (rows.rs).
+//! The rows are read into the types the benches write them from
+//! (`bench/rows/`), gathered by kind in rows.rs.
 
 mod chart;
 pub(crate) mod fmt;
@@ -15,8 +16,9 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
+use crate::bench::rows::{AllRun, Status};
 use fmt::esc;
-use rows::{AllRun, Info, Rows};
+use rows::{Info, Rows};
 
 /// `prezero report`: the HTML report again, from a `bench all --json-out` file.
 #[derive(clap::Args)]
@@ -75,7 +77,7 @@ ul.legend li{margin:3px 0;display:flex;align-items:center;gap:6px}ul.legend i{di
 /// of stderr.
 fn failures(run: &AllRun) -> String {
     let failed: Vec<&str> = (run.steps.iter())
-        .filter(|st| st.status == "failed")
+        .filter(|st| matches!(st.status, Status::Failed { .. }))
         .map(|st| st.step.as_str())
         .collect();
     if failed.is_empty() {
@@ -84,7 +86,9 @@ fn failures(run: &AllRun) -> String {
     format!(
         "<p class=\"failed\"><b>{} of {} steps failed: {}.</b> Their sections are missing or partial; see Steps.</p>\n",
         failed.len(),
-        run.steps.iter().filter(|st| st.status != "skipped").count(),
+        (run.steps.iter())
+            .filter(|st| !matches!(st.status, Status::Skipped { .. }))
+            .count(),
         esc(&failed.join(", "))
     )
 }
@@ -94,9 +98,10 @@ fn steps(run: &AllRun) -> String {
     h += &fmt::table(
         &["step", "rows", "outcome", "command"],
         run.steps.iter().map(|st| {
-            let outcome = match &st.reason {
-                Some(why) => format!("{}: {why}", st.status),
-                None => st.status.clone(),
+            let outcome = match &st.status {
+                Status::Ok => "ok".to_string(),
+                Status::Skipped { reason } => format!("skipped: {reason}"),
+                Status::Failed { reason, .. } => format!("failed: {reason}"),
             };
             vec![
                 st.step.clone(),
@@ -106,13 +111,15 @@ fn steps(run: &AllRun) -> String {
             ]
         }),
     );
-    for st in run.steps.iter().filter(|st| st.status == "failed") {
-        let _ = write!(
-            h,
-            "<p class=\"failed\">{} failed; the last lines of its stderr:</p>\n<pre>{}</pre>\n",
-            esc(&st.step),
-            esc(&st.stderr_tail.join("\n"))
-        );
+    for st in &run.steps {
+        if let Status::Failed { stderr_tail, .. } = &st.status {
+            let _ = write!(
+                h,
+                "<p class=\"failed\">{} failed; the last lines of its stderr:</p>\n<pre>{}</pre>\n",
+                esc(&st.step),
+                esc(&stderr_tail.join("\n"))
+            );
+        }
     }
     h
 }

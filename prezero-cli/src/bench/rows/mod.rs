@@ -1,0 +1,68 @@
+//! The rows `prezero bench <name> --json` prints, one JSON object a line: one
+//! type per kind of row, a file per bench. The bench builds the type and
+//! prints it; the report (and anything else that reads a recording) reads the
+//! same type back, so the writer and the reader cannot drift apart.
+//!
+//! Every row names its bench in `"bench"`; the pool's rows name their case in
+//! `"case"`, the service's their table in `"table"`. A field a bench writes
+//! only sometimes, or began to write after rows were recorded (`machines/`,
+//! the report's fixture), is optional: those recordings still read.
+
+mod all;
+mod clear;
+mod faults;
+mod mmap;
+mod pool;
+mod run;
+mod service;
+mod template;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+pub use all::{AllRun, Status, Step};
+pub use clear::Clear;
+pub use faults::Faults;
+pub use mmap::Mmap;
+pub use pool::{Interference, PoolCase, PoolHandout, PoolSustained};
+pub use run::Run;
+pub use service::{Scrub, ServiceHandout, ServiceTable, VmBoot, Vmm};
+pub use template::{Template, TemplateStores};
+
+/// One row of any bench.
+#[derive(Serialize, Deserialize)]
+#[serde(tag = "bench", rename_all = "kebab-case")]
+pub enum Row {
+    All(AllRun),
+    Clear(Clear),
+    Mmap(Mmap),
+    Faults(Faults),
+    Pool(PoolCase),
+    Template(Template),
+    /// Written, never read: nothing shows the store study's rows (calibrate
+    /// takes its figures directly), so they read as [`Row::Other`] and one
+    /// that lacks a field is not reported as unread.
+    #[serde(skip_deserializing)]
+    TemplateStores(TemplateStores),
+    Service(ServiceTable),
+    Run(Run),
+    /// A row of no bench above (`info`, or a later bench's).
+    #[serde(other, skip_serializing)]
+    Other,
+}
+
+impl Row {
+    /// The row as a JSON value: its keys in sorted order, as every recording
+    /// has them.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a bench row is a JSON object with string keys")
+    }
+
+    /// Prints the row as one line of JSON (what `--json` promises).
+    pub fn print(&self) {
+        println!("{}", self.to_value());
+    }
+}
+
+#[cfg(test)]
+mod tests;
