@@ -13,6 +13,7 @@ mod client;
 mod ledger;
 pub mod metrics;
 pub mod protocol;
+mod replace_file;
 mod segment;
 mod server;
 mod worker;
@@ -31,3 +32,8 @@ pub const DEFAULT_SOCKET: &str = "/run/prezero/prezero.sock";
 /// grow it past what was cleared and counted, or add a seal (one that would
 /// stop the daemon's punch).
 const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// One line of `prezero serve`'s log, on stderr.
+fn log(msg: &str) {
+    eprintln!("prezero serve: {msg}");
+}

@@ -11,7 +11,7 @@
 //! * A segment that fails verification, or whose pages cannot be had, is
 //!   destroyed, never handed out.
 //! * Every segment is in the ledger file, so that a restarted daemon finds the
-//!   ones still held (start-up only: [`find_holders`]), takes them over as
+//!   ones still held (start-up only: [`adopt`]), takes them over as
 //!   `Quarantined`, and charges their holders' uids.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -22,12 +22,14 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ledger::{Clean, Ledger, Refused, Shape, State};
+use super::ledger::{adopt, write_ledger, Clean, Ledger, Refused, Shape, State};
+use super::log;
 use super::protocol::{
     self, Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord, ServiceStats,
     TenantStats, MAX_FDS, MAX_MESSAGE, MAX_POOLS,
 };
-use super::segment::{check_leases_work, find_holders, Segment, ADOPT_BUDGET};
+use super::replace_file::{replace_file, tmp_beside};
+use super::segment::{check_leases_work, Segment};
 use super::worker::{Done, Job, Verify, Worker};
 use super::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
@@ -306,10 +308,6 @@ pub struct Server {
     told_no_chown: bool,
     /// The metrics file's writer, and when it is next due.
     metrics: Option<(MetricsFile, Instant)>,
-}
-
-fn log(msg: &str) {
-    eprintln!("prezero serve: {msg}");
 }
 
 fn mib(bytes: usize) -> String {
@@ -1339,53 +1337,6 @@ fn restrict_socket(path: &Path, uids: &[u32], gids: &[u32]) {
     ));
 }
 
-/// Records every segment's file, `dev ino page-size` a line, so that a
-/// restarted daemon can tell its predecessor's files from any other. Written
-/// whole (a temporary file renamed over the old one) when segments come or go.
-fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
-    let mut text = String::from("prezero-ledger 1\n");
-    for (_, e) in ledger.entries() {
-        let (dev, ino) = e.file;
-        let page = ledger.shapes()[e.pool].page;
-        text.push_str(&format!("{dev} {ino} {page}\n"));
-    }
-    if let Err(e) = replace_file(path, text.as_bytes(), 0o600, None) {
-        log(&format!(
-            "cannot write the ledger {} ({e}): a restart would not find what is held",
-            path.display()
-        ));
-    }
-}
-
-/// `path` with `.tmp` appended: where [`replace_file`] writes first.
-fn tmp_beside(path: &Path) -> PathBuf {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    PathBuf::from(tmp)
-}
-
-/// Writes `bytes` to a new file beside `path` (never through a link), of
-/// `mode` and, if given, `group`, and renames it over `path`, so a reader sees
-/// the old file or the new one whole.
-fn replace_file(path: &Path, bytes: &[u8], mode: u32, group: Option<u32>) -> io::Result<()> {
-    let tmp = tmp_beside(path);
-    let _ = std::fs::remove_file(&tmp);
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)?;
-    if group.is_some() {
-        std::os::unix::fs::fchown(&f, None, group)?;
-    }
-    f.write_all(bytes)?;
-    drop(f);
-    std::fs::rename(&tmp, path)
-}
-
 /// The metrics file's writer: a thread of its own, so a slow file system never
 /// holds up the event loop, which only hands it the rendered text.
 struct MetricsFile {
@@ -1460,92 +1411,6 @@ impl MetricsFile {
         drop(self.texts);
         let _ = self.thread.join();
     }
-}
-
-/// The segments a previous instance recorded in its ledger, keyed by
-/// `(dev, ino)`. A ledger that is not a regular file of ours, or that others
-/// could have written, is ignored (logged).
-fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
-    use std::io::Read;
-    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut wanted = HashMap::new();
-    let Ok(mut f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
-        .open(path)
-    else {
-        return wanted;
-    };
-    let me = sys::geteuid();
-    let trusted = f
-        .metadata()
-        .is_ok_and(|m| m.is_file() && m.uid() == me && m.mode() & 0o022 == 0);
-    let mut text = String::new();
-    if !trusted || f.read_to_string(&mut text).is_err() {
-        log(&format!(
-            "ignoring the ledger {}: not a regular file of uid {me} that only it may write",
-            path.display()
-        ));
-        return wanted;
-    }
-    for line in text.lines().skip(1) {
-        let f: Vec<u64> = line
-            .split_ascii_whitespace()
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        let page = match f.get(2) {
-            Some(&p) if p == PageKind::Huge2M.page_size() as u64 => PageKind::Huge2M,
-            Some(&p) if p == PageKind::Huge1G.page_size() as u64 => PageKind::Huge1G,
-            _ => continue,
-        };
-        wanted.insert((f[0], f[1]), page);
-    }
-    wanted
-}
-
-/// Takes over what a previous instance handed out and some process still
-/// holds: `(segment, uid to charge)`. Segments of a page size no pool serves
-/// now are left to their holders.
-fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(Segment, u32)> {
-    let wanted = read_ledger(ledger);
-    if wanted.is_empty() {
-        return Vec::new();
-    }
-    // In a thread of its own, which passes on each file as it finds it, so
-    // that a process whose descriptor blocks in stat or open (a FUSE file,
-    // say) cannot hold the start-up past the budget, nor cost what was found.
-    let deadline = Instant::now() + ADOPT_BUDGET;
-    let (tx, rx) = std::sync::mpsc::channel();
-    let looking = wanted.clone();
-    let _ = std::thread::Builder::new()
-        .name("prezero-serve-adopt".into())
-        .spawn(move || find_holders(&looking, deadline, |key, f| drop(tx.send((key, f)))));
-    let mut found = Vec::new();
-    while let Ok(f) = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
-        found.push(f);
-    }
-    if Instant::now() >= deadline {
-        log(&format!(
-            "looking for segments a previous instance handed out took over {} s: stopped; \
-             what was not found is not charged",
-            ADOPT_BUDGET.as_secs()
-        ));
-    }
-    let mut adopted = Vec::new();
-    for (key, f) in found {
-        let page = wanted[&key];
-        if !pools.iter().any(|p| p.page == page) {
-            continue;
-        }
-        match Segment::adopt(f.file, page, f.uid) {
-            Ok(seg) => adopted.push((seg, f.uid)),
-            Err(e) => log(&format!(
-                "a segment of the previous instance (held by uid {}) cannot be taken over: {e}",
-                f.uid
-            )),
-        }
-    }
-    adopted
 }
 
 /// The uid a peer is a tenant as: its own, unless it runs in a user namespace
