@@ -10,6 +10,7 @@
 //! * [`metrics`]: the counters in the Prometheus text format.
 
 mod client;
+mod config;
 mod ledger;
 pub mod metrics;
 pub mod protocol;
@@ -20,8 +21,9 @@ mod worker;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
+pub use config::{PoolConfig, Reuse, ServerConfig, MAX_METRICS_INTERVAL};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
-pub use server::{PoolConfig, Reuse, Server, ServerConfig, MAX_METRICS_INTERVAL};
+pub use server::Server;
 pub use worker::Verify;
 
 /// Where `prezero serve` listens unless told otherwise.
