@@ -12,11 +12,13 @@
 mod client;
 mod config;
 mod ledger;
+mod listen;
 pub mod metrics;
 pub mod protocol;
 mod replace_file;
 mod segment;
 mod server;
+mod tenant;
 mod worker;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
