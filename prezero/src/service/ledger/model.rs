@@ -2,7 +2,7 @@
 //! charged for it, which pool a request is served from, and the transitions
 //! between states. Pure data: no system calls and no descriptors (the segment
 //! is a type parameter the ledger only holds), so every sequence of
-//! transitions is explored in a test. The event loop (`server.rs`) moves
+//! transitions is explored in a test. The event loop (`server/`) moves
 //! messages and descriptors and calls these transitions.
 //!
 //! A segment's life, and the rule that keeps tenants apart:
