@@ -10,17 +10,22 @@
 //! * [`metrics`]: the counters in the Prometheus text format.
 
 mod client;
+mod config;
 mod ledger;
+mod listen;
 pub mod metrics;
 pub mod protocol;
+mod replace_file;
 mod segment;
 mod server;
+mod tenant;
 mod worker;
 
 pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
+pub use config::{PoolConfig, Reuse, ServerConfig, MAX_METRICS_INTERVAL};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
-pub use server::{PoolConfig, Reuse, Server, ServerConfig, MAX_METRICS_INTERVAL};
+pub use server::Server;
 pub use worker::Verify;
 
 /// Where `prezero serve` listens unless told otherwise.
@@ -31,3 +36,8 @@ pub const DEFAULT_SOCKET: &str = "/run/prezero/prezero.sock";
 /// grow it past what was cleared and counted, or add a seal (one that would
 /// stop the daemon's punch).
 const SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+
+/// One line of `prezero serve`'s log, on stderr.
+fn log(msg: &str) {
+    eprintln!("prezero serve: {msg}");
+}

@@ -5,10 +5,15 @@
 //!
 //! Names follow Prometheus conventions: `prezero_` prefix, base units
 //! (bytes, seconds) in the name, `_total` on counters, one histogram.
+//!
+//! The daemon's writer of the file is in `file.rs`.
+
+mod file;
 
 use std::fmt::Write;
 
 use super::protocol::{Histogram, Refusal, ServiceStats};
+pub(crate) use file::MetricsFile;
 
 /// Upper bounds of the hand-out latency buckets: a hand-out is page-table free
 /// on the daemon's side (tens of microseconds) unless the loop is behind.

@@ -1,0 +1,123 @@
+//! The local fallback, when the service cannot serve: mapped memory
+//! ([`Region`] + prefault, THP when hugetlb pages are short) for
+//! [`ServiceMemory`], one sealed, populated memfd for [`SegmentFiles`].
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+
+use super::segments::Backing;
+use super::{SegmentFiles, ServiceMemory, Source};
+use crate::error::{Error, Result};
+use crate::region::{PageKind, Region};
+use crate::service::SEALS;
+use crate::sys;
+
+pub(super) fn local(
+    bytes: usize,
+    page: PageKind,
+    threads: usize,
+    why: String,
+) -> Result<ServiceMemory> {
+    let (region, reason) = match Region::new(bytes, page) {
+        Ok(r) => (r, why),
+        Err(e @ Error::HugetlbShortage { .. }) => {
+            // No hugetlb pages left here either: transparent huge pages still
+            // give zeroed, populated memory, if the machine has it (populating
+            // more than is available would end in the OOM killer, not an error).
+            let available = crate::sys::mem_available();
+            if bytes > available {
+                return Err(Error::invalid(format!(
+                    "{why}; local {page}: {e}; and {bytes} bytes is more than the {available} \
+                     bytes of memory available for a THP fallback"
+                )));
+            }
+            (
+                Region::new(bytes, PageKind::Thp)?,
+                format!("{why}; local {page}: {e}; used THP"),
+            )
+        }
+        Err(e) => return Err(e),
+    };
+    crate::prefault::prefault(&region, threads.max(1))?;
+    Ok(ServiceMemory {
+        ptr: NonNull::new(region.as_ptr()).expect("regions are non-null"),
+        len: region.len(),
+        page: region.kind(),
+        source: Source::Local { reason },
+        backing: Backing::Local(region),
+    })
+}
+
+/// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
+/// for `bytes`, hugetlb of `page` (whole pages) when the pool has the pages,
+/// else a plain memfd (whole base pages), and `why` the service did not serve.
+///
+/// [`Client::alloc_files`]: super::Client::alloc_files
+pub(super) fn local_file(
+    bytes: usize,
+    page: PageKind,
+    threads: usize,
+    why: String,
+) -> Result<SegmentFiles> {
+    let len = bytes.next_multiple_of(page.page_size());
+    let pages = len / page.page_size();
+    let free = crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free);
+    let hugetlb = if free < pages {
+        Err(format!("{pages} {page} hugetlb pages needed, {free} free"))
+    } else {
+        populated_memfd(len, Some(page), threads).map_err(|e| e.to_string())
+    };
+    let (fd, len, kind, reason) = match hugetlb {
+        Ok(fd) => (fd, len, page, why),
+        Err(short) => {
+            // Base pages need no more than the request rounded up to one.
+            let len = bytes.next_multiple_of(PageKind::Base.page_size());
+            // Populating more than is available would end in the OOM killer,
+            // not an error.
+            let available = crate::sys::mem_available();
+            if len > available {
+                return Err(Error::invalid(format!(
+                    "{why}; local {page} memfd: {short}; and {len} bytes is more than the \
+                     {available} bytes of memory available for a plain memfd"
+                )));
+            }
+            (
+                populated_memfd(len, None, threads)?,
+                len,
+                PageKind::Base,
+                format!("{why}; local {page} memfd: {short}; used a plain memfd (base pages)"),
+            )
+        }
+    };
+    Ok(SegmentFiles {
+        len,
+        page: kind,
+        source: Source::Local { reason },
+        backing: Backing::Local(fd),
+    })
+}
+
+/// A memfd of `len` bytes (hugetlb of `huge` pages, or plain), every page
+/// faulted in through a temporary mapping with `threads` threads, then sealed
+/// with [`SEALS`], as the daemon's segments are. Close-on-exec.
+fn populated_memfd(len: usize, huge: Option<PageKind>, threads: usize) -> Result<OwnedFd> {
+    let size_flags = huge.map_or(0, PageKind::memfd_flags);
+    let fd = sys::memfd_create(c"prezero-local", libc::MFD_ALLOW_SEALING | size_flags)
+        .map_err(|e| Error::os("memfd_create", e))?;
+    // No other process has the memfd.
+    sys::ftruncate(fd.as_fd(), len).map_err(|e| Error::os("ftruncate", e))?;
+    // A shared mapping of a hugetlb file reserves its pages here: a shortage
+    // is ENOMEM now, not a SIGBUS later.
+    let p =
+        sys::mmap_shared(fd.as_fd(), len, 0).map_err(|e| Error::os("mmap of a local memfd", e))?;
+    // SAFETY: [p, p+len) is the mapping just made, which nothing else knows of;
+    // populating does not change its contents; `huge` says whether it is hugetlb.
+    let populated =
+        unsafe { crate::prefault::prefault_as(p.as_ptr(), len, threads.max(1), huge.is_some()) };
+    // The pages stay in the file; the mapping was only the way to fault them in.
+    // SAFETY: our own mapping, unused from here on.
+    let _ = unsafe { sys::munmap(p, len) };
+    populated?;
+    sys::add_seals(fd.as_fd(), SEALS).map_err(|e| Error::os("fcntl(F_ADD_SEALS)", e))?;
+    Ok(fd)
+}

@@ -1,0 +1,73 @@
+//! The ledger file: every segment's file, `dev ino page-size` a line, written
+//! whole whenever segments come or go, so that a restarted daemon can tell its
+//! predecessor's segments from any other file (`adopt.rs` reads it at
+//! start-up).
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use super::Ledger;
+use crate::region::PageKind;
+use crate::service::log;
+use crate::service::replace_file::replace_file;
+use crate::service::segment::Segment;
+use crate::sys;
+
+/// Records every segment's file, `dev ino page-size` a line, so that a
+/// restarted daemon can tell its predecessor's files from any other. Written
+/// whole (a temporary file renamed over the old one) when segments come or go.
+pub(crate) fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
+    let mut text = String::from("prezero-ledger 1\n");
+    for (_, e) in ledger.entries() {
+        let (dev, ino) = e.file;
+        let page = ledger.shapes()[e.pool].page;
+        text.push_str(&format!("{dev} {ino} {page}\n"));
+    }
+    if let Err(e) = replace_file(path, text.as_bytes(), 0o600, None) {
+        log(&format!(
+            "cannot write the ledger {} ({e}): a restart would not find what is held",
+            path.display()
+        ));
+    }
+}
+
+/// The segments a previous instance recorded in its ledger, keyed by
+/// `(dev, ino)`. A ledger that is not a regular file of ours, or that others
+/// could have written, is ignored (logged).
+pub(super) fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
+    use std::io::Read;
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let mut wanted = HashMap::new();
+    let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+    else {
+        return wanted;
+    };
+    let me = sys::geteuid();
+    let trusted = f
+        .metadata()
+        .is_ok_and(|m| m.is_file() && m.uid() == me && m.mode() & 0o022 == 0);
+    let mut text = String::new();
+    if !trusted || f.read_to_string(&mut text).is_err() {
+        log(&format!(
+            "ignoring the ledger {}: not a regular file of uid {me} that only it may write",
+            path.display()
+        ));
+        return wanted;
+    }
+    for line in text.lines().skip(1) {
+        let f: Vec<u64> = line
+            .split_ascii_whitespace()
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let page = match f.get(2) {
+            Some(&p) if p == PageKind::Huge2M.page_size() as u64 => PageKind::Huge2M,
+            Some(&p) if p == PageKind::Huge1G.page_size() as u64 => PageKind::Huge1G,
+            _ => continue,
+        };
+        wanted.insert((f[0], f[1]), page);
+    }
+    wanted
+}

@@ -1,0 +1,14 @@
+//! The ledger: every segment the daemon has, which state it is in and who is
+//! charged for it, and the file that outlives the daemon. `model.rs` is the
+//! pure model (the states, the charges, which pool serves a request, the
+//! transitions), explored exhaustively in `tests.rs`; `file.rs` writes and
+//! reads the ledger file; `adopt.rs` takes over, at start-up, the segments
+//! a previous instance recorded there and processes still hold.
+
+mod adopt;
+mod file;
+mod model;
+
+pub(crate) use adopt::adopt;
+pub(crate) use file::write_ledger;
+pub(crate) use model::{Clean, Ledger, Refused, Shape, State};

@@ -1,0 +1,383 @@
+//! The ledger model's tests: every sequence of transitions up to a depth,
+//! checked against the invariant and against tenants meeting each other's
+//! bytes, and how a request picks its segments and says why it is refused.
+
+use super::*;
+
+/// Tenants: connections 1 and 3 are uid 10's, 2 is uid 20's.
+fn uid_of(conn: u64) -> u32 {
+    if conn == 2 {
+        20
+    } else {
+        10
+    }
+}
+
+/// Ids a sequence can reach (each creation takes the next).
+const IDS: usize = 16;
+
+/// Who had a segment's pages last without fresh pages since, in the
+/// model: an adopted segment's holder is a guess.
+const UNKNOWN: u32 = 999;
+
+/// Every event the event loop and the worker can apply.
+#[derive(Debug, Clone, Copy)]
+enum Event {
+    Create(usize),
+    Adopt(usize, u32),
+    /// Adopted with a length its pool no longer has (configured otherwise).
+    AdoptOdd(usize, u32),
+    Alloc(u64, u64),
+    Release(u64, u64),
+    /// Two ids at once: all or none.
+    ReleaseTwo(u64, u64, u64),
+    Disconnect(u64),
+    StartClean(u64, bool),
+    MakeFresh(usize, u32),
+    /// The worker finishes what it was given; `false`: the pages could
+    /// not be had (or verification failed), the segment is destroyed.
+    Finish(u64, bool),
+    /// The worker reports the other cleaning than it was sent for.
+    FinishOtherwise(u64),
+    Trim(usize),
+}
+
+fn events() -> Vec<Event> {
+    let mut v = vec![
+        Event::Create(0),
+        Event::Create(1),
+        Event::Adopt(0, 20),
+        Event::AdoptOdd(1, 10),
+        Event::ReleaseTwo(1, 1, 2),
+        Event::ReleaseTwo(2, 2, 3),
+        Event::Trim(0),
+        Event::Trim(1),
+        Event::MakeFresh(0, 10),
+        Event::MakeFresh(1, 20),
+    ];
+    for conn in 1..=3 {
+        v.push(Event::Disconnect(conn));
+        for bytes in 1..=3 {
+            v.push(Event::Alloc(conn, bytes));
+        }
+    }
+    for id in 1..=4 {
+        v.push(Event::Release(1, id));
+        v.push(Event::Release(2, id));
+        v.push(Event::StartClean(id, false));
+        v.push(Event::StartClean(id, true));
+        v.push(Event::Finish(id, true));
+        v.push(Event::Finish(id, false));
+        v.push(Event::FinishOtherwise(id));
+    }
+    v
+}
+
+/// The ledger, what the worker holds, and per segment: whether it is zero,
+/// and the uid whose bytes it may still hold.
+#[derive(Clone)]
+struct World {
+    ledger: Ledger<u64>,
+    worker: [Option<(u64, Clean)>; IDS],
+    zero: [bool; IDS],
+    dirty_by: [Option<u32>; IDS],
+}
+
+fn world() -> World {
+    let shapes = vec![
+        Shape {
+            page: 1,
+            segment: 1,
+            target: 1,
+            cap: 3,
+        },
+        Shape {
+            page: 1,
+            segment: 2,
+            target: 2,
+            cap: 4,
+        },
+    ];
+    World {
+        ledger: Ledger::new(shapes, Some(3)),
+        worker: [None; IDS],
+        zero: [false; IDS],
+        dirty_by: [None; IDS],
+    }
+}
+
+/// Applies `e` as the server would; false if it does not apply here.
+fn apply(w: &mut World, e: Event) -> bool {
+    let l = &mut w.ledger;
+    match e {
+        Event::Create(pool) => {
+            if l.entries.len() >= 4 || !l.wants_growth(pool) {
+                return false;
+            }
+            let seg = l.shapes[pool].segment;
+            let id = l.add_ready(pool, l.next_id, seg, (0, 0));
+            w.zero[id as usize] = true;
+            w.dirty_by[id as usize] = None;
+        }
+        Event::Adopt(pool, uid) | Event::AdoptOdd(pool, uid) => {
+            if l.entries.len() >= 4 {
+                return false;
+            }
+            let odd = matches!(e, Event::AdoptOdd(..));
+            let seg = l.shapes[pool].segment + usize::from(odd);
+            let id = l.adopt(pool, l.next_id, seg, (0, 0), uid);
+            w.zero[id as usize] = false;
+            w.dirty_by[id as usize] = Some(UNKNOWN);
+        }
+        Event::Alloc(conn, bytes) => {
+            let uid = uid_of(conn);
+            let Ok(g) = l.choose(uid, bytes, 1) else {
+                return false;
+            };
+            let seg = l.shapes[g.pool].segment;
+            assert_eq!(g.ids.len(), (bytes as usize).div_ceil(seg), "{g:?}");
+            for id in &g.ids {
+                assert_eq!(l.entries[id].pool, g.pool);
+                assert!(w.zero[*id as usize], "segment {id} handed out not zero");
+                assert!(
+                    w.dirty_by[*id as usize].is_none_or(|u| u == uid),
+                    "uid {uid} got segment {id}, last written by {:?} without fresh pages",
+                    w.dirty_by[*id as usize]
+                );
+            }
+            l.lease(&g, conn, uid);
+            assert!(l.uid_used(uid) <= 3, "uid {uid} past its cap");
+            for id in g.ids {
+                w.zero[id as usize] = false;
+                w.dirty_by[id as usize] = Some(uid);
+            }
+        }
+        Event::Release(conn, id) => {
+            let expect = l
+                .entries
+                .get(&id)
+                .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn));
+            let r = l.release(conn, &[id]);
+            assert_eq!(r.is_ok(), expect, "{e:?}");
+            // Naming a held id twice is refused whole.
+            if expect {
+                assert_eq!(l.release(conn, &[id, id]), Err(id));
+            }
+            return expect;
+        }
+        Event::ReleaseTwo(conn, a, b) => {
+            let held = |l: &Ledger<u64>, id| {
+                l.entries
+                    .get(&id)
+                    .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn))
+            };
+            let (ha, hb) = (held(l, a), held(l, b));
+            if ha == hb {
+                // Both or neither: the single releases cover it.
+                return false;
+            }
+            assert!(l.release(conn, &[a, b]).is_err(), "{e:?}");
+            assert_eq!(
+                (held(l, a), held(l, b)),
+                (ha, hb),
+                "a refused release changes nothing"
+            );
+        }
+        Event::Disconnect(conn) => {
+            if !l
+                .entries
+                .values()
+                .any(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn))
+            {
+                return false;
+            }
+            l.disconnect(conn);
+        }
+        Event::StartClean(id, fresh) => match l.start_clean(id, fresh) {
+            Some((seg, how)) => {
+                assert!(
+                    how == Clean::Fresh || !(fresh || w.dirty_by[id as usize] == Some(UNKNOWN))
+                );
+                w.worker[id as usize] = Some((seg, how));
+            }
+            None => return false,
+        },
+        Event::MakeFresh(pool, uid) => {
+            let batch = l.make_fresh_for(pool, uid, 1);
+            if batch.is_empty() {
+                return false;
+            }
+            for (id, seg) in batch {
+                w.worker[id as usize] = Some((seg, Clean::Fresh));
+            }
+        }
+        Event::Finish(id, ok) => {
+            let Some((seg, how)) = w.worker[id as usize].take() else {
+                return false;
+            };
+            let odd = l.entries[&id].len != l.shapes[l.entries[&id].pool].segment;
+            if !ok {
+                assert!(l.remove(id).is_none(), "the worker had it");
+            } else if l.cleaned(id, seg, how).is_ok() {
+                assert!(!odd, "a segment of another shape came back ready");
+                w.zero[id as usize] = true;
+                if how == Clean::Fresh {
+                    w.dirty_by[id as usize] = None;
+                }
+            } else {
+                assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
+            }
+        }
+        Event::FinishOtherwise(id) => {
+            let Some((seg, how)) = w.worker[id as usize].take() else {
+                return false;
+            };
+            let other = match how {
+                Clean::Fresh => Clean::InPlace,
+                Clean::InPlace => Clean::Fresh,
+            };
+            assert!(
+                l.cleaned(id, seg, other).is_err(),
+                "cleaned otherwise, accepted"
+            );
+            assert!(l.get(id).is_none());
+        }
+        Event::Trim(pool) => {
+            let extra = l.surplus(pool);
+            if extra.is_empty() {
+                return false;
+            }
+            for id in extra {
+                assert!(
+                    matches!(l.entries[&id].state, State::Ready { .. }),
+                    "trimmed a segment that is not ready"
+                );
+                assert!(l.remove(id).is_some(), "ready segments are home");
+            }
+        }
+    }
+    true
+}
+
+fn explore(w: &World, depth: usize, evs: &[Event], visited: &mut usize) {
+    assert!(w.ledger.check(), "invariant broken");
+    if depth == 0 {
+        return;
+    }
+    for &e in evs {
+        let mut next = w.clone();
+        if apply(&mut next, e) {
+            *visited += 1;
+            explore(&next, depth - 1, evs, visited);
+        }
+    }
+}
+
+#[test]
+fn every_sequence_of_transitions_keeps_the_invariant_and_tenants_apart() {
+    let mut visited = 0;
+    explore(&world(), 8, &events(), &mut visited);
+    eprintln!("{visited} sequences of up to 8 transitions");
+    assert!(visited > 500_000, "explored only {visited} sequences");
+}
+
+#[test]
+fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
+    let shape = |segment| Shape {
+        page: 2,
+        segment,
+        target: 0,
+        cap: 64,
+    };
+    // Segments of 4, 16 and 8 units.
+    let mut l: Ledger<()> = Ledger::new(vec![shape(4), shape(16), shape(8)], None);
+    for pool in 0..3 {
+        for _ in 0..4 {
+            l.add_ready(pool, (), l.shapes[pool].segment, (0, 0));
+        }
+    }
+    let pool_of = |l: &Ledger<()>, bytes| {
+        let g = l.choose(1, bytes, 2).unwrap();
+        (g.pool, g.ids.len())
+    };
+    assert_eq!(pool_of(&l, 8), (2, 1), "exact fit");
+    assert_eq!(pool_of(&l, 16), (1, 1), "exact fit");
+    assert_eq!(
+        pool_of(&l, 7),
+        (2, 1),
+        "one segment, least beyond (rounded to 8)"
+    );
+    assert_eq!(pool_of(&l, 3), (0, 1), "one segment, least beyond");
+    assert_eq!(pool_of(&l, 20), (1, 2), "fewest segments");
+    // Without ready 16s, the 8s: three segments beat five 4s.
+    let sixteens: Vec<u64> = l
+        .entries()
+        .filter(|(_, e)| e.pool == 1)
+        .map(|(id, _)| id)
+        .collect();
+    for id in sixteens {
+        l.remove(id);
+    }
+    assert_eq!(pool_of(&l, 20), (2, 3));
+    let r = l.choose(1, 64, 2).unwrap_err();
+    assert_eq!(r.reason, Refusal::NotReady);
+    assert_eq!(
+        r.short,
+        Some((1, 4)),
+        "the pool needing fewest segments grows"
+    );
+}
+
+#[test]
+fn a_pool_that_would_more_than_double_the_request_comes_last() {
+    let shape = |segment| Shape {
+        page: 2,
+        segment,
+        target: 0,
+        cap: 64,
+    };
+    let mut l: Ledger<()> = Ledger::new(vec![shape(16), shape(4)], None);
+    for pool in 0..2 {
+        for _ in 0..4 {
+            l.add_ready(pool, (), l.shapes[pool].segment, (0, 0));
+        }
+    }
+    let pool_of = |bytes| l.choose(1, bytes, 2).unwrap().pool;
+    assert_eq!(pool_of(6), 1, "two 4s, not a 16 (10 beyond a request of 6)");
+    assert_eq!(pool_of(10), 0, "one 16: 6 beyond a request of 10");
+}
+
+#[test]
+fn refusals_say_why() {
+    let mut l: Ledger<()> = Ledger::new(
+        vec![Shape {
+            page: 2,
+            segment: 4,
+            target: 0,
+            cap: 8,
+        }],
+        Some(8),
+    );
+    l.add_ready(0, (), 4, (0, 0));
+    let why = |l: &Ledger<()>, bytes, page| l.choose(7, bytes, page).unwrap_err().reason;
+    assert_eq!(why(&l, 0, 2), Refusal::BadRequest);
+    assert_eq!(why(&l, 4, 4096), Refusal::BadRequest);
+    assert_eq!(why(&l, 9, 2), Refusal::PoolCap);
+    assert_eq!(
+        why(&l, 6, 2),
+        Refusal::NotReady,
+        "two segments fit the cap of 8"
+    );
+    assert_eq!(why(&l, u64::MAX, 2), Refusal::PoolCap);
+    let r = l.choose(7, 8, 2).unwrap_err();
+    assert_eq!(
+        (r.reason, r.ready, r.short),
+        (Refusal::NotReady, 4, Some((0, 1)))
+    );
+    let g = l.choose(7, 4, 2).unwrap();
+    l.lease(&g, 1, 7);
+    l.add_ready(0, (), 4, (0, 0));
+    l.add_ready(0, (), 4, (0, 0));
+    assert_eq!(l.choose(7, 8, 2).unwrap_err().reason, Refusal::UidCap);
+    assert!(l.choose(8, 8, 2).is_ok(), "the cap is per uid");
+}

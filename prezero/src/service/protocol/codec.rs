@@ -1,0 +1,416 @@
+//! The messages' bytes: the header, and each request and reply encoded and
+//! decoded, every field checked. No I/O: `transport.rs` carries the bytes.
+
+use super::{Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, TenantStats};
+use super::{
+    ALLOC, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE, MAX_RELEASE_IDS, RELEASE, REPLY, STATS,
+    VERSION,
+};
+
+/// Bytes of one pool record this version writes; readers accept 64 (the first
+/// eight fields) and skip what they do not know.
+const POOL_RECORD_LEN: u32 = 9 * 8;
+const MIN_POOL_RECORD_LEN: usize = 8 * 8;
+/// Most latency buckets a reader accepts.
+const MAX_BUCKETS: usize = 64;
+
+/// Appends little-endian fields to a message under construction.
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn new(kind: u16, seq: u32) -> Writer {
+        let mut w = Writer(Vec::with_capacity(64));
+        w.u32(MAGIC);
+        w.u16(VERSION);
+        w.u16(kind);
+        w.u32(seq);
+        w.u32(0); // payload length, patched by finish()
+        w
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_le_bytes());
+    }
+    fn finish(mut self) -> Vec<u8> {
+        let len = (self.0.len() - HEADER_LEN) as u32;
+        self.0[12..16].copy_from_slice(&len.to_le_bytes());
+        debug_assert!(self.0.len() <= MAX_MESSAGE);
+        self.0
+    }
+}
+
+/// Reads fields off a payload, failing on the first read past its end.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Malformed> {
+        if self.0.len() < n {
+            return Err(Malformed("payload shorter than its fields"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+    fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+    fn end(&self) -> Result<(), Malformed> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(Malformed("payload longer than its fields"))
+        }
+    }
+}
+
+/// A checked header: the message kind, its sequence number and its payload.
+pub fn split(msg: &[u8]) -> Result<(u16, u32, &[u8]), Malformed> {
+    if msg.len() < HEADER_LEN {
+        return Err(Malformed("shorter than the 16-byte header"));
+    }
+    if msg.len() > MAX_MESSAGE {
+        return Err(Malformed("longer than 4096 bytes"));
+    }
+    let word = |i: usize| u32::from_le_bytes(msg[i..i + 4].try_into().expect("4 bytes"));
+    if word(0) != MAGIC {
+        return Err(Malformed("bad magic"));
+    }
+    if u16::from_le_bytes([msg[4], msg[5]]) != VERSION {
+        return Err(Malformed("unsupported protocol version"));
+    }
+    let kind = u16::from_le_bytes([msg[6], msg[7]]);
+    if word(12) as usize != msg.len() - HEADER_LEN {
+        return Err(Malformed("length field does not match the datagram"));
+    }
+    Ok((kind, word(8), &msg[HEADER_LEN..]))
+}
+
+impl Request {
+    /// The datagram for this request.
+    pub fn encode(&self, seq: u32) -> Vec<u8> {
+        match self {
+            Request::Alloc {
+                bytes,
+                page_size,
+                flags,
+            } => {
+                let mut w = Writer::new(ALLOC, seq);
+                w.u64(*bytes);
+                w.u64(*page_size);
+                w.u32(*flags);
+                w.u32(0);
+                w.finish()
+            }
+            Request::Release { ids } => {
+                let mut w = Writer::new(RELEASE, seq);
+                w.u32(ids.len() as u32);
+                w.u32(0);
+                for &id in ids {
+                    w.u64(id);
+                }
+                w.finish()
+            }
+            Request::Stats => Writer::new(STATS, seq).finish(),
+        }
+    }
+
+    /// Decodes a request datagram into its sequence number and request.
+    pub fn decode(msg: &[u8]) -> Result<(u32, Request), Malformed> {
+        let (kind, seq, payload) = split(msg)?;
+        let mut r = Reader(payload);
+        let req = match kind {
+            ALLOC => {
+                let bytes = r.u64()?;
+                let page_size = r.u64()?;
+                let flags = r.u32()?;
+                if r.u32()? != 0 {
+                    return Err(Malformed("reserved field is not zero"));
+                }
+                Request::Alloc {
+                    bytes,
+                    page_size,
+                    flags,
+                }
+            }
+            RELEASE => {
+                let count = r.u32()? as usize;
+                if r.u32()? != 0 {
+                    return Err(Malformed("reserved field is not zero"));
+                }
+                if count > MAX_RELEASE_IDS {
+                    return Err(Malformed("more ids than a message holds"));
+                }
+                let ids = (0..count).map(|_| r.u64()).collect::<Result<_, _>>()?;
+                Request::Release { ids }
+            }
+            STATS => Request::Stats,
+            _ => return Err(Malformed("unknown request kind")),
+        };
+        r.end()?;
+        Ok((seq, req))
+    }
+}
+
+impl Reply {
+    /// The datagram for this reply.
+    pub fn encode(&self, seq: u32) -> Vec<u8> {
+        match self {
+            Reply::Error {
+                errno,
+                ready,
+                message,
+            } => {
+                let mut w = Writer::new(ERROR, seq);
+                w.u32(*errno as u32);
+                w.u32(0);
+                w.u64(*ready);
+                let room = MAX_MESSAGE - HEADER_LEN - 16;
+                let mut end = message.len().min(room);
+                while !message.is_char_boundary(end) {
+                    end -= 1;
+                }
+                w.0.extend_from_slice(&message.as_bytes()[..end]);
+                w.finish()
+            }
+            Reply::Alloc {
+                total,
+                first,
+                segments,
+            } => {
+                let mut w = Writer::new(REPLY | ALLOC, seq);
+                w.u32(*total);
+                w.u32(*first);
+                w.u32(segments.len() as u32);
+                w.u32(0);
+                for s in segments {
+                    w.u64(s.id);
+                    w.u64(s.len);
+                }
+                w.finish()
+            }
+            Reply::Released { count } => {
+                let mut w = Writer::new(REPLY | RELEASE, seq);
+                w.u32(*count);
+                w.u32(0);
+                w.finish()
+            }
+            Reply::Stats(s) => {
+                let mut w = Writer::new(REPLY | STATS, seq);
+                w.u32(s.pools.len() as u32);
+                w.u32(POOL_RECORD_LEN);
+                for p in &s.pools {
+                    for v in [
+                        p.page_size,
+                        p.segment_size,
+                        p.target,
+                        p.cap,
+                        p.ready,
+                        p.leased,
+                        p.quarantined,
+                        p.scrubbing,
+                        p.handouts,
+                    ] {
+                        w.u64(v);
+                    }
+                }
+                for v in [
+                    s.clients,
+                    s.handouts,
+                    s.refusals,
+                    s.protocol_errors,
+                    s.scrubbed_bytes,
+                    s.scrub_ns,
+                    s.verified_bytes,
+                    s.verify_ns,
+                    s.verify_failures,
+                ] {
+                    w.u64(v);
+                }
+                w.u32(s.uid);
+                w.u32(0);
+                w.u64(s.uid_used);
+                w.u64(s.uid_cap);
+                w.u32(s.refusals_by_reason.len() as u32);
+                w.u32(0);
+                for &v in &s.refusals_by_reason {
+                    w.u64(v);
+                }
+                let h = &s.latency;
+                w.u32(h.bounds_ns.len() as u32);
+                w.u32(0);
+                for (&b, &c) in h.bounds_ns.iter().zip(&h.counts) {
+                    w.u64(b);
+                    w.u64(c);
+                }
+                w.u64(h.sum_ns);
+                w.u64(h.count);
+                w.u64(s.fresh_bytes);
+                w.u64(s.fresh_ns);
+                // As many tenants as fit; the count of the others.
+                let room = (MAX_MESSAGE - w.0.len() - 8) / 16;
+                let shown = s.tenants.len().min(room);
+                w.u32(shown as u32);
+                let omitted = (s.tenants.len() - shown) as u64 + u64::from(s.tenants_omitted);
+                w.u32(omitted.min(u32::MAX as u64) as u32);
+                for t in &s.tenants[..shown] {
+                    w.u32(t.uid);
+                    w.u32(t.connections);
+                    w.u64(t.charged);
+                }
+                w.finish()
+            }
+        }
+    }
+
+    /// Decodes a reply datagram into its sequence number and reply.
+    pub fn decode(msg: &[u8]) -> Result<(u32, Reply), Malformed> {
+        let (kind, seq, payload) = split(msg)?;
+        let mut r = Reader(payload);
+        let reply = match kind {
+            ERROR => {
+                let errno = r.u32()? as i32;
+                r.u32()?;
+                let ready = r.u64()?;
+                let message = String::from_utf8_lossy(r.take(r.0.len())?).into_owned();
+                Reply::Error {
+                    errno,
+                    ready,
+                    message,
+                }
+            }
+            k if k == REPLY | ALLOC => {
+                let total = r.u32()?;
+                let first = r.u32()?;
+                let n = r.u32()? as usize;
+                r.u32()?;
+                if n > MAX_FDS {
+                    return Err(Malformed("more segments than one message carries"));
+                }
+                let segments = (0..n)
+                    .map(|_| {
+                        Ok(SegmentRecord {
+                            id: r.u64()?,
+                            len: r.u64()?,
+                        })
+                    })
+                    .collect::<Result<_, _>>()?;
+                Reply::Alloc {
+                    total,
+                    first,
+                    segments,
+                }
+            }
+            k if k == REPLY | RELEASE => {
+                let count = r.u32()?;
+                r.u32()?;
+                Reply::Released { count }
+            }
+            k if k == REPLY | STATS => {
+                let n = r.u32()? as usize;
+                let record = r.u32()? as usize;
+                if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
+                    return Err(Malformed("pool records do not fit the message"));
+                }
+                let mut pools = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let mut p = Reader(r.take(record)?);
+                    pools.push(PoolCounters {
+                        page_size: p.u64()?,
+                        segment_size: p.u64()?,
+                        target: p.u64()?,
+                        cap: p.u64()?,
+                        ready: p.u64()?,
+                        leased: p.u64()?,
+                        quarantined: p.u64()?,
+                        scrubbing: p.u64()?,
+                        handouts: if p.0.len() >= 8 { p.u64()? } else { 0 },
+                    });
+                }
+                let s = ServiceStats {
+                    pools,
+                    clients: r.u64()?,
+                    handouts: r.u64()?,
+                    refusals: r.u64()?,
+                    protocol_errors: r.u64()?,
+                    scrubbed_bytes: r.u64()?,
+                    scrub_ns: r.u64()?,
+                    verified_bytes: r.u64()?,
+                    verify_ns: r.u64()?,
+                    verify_failures: r.u64()?,
+                    uid: {
+                        let uid = r.u32()?;
+                        r.u32()?;
+                        uid
+                    },
+                    uid_used: r.u64()?,
+                    uid_cap: r.u64()?,
+                    ..Default::default()
+                };
+                // The counters added after the first release of version 1:
+                // absent from an older daemon's answer.
+                let s = if r.0.is_empty() {
+                    s
+                } else {
+                    read_stats_tail(&mut r, s)?
+                };
+                // Later versions append fields; a version-1 reader ignores them.
+                return Ok((seq, Reply::Stats(Box::new(s))));
+            }
+            _ => return Err(Malformed("unknown reply kind")),
+        };
+        r.end()?;
+        Ok((seq, reply))
+    }
+}
+
+/// Refusals by reason, latency, fresh-page cleaning and tenants: the part of
+/// a `STATS` answer that follows `uid_cap`.
+fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceStats, Malformed> {
+    let n = r.u32()? as usize;
+    r.u32()?;
+    if n > MAX_MESSAGE / 8 {
+        return Err(Malformed("more refusal reasons than fit the message"));
+    }
+    s.refusals_by_reason = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
+    let b = r.u32()? as usize;
+    r.u32()?;
+    if b > MAX_BUCKETS {
+        return Err(Malformed("too many latency buckets"));
+    }
+    for _ in 0..b {
+        s.latency.bounds_ns.push(r.u64()?);
+        s.latency.counts.push(r.u64()?);
+    }
+    if !s.latency.bounds_ns.windows(2).all(|w| w[0] < w[1]) {
+        return Err(Malformed("latency bounds not strictly increasing"));
+    }
+    s.latency.sum_ns = r.u64()?;
+    s.latency.count = r.u64()?;
+    s.fresh_bytes = r.u64()?;
+    s.fresh_ns = r.u64()?;
+    let t = r.u32()? as usize;
+    s.tenants_omitted = r.u32()?;
+    if t > MAX_MESSAGE / 16 {
+        return Err(Malformed("more tenants than fit the message"));
+    }
+    for _ in 0..t {
+        s.tenants.push(TenantStats {
+            uid: r.u32()?,
+            connections: r.u32()?,
+            charged: r.u64()?,
+        });
+    }
+    Ok(s)
+}
