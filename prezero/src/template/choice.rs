@@ -44,7 +44,7 @@ impl TemplateProfile {
             CopyKernel::ALL
                 .into_iter()
                 .filter(|k| k.is_streaming() == streaming)
-                .find(|&k| Streamer::new_with(k, &cpu.features).is_ok())
+                .find(|k| k.is_available_with(&cpu.features))
                 .unwrap_or(CopyKernel::Portable)
         };
         TemplateProfile {
