@@ -348,7 +348,7 @@ fn derive_template(figs: &[StoreFigure]) -> Value {
     let cached: Vec<usize> = sizes
         .iter()
         .copied()
-        .filter(|&s| s < prezero::clear::hot_capacity())
+        .filter(|&s| s < prezero::cpu().hot_capacity())
         .collect();
     let temporal = pick(
         false,

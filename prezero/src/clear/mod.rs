@@ -16,7 +16,6 @@ use std::str::FromStr;
 mod kernel;
 pub(crate) mod portable;
 mod profile;
-pub(crate) use profile::hot_capacity_of;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
@@ -27,8 +26,8 @@ pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
 pub use profile::{
     active_profile, active_template_profile, auto_kernel, default_profile_path, forced_kernel,
-    hot_capacity, profile_source, read_profile_file, Profile, ProfileFile, SizeClass, Temperature,
-    MAX_CLASSES, PROFILE_FORMAT,
+    profile_source, read_profile_file, Profile, ProfileFile, SizeClass, Temperature, MAX_CLASSES,
+    PROFILE_FORMAT,
 };
 
 use crate::error::{Error, Result};

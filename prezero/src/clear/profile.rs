@@ -100,7 +100,7 @@ impl Profile {
             .unwrap_or(Kernel::Portable);
         let page = 4096;
         let l2 = cpu.l2();
-        let hot_fits = hot_capacity_of(cpu);
+        let hot_fits = cpu.hot_capacity();
         let class = |below, kernel| SizeClass { below, kernel };
         // On a CPU with odd cache sizes two thresholds could meet: keep the
         // classes strictly ascending, as `validate` requires.
@@ -233,26 +233,6 @@ const COLD_STREAM_FROM: usize = 8 << 10;
 /// (cold, GB/s, clzero / avx2-nt / portable / `rep stosb`): 512 B 2.7 / 2.7 /
 /// 6.5 / 6.6; 2 KiB 9.4 / 8.6 / 8.1 / 8.2; 4 KiB 14.1 / 13.6 / 8.3 / 8.7.
 const COLD_STREAM_FROM_NO_ERMS: usize = 2 << 10;
-
-/// How many bytes of recently written memory can be expected to still be in
-/// cache: where a "hot" extent stops being hot.
-pub fn hot_capacity() -> usize {
-    hot_capacity_of(cpu())
-}
-
-pub(crate) fn hot_capacity_of(cpu: &Cpu) -> usize {
-    // Where a hot extent stops fitting in cache. AMD Zen elides the
-    // read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
-    // keeps pace with streaming there; elsewhere the LLC is shared with other
-    // cores (and, in a VM, other tenants): measured on a 260 MiB-LLC Xeon VM,
-    // temporal stores fell to DRAM speed from ~64 MiB, a quarter of the LLC.
-    let llc = cpu.llc();
-    if cpu.vendor == "AuthenticAMD" {
-        llc
-    } else {
-        llc / 4
-    }
-}
 
 /// The kernel to use instead of `k` on a CPU that lacks it: the same kind
 /// (streaming or temporal), ending at `Portable`, which every CPU has.

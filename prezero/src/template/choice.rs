@@ -27,7 +27,7 @@ impl TemplateProfile {
     /// The built-in choice for `cpu`, checked against every machine recorded
     /// in `machines/` (the `defaults` test): the widest streaming and temporal
     /// kernels, streaming from where a hot fill stops fitting in cache
-    /// (`clear::hot_capacity`: the LLC on AMD, a quarter of it elsewhere).
+    /// ([`Cpu::hot_capacity`]: the LLC on AMD, a quarter of it elsewhere).
     ///
     /// A fill does not say whether its destination is in cache, so the choice
     /// is the one whose worse case, hot or cold, loses least. Zen 4 under KVM,
@@ -53,7 +53,7 @@ impl TemplateProfile {
             stream_from: if cold_stores_read_dearly(cpu) {
                 ZEN1_STREAM_FROM
             } else {
-                crate::clear::hot_capacity_of(cpu)
+                cpu.hot_capacity()
             },
         }
     }
