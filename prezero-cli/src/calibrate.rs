@@ -44,8 +44,9 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), String> {
     let path = match &args.out {
         Some(p) => p.clone(),
-        None => prezero::clear::default_profile_path()
-            .ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
+        None => {
+            prezero::profile::default_path().ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?
+        }
     };
     let sizes = parse_sizes(&args.sizes)?;
     let started = Instant::now();

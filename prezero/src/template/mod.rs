@@ -45,13 +45,15 @@ mod aarch64;
 mod choice;
 mod kernel;
 mod portable;
+mod profile;
 mod streamer;
 mod words;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub use choice::{stream_from, TemplateProfile};
+pub use choice::{active_template_profile, stream_from};
 pub use kernel::CopyKernel;
+pub use profile::TemplateProfile;
 pub use streamer::Streamer;
 
 /// A type the template functions may fill: plain old data.
