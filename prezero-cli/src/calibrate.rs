@@ -7,16 +7,19 @@
 //! fills, the streaming and temporal kernels and the size from which to
 //! stream. Every figure the profile was derived from is stored with it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
-
-use prezero::{CopyKernel, Kernel, Temperature, MAX_CLASSES, PROFILE_FORMAT};
+use prezero::profile::{self, ProfileFile, Scrubber, ThreadFigure};
+use prezero::{
+    CopyKernel, Kernel, Profile, SizeClass, Temperature, TemplateProfile, MAX_CLASSES,
+    PROFILE_FORMAT,
+};
 
 use crate::bench::clear::{collect, Figure, Method};
 use crate::bench::template::{store_study, StoreFigure, STORE_SIZES};
-use crate::stats::round2;
+use crate::stats::{round2, Stats};
 use crate::units::{fmt_size, parse_size, parse_sizes};
 
 const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
@@ -44,8 +47,7 @@ pub struct Args {
 pub fn run(args: &Args) -> Result<(), String> {
     let path = match &args.out {
         Some(p) => p.clone(),
-        None => prezero::clear::default_profile_path()
-            .ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
+        None => profile::default_path().ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
     };
     let sizes = parse_sizes(&args.sizes)?;
     let started = Instant::now();
@@ -54,12 +56,11 @@ pub fn run(args: &Args) -> Result<(), String> {
     if args.check {
         return check(&path, &measured);
     }
-    let profile = derive(&measured);
+    let file = derive(&measured);
     std::fs::create_dir_all(path.parent().unwrap_or(std::path::Path::new(".")))
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    let text = serde_json::to_string_pretty(&profile).expect("JSON values serialise");
-    std::fs::write(&path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
-    summarise(&profile);
+    std::fs::write(&path, file.to_json()).map_err(|e| format!("{}: {e}", path.display()))?;
+    summarise(&file);
     println!(
         "wrote {} in {:.1} s",
         path.display(),
@@ -69,7 +70,7 @@ pub fn run(args: &Args) -> Result<(), String> {
 }
 
 /// Everything calibration measures.
-struct Measured {
+struct Measurements {
     kernels: Vec<Kernel>,
     figures: Vec<Figure>,
     /// Cold 256 MiB clears: full extent and in chunks, per kernel.
@@ -84,7 +85,7 @@ struct Measured {
 
 const CHUNKS: [usize; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 
-fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, String> {
+fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measurements, String> {
     let chunk_extent = (large / 4).max(64 << 10);
     let kernels: Vec<Kernel> = Kernel::available().collect();
     let methods: Vec<Method> = kernels.iter().map(|&k| Method::Kernel(k)).collect();
@@ -109,7 +110,7 @@ fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measured, Strin
         .filter(|&s| s <= large)
         .collect();
     let template = store_study(&store_sizes, reps)?;
-    Ok(Measured {
+    Ok(Measurements {
         kernels,
         figures,
         chunks,
@@ -142,7 +143,7 @@ fn median(figs: &[Figure], mode: &str, size: usize, m: Method) -> f64 {
 /// The best kernel per size for `mode`. For "unknown" the built-in profile's
 /// assumption holds (a buffer smaller than L2 is hot, a larger one cold), with
 /// the winners measured here, so a profile never guesses worse than the defaults.
-fn best_per_size(m: &Measured, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
+fn best_per_size(m: &Measurements, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
     let builtin = prezero::Profile::builtin(prezero::cpu());
     let temp = match mode {
         "hot" => Temperature::Hot,
@@ -209,25 +210,38 @@ fn classes(sizes: &[usize], winners: &[Kernel]) -> Vec<(Option<usize>, Kernel)> 
     out
 }
 
-fn class_json(c: &[(Option<usize>, Kernel)]) -> Value {
+/// The classes as the profile holds them: the last one's bound is `usize::MAX`.
+fn size_classes(c: &[(Option<usize>, Kernel)]) -> Vec<SizeClass> {
     c.iter()
-        .map(|(below, k)| json!({"below": below, "kernel": k.name()}))
+        .map(|&(below, kernel)| SizeClass {
+            below: below.unwrap_or(usize::MAX),
+            kernel,
+        })
         .collect()
 }
 
-fn derive(m: &Measured) -> Value {
+/// A figure as the profile file keeps it.
+fn file_figure(mode: &str, size: usize, method: String, stats: &Stats) -> profile::Figure {
+    profile::Figure {
+        mode: mode.into(),
+        size,
+        method,
+        gbps_median: round2(stats.median),
+        stdev_pct: round2(stats.stdev_pct),
+    }
+}
+
+fn derive(m: &Measurements) -> ProfileFile {
     let mut sizes: Vec<usize> = m.figures.iter().map(|f| f.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
-    let profile: serde_json::Map<String, Value> = Temperature::ALL
-        .iter()
-        .map(|t| {
-            (
-                t.name().to_string(),
-                class_json(&classes(&sizes, &best_per_size(m, t.name(), &sizes))),
-            )
-        })
-        .collect();
+    let classes_for =
+        |t: Temperature| size_classes(&classes(&sizes, &best_per_size(m, t.name(), &sizes)));
+    let profile = Profile {
+        unknown: classes_for(Temperature::Unknown),
+        hot: classes_for(Temperature::Hot),
+        cold: classes_for(Temperature::Cold),
+    };
     // The elision knee of each temporal kernel: the smallest extent (from 1 MiB)
     // from which it keeps within 20% of the best streaming kernel on cold
     // memory, i.e. it no longer reads each line before writing it (seeds
@@ -240,7 +254,7 @@ fn derive(m: &Measured) -> Value {
             .fold(0.0, f64::max)
     };
     let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
-    let knees: serde_json::Map<String, Value> = m
+    let knees: BTreeMap<String, Option<usize>> = m
         .kernels
         .iter()
         .filter(|k| !k.is_streaming())
@@ -253,10 +267,10 @@ fn derive(m: &Measured) -> Value {
                 .iter()
                 .copied()
                 .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
-            (k.name().to_string(), json!(knee))
+            (k.name().to_string(), knee)
         })
         .collect();
-    let bounded: serde_json::Map<String, Value> = m
+    let bounded: BTreeMap<String, Option<usize>> = m
         .chunks
         .iter()
         .filter_map(|f| match f.method {
@@ -268,15 +282,18 @@ fn derive(m: &Measured) -> Value {
             let min = CHUNKS.iter().copied().find(|&c| {
                 median(&m.chunks, "cold", m.chunk_extent, Method::Chunks(k, c)) >= 0.9 * full
             });
-            (k.name().to_string(), json!(min))
+            (k.name().to_string(), min)
         })
         .collect();
-    let threads: Vec<Value> = m
+    let threads: Vec<ThreadFigure> = m
         .threads
         .iter()
-        .map(|f| match f.method {
-            Method::Parallel(n) => json!({"threads": n, "gbps": round2(f.stats.median)}),
-            _ => Value::Null,
+        .filter_map(|f| match f.method {
+            Method::Parallel(n) => Some(ThreadFigure {
+                threads: n,
+                gbps: round2(f.stats.median),
+            }),
+            _ => None,
         })
         .collect();
     // The scrubber's question: on cold 2 MiB chunks, do streaming stores win?
@@ -288,24 +305,35 @@ fn derive(m: &Measured) -> Value {
             .fold(0.0, f64::max)
     };
     let cpu = prezero::cpu();
-    let template = derive_template(&m.template);
-    json!({
-        "format": PROFILE_FORMAT,
-        "cpu_model": cpu.model_name,
-        "cpu_id": cpu.identity(),
-        "microcode": cpuinfo_field("microcode"),
-        "kernel": prezero::memory().kernel_release,
-        "date": utc_now(),
-        "profile": profile,
-        "elision_knee": knees,
-        "bounded_min_chunk": bounded,
-        "threads": threads,
-        "scrubber": {"streaming_gbps": round2(at(true)), "temporal_gbps": round2(at(false)), "streaming_wins": at(true) >= at(false)},
-        "template": template,
-        "figures": m.figures.iter().chain(&m.chunks).chain(&m.threads).map(|f| json!({
-            "mode": f.mode, "size": f.size, "method": f.method.name(), "gbps_median": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct),
-        })).collect::<Vec<_>>(),
-    })
+    let (template, template_figures) = derive_template(&m.template);
+    ProfileFile {
+        format: PROFILE_FORMAT,
+        cpu_model: cpu.model_name.clone(),
+        cpu_id: cpu.identity(),
+        date: utc_now(),
+        profile,
+        template: Some(template),
+        measured: profile::Measured {
+            microcode: cpuinfo_field("microcode"),
+            kernel_release: Some(prezero::memory().kernel_release),
+            elision_knee: knees,
+            bounded_min_chunk: bounded,
+            threads,
+            scrubber: Some(Scrubber {
+                streaming_gbps: round2(at(true)),
+                temporal_gbps: round2(at(false)),
+                streaming_wins: at(true) >= at(false),
+            }),
+            figures: m
+                .figures
+                .iter()
+                .chain(&m.chunks)
+                .chain(&m.threads)
+                .map(|f| file_figure(f.mode, f.size, f.method.name(), &f.stats))
+                .collect(),
+            template_figures,
+        },
+    }
 }
 
 /// The template choice: the streaming kernel fastest on the largest cold
@@ -313,9 +341,9 @@ fn derive(m: &Measured) -> Value {
 /// streaming from the smallest size past which streaming loses less in its
 /// worse case (hot or cold) at every size measured: a fill does not say
 /// whether its destination is cached. Kernels within 3% are ties, and a tie
-/// keeps the built-in choice.
-fn derive_template(figs: &[StoreFigure]) -> Value {
-    let builtin = prezero::template::TemplateProfile::builtin(prezero::cpu());
+/// keeps the built-in choice. With it, the figures it was made from.
+fn derive_template(figs: &[StoreFigure]) -> (TemplateProfile, Vec<profile::Figure>) {
+    let builtin = TemplateProfile::builtin(prezero::cpu());
     let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -348,7 +376,7 @@ fn derive_template(figs: &[StoreFigure]) -> Value {
     let cached: Vec<usize> = sizes
         .iter()
         .copied()
-        .filter(|&s| s < prezero::clear::hot_capacity())
+        .filter(|&s| s < prezero::cpu().hot_capacity())
         .collect();
     let temporal = pick(
         false,
@@ -390,100 +418,97 @@ fn derive_template(figs: &[StoreFigure]) -> Value {
             // Halfway (geometrically) between the last temporal and first streaming size.
             _ => ((sizes[i - 1] as f64 * sizes[i] as f64).sqrt()) as usize,
         });
-    json!({
-        "stream": stream.name(),
-        "temporal": temporal.name(),
-        "stream_from": from,
-        "figures": figs.iter().map(|f| json!({
-            "mode": f.mode, "size": f.size, "kernel": f.kernel.name(),
-            "gbps_median": round2(f.stats.median), "stdev_pct": round2(f.stats.stdev_pct),
-        })).collect::<Vec<_>>(),
-    })
+    let figures = figs
+        .iter()
+        .map(|f| file_figure(f.mode, f.size, f.kernel.name().into(), &f.stats))
+        .collect();
+    let choice = TemplateProfile {
+        stream,
+        temporal,
+        stream_from: from.unwrap_or(usize::MAX),
+    };
+    (choice, figures)
 }
 
-fn summarise(p: &Value) {
-    println!("profile for {}", p["cpu_model"].as_str().unwrap_or("?"));
+fn summarise(p: &ProfileFile) {
+    println!("profile for {}", p.cpu_model);
     for t in Temperature::ALL {
-        let cls: Vec<String> = p["profile"][t.name()]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| match c["below"].as_u64() {
+        let cls: Vec<String> = p
+            .profile
+            .classes(t)
+            .iter()
+            .map(|c| match c.below {
+                usize::MAX => format!("rest {}", c.kernel.name()),
                 // Class bounds lie between measured sizes (47453132): 3 figures.
-                Some(b) => format!(
+                b => format!(
                     "<{} {}",
                     crate::report::fmt::bytes(b as f64),
-                    c["kernel"].as_str().unwrap_or("?")
+                    c.kernel.name()
                 ),
-                None => format!("rest {}", c["kernel"].as_str().unwrap_or("?")),
             })
             .collect();
         println!("  {:<8} {}", t.name(), cls.join(", "));
     }
-    for (k, v) in p["elision_knee"].as_object().into_iter().flatten() {
-        match v.as_u64() {
+    let m = &p.measured;
+    for (k, v) in &m.elision_knee {
+        match v {
             Some(knee) => println!(
                 "  elision knee of {k}: {} (cold {k} keeps up with streaming stores from there)",
-                fmt_size(knee as usize)
+                fmt_size(*knee)
             ),
             None => println!("  elision knee of {k}: none (cold {k} stays below streaming stores at every extent)"),
         }
     }
-    for (k, v) in p["bounded_min_chunk"].as_object().into_iter().flatten() {
-        match v.as_u64() {
+    for (k, v) in &m.bounded_min_chunk {
+        match v {
             Some(c) => println!(
                 "  clear_bounded with {k}: chunks of {} keep within 10% of the full extent",
-                fmt_size(c as usize)
+                fmt_size(*c)
             ),
             None => println!("  clear_bounded with {k}: no chunk size up to 64M keeps within 10%"),
         }
     }
-    let t: Vec<String> = p["threads"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|t| format!("{}: {} GB/s", t["threads"], t["gbps"]))
+    // GB/s with `{:?}`, as the file has them (20.0, not 20).
+    let t: Vec<String> = m
+        .threads
+        .iter()
+        .map(|t| format!("{}: {:?} GB/s", t.threads, t.gbps))
         .collect();
     println!("  cold large clears by threads: {}", t.join(", "));
-    println!(
-        "  scrubber: streaming {} GB/s vs temporal {} GB/s on cold 2 MiB",
-        p["scrubber"]["streaming_gbps"], p["scrubber"]["temporal_gbps"]
-    );
-    println!(
-        "  template fills: {}",
-        crate::info::template_choice(&p["template"])
-    );
+    if let Some(s) = m.scrubber {
+        println!(
+            "  scrubber: streaming {:?} GB/s vs temporal {:?} GB/s on cold 2 MiB",
+            s.streaming_gbps, s.temporal_gbps
+        );
+    }
+    if let Some(t) = &p.template {
+        println!("  template fills: {}", crate::info::template_choice(t));
+    }
 }
 
-fn check(path: &std::path::Path, m: &Measured) -> Result<(), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let stored: Value =
-        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+fn check(path: &std::path::Path, m: &Measurements) -> Result<(), String> {
+    let stored = ProfileFile::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let here = prezero::cpu().identity();
-    if stored["cpu_id"] != here.as_str() {
+    if stored.cpu_id != here {
         return Err(format!(
-            "{} was measured on {}, this CPU is {here}: nothing to compare (run calibrate without --check)",
+            "{} was measured on \"{}\", this CPU is {here}: nothing to compare (run calibrate without --check)",
             path.display(),
-            stored["cpu_id"]
+            stored.cpu_id
         ));
     }
     let mut off = 0;
     let mut compared = 0;
     for f in m.figures.iter().chain(&m.chunks).chain(&m.threads) {
-        let Some(old) = stored["figures"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|o| {
-                o["mode"] == f.mode
-                    && o["size"].as_u64() == Some(f.size as u64)
-                    && o["method"] == f.method.name().as_str()
-            })
+        let Some(old) = stored
+            .measured
+            .figures
+            .iter()
+            .find(|o| o.mode == f.mode && o.size == f.size && o.method == f.method.name())
         else {
             continue;
         };
         compared += 1;
-        let was = old["gbps_median"].as_f64().unwrap_or(0.0);
+        let was = old.gbps_median;
         let ratio = f.stats.median / was.max(1e-9);
         if !(0.9..=1.1).contains(&ratio) {
             off += 1;

@@ -2,7 +2,7 @@
 
 use serde_json::{json, Value};
 
-use prezero::{Kernel, Temperature};
+use prezero::{Kernel, Streamer, Temperature, TemplateProfile};
 
 use crate::table::Table;
 use crate::units::fmt_size;
@@ -41,6 +41,7 @@ fn collect() -> Value {
     let c = prezero::cpu();
     let m = prezero::memory();
     let profile = prezero::active_profile();
+    let template = template_in_force();
     let classes = |t: Temperature| -> Value {
         profile
             .classes(t)
@@ -83,9 +84,9 @@ fn collect() -> Value {
             "cold": classes(Temperature::Cold),
         },
         "template": {
-            "stream": prezero::Streamer::auto().kernel().name(),
-            "temporal": prezero::Streamer::auto_temporal().kernel().name(),
-            "stream_from": match prezero::template::stream_from() { usize::MAX => Value::Null, b => json!(b) },
+            "stream": template.stream.name(),
+            "temporal": template.temporal.name(),
+            "stream_from": match template.stream_from { usize::MAX => Value::Null, b => json!(b) },
             "source": if prezero::active_template_profile().is_some() { "profile" } else { "built-in" },
             "kernels": prezero::CopyKernel::ALL.iter().map(|k| json!({
                 "name": k.name(), "available": k.is_available(), "streaming": k.is_streaming(), "needs": k.needs(),
@@ -237,21 +238,32 @@ fn print_text(v: &Value) {
         .collect();
     println!(
         "\nTemplate {} ({}); kernels here: {}",
-        template_choice(t),
+        template_choice(&template_in_force()),
         t["source"].as_str().unwrap_or(""),
         available.join(" ")
     );
 }
 
-/// "avx2 below 8M, avx2-nt from there": the template kernels a `"template"`
-/// section (of `info --json` or of a calibrated profile) chooses.
-pub fn template_choice(t: &Value) -> String {
+/// "avx2 below 8M, avx2-nt from there": the template kernels a choice (in
+/// force, or a calibrated profile's) uses.
+pub fn template_choice(t: &TemplateProfile) -> String {
     format!(
         "{} below {}, {} from there",
-        t["temporal"].as_str().unwrap_or("?"),
-        t["stream_from"]
-            .as_u64()
-            .map_or("every size".into(), |b| fmt_size(b as usize)),
-        t["stream"].as_str().unwrap_or("?")
+        t.temporal.name(),
+        match t.stream_from {
+            usize::MAX => "every size".into(),
+            b => fmt_size(b),
+        },
+        t.stream.name()
     )
+}
+
+/// The template kernels this process uses: the profile's choice or the
+/// built-in one, each as this CPU runs it.
+fn template_in_force() -> TemplateProfile {
+    TemplateProfile {
+        stream: Streamer::auto().kernel(),
+        temporal: Streamer::auto_temporal().kernel(),
+        stream_from: prezero::template::stream_from(),
+    }
 }

@@ -1,14 +1,20 @@
-//! A small JSON reader for the calibration profile, so the library needs no
-//! dependency beyond libc. Reads RFC 8259 JSON; numbers become f64.
+//! A small JSON reader and writer for the calibration profile, so the library
+//! needs no dependency beyond libc. Reads RFC 8259 JSON (numbers become f64);
+//! writes it as serde_json's pretty printer does, so files written before by
+//! the CLI and files written now are the same bytes.
 
 use std::fmt;
+use std::fmt::Write;
 
-/// A parsed JSON value.
+/// A JSON value, parsed or to be written.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Json {
     Null,
     Bool(bool),
+    /// Any number read; written with a fraction or an exponent (`20.0`).
     Num(f64),
+    /// A whole number to write as one (`4096`); the reader gives `Num`.
+    Int(u64),
     Str(String),
     Arr(Vec<Json>),
     Obj(Vec<(String, Json)>),
@@ -59,6 +65,22 @@ impl Json {
     pub(crate) fn as_f64(&self) -> Option<f64> {
         match self {
             Json::Num(n) => Some(*n),
+            Json::Int(n) => Some(*n as f64),
+            _ => None,
+        }
+    }
+
+    /// A whole number of at least 0 (a byte count, a count, a format
+    /// number); past `usize::MAX` it saturates, as an `as` cast does.
+    pub(crate) fn as_count(&self) -> Option<usize> {
+        self.as_f64()
+            .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+            .map(|f| f as usize)
+    }
+
+    pub(crate) fn as_bool(&self) -> Option<bool> {
+        match self {
+            Json::Bool(b) => Some(*b),
             _ => None,
         }
     }
@@ -69,6 +91,114 @@ impl Json {
             _ => None,
         }
     }
+
+    /// The members of an object, in the order read.
+    pub(crate) fn as_object(&self) -> Option<&[(String, Json)]> {
+        match self {
+            Json::Obj(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// The text of this value as serde_json's `to_string_pretty` writes it:
+    /// two spaces a level, members sorted by key (serde_json's map is
+    /// ordered), numbers as `itoa` and `ryu` print them.
+    pub(crate) fn to_pretty(&self) -> String {
+        let mut out = String::new();
+        self.write(&mut out, 0);
+        out
+    }
+
+    fn write(&self, out: &mut String, depth: usize) {
+        let indent = |out: &mut String, depth: usize| {
+            out.push('\n');
+            out.push_str(&"  ".repeat(depth));
+        };
+        match self {
+            Json::Null => out.push_str("null"),
+            Json::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Json::Num(n) => write_f64(out, *n),
+            Json::Int(n) => {
+                let _ = write!(out, "{n}");
+            }
+            Json::Str(s) => write_str(out, s),
+            Json::Arr(a) if a.is_empty() => out.push_str("[]"),
+            Json::Obj(m) if m.is_empty() => out.push_str("{}"),
+            Json::Arr(a) => {
+                out.push('[');
+                for (i, v) in a.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    indent(out, depth + 1);
+                    v.write(out, depth + 1);
+                }
+                indent(out, depth);
+                out.push(']');
+            }
+            Json::Obj(m) => {
+                let mut members: Vec<&(String, Json)> = m.iter().collect();
+                members.sort_by(|a, b| a.0.cmp(&b.0));
+                out.push('{');
+                for (i, (k, v)) in members.into_iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    indent(out, depth + 1);
+                    write_str(out, k);
+                    out.push_str(": ");
+                    v.write(out, depth + 1);
+                }
+                indent(out, depth);
+                out.push('}');
+            }
+        }
+    }
+}
+
+/// As serde_json prints an f64: the shortest digits that read back the same,
+/// a `.0` on whole numbers, an exponent (`1e+16`, `1e-7`) outside 1e-5..1e16;
+/// JSON has no NaN or infinity, so serde_json writes those as `null`.
+fn write_f64(out: &mut String, n: f64) {
+    if !n.is_finite() {
+        out.push_str("null");
+        return;
+    }
+    // Rust's `{:?}` prints the same digits, but switches to an exponent below
+    // 1e-4, not 1e-5 (`{}` never does), and writes no `+` in it.
+    let text = if (1e-5..1e-4).contains(&n.abs()) {
+        format!("{n}")
+    } else {
+        format!("{n:?}")
+    };
+    match text.split_once('e') {
+        Some((digits, exp)) if !exp.starts_with('-') => {
+            let _ = write!(out, "{digits}e+{exp}");
+        }
+        _ => out.push_str(&text),
+    }
+}
+
+/// A string with the escapes serde_json uses: `\"`, `\\`, the short forms
+/// of control characters and `\u00XX` for the rest; everything else as is.
+fn write_str(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if c < ' ' => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 struct Parser<'a> {
@@ -271,5 +401,51 @@ mod tests {
         }
         let deep = "[".repeat(200) + &"]".repeat(200);
         assert!(Json::parse(&deep).is_err());
+    }
+
+    /// What serde_json 1.0.154's `to_string_pretty` gives for the same values.
+    #[test]
+    fn writes_what_serde_json_writes() {
+        let num = |n: f64| Json::Num(n);
+        let v = Json::Obj(vec![
+            (
+                "b".into(),
+                Json::Arr(vec![
+                    Json::Int(1),
+                    num(20.0),
+                    num(1e16),
+                    num(1.5e16),
+                    num(0.000015),
+                    num(9.9e-6),
+                    num(1e-7),
+                    num(0.0001),
+                    num(-0.0),
+                    num(9.09),
+                    num(123456789.125),
+                    num(f64::NAN),
+                ]),
+            ),
+            ("a".into(), Json::Obj(vec![])),
+            ("c".into(), Json::Arr(vec![])),
+            (
+                "d".into(),
+                Json::Str("q\"b\\s/\n\t\r\u{8}\u{c}\u{1}\u{7f}é".into()),
+            ),
+            ("e".into(), Json::Null),
+            ("f".into(), Json::Bool(true)),
+            (
+                "g".into(),
+                Json::Obj(vec![
+                    ("z".into(), Json::Int(1)),
+                    ("y".into(), Json::Arr(vec![Json::Bool(false)])),
+                ]),
+            ),
+        ]);
+        let want = "{\n  \"a\": {},\n  \"b\": [\n    1,\n    20.0,\n    1e+16,\n    1.5e+16,\n    0.000015,\n    9.9e-6,\n    1e-7,\n    0.0001,\n    -0.0,\n    9.09,\n    123456789.125,\n    null\n  ],\n  \"c\": [],\n  \"d\": \"q\\\"b\\\\s/\\n\\t\\r\\b\\f\\u0001\u{7f}é\",\n  \"e\": null,\n  \"f\": true,\n  \"g\": {\n    \"y\": [\n      false\n    ],\n    \"z\": 1\n  }\n}";
+        assert_eq!(v.to_pretty(), want);
+        // And what was written reads back as it was (numbers as f64).
+        let back = Json::parse(&v.to_pretty()).unwrap();
+        assert_eq!(back.get("g").unwrap().get("z"), Some(&Json::Num(1.0)));
+        assert_eq!(back.get("d"), v.get("d"));
     }
 }

@@ -17,11 +17,12 @@
 //! ```
 //!
 //! The pieces, one module each: [`cpu`] (what the machine offers), [`clear`]
-//! (the kernels and how they are chosen), [`region`] and [`prefault`] (mapping
-//! and populating), [`pool`] (pre-zeroed chunks and their scrubber),
-//! [`template`] (record arrays with streaming stores), [`service`] (`prezero
-//! serve` and its client: pre-zeroed hugetlb memory for the whole machine), and
-//! [`ffi`] (the C ABI). See `docs/ARCHITECTURE.md`.
+//! (the kernels and how they are chosen), [`profile`] (the calibration profile
+//! file both choices can come from), [`region`] and [`prefault`] (mapping and
+//! populating), [`pool`] (pre-zeroed chunks and their scrubber), [`template`]
+//! (record arrays with streaming stores), [`service`] (`prezero serve` and its
+//! client: pre-zeroed hugetlb memory for the whole machine), and [`ffi`] (the C
+//! ABI). See `docs/ARCHITECTURE.md`.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
@@ -35,6 +36,7 @@ pub mod hugetlb;
 mod json;
 pub mod pool;
 pub mod prefault;
+pub mod profile;
 pub mod region;
 pub mod service;
 mod size;
@@ -43,21 +45,21 @@ pub mod template;
 mod verify;
 
 pub use clear::{
-    active_profile, active_template_profile, auto_kernel, clear, clear_bounded, clear_bounded_with,
-    clear_near, clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with,
-    forced_kernel, profile_source, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
-    PROFILE_FORMAT,
+    active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
+    clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with, forced_kernel,
+    Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
 };
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
 pub use hugetlb::HugetlbReservation;
 pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_raw};
+pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};
 pub use size::{fmt_size, parse_size};
 pub use template::{
-    drain, stream_copy, stream_copy_nodrain, template_fill, template_fill_grouped,
-    template_fill_words, template_fill_words_grouped, CopyKernel, Record, Streamer,
-    TemplateProfile,
+    active_template_profile, drain, stream_copy, stream_copy_nodrain, template_fill,
+    template_fill_grouped, template_fill_words, template_fill_words_grouped, CopyKernel, Record,
+    Streamer, TemplateProfile,
 };
 pub use verify::{first_nonzero, is_zero};

@@ -13,26 +13,23 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::str::FromStr;
 
+mod dispatch;
 mod kernel;
 pub(crate) mod portable;
 mod profile;
-pub(crate) use profile::hot_capacity_of;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+pub use dispatch::{active_profile, auto_kernel, forced_kernel};
 pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
-pub use profile::{
-    active_profile, active_template_profile, auto_kernel, default_profile_path, forced_kernel,
-    hot_capacity, profile_source, read_profile_file, Profile, ProfileFile, SizeClass, Temperature,
-    MAX_CLASSES, PROFILE_FORMAT,
-};
+pub use profile::{Profile, SizeClass, Temperature, MAX_CLASSES};
 
 use crate::error::{Error, Result};
-use profile::dispatch;
+use dispatch::dispatch;
 
 /// How to clear: let prezero choose for a temperature, or name a kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,17 +1,11 @@
-//! Which kernel `Auto` uses for which size and temperature, and the cached dispatch.
-//!
-//! The choice is made once per process (like the `memchr` crate's dispatch): the
-//! profile is resolved against the CPU into a small table of checked kernels per
-//! temperature, and every later clear is one table walk of at most a few entries.
+//! The size classes `Auto` follows per temperature: [`Profile`], what its
+//! classes mean, and the built-in one with the figures behind it. A profile
+//! file's `"profile"` section is read and written in `profile/file.rs`; the
+//! process's choice is made from it in `dispatch.rs`.
 
-use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-
-use super::kernel::{Kernel, KernelFn};
-use crate::cpu::{cpu, Cpu};
+use super::kernel::Kernel;
+use crate::cpu::Cpu;
 use crate::error::{Error, Result};
-use crate::json::Json;
-use crate::template::TemplateProfile;
 
 /// What the caller knows about the memory it is about to clear (seed 003's rule:
 /// memory about to be touched is best zeroed hot, memory not in cache is best
@@ -40,7 +34,7 @@ impl Temperature {
         }
     }
 
-    const fn index(self) -> usize {
+    pub(super) const fn index(self) -> usize {
         self as usize
     }
 }
@@ -100,7 +94,7 @@ impl Profile {
             .unwrap_or(Kernel::Portable);
         let page = 4096;
         let l2 = cpu.l2();
-        let hot_fits = hot_capacity_of(cpu);
+        let hot_fits = cpu.hot_capacity();
         let class = |below, kernel| SizeClass { below, kernel };
         // On a CPU with odd cache sizes two thresholds could meet: keep the
         // classes strictly ascending, as `validate` requires.
@@ -152,7 +146,7 @@ impl Profile {
     }
 
     /// The kernel this profile names for `len` bytes at `temp` (before the CPU has
-    /// had its say; see [`auto_kernel`] for what actually runs).
+    /// had its say; see [`auto_kernel`](super::auto_kernel) for what actually runs).
     pub fn kernel_for(&self, len: usize, temp: Temperature) -> Kernel {
         let classes = self.classes(temp);
         classes
@@ -234,428 +228,13 @@ const COLD_STREAM_FROM: usize = 8 << 10;
 /// 6.5 / 6.6; 2 KiB 9.4 / 8.6 / 8.1 / 8.2; 4 KiB 14.1 / 13.6 / 8.3 / 8.7.
 const COLD_STREAM_FROM_NO_ERMS: usize = 2 << 10;
 
-/// How many bytes of recently written memory can be expected to still be in
-/// cache: where a "hot" extent stops being hot.
-pub fn hot_capacity() -> usize {
-    hot_capacity_of(cpu())
-}
-
-pub(crate) fn hot_capacity_of(cpu: &Cpu) -> usize {
-    // Where a hot extent stops fitting in cache. AMD Zen elides the
-    // read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
-    // keeps pace with streaming there; elsewhere the LLC is shared with other
-    // cores (and, in a VM, other tenants): measured on a 260 MiB-LLC Xeon VM,
-    // temporal stores fell to DRAM speed from ~64 MiB, a quarter of the LLC.
-    let llc = cpu.llc();
-    if cpu.vendor == "AuthenticAMD" {
-        llc
-    } else {
-        llc / 4
-    }
-}
-
-/// The kernel to use instead of `k` on a CPU that lacks it: the same kind
-/// (streaming or temporal), ending at `Portable`, which every CPU has.
-fn fallback_chain(k: Kernel) -> &'static [Kernel] {
-    // `dc zva` allocates lines without reading them: arm64's nearest thing to
-    // a streaming store, and its fastest temporal clear too.
-    if k.is_streaming() {
-        &[
-            Kernel::Avx512Stream,
-            Kernel::Avx2Stream,
-            Kernel::Clzero,
-            Kernel::Movnti,
-            Kernel::DcZva,
-            Kernel::Portable,
-        ]
-    } else {
-        &[
-            Kernel::Avx512,
-            Kernel::Avx2,
-            Kernel::RepStosb,
-            Kernel::DcZva,
-            Kernel::Portable,
-        ]
-    }
-}
-
-fn resolve(k: Kernel) -> KernelFn {
-    k.checked()
-        .or_else(|| fallback_chain(k).iter().find_map(|f| f.checked()))
-        .expect("the portable kernel is always available")
-}
-
 /// At most this many size classes per temperature: the dispatch tables are
 /// fixed arrays, so a pick reads one cache line and chases no pointer.
 pub const MAX_CLASSES: usize = 8;
 
-type Table = [(usize, KernelFn); MAX_CLASSES];
-
-/// The process-wide choice, made once.
-pub(crate) struct Dispatch {
-    profile: Profile,
-    /// Where the profile came from, for `prezero info`.
-    source: String,
-    forced: Option<KernelFn>,
-    /// Per temperature, classes resolved to checked kernels; unused slots repeat
-    /// the last class, so the walk always ends by `usize::MAX`.
-    tables: [Table; 3],
-    /// The profile's template choice, if it has one.
-    template: Option<TemplateProfile>,
-}
-
-impl Dispatch {
-    /// pre: `profile.validate()` passed.
-    fn new(profile: Profile, forced: Option<KernelFn>) -> Dispatch {
-        debug_assert!(profile.validate().is_ok());
-        let table = |temp| {
-            let classes = profile.classes(temp);
-            let last = classes.len() - 1;
-            std::array::from_fn(|i| {
-                let c = classes[i.min(last)];
-                let below = if i >= last { usize::MAX } else { c.below };
-                (below, forced.unwrap_or_else(|| resolve(c.kernel)))
-            })
-        };
-        let tables = Temperature::ALL.map(table);
-        Dispatch {
-            profile,
-            source: "built-in defaults".into(),
-            forced,
-            tables,
-            template: None,
-        }
-    }
-
-    fn from_env() -> Dispatch {
-        let (profile, template, source) = profile_from_env();
-        let forced = std::env::var("PREZERO_STRATEGY")
-            .ok()
-            .filter(|s| !s.is_empty() && s != "auto")
-            .and_then(|s| match s.parse::<Kernel>().and_then(Kernel::require) {
-                Ok(k) => Some(k),
-                Err(e) => {
-                    eprintln!("prezero: ignoring PREZERO_STRATEGY={s}: {e}");
-                    None
-                }
-            });
-        let mut d = Dispatch::new(profile, forced);
-        d.source = source;
-        d.template = template;
-        d
-    }
-
-    /// The kernel for `len` bytes at `temp`.
-    #[inline]
-    pub(crate) fn pick(&self, len: usize, temp: Temperature) -> KernelFn {
-        let table = &self.tables[temp.index()];
-        for &(below, k) in &table[..MAX_CLASSES - 1] {
-            if len < below {
-                return k;
-            }
-        }
-        table[MAX_CLASSES - 1].1
-    }
-}
-
-#[inline]
-pub(crate) fn dispatch() -> &'static Dispatch {
-    static DISPATCH: OnceLock<Dispatch> = OnceLock::new();
-    DISPATCH.get_or_init(Dispatch::from_env)
-}
-
-/// The profile `Auto` follows in this process.
-pub fn active_profile() -> &'static Profile {
-    &dispatch().profile
-}
-
-/// Where the active profile came from, and why (e.g. "built-in defaults (no
-/// profile at ~/.config/prezero/profile.json)").
-pub fn profile_source() -> &'static str {
-    &dispatch().source
-}
-
-/// The template choice of the active profile, if it has one (the template
-/// functions use the built-in choice otherwise).
-pub fn active_template_profile() -> Option<TemplateProfile> {
-    dispatch().template
-}
-
-/// The kernel forced by `PREZERO_STRATEGY`, if any.
-pub fn forced_kernel() -> Option<Kernel> {
-    dispatch().forced.map(KernelFn::kernel)
-}
-
-/// The kernel `Auto` runs for `len` bytes at `temp` on this CPU.
-pub fn auto_kernel(len: usize, temp: Temperature) -> Kernel {
-    dispatch().pick(len, temp).kernel()
-}
-
-/// The profile file format this library reads (`"format"` in the file).
-/// Format 2 added `"cpu_id"`: format 1 matched on the brand string alone, which
-/// a VM often reduces to "AMD EPYC" for Zen 3 and Zen 4 alike.
-pub const PROFILE_FORMAT: u32 = 2;
-
-/// A calibration profile as stored by `prezero calibrate`.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ProfileFile {
-    /// `"format"`: must equal [`PROFILE_FORMAT`].
-    pub format: u32,
-    /// `"cpu_model"`: the CPU's name, for people.
-    pub cpu_model: String,
-    /// `"cpu_id"`: [`Cpu::identity`] where it was measured (vendor, family,
-    /// model, stepping or MIDR, and the features in force); any other CPU, or
-    /// this one under another `PREZERO_CPU`, ignores the profile.
-    pub cpu_id: String,
-    /// `"date"`, as written.
-    pub date: String,
-    /// `"profile"`: the size classes.
-    pub profile: Profile,
-    /// `"template"`: the template fills' store choice; profiles written
-    /// before calibrate measured it have none.
-    pub template: Option<TemplateProfile>,
-}
-
-/// Where `prezero calibrate` writes and the library looks by default:
-/// `$XDG_CONFIG_HOME/prezero/profile.json`, else `~/.config/prezero/profile.json`.
-pub fn default_profile_path() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
-    Some(base.join("prezero").join("profile.json"))
-}
-
-/// Reads and checks a profile file. The error says what is wrong, in words.
-pub fn read_profile_file(path: &Path) -> Result<ProfileFile> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Error::invalid(format!("cannot read it: {e}")))?;
-    parse_profile_file(&text)
-}
-
-fn parse_profile_file(text: &str) -> Result<ProfileFile> {
-    let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
-    let field = |k: &str| {
-        v.get(k)
-            .ok_or_else(|| Error::invalid(format!("missing field \"{k}\"")))
-    };
-    let format = field("format")?
-        .as_f64()
-        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-        .ok_or_else(|| Error::invalid("\"format\" is not a whole number"))? as u32;
-    let text_of = |k: &str| -> Result<String> {
-        Ok(field(k)?
-            .as_str()
-            .ok_or_else(|| Error::invalid(format!("\"{k}\" is not a string")))?
-            .to_owned())
-    };
-    let cpu_model = text_of("cpu_model")?;
-    let date = text_of("date")?;
-    if format != PROFILE_FORMAT {
-        // The rest may be laid out differently: do not read it.
-        return Err(Error::invalid(format!(
-            "it has format {format}, this library reads format {PROFILE_FORMAT}"
-        )));
-    }
-    let cpu_id = text_of("cpu_id")?;
-    let p = field("profile")?;
-    let classes = |t: Temperature| -> Result<Vec<SizeClass>> {
-        let arr = p.get(t.name()).and_then(Json::as_array).ok_or_else(|| {
-            Error::invalid(format!("\"profile.{}\" is missing or not a list", t.name()))
-        })?;
-        arr.iter()
-            .map(|c| {
-                let below = match c.get("below") {
-                    Some(Json::Null) => usize::MAX,
-                    Some(b) => b
-                        .as_f64()
-                        .filter(|f| f.fract() == 0.0 && *f >= 0.0)
-                        .ok_or_else(|| Error::invalid("a \"below\" is not a byte count"))?
-                        as usize,
-                    None => return Err(Error::invalid("a size class has no \"below\"")),
-                };
-                let kernel = c
-                    .get("kernel")
-                    .and_then(Json::as_str)
-                    .ok_or_else(|| Error::invalid("a size class has no \"kernel\""))?
-                    .parse()?;
-                Ok(SizeClass { below, kernel })
-            })
-            .collect()
-    };
-    let profile = Profile {
-        unknown: classes(Temperature::Unknown)?,
-        hot: classes(Temperature::Hot)?,
-        cold: classes(Temperature::Cold)?,
-    };
-    profile.validate()?;
-    let template = v
-        .get("template")
-        .map(TemplateProfile::from_json)
-        .transpose()?;
-    Ok(ProfileFile {
-        format,
-        cpu_model,
-        cpu_id,
-        date,
-        profile,
-        template,
-    })
-}
-
-/// The profile this process uses, its template choice, and a sentence saying
-/// where they came from. Problems are reported once on stderr; the built-in
-/// defaults are used then.
-fn profile_from_env() -> (Profile, Option<TemplateProfile>, String) {
-    let (p, source) = profile_file_from_env();
-    match p {
-        Some(f) => (f.profile, f.template, source),
-        None => (Profile::builtin(cpu()), None, source),
-    }
-}
-
-fn profile_file_from_env() -> (Option<ProfileFile>, String) {
-    let (path, explicit) = match std::env::var_os("PREZERO_PROFILE") {
-        Some(v) if v == "none" => return (None, "built-in defaults (PREZERO_PROFILE=none)".into()),
-        Some(v) if !v.is_empty() => (PathBuf::from(v), true),
-        _ => match default_profile_path() {
-            Some(p) => (p, false),
-            None => {
-                return (
-                    None,
-                    "built-in defaults (no HOME or XDG_CONFIG_HOME)".into(),
-                )
-            }
-        },
-    };
-    let shown = path.display();
-    if !explicit && !path.exists() {
-        return (
-            None,
-            format!("built-in defaults (no profile at {shown}; run `prezero calibrate`)"),
-        );
-    }
-    let refuse = |why: String| {
-        eprintln!("prezero: ignoring profile {shown}: {why}; using the built-in defaults");
-        (None, format!("built-in defaults ({shown} ignored: {why})"))
-    };
-    match read_profile_file(&path) {
-        Err(e) => refuse(e.to_string()),
-        Ok(f) if f.cpu_id != cpu().identity() => refuse(format!(
-            "it was measured on \"{}\" ({}), this CPU is \"{}\" ({})",
-            f.cpu_model,
-            f.cpu_id,
-            cpu().model_name,
-            cpu().identity()
-        )),
-        Ok(f) => {
-            let date = f.date.clone();
-            (Some(f), format!("{shown} (calibrated {date})"))
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn file_text(format: u32, model: &str, body: &str) -> String {
-        format!(
-            r#"{{"format": {format}, "cpu_model": "{model}", "cpu_id": "{}", "date": "2026-11-22", "profile": {body}}}"#,
-            cpu().identity()
-        )
-    }
-
-    const GOOD: &str = r#"{"unknown": [{"below": 4096, "kernel": "portable"}, {"below": null, "kernel": "portable"}],
-        "hot": [{"below": null, "kernel": "portable"}], "cold": [{"below": null, "kernel": "movnti"}]}"#;
-
-    #[test]
-    fn profile_files_round_trip_and_refuse_what_is_wrong() {
-        let model = cpu().model_name.replace('"', "");
-        let f = parse_profile_file(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
-        assert_eq!(
-            f.profile.unknown[0],
-            SizeClass {
-                below: 4096,
-                kernel: Kernel::Portable
-            }
-        );
-        assert_eq!(f.profile.cold[0].below, usize::MAX);
-        // Another format is reported as such, not parsed further.
-        let e = parse_profile_file(&file_text(99, &model, "7")).unwrap_err();
-        assert!(e.to_string().contains("format 99"), "{e}");
-        let bad = [
-            file_text(PROFILE_FORMAT, &model, GOOD)[..60].to_string(),
-            r#"{"cpu_model": "x", "date": "d", "profile": {}}"#.to_string(),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                r#"{"hot": [], "cold": [], "unknown": []}"#,
-            ),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                &GOOD.replace("movnti", "warp-drive"),
-            ),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                &GOOD.replace("null, \"kernel\": \"movnti", "5, \"kernel\": \"movnti"),
-            ),
-            "not json".to_string(),
-        ];
-        for b in bad {
-            let e = parse_profile_file(&b).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e:?}");
-        }
-    }
-
-    #[test]
-    fn unreadable_files_and_directories_are_errors_not_panics() {
-        let dir = std::env::temp_dir();
-        assert!(read_profile_file(&dir)
-            .unwrap_err()
-            .to_string()
-            .contains("cannot read"));
-        assert!(read_profile_file(Path::new("/proc/self/mem")).is_err());
-        assert!(read_profile_file(Path::new("/nonexistent/profile.json")).is_err());
-    }
-
-    #[test]
-    fn builtin_profile_is_valid_and_resolves() {
-        let p = Profile::builtin(cpu());
-        p.validate().unwrap();
-        let d = Dispatch::new(p.clone(), None);
-        for temp in Temperature::ALL {
-            for len in [0, 1, 4096, 1 << 20, 1 << 30, usize::MAX] {
-                assert!(d.pick(len, temp).kernel().is_available());
-            }
-        }
-    }
-
-    #[test]
-    fn a_synthetic_profile_is_obeyed() {
-        let class = |below, kernel| SizeClass { below, kernel };
-        let table = vec![
-            class(100, Kernel::Portable),
-            class(10_000, Kernel::RepStosb),
-            class(usize::MAX, Kernel::Movnti),
-        ];
-        let p = Profile {
-            unknown: table.clone(),
-            hot: table.clone(),
-            cold: table,
-        };
-        p.validate().unwrap();
-        let d = Dispatch::new(p, None);
-        assert_eq!(d.pick(99, Temperature::Hot).kernel(), Kernel::Portable);
-        let mid = d.pick(100, Temperature::Hot).kernel();
-        let big = d.pick(10_000, Temperature::Cold).kernel();
-        if cfg!(target_arch = "x86_64") {
-            assert_eq!(mid, Kernel::RepStosb);
-            assert_eq!(big, Kernel::Movnti);
-        }
-    }
 
     #[test]
     fn malformed_profiles_are_rejected() {
@@ -675,14 +254,5 @@ mod tests {
             class(usize::MAX, Kernel::Portable),
         ];
         assert!(p.validate().is_err());
-    }
-
-    #[test]
-    fn forced_kernel_overrides_every_class() {
-        let k = Kernel::Portable.checked().unwrap();
-        let d = Dispatch::new(Profile::builtin(cpu()), Some(k));
-        for temp in Temperature::ALL {
-            assert_eq!(d.pick(1 << 30, temp).kernel(), Kernel::Portable);
-        }
     }
 }

@@ -31,7 +31,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clear::{hot_capacity, KernelFn, Strategy, Temperature};
+use crate::clear::{KernelFn, Strategy, Temperature};
+use crate::cpu::cpu;
 use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
 
@@ -136,7 +137,7 @@ impl PoolBuilder {
     }
 
     /// How much recently handed-out memory counts as still in cache (default:
-    /// [`crate::clear::hot_capacity`]). A chunk freed within this many bytes of
+    /// [`Cpu::hot_capacity`](crate::cpu::Cpu::hot_capacity)). A chunk freed within this many bytes of
     /// hand-outs after it was taken is "hot": kept out of the scrubber's queue and
     /// cleared in cache when reused. 0 sends every freed chunk to the scrubber.
     pub fn hot_window(mut self, bytes: usize) -> Self {
@@ -184,7 +185,8 @@ impl PoolBuilder {
             low,
             high,
             verify: self.verify,
-            hot_chunks: (self.hot_window.unwrap_or_else(hot_capacity) / self.chunk_size) as u64,
+            hot_chunks: (self.hot_window.unwrap_or_else(|| cpu().hot_capacity()) / self.chunk_size)
+                as u64,
             kernels,
             state: Mutex::new(State::default()),
             regions: Mutex::new(Vec::new()),

@@ -1,0 +1,347 @@
+//! The profile file's format: every field of `profile.json`, how it is read
+//! and checked, and how it is written. What the size classes mean is
+//! `clear/profile.rs`'s, what the template choice means `template/profile.rs`'s,
+//! and what calibrate measured beside them `measured.rs`'s.
+
+use std::path::Path;
+
+use super::measured::{count, figures_json, Measured, TEMPLATE_FIGURE_BY};
+use crate::clear::{Profile, SizeClass, Temperature};
+use crate::error::{Error, Result};
+use crate::json::Json;
+use crate::template::{CopyKernel, TemplateProfile};
+
+/// The profile file format this library reads and writes (`"format"` in the
+/// file). Format 2 added `"cpu_id"`: format 1 matched on the brand string
+/// alone, which a VM often reduces to "AMD EPYC" for Zen 3 and Zen 4 alike.
+pub const PROFILE_FORMAT: u32 = 2;
+
+/// A calibration profile as `prezero calibrate` stores it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfileFile {
+    /// `"format"`: must equal [`PROFILE_FORMAT`].
+    pub format: u32,
+    /// `"cpu_model"`: the CPU's name, for people.
+    pub cpu_model: String,
+    /// `"cpu_id"`: [`Cpu::identity`](crate::cpu::Cpu::identity) where it was
+    /// measured (vendor, family, model, stepping or MIDR, and the features in
+    /// force, so what a `PREZERO_CPU` mask hid); any other CPU, or this one
+    /// under another mask, ignores the profile.
+    pub cpu_id: String,
+    /// `"date"`, as written.
+    pub date: String,
+    /// `"profile"`: the size classes per temperature (`"below": null` is
+    /// `usize::MAX`, the last class).
+    pub profile: Profile,
+    /// `"template"`: the template fills' store choice; profiles written
+    /// before calibrate measured it have none.
+    pub template: Option<TemplateProfile>,
+    /// Everything else calibrate recorded.
+    pub measured: Measured,
+}
+
+impl ProfileFile {
+    /// Reads and checks a profile file. The error says what is wrong, in words.
+    pub fn read(path: &Path) -> Result<ProfileFile> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::invalid(format!("cannot read it: {e}")))?;
+        ProfileFile::parse(&text)
+    }
+
+    /// Checks and reads the text of a profile file.
+    fn parse(text: &str) -> Result<ProfileFile> {
+        let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
+        let field = |k: &str| {
+            v.get(k)
+                .ok_or_else(|| Error::invalid(format!("missing field \"{k}\"")))
+        };
+        let format = field("format")?
+            .as_count()
+            .ok_or_else(|| Error::invalid("\"format\" is not a whole number"))?;
+        let format = u32::try_from(format).unwrap_or(u32::MAX);
+        let text_of = |k: &str| -> Result<String> {
+            Ok(field(k)?
+                .as_str()
+                .ok_or_else(|| Error::invalid(format!("\"{k}\" is not a string")))?
+                .to_owned())
+        };
+        let cpu_model = text_of("cpu_model")?;
+        let date = text_of("date")?;
+        if format != PROFILE_FORMAT {
+            // The rest may be laid out differently: do not read it.
+            return Err(Error::invalid(format!(
+                "it has format {format}, this library reads format {PROFILE_FORMAT}"
+            )));
+        }
+        let cpu_id = text_of("cpu_id")?;
+        let profile = read_classes(field("profile")?)?;
+        profile.validate()?;
+        let template = v.get("template").map(read_template).transpose()?;
+        Ok(ProfileFile {
+            format,
+            cpu_model,
+            cpu_id,
+            date,
+            profile,
+            template,
+            measured: Measured::read(&v),
+        })
+    }
+
+    /// The file's text, as calibrate writes it: pretty JSON, keys in order,
+    /// a final newline. A profile without a template choice has no
+    /// `"template"` section (and so no template figures).
+    pub fn to_json(&self) -> String {
+        let classes = |t: Temperature| {
+            let list = self.profile.classes(t).iter().map(|c| {
+                Json::Obj(vec![
+                    ("below".into(), bound_json(c.below)),
+                    ("kernel".into(), Json::Str(c.kernel.name().into())),
+                ])
+            });
+            (t.name().to_owned(), Json::Arr(list.collect()))
+        };
+        let mut members = vec![
+            ("format".into(), Json::Int(self.format.into())),
+            ("cpu_model".into(), Json::Str(self.cpu_model.clone())),
+            ("cpu_id".into(), Json::Str(self.cpu_id.clone())),
+            ("date".into(), Json::Str(self.date.clone())),
+            (
+                "profile".into(),
+                Json::Obj(Temperature::ALL.map(classes).into()),
+            ),
+        ];
+        if let Some(t) = &self.template {
+            let section = vec![
+                ("stream".into(), Json::Str(t.stream.name().into())),
+                ("temporal".into(), Json::Str(t.temporal.name().into())),
+                ("stream_from".into(), bound_json(t.stream_from)),
+                (
+                    "figures".into(),
+                    figures_json(&self.measured.template_figures, TEMPLATE_FIGURE_BY),
+                ),
+            ];
+            members.push(("template".into(), Json::Obj(section)));
+        }
+        members.extend(self.measured.members());
+        Json::Obj(members).to_pretty() + "\n"
+    }
+}
+
+/// A size bound: a byte count, or `null` for "no bound" (`usize::MAX`).
+fn read_bound(v: Option<&Json>, missing: &str, not_a_count: &str) -> Result<usize> {
+    match v {
+        Some(Json::Null) => Ok(usize::MAX),
+        Some(b) => b.as_count().ok_or_else(|| Error::invalid(not_a_count)),
+        None => Err(Error::invalid(missing)),
+    }
+}
+
+fn bound_json(below: usize) -> Json {
+    if below == usize::MAX {
+        Json::Null
+    } else {
+        count(below)
+    }
+}
+
+/// `"profile"`: per temperature, a list of `{"below", "kernel"}`.
+fn read_classes(p: &Json) -> Result<Profile> {
+    let classes = |t: Temperature| -> Result<Vec<SizeClass>> {
+        let arr = p.get(t.name()).and_then(Json::as_array).ok_or_else(|| {
+            Error::invalid(format!("\"profile.{}\" is missing or not a list", t.name()))
+        })?;
+        arr.iter()
+            .map(|c| {
+                let below = read_bound(
+                    c.get("below"),
+                    "a size class has no \"below\"",
+                    "a \"below\" is not a byte count",
+                )?;
+                let kernel = c
+                    .get("kernel")
+                    .and_then(Json::as_str)
+                    .ok_or_else(|| Error::invalid("a size class has no \"kernel\""))?
+                    .parse()?;
+                Ok(SizeClass { below, kernel })
+            })
+            .collect()
+    };
+    Ok(Profile {
+        unknown: classes(Temperature::Unknown)?,
+        hot: classes(Temperature::Hot)?,
+        cold: classes(Temperature::Cold)?,
+    })
+}
+
+/// `"template"`: `{"stream", "temporal", "stream_from"}` (and the figures,
+/// which [`Measured`] reads).
+fn read_template(v: &Json) -> Result<TemplateProfile> {
+    let kernel = |k: &str| -> Result<CopyKernel> {
+        v.get(k)
+            .and_then(Json::as_str)
+            .ok_or_else(|| Error::invalid(format!("\"template.{k}\" is missing or not a string")))?
+            .parse()
+    };
+    let (stream, temporal) = (kernel("stream")?, kernel("temporal")?);
+    let stream_from = read_bound(
+        v.get("stream_from"),
+        "\"template.stream_from\" is missing",
+        "\"template.stream_from\" is not a byte count",
+    )?;
+    let t = TemplateProfile {
+        stream,
+        temporal,
+        stream_from,
+    };
+    t.validate()?;
+    Ok(t)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clear::Kernel;
+    use crate::cpu::cpu;
+
+    fn file_text(format: u32, model: &str, body: &str) -> String {
+        format!(
+            r#"{{"format": {format}, "cpu_model": "{model}", "cpu_id": "{}", "date": "2026-11-22", "profile": {body}}}"#,
+            cpu().identity()
+        )
+    }
+
+    const GOOD: &str = r#"{"unknown": [{"below": 4096, "kernel": "portable"}, {"below": null, "kernel": "portable"}],
+        "hot": [{"below": null, "kernel": "portable"}], "cold": [{"below": null, "kernel": "movnti"}]}"#;
+
+    #[test]
+    fn profile_files_round_trip_and_refuse_what_is_wrong() {
+        let model = cpu().model_name.replace('"', "");
+        let f = ProfileFile::parse(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
+        assert_eq!(
+            f.profile.unknown[0],
+            SizeClass {
+                below: 4096,
+                kernel: Kernel::Portable
+            }
+        );
+        assert_eq!(f.profile.cold[0].below, usize::MAX);
+        // Another format is reported as such, not parsed further.
+        let e = ProfileFile::parse(&file_text(99, &model, "7")).unwrap_err();
+        assert!(e.to_string().contains("format 99"), "{e}");
+        let bad = [
+            file_text(PROFILE_FORMAT, &model, GOOD)[..60].to_string(),
+            r#"{"cpu_model": "x", "date": "d", "profile": {}}"#.to_string(),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                r#"{"hot": [], "cold": [], "unknown": []}"#,
+            ),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                &GOOD.replace("movnti", "warp-drive"),
+            ),
+            file_text(
+                PROFILE_FORMAT,
+                &model,
+                &GOOD.replace("null, \"kernel\": \"movnti", "5, \"kernel\": \"movnti"),
+            ),
+            "not json".to_string(),
+        ];
+        for b in bad {
+            let e = ProfileFile::parse(&b).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e:?}");
+        }
+    }
+
+    #[test]
+    fn unreadable_files_and_directories_are_errors_not_panics() {
+        let dir = std::env::temp_dir();
+        assert!(ProfileFile::read(&dir)
+            .unwrap_err()
+            .to_string()
+            .contains("cannot read"));
+        assert!(ProfileFile::read(Path::new("/proc/self/mem")).is_err());
+        assert!(ProfileFile::read(Path::new("/nonexistent/profile.json")).is_err());
+    }
+
+    #[test]
+    fn sections_parse_and_refuse_what_is_wrong() {
+        let p = |s: &str| read_template(&Json::parse(s).unwrap());
+        let ok = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": 4096}"#).unwrap();
+        assert_eq!(ok.stream, CopyKernel::Movnti);
+        assert_eq!(ok.stream_from, 4096);
+        let never = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": null}"#);
+        assert_eq!(never.unwrap().stream_from, usize::MAX);
+        let none = p(r#"{"stream": "portable", "temporal": "portable", "stream_from": 1}"#);
+        assert_eq!(
+            none.unwrap().stream,
+            CopyKernel::Portable,
+            "a CPU with no streaming store"
+        );
+        for bad in [
+            r#"{"stream": "avx2", "temporal": "portable", "stream_from": 1}"#,
+            r#"{"stream": "movnti", "temporal": "movnti", "stream_from": 1}"#,
+            r#"{"stream": "warp", "temporal": "portable", "stream_from": 1}"#,
+            r#"{"stream": "movnti", "temporal": "portable", "stream_from": -1}"#,
+            r#"{"stream": "movnti", "temporal": "portable"}"#,
+            r#"{"temporal": "portable", "stream_from": 1}"#,
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The profiles calibrate wrote with serde_json, in `machines/`, read and
+    /// written again: the same bytes, so the format (2) is unchanged.
+    #[test]
+    fn recorded_profiles_are_written_back_byte_for_byte() {
+        let machines = Path::new(env!("CARGO_MANIFEST_DIR")).join("../machines");
+        let mut seen = 0;
+        for dir in std::fs::read_dir(&machines).unwrap().flatten() {
+            let path = dir.path().join("profile.json");
+            let Ok(text) = std::fs::read_to_string(&path) else {
+                continue;
+            };
+            match ProfileFile::parse(&text) {
+                Ok(f) => {
+                    assert!(!f.measured.figures.is_empty(), "{}", path.display());
+                    let written = f.to_json();
+                    let first_difference = written
+                        .lines()
+                        .zip(text.lines())
+                        .enumerate()
+                        .find(|(_, (w, t))| w != t);
+                    assert!(
+                        written == text,
+                        "{}: line {first_difference:?}",
+                        path.display()
+                    );
+                    seen += 1;
+                }
+                // Format 1, before cpu_id: refused as it always was.
+                Err(e) => assert!(e.to_string().contains("format 1"), "{e}"),
+            }
+        }
+        assert!(seen >= 2, "{seen} format-2 profiles under machines/");
+    }
+
+    #[test]
+    fn what_calibrate_measured_is_optional_and_read_as_far_as_it_can_be() {
+        let model = cpu().model_name.replace('"', "");
+        let bare = ProfileFile::parse(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
+        assert_eq!(bare.measured, Measured::default());
+        let text = file_text(PROFILE_FORMAT, &model, GOOD).replace(
+            "\"date\"",
+            r#""figures": [{"mode": "cold", "size": 4096, "method": "movnti", "gbps_median": 1.5, "stdev_pct": 2.0},
+                {"mode": "cold"}], "elision_knee": {"rep-stosb": null, "avx2": 33554432, "x": "y"}, "date""#,
+        );
+        let f = ProfileFile::parse(&text).unwrap();
+        assert_eq!(f.measured.figures.len(), 1);
+        assert_eq!(f.measured.figures[0].size, 4096);
+        assert_eq!(f.measured.elision_knee.len(), 2);
+        assert_eq!(f.measured.elision_knee["avx2"], Some(32 << 20));
+        // Written and read again, nothing is lost.
+        assert_eq!(ProfileFile::parse(&f.to_json()).unwrap(), f);
+    }
+}

@@ -1,0 +1,97 @@
+//! The template fills' part of a profile: [`TemplateProfile`], streaming or
+//! temporal stores by size, what it means and the built-in one with the
+//! figures behind it. A profile file's `"template"` section is read and
+//! written in `profile/file.rs`; the process's choice is made in `choice.rs`.
+
+use super::CopyKernel;
+use crate::cpu::Cpu;
+use crate::error::{Error, Result};
+
+/// The template choice a profile records (`"template"` in the file).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TemplateProfile {
+    /// `"stream"`: the streaming kernel for large fills.
+    pub stream: CopyKernel,
+    /// `"temporal"`: the kernel for fills below `stream_from`.
+    pub temporal: CopyKernel,
+    /// `"stream_from"`: fills of at least this many bytes stream (`null`:
+    /// never, stored as `usize::MAX`).
+    pub stream_from: usize,
+}
+
+impl TemplateProfile {
+    /// The built-in choice for `cpu`, checked against every machine recorded
+    /// in `machines/` (the `defaults` test): the widest streaming and temporal
+    /// kernels, streaming from where a hot fill stops fitting in cache
+    /// ([`Cpu::hot_capacity`]: the LLC on AMD, a quarter of it elsewhere).
+    ///
+    /// A fill does not say whether its destination is in cache, so the choice
+    /// is the one whose worse case, hot or cold, loses least. Zen 4 under KVM,
+    /// `bench template --stores` (`machines/amd-zen4-avx512-clzero-2`), GB/s,
+    /// streaming / temporal (AVX-512): hot 16 KiB-16 MiB 23-27 / 48-56, cold
+    /// 25-27 / 24-26: storing through the caches costs at most 1.05x on cold
+    /// memory and streaming 2x on hot, so temporal up to the cache size. From
+    /// 64 MiB hot and cold both stream at 26-27 while temporal stores fall to
+    /// 24-26 and would flush the caller's working set. At the DRAM limit all vector widths tie (the `bench
+    /// template` ceiling candidates are within 5%); the widest costs the fewest
+    /// instructions per line.
+    pub fn builtin(cpu: &Cpu) -> TemplateProfile {
+        let first = |streaming: bool| {
+            CopyKernel::ALL
+                .into_iter()
+                .filter(|k| k.is_streaming() == streaming)
+                .find(|k| k.is_available_with(&cpu.features))
+                .unwrap_or(CopyKernel::Portable)
+        };
+        TemplateProfile {
+            stream: first(true),
+            temporal: first(false),
+            stream_from: if cold_stores_read_dearly(cpu) {
+                ZEN1_STREAM_FROM
+            } else {
+                cpu.hot_capacity()
+            },
+        }
+    }
+
+    /// Checks the kernels' kinds: `stream` streams (or is `portable`, what a
+    /// CPU without streaming stores, or masked to none, calibrates to for
+    /// large fills) and `temporal` does not.
+    pub fn validate(&self) -> Result<()> {
+        if !(self.stream.is_streaming() || self.stream == CopyKernel::Portable)
+            || self.temporal.is_streaming()
+        {
+            return Err(Error::invalid(
+                "\"template.stream\" must name a streaming kernel (or portable) and \"template.temporal\" a temporal one",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// AMD family 17h (Zen 1 recorded; Zen+ and Zen 2 share the family and are
+/// assumed alike): storing through the caches into cold memory costs far more
+/// than the at most 1.05x that [`TemplateProfile::builtin`]'s rule relies on. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
+/// avx2-nt): cold 7.0 / 10.7-12.2 (1.5-1.8x), hot 12.8-14.0 / 11.4-12.5
+/// (1.1-1.2x): the smaller worst case is streaming from 16 KiB.
+fn cold_stores_read_dearly(cpu: &Cpu) -> bool {
+    cpu.vendor == "AuthenticAMD" && cpu.family == 0x17
+}
+
+/// Where such a CPU's fills start streaming (where calibrate put it on Zen 1).
+const ZEN1_STREAM_FROM: usize = 16 << 10;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cpu::cpu;
+    use crate::template::Streamer;
+
+    #[test]
+    fn the_builtin_choice_runs_here() {
+        let b = TemplateProfile::builtin(cpu());
+        assert!(b.stream.is_streaming() || b.stream == CopyKernel::Portable);
+        assert!(Streamer::new(b.temporal).is_ok());
+        assert!(b.stream_from > 0);
+    }
+}
