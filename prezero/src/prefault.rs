@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Barrier, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::numa::{self, Topology};
 use crate::region::Region;
 use crate::sys;
 
@@ -91,29 +92,103 @@ fn populate(
     if len == 0 {
         return Ok(0);
     }
-    let parts = split(ptr as usize, len, granule, threads);
+    let pieces: Vec<Piece> = split(ptr as usize, len, granule, threads)
+        .into_iter()
+        .map(|(at, len)| Piece {
+            at,
+            len,
+            node: None,
+        })
+        .collect();
+    populate_pieces(&pieces, hugetlb, None)?;
+    Ok(len)
+}
+
+/// Populates `region` as `nodes.len()` parts of about equal size, on
+/// boundaries of its pages (at least 2 MiB, so a THP never spans two parts):
+/// part `i` is bound to node `nodes[i]` (`MPOL_PREFERRED`: that node, another
+/// only when it is short, as local allocation falls back) and populated by
+/// `threads / nodes.len()` threads (at least one) running on that node's
+/// CPUs, so the pages land on their node and are zeroed by CPUs near it. A
+/// part's policy stays on the region (pages given back and touched again
+/// return to its node). A region too small for every node has fewer parts.
+/// Returns the bytes populated; [`crate::numa::placement`] says where they are.
+///
+/// Errors: as [`prefault`]; no nodes; a node that does not exist, is offline
+/// or has no memory.
+pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Result<usize> {
+    if nodes.is_empty() {
+        return Err(Error::invalid("prefault_on_nodes: no nodes given"));
+    }
+    if threads == 0 {
+        return Err(Error::invalid("prefault: threads must be at least 1"));
+    }
+    let topology = Topology::read();
+    for &n in nodes {
+        topology.memory_node(n)?;
+    }
+    let granule = region.kind().page_size().max(2 << 20);
+    let parts = split(region.as_ptr() as usize, region.len(), granule, nodes.len());
+    let per_part = (threads / parts.len()).max(1);
+    let mut pieces = Vec::new();
+    for (&(at, len), &node) in parts.iter().zip(nodes) {
+        numa::bind(at as *mut u8, len, node, false)?;
+        pieces.extend(
+            split(at, len, granule, per_part)
+                .into_iter()
+                .map(|(at, len)| Piece {
+                    at,
+                    len,
+                    node: Some(node),
+                }),
+        );
+    }
+    populate_pieces(&pieces, region.kind().is_hugetlb(), Some(&topology))?;
+    Ok(region.len())
+}
+
+/// A range one thread populates, and the node whose CPUs it runs on.
+struct Piece {
+    at: usize,
+    len: usize,
+    node: Option<u32>,
+}
+
+/// Populates every piece, one thread each, all started before any populates.
+fn populate_pieces(pieces: &[Piece], hugetlb: bool, topology: Option<&Topology>) -> Result<()> {
     let honoured = populate_write_honoured();
-    let run = |&(p, l): &(usize, usize)| populate_one(p as *mut u8, l, hugetlb, honoured);
-    let results: Vec<Result<()>> = if parts.len() == 1 {
-        vec![run(&parts[0])]
+    let run = |piece: &Piece| -> Result<()> {
+        if let (Some(node), Some(t)) = (piece.node, topology) {
+            // A node without CPUs (memory only) is still placed by the policy.
+            if t.node(node).is_some_and(|n| !n.cpus.is_empty()) {
+                numa::run_on_node(t, node)?;
+            }
+        }
+        populate_one(piece.at as *mut u8, piece.len, hugetlb, honoured)
+    };
+    // The caller's own thread takes the first piece, unless pieces must run
+    // on a node's CPUs: the caller's affinity is not ours to change.
+    let mine = usize::from(pieces.iter().all(|p| p.node.is_none()));
+    let results: Vec<Result<()>> = if pieces.len() == mine {
+        vec![run(&pieces[0])]
     } else {
         // A starting thread maps its signal stack, which needs mmap_lock for
         // writing; a populate in progress holds it for reading until done. So no
         // thread populates before every thread has started, or they run in turn.
-        let start = Barrier::new(parts.len());
+        let start = Barrier::new(pieces.len() - mine + 1);
         std::thread::scope(|s| {
-            let handles: Vec<_> = parts[1..]
+            let handles: Vec<_> = pieces[mine..]
                 .iter()
-                .map(|part| {
+                .map(|piece| {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();
-                        run(part)
+                        run(piece)
                     })
                 })
                 .collect();
             start.wait();
-            let mut r = vec![run(&parts[0])];
+            let mut r: Vec<Result<()>> = pieces[..mine].iter().map(run).collect();
             r.extend(
                 handles
                     .into_iter()
@@ -123,12 +198,17 @@ fn populate(
         })
     };
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(len)
+    Ok(())
 }
 
 /// Splits `[start, start+len)` into at most `threads` parts whose inner boundaries
 /// are multiples of `granule`.
-fn split(start: usize, len: usize, granule: usize, threads: usize) -> Vec<(usize, usize)> {
+pub(crate) fn split(
+    start: usize,
+    len: usize,
+    granule: usize,
+    threads: usize,
+) -> Vec<(usize, usize)> {
     let end = start + len;
     let first = start & !(granule - 1);
     let per = (end - first).div_ceil(granule).div_ceil(threads) * granule;

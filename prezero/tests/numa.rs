@@ -1,0 +1,95 @@
+//! NUMA placement of what prezero touches for others: prefault and parallel
+//! clear told the node of each part put every page of it there. On a
+//! one-node machine these hold trivially; `scripts/guest-tests.sh` runs them
+//! in guests of 2 and 4 nodes, where they are the promise.
+
+mod common;
+
+use prezero::numa::{placement, Topology};
+use prezero::{HugetlbReservation, PageKind, Region};
+
+const MB2: usize = 2 << 20;
+
+/// Nodes with memory and CPUs, in reverse order, so that part `i` of a range
+/// is on another node than a plain first touch from the test's thread would
+/// give (the parts follow the list, not the CPU the caller is on).
+fn nodes() -> Vec<u32> {
+    let t = Topology::read();
+    let mut v: Vec<u32> = t
+        .nodes
+        .iter()
+        .filter(|n| n.has_memory && !n.cpus.is_empty())
+        .map(|n| n.id)
+        .collect();
+    v.reverse();
+    println!("nodes {v:?} of {} online", t.nodes.len());
+    v
+}
+
+/// Every page of part `i` (of `nodes.len()` equal parts) is on `nodes[i]`.
+fn assert_parts_on(ptr: *const u8, len: usize, page: usize, nodes: &[u32]) {
+    let per = len / nodes.len();
+    for (i, &node) in nodes.iter().enumerate() {
+        // SAFETY: `i * per` is inside the range of `len` bytes at `ptr`.
+        let p = placement(unsafe { ptr.add(i * per) }, per, page).unwrap();
+        assert!(p.all_on(node), "part {i} should be on node {node}: {p:?}");
+        println!("part {i}: {} pages, all on node {node}", p.present());
+    }
+}
+
+#[test]
+fn prefault_on_nodes_puts_every_page_of_each_part_on_its_node() {
+    let nodes = nodes();
+    for kind in [PageKind::Base, PageKind::Thp] {
+        let region = Region::new(nodes.len() * 8 * MB2, kind).unwrap();
+        let n = prezero::prefault_on_nodes(&region, &nodes, 2 * nodes.len()).unwrap();
+        assert_eq!(n, region.len());
+        assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes);
+        assert!(region.as_slice().iter().all(|&b| b == 0));
+    }
+}
+
+#[test]
+fn prefault_on_nodes_takes_each_nodes_own_hugetlb_pages() {
+    let nodes = nodes();
+    if let Some(why) = common::hugetlb_unmappable(MB2) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let want: Vec<(u32, usize)> = nodes.iter().map(|&n| (n, 4)).collect();
+    let _pages = match HugetlbReservation::ensure_free_on_nodes(MB2, &want) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: cannot reserve 4 hugetlb pages on every node: {e}");
+            return;
+        }
+    };
+    let region = Region::new(nodes.len() * 4 * MB2, PageKind::Huge2M).unwrap();
+    prezero::prefault_on_nodes(&region, &nodes, nodes.len()).unwrap();
+    assert_parts_on(region.as_ptr(), region.len(), MB2, &nodes);
+}
+
+#[test]
+fn a_parallel_clear_on_nodes_first_touches_each_part_on_its_node() {
+    let nodes = nodes();
+    let mut region = Region::new(nodes.len() * 4 * MB2, PageKind::Base).unwrap();
+    prezero::clear_parallel_on_nodes(region.as_mut_slice(), &nodes, 2 * nodes.len()).unwrap();
+    assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes);
+    // Cleared for real, also memory already dirty (placed where it was).
+    region.as_mut_slice().fill(common::DIRTY);
+    prezero::clear_parallel_on_nodes(region.as_mut_slice(), &nodes, 1).unwrap();
+    assert!(region.as_slice().iter().all(|&b| b == 0));
+}
+
+#[test]
+fn nodes_that_do_not_exist_and_empty_lists_are_errors() {
+    let region = Region::new(MB2, PageKind::Base).unwrap();
+    for bad in [&[9999u32][..], &[][..]] {
+        assert!(prezero::prefault_on_nodes(&region, bad, 1).is_err());
+        let mut buf = vec![1u8; 4096];
+        assert!(prezero::clear_parallel_on_nodes(&mut buf, bad, 1).is_err());
+    }
+    assert!(prezero::prefault_on_nodes(&region, &nodes(), 0).is_err());
+    let e = prezero::prefault_on_nodes(&region, &[9999], 1).unwrap_err();
+    assert!(e.to_string().contains("9999"), "{e}");
+}
