@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Barrier, OnceLock};
 
 use crate::error::{Error, Result};
-use crate::numa::{self, Topology};
+use crate::numa::{self, NodePart, Topology};
 use crate::region::Region;
 use crate::sys;
 
@@ -105,18 +105,18 @@ fn populate(
 }
 
 /// Populates `region` as `nodes.len()` parts of about equal size, on
-/// boundaries of its pages (at least 2 MiB, so a THP never spans two parts):
-/// part `i` is bound to node `nodes[i]` (`MPOL_PREFERRED`: that node, another
-/// only when it is short, as local allocation falls back) and populated by
-/// `threads / nodes.len()` threads (at least one) running on that node's
-/// CPUs, so the pages land on their node and are zeroed by CPUs near it. A
-/// part's policy stays on the region (pages given back and touched again
+/// boundaries of its pages (a THP or hugetlb page is never shared by two
+/// parts): part `i` is bound to node `nodes[i]` (`MPOL_PREFERRED`: that node,
+/// another only when it is short, as local allocation falls back) and
+/// populated by `threads / nodes.len()` threads (at least one) running on
+/// that node's CPUs, so its pages land there and are zeroed by CPUs near it.
+/// A part's policy stays on the region (pages given back and touched again
 /// return to its node). A region too small for every node has fewer parts.
-/// Returns the bytes populated; [`crate::numa::placement`] says where they are.
+/// Returns the parts; [`crate::numa::placement`] says where their pages are.
 ///
 /// Errors: as [`prefault`]; no nodes; a node that does not exist, is offline
 /// or has no memory.
-pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Result<usize> {
+pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Result<Vec<NodePart>> {
     if nodes.is_empty() {
         return Err(Error::invalid("prefault_on_nodes: no nodes given"));
     }
@@ -127,24 +127,40 @@ pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Resu
     for &n in nodes {
         topology.memory_node(n)?;
     }
-    let granule = region.kind().page_size().max(2 << 20);
-    let parts = split(region.as_ptr() as usize, region.len(), granule, nodes.len());
+    let base = region.as_ptr() as usize;
+    // The region starts on a boundary of its pages, so every part does.
+    let parts = node_parts(base, region.len(), region.kind().page_size(), nodes);
     let per_part = (threads / parts.len()).max(1);
     let mut pieces = Vec::new();
-    for (&(at, len), &node) in parts.iter().zip(nodes) {
-        numa::bind(at as *mut u8, len, node, false)?;
+    for part in &parts {
+        let at = base + part.offset;
+        numa::bind(at as *mut u8, part.len, part.node, false)?;
         pieces.extend(
-            split(at, len, granule, per_part)
+            split(at, part.len, region.kind().page_size(), per_part)
                 .into_iter()
                 .map(|(at, len)| Piece {
                     at,
                     len,
-                    node: Some(node),
+                    node: Some(part.node),
                 }),
         );
     }
     populate_pieces(&pieces, region.kind().is_hugetlb(), Some(&topology))?;
-    Ok(region.len())
+    Ok(parts)
+}
+
+/// `[start, start+len)` as one part per node, inner boundaries on multiples
+/// of `granule`; fewer parts when there are fewer granules than nodes.
+pub(crate) fn node_parts(start: usize, len: usize, granule: usize, nodes: &[u32]) -> Vec<NodePart> {
+    split(start, len, granule, nodes.len())
+        .into_iter()
+        .zip(nodes)
+        .map(|((at, len), &node)| NodePart {
+            offset: at - start,
+            len,
+            node,
+        })
+        .collect()
 }
 
 /// A range one thread populates, and the node whose CPUs it runs on.

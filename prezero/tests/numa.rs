@@ -5,7 +5,7 @@
 
 mod common;
 
-use prezero::numa::{placement, Topology};
+use prezero::numa::{placement, NodePart, Topology};
 use prezero::{HugetlbReservation, PageKind, Region};
 
 const MB2: usize = 2 << 20;
@@ -26,15 +26,20 @@ fn nodes() -> Vec<u32> {
     v
 }
 
-/// Every page of part `i` (of `nodes.len()` equal parts) is on `nodes[i]`.
-fn assert_parts_on(ptr: *const u8, len: usize, page: usize, nodes: &[u32]) {
-    let per = len / nodes.len();
-    for (i, &node) in nodes.iter().enumerate() {
-        // SAFETY: `i * per` is inside the range of `len` bytes at `ptr`.
-        let p = placement(unsafe { ptr.add(i * per) }, per, page).unwrap();
-        assert!(p.all_on(node), "part {i} should be on node {node}: {p:?}");
-        println!("part {i}: {} pages, all on node {node}", p.present());
+/// The parts tile `len` bytes in the order of `nodes`, and every page of
+/// each is on its node.
+fn assert_parts_on(ptr: *const u8, len: usize, page: usize, nodes: &[u32], parts: &[NodePart]) {
+    assert_eq!(parts.len(), nodes.len(), "{parts:?}");
+    let mut at = 0;
+    for (part, &node) in parts.iter().zip(nodes) {
+        assert_eq!((part.offset, part.node), (at, node), "{parts:?}");
+        at += part.len;
+        // SAFETY: the part is inside the range of `len` bytes at `ptr`.
+        let p = placement(unsafe { ptr.add(part.offset) }, part.len, page).unwrap();
+        assert!(p.all_on(node), "{part:?} should be on node {node}: {p:?}");
+        println!("{part:?}: {} pages, all on node {node}", p.present());
     }
+    assert_eq!(at, len);
 }
 
 #[test]
@@ -42,9 +47,8 @@ fn prefault_on_nodes_puts_every_page_of_each_part_on_its_node() {
     let nodes = nodes();
     for kind in [PageKind::Base, PageKind::Thp] {
         let region = Region::new(nodes.len() * 8 * MB2, kind).unwrap();
-        let n = prezero::prefault_on_nodes(&region, &nodes, 2 * nodes.len()).unwrap();
-        assert_eq!(n, region.len());
-        assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes);
+        let parts = prezero::prefault_on_nodes(&region, &nodes, 2 * nodes.len()).unwrap();
+        assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes, &parts);
         assert!(region.as_slice().iter().all(|&b| b == 0));
     }
 }
@@ -65,16 +69,17 @@ fn prefault_on_nodes_takes_each_nodes_own_hugetlb_pages() {
         }
     };
     let region = Region::new(nodes.len() * 4 * MB2, PageKind::Huge2M).unwrap();
-    prezero::prefault_on_nodes(&region, &nodes, nodes.len()).unwrap();
-    assert_parts_on(region.as_ptr(), region.len(), MB2, &nodes);
+    let parts = prezero::prefault_on_nodes(&region, &nodes, nodes.len()).unwrap();
+    assert_parts_on(region.as_ptr(), region.len(), MB2, &nodes, &parts);
 }
 
 #[test]
 fn a_parallel_clear_on_nodes_first_touches_each_part_on_its_node() {
     let nodes = nodes();
     let mut region = Region::new(nodes.len() * 4 * MB2, PageKind::Base).unwrap();
-    prezero::clear_parallel_on_nodes(region.as_mut_slice(), &nodes, 2 * nodes.len()).unwrap();
-    assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes);
+    let parts =
+        prezero::clear_parallel_on_nodes(region.as_mut_slice(), &nodes, 2 * nodes.len()).unwrap();
+    assert_parts_on(region.as_ptr(), region.len(), 4096, &nodes, &parts);
     // Cleared for real, also memory already dirty (placed where it was).
     region.as_mut_slice().fill(common::DIRTY);
     prezero::clear_parallel_on_nodes(region.as_mut_slice(), &nodes, 1).unwrap();

@@ -283,10 +283,16 @@ pub fn clear_parallel_with(
 /// one) running on node `nodes[i]`'s CPUs. Pages the clear touches first land
 /// on their part's node under local allocation (first-touch placement, as an
 /// HPC code's own threads would place them); pages present already stay where
-/// they are. A buffer too small for every node has fewer parts.
+/// they are. A buffer too small for every node has fewer parts. Returns the
+/// parts.
 ///
-/// Errors: no nodes; `threads == 0`; a node that is not online or has no CPUs.
-pub fn clear_parallel_on_nodes(buf: &mut [u8], nodes: &[u32], threads: usize) -> Result<()> {
+/// Errors: no nodes; `threads == 0`; a node that is not online or has no
+/// CPUs. The buffer is zero on every return but the first two.
+pub fn clear_parallel_on_nodes(
+    buf: &mut [u8],
+    nodes: &[u32],
+    threads: usize,
+) -> Result<Vec<crate::numa::NodePart>> {
     if nodes.is_empty() {
         return Err(Error::invalid("clear_parallel_on_nodes: no nodes given"));
     }
@@ -306,27 +312,26 @@ pub fn clear_parallel_on_nodes(buf: &mut [u8], nodes: &[u32], threads: usize) ->
         }
     }
     let k = Strategy::default().kernel_for(buf.len())?;
-    let page = crate::cpu::cpu().page_size;
     let granule = if buf.len() >= nodes.len() * (2 << 20) {
         2 << 20
     } else {
-        page
+        crate::cpu::cpu().page_size
     };
     let base = buf.as_ptr() as usize;
-    let parts = crate::prefault::split(base, buf.len(), granule, nodes.len());
+    let parts = crate::prefault::node_parts(base, buf.len(), granule, nodes);
     let per_part = (threads / parts.len()).max(1);
     let mut pieces = Vec::new();
-    for (&(at, len), &node) in parts.iter().zip(nodes) {
+    for part in &parts {
         pieces.extend(
-            crate::prefault::split(at, len, granule, per_part)
+            crate::prefault::split(base + part.offset, part.len, granule, per_part)
                 .into_iter()
-                .map(|(at, len)| (at - base, len, node)),
+                .map(|(_, len)| (len, part.node)),
         );
     }
     std::thread::scope(|s| {
         let mut rest = buf;
         let mut handles = Vec::new();
-        for &(_, len, node) in &pieces {
+        for &(len, node) in &pieces {
             let (piece, tail) = rest.split_at_mut(len);
             rest = tail;
             let topology = &topology;
@@ -343,5 +348,5 @@ pub fn clear_parallel_on_nodes(buf: &mut [u8], nodes: &[u32], threads: usize) ->
             .map(|h| h.join().expect("clear thread panicked"))
             .collect::<Result<Vec<()>>>()
     })?;
-    Ok(())
+    Ok(parts)
 }

@@ -18,6 +18,6 @@ mod placement;
 mod policy;
 mod topology;
 
-pub use placement::{bind, placement, Placement};
+pub use placement::{bind, placement, NodePart, Placement};
 pub use policy::{current_node, home_node, run_on_node, MemPolicy};
 pub use topology::{Node, NodeHugetlb, Topology};

@@ -4,6 +4,19 @@
 use crate::error::{Error, Result};
 use crate::sys;
 
+/// A part of a range and the node it was put on (what
+/// [`prefault_on_nodes`](crate::prefault_on_nodes) and
+/// [`clear_parallel_on_nodes`](crate::clear_parallel_on_nodes) made).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodePart {
+    /// Bytes from the start of the range.
+    pub offset: usize,
+    /// Bytes in the part.
+    pub len: usize,
+    /// The node it belongs on.
+    pub node: u32,
+}
+
 /// Where the pages of a range are.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Placement {
@@ -46,6 +59,10 @@ pub fn placement(ptr: *const u8, len: usize, page_size: usize) -> Result<Placeme
     let end = (ptr as usize)
         .checked_add(len)
         .ok_or_else(|| Error::invalid("placement: range wraps"))?;
+    // Before 6.x `move_pages` answers EFAULT both for a page never touched
+    // and for no mapping at all: the mapping is checked first, so an EFAULT
+    // below is a hole.
+    sys::check_mapped(start, end - start).map_err(|e| Error::os("mincore (placement)", e))?;
     let pages: Vec<*const u8> = (start..end)
         .step_by(page_size)
         .map(|a| a as *const u8)
@@ -58,7 +75,7 @@ pub fn placement(ptr: *const u8, len: usize, page_size: usize) -> Result<Placeme
                 Some((_, count)) => *count += 1,
                 None => p.on.push((n as u32, 1)),
             },
-            e if e == -libc::ENOENT => p.absent += 1,
+            e if e == -libc::ENOENT || e == -libc::EFAULT => p.absent += 1,
             e => {
                 return Err(Error::os(
                     "move_pages (page status)",
