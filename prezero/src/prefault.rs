@@ -94,13 +94,9 @@ fn populate(
     }
     let pieces: Vec<Piece> = split(ptr as usize, len, granule, threads)
         .into_iter()
-        .map(|(at, len)| Piece {
-            at,
-            len,
-            node: None,
-        })
+        .map(|(at, len)| Piece { at, len, cpus: &[] })
         .collect();
-    populate_pieces(&pieces, hugetlb, None)?;
+    populate_pieces(&pieces, hugetlb)?;
     Ok(len)
 }
 
@@ -135,17 +131,15 @@ pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Resu
     for part in &parts {
         let at = base + part.offset;
         numa::bind(at as *mut u8, part.len, part.node, false)?;
+        // A node without CPUs (memory only) is placed by the policy alone.
+        let cpus = topology.node(part.node).map_or(&[][..], |n| &n.cpus[..]);
         pieces.extend(
             split(at, part.len, region.kind().page_size(), per_part)
                 .into_iter()
-                .map(|(at, len)| Piece {
-                    at,
-                    len,
-                    node: Some(part.node),
-                }),
+                .map(|(at, len)| Piece { at, len, cpus }),
         );
     }
-    populate_pieces(&pieces, region.kind().is_hugetlb(), Some(&topology))?;
+    populate_pieces(&pieces, region.kind().is_hugetlb())?;
     Ok(parts)
 }
 
@@ -163,28 +157,57 @@ pub(crate) fn node_parts(start: usize, len: usize, granule: usize, nodes: &[u32]
         .collect()
 }
 
-/// A range one thread populates, and the node whose CPUs it runs on.
-struct Piece {
+/// [`prefault_as`] from threads that run on `cpus` only (all of them when
+/// empty): the service's worker fills a node's segment from that node.
+///
+/// # Safety
+/// As [`prefault_as`].
+pub(crate) unsafe fn prefault_from(
+    ptr: *mut u8,
+    len: usize,
+    threads: usize,
+    hugetlb: bool,
+    cpus: &[usize],
+) -> Result<usize> {
+    if cpus.is_empty() {
+        // SAFETY: the caller's contract.
+        return unsafe { prefault_as(ptr, len, threads, hugetlb) };
+    }
+    if threads == 0 {
+        return Err(Error::invalid("prefault: threads must be at least 1"));
+    }
+    let granule = if len >= threads * (2 << 20) {
+        2 << 20
+    } else {
+        crate::cpu::cpu().page_size
+    };
+    let pieces: Vec<Piece> = split(ptr as usize, len, granule, threads)
+        .into_iter()
+        .map(|(at, len)| Piece { at, len, cpus })
+        .collect();
+    populate_pieces(&pieces, hugetlb)?;
+    Ok(len)
+}
+
+/// A range one thread populates, and the CPUs it runs on (any when empty).
+struct Piece<'a> {
     at: usize,
     len: usize,
-    node: Option<u32>,
+    cpus: &'a [usize],
 }
 
 /// Populates every piece, one thread each, all started before any populates.
-fn populate_pieces(pieces: &[Piece], hugetlb: bool, topology: Option<&Topology>) -> Result<()> {
+fn populate_pieces(pieces: &[Piece<'_>], hugetlb: bool) -> Result<()> {
     let honoured = populate_write_honoured();
-    let run = |piece: &Piece| -> Result<()> {
-        if let (Some(node), Some(t)) = (piece.node, topology) {
-            // A node without CPUs (memory only) is still placed by the policy.
-            if t.node(node).is_some_and(|n| !n.cpus.is_empty()) {
-                numa::run_on_node(t, node)?;
-            }
+    let run = |piece: &Piece<'_>| -> Result<()> {
+        if !piece.cpus.is_empty() {
+            sys::set_thread_affinity(piece.cpus).map_err(|e| Error::os("sched_setaffinity", e))?;
         }
         populate_one(piece.at as *mut u8, piece.len, hugetlb, honoured)
     };
     // The caller's own thread takes the first piece, unless pieces must run
-    // on a node's CPUs: the caller's affinity is not ours to change.
-    let mine = usize::from(pieces.iter().all(|p| p.node.is_none()));
+    // on given CPUs: the caller's affinity is not ours to change.
+    let mine = usize::from(pieces.iter().all(|p| p.cpus.is_empty()));
     let results: Vec<Result<()>> = if pieces.len() == mine {
         vec![run(&pieces[0])]
     } else {

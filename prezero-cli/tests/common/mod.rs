@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use prezero::service::protocol;
-use prezero::service::{AllocOptions, Client, ServiceMemory, ServiceStats, Source};
+use prezero::service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
 use prezero::{HugetlbReservation, PageKind};
 
 pub const MB: usize = 1 << 20;
@@ -274,6 +274,8 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 pub const NO_FALLBACK: AllocOptions = AllocOptions {
     fallback: false,
     populate_threads: 1,
+    node: NodeChoice::Caller,
+    other_nodes: false,
 };
 
 pub fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {

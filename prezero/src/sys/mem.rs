@@ -110,6 +110,23 @@ pub(crate) fn mmap_shared(
     mmap_fresh(len, prot, libc::MAP_SHARED | flags, fd.as_raw_fd())
 }
 
+/// A read-only shared mapping of `len` bytes of `fd`, with extra `flags`:
+/// to look at a file's pages without being able to change them.
+///
+/// pre: none (a mapping nothing else knows of).
+pub(crate) fn mmap_shared_ro(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<NonNull<u8>> {
+    mmap_fresh(
+        len,
+        libc::PROT_READ,
+        libc::MAP_SHARED | flags,
+        fd.as_raw_fd(),
+    )
+}
+
 /// As [`mmap_shared`], but exactly at `addr` (`MAP_FIXED`), replacing what is
 /// there: how several files are mapped back to back into one reservation.
 ///
