@@ -30,7 +30,8 @@ topologies=("$@")
 # Tools, from Debian's packages.
 need=()
 command -v qemu-system-x86_64 >/dev/null 2>&1 || need+=(qemu-system-x86)
-[ -x /bin/busybox ] && file -L /bin/busybox 2>/dev/null | grep -q 'statically linked' || need+=(busybox-static)
+# busybox-static, not the dynamic busybox: the initramfs has no libraries for it.
+[ -x /bin/busybox ] && ! ldd /bin/busybox >/dev/null 2>&1 || need+=(busybox-static)
 command -v numactl >/dev/null 2>&1 || need+=(numactl)
 command -v cpio >/dev/null 2>&1 || need+=(cpio)
 if [ ${#need[@]} -gt 0 ]; then
@@ -81,10 +82,15 @@ exe() { # package kind name -> path
 lib_skips="--skip service::ledger --skip pool::state::tests::every_sequence --skip service::protocol"
 tests=(
   "lib-numa $(exe prezero lib prezero) numa::"
-  "numa $(exe prezero test numa)"
+  "numa $(exe prezero test numa) --nocapture"
+  "cli-numa $(exe prezero-cli test numa) --nocapture --test-threads=1"
   "region $(exe prezero test region)"
   "pool $(exe prezero test pool)"
   "lib $(exe prezero lib prezero) $lib_skips"
+  "clear $(exe prezero test clear)"
+  "kernels $(exe prezero test kernels)"
+  "template $(exe prezero test template)"
+  "lying-daemon $(exe prezero test lying_daemon)"
 )
 
 build_initramfs() { # topology -> path of the image
@@ -107,7 +113,10 @@ build_initramfs() { # topology -> path of the image
     echo "$t" >>"$dir/guest/tests"
     files+=("$cmd")
   done
-  files+=("$top/target/debug/prezero" "$top/target/debug/libprezero_preload.so")
+  files+=("$top/target/debug/prezero")
+  # The recordings some library tests read, at the path compiled into them.
+  # (CARGO_MANIFEST_DIR/../machines: the crates' folders must exist too).
+  mkdir -p "$dir$top"/{prezero,prezero-cli,prezero-preload} && cp -r "$top/machines" "$dir$top/"
   # Each binary at its own path, without debug info (the image is RAM in the
   # guest), and every library it links.
   local f lib
@@ -122,6 +131,8 @@ build_initramfs() { # topology -> path of the image
     done
   done
   echo 600 >"$dir/guest/limit"
+  # A test that would skip for want of nodes, numactl or pages fails here.
+  [ "$1" = smp8 ] || echo 1 >"$dir/guest/require-numa"
   (cd "$dir" && find . | cpio -o -H newc 2>/dev/null | gzip -1) >"$image"
   echo "$image"
 }

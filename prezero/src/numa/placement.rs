@@ -24,6 +24,11 @@ pub struct Placement {
     pub on: Vec<(u32, usize)>,
     /// Pages not present (never touched, or given back).
     pub absent: usize,
+    /// Pages present whose node the kernel would not say: before 6.x,
+    /// `move_pages` cannot see a page NUMA balancing has marked for a hinting
+    /// fault (it answers as for a hole), so where such a page is is unknown
+    /// until it is touched again.
+    pub hidden: usize,
 }
 
 impl Placement {
@@ -40,9 +45,9 @@ impl Placement {
         self.on.iter().map(|&(_, p)| p).sum()
     }
 
-    /// Every page present and on `node`.
+    /// Every page present, known, and on `node`.
     pub fn all_on(&self, node: u32) -> bool {
-        self.absent == 0 && self.pages_on(node) == self.present()
+        self.absent == 0 && self.hidden == 0 && self.pages_on(node) == self.present()
     }
 }
 
@@ -69,13 +74,21 @@ pub fn placement(ptr: *const u8, len: usize, page_size: usize) -> Result<Placeme
         .collect();
     let status = sys::page_nodes(&pages).map_err(|e| Error::os("move_pages", e))?;
     let mut p = Placement::default();
-    for s in status {
+    for (s, &page) in status.into_iter().zip(&pages) {
         match s {
             n if n >= 0 => match p.on.iter_mut().find(|(node, _)| *node == n as u32) {
                 Some((_, count)) => *count += 1,
                 None => p.on.push((n as u32, 1)),
             },
-            e if e == -libc::ENOENT || e == -libc::EFAULT => p.absent += 1,
+            // No node: a hole, unless the page is there (mincore), which
+            // only a NUMA hinting mark hides from move_pages.
+            e if e == -libc::ENOENT || e == -libc::EFAULT => {
+                if sys::resident_pages(page as *mut u8, 1).is_ok_and(|n| n == 1) {
+                    p.hidden += 1;
+                } else {
+                    p.absent += 1;
+                }
+            }
             e => {
                 return Err(Error::os(
                     "move_pages (page status)",
