@@ -110,3 +110,53 @@ fn nodes_that_do_not_exist_and_empty_lists_are_errors() {
     let e = prezero::prefault_on_nodes(&region, &[9999], 1).unwrap_err();
     assert!(e.to_string().contains("9999"), "{e}");
 }
+
+/// A pool at capacity, its chunks freed by a thread on one node: a thread on
+/// another gets only chunks whose pages are on its own node (another node's
+/// chunk has its pages dropped first), every byte zero.
+#[test]
+fn a_pool_hands_a_thread_only_chunks_of_its_node() {
+    let nodes = nodes();
+    let (a, b) = (nodes[0], nodes[nodes.len() - 1]);
+    let pool = std::sync::Arc::new(
+        prezero::Pool::builder()
+            .chunk_size(MB2)
+            .backing(PageKind::Base)
+            .capacity(4 * MB2)
+            .build()
+            .unwrap(),
+    );
+    let t = Topology::read();
+    let on = |node: u32, f: Box<dyn FnOnce() + Send>| {
+        let t = t.clone();
+        std::thread::spawn(move || {
+            prezero::numa::run_on_node(&t, node).unwrap();
+            f()
+        })
+        .join()
+        .unwrap()
+    };
+    let p = pool.clone();
+    on(
+        a,
+        Box::new(move || {
+            let mut chunks: Vec<_> = (0..4).map(|_| p.alloc_zeroed().unwrap()).collect();
+            for c in &mut chunks {
+                c.fill(common::DIRTY);
+            }
+        }),
+    );
+    let p = pool.clone();
+    on(
+        b,
+        Box::new(move || {
+            let mut chunks: Vec<_> = (0..4).map(|_| p.alloc_zeroed().unwrap()).collect();
+            for c in &mut chunks {
+                assert!(c.iter().all(|&x| x == 0), "a chunk handed out was not zero");
+                c.fill(1);
+                let placed = placement(c.as_ptr(), c.len(), 4096).unwrap();
+                assert!(placed.all_on(b), "a chunk for node {b}: {placed:?}");
+            }
+        }),
+    );
+}

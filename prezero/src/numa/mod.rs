@@ -9,7 +9,8 @@
 //! node is a silent bug of the same family as a wrong byte.
 //!
 //! * [`Topology`]: the nodes, their CPUs, memory, hugetlb pages, distances.
-//! * [`MemPolicy`], [`home_node`], [`current_node`], [`run_on_node`]: where a
+//! * [`MemPolicy`], [`home_node`], [`caller_node`], [`current_node`],
+//!   [`run_on_node`]: where a
 //!   thread's memory goes, and putting a thread on a node.
 //! * [`bind`], [`placement`]: placing a range before it is touched, and
 //!   checking where its pages are.
@@ -19,5 +20,5 @@ mod policy;
 mod topology;
 
 pub use placement::{bind, placement, NodePart, Placement};
-pub use policy::{current_node, home_node, run_on_node, MemPolicy};
+pub use policy::{caller_node, current_node, home_node, run_on_node, MemPolicy};
 pub use topology::{Node, NodeHugetlb, Topology};

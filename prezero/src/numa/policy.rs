@@ -73,6 +73,16 @@ pub fn home_node() -> Option<u32> {
     nodes.all(|n| n == Some(first)).then_some(first)
 }
 
+/// The node the calling thread's next fresh page would come from: its
+/// policy's one node, or under local allocation the node of the CPU it runs
+/// on now; `None` where its policy spreads pages.
+pub fn caller_node() -> Option<u32> {
+    match MemPolicy::of_thread() {
+        MemPolicy::Local => current_node(),
+        p => p.single_node(),
+    }
+}
+
 /// The node of the CPU the calling thread runs on now (it may move after).
 pub fn current_node() -> Option<u32> {
     sys::getcpu().ok().map(|(_, node)| node)
