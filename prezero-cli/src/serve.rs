@@ -402,6 +402,29 @@ mod tests {
     }
 
     #[test]
+    fn a_pools_node_in_the_file_is_an_id_or_all() {
+        let nodes = |text: &str| -> Result<Vec<PoolNode>, String> {
+            let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+            f.pools
+                .iter()
+                .map(|p| {
+                    let node = p.node.as_ref().map(FileNode::text);
+                    pool(&p.page, &p.target, None, None, node.as_deref()).map(|p| p.node)
+                })
+                .collect()
+        };
+        let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = 1\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"all\"\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\n";
+        assert_eq!(
+            nodes(text).unwrap(),
+            vec![PoolNode::Node(1), PoolNode::All, PoolNode::All]
+        );
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"one\"\n").is_err());
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = -1\n").is_err());
+    }
+
+    #[test]
     fn the_packaged_config_parses() {
         let text = include_str!("../../packaging/prezero.toml");
         let f: File = toml::from_str(text).unwrap();

@@ -340,3 +340,52 @@ fn client_exec_gets_the_callers_node() {
         }
     }
 }
+
+/// `bench mmap -f populate-parallel --nodes` populates a part on each node
+/// and checks every page landed there before it counts a figure.
+#[test]
+fn bench_mmap_populates_each_part_on_its_node() {
+    let t = Topology::read();
+    let nodes: Vec<String> = t.memory_nodes().iter().rev().map(u32::to_string).collect();
+    let out = Command::new(bin())
+        .args([
+            "bench",
+            "mmap",
+            "-p",
+            "4KB",
+            "-f",
+            "populate-parallel",
+            "-s",
+            "64M",
+            "-l",
+            "1",
+        ])
+        .args(["--json", "--nodes", &nodes.join(",")])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("bench mmap --nodes {}: {text}", nodes.join(","));
+    assert!(text.contains("\"nodes\":["), "{text}");
+    let bad = Command::new(bin())
+        .args([
+            "bench",
+            "mmap",
+            "-f",
+            "populate-parallel",
+            "-s",
+            "4M",
+            "-l",
+            "1",
+            "--nodes",
+            "9999",
+        ])
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("9999"));
+}
