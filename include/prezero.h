@@ -127,6 +127,18 @@
 // cannot serve.
 #define PZ_SERVICE_NO_FALLBACK 1
 
+// `pz_service_alloc_on` flag: when the node asked for has too little ready,
+// take another node's memory, nearest first (without it: local memory on
+// that node, unless `PZ_SERVICE_NO_FALLBACK`).
+#define PZ_SERVICE_OTHER_NODES 2
+
+// `pz_service_alloc_on` node: the caller's (the one node its memory policy
+// binds or prefers, else the one node of every CPU it may run on, else any).
+#define PZ_NODE_CALLER -1
+
+// `pz_service_alloc_on` node: whichever has memory ready.
+#define PZ_NODE_ANY -2
+
 // `pz_service_alloc` source: the memory came from `prezero serve`.
 #define PZ_SOURCE_SERVICE 0
 
@@ -304,6 +316,20 @@ int pz_clear_near(void *ptr, size_t len, size_t hint);
 // As `pz_clear`.
 int pz_clear_parallel(void *ptr, size_t len, size_t threads);
 
+// Zeroes `[ptr, ptr+len)` as `n_nodes` parts of about equal size, on page
+// boundaries: part `i` by `threads / n_nodes` threads (at least one)
+// running on NUMA node `nodes[i]`'s CPUs, so pages touched first land on
+// that node. `-EINVAL`: NULL `nodes` or `n_nodes == 0`, `threads == 0`, a
+// node that is not online or has no CPUs, or a bad range.
+//
+// # Safety
+// As `pz_clear`; `nodes` is NULL or readable for `n_nodes` ids.
+int pz_clear_parallel_nodes(void *ptr,
+                            size_t len,
+                            const uint32_t *nodes,
+                            size_t n_nodes,
+                            size_t threads);
+
 // Fills `*out`, whose `struct_size` the caller sets to `sizeof(pz_cpu_info)`.
 //
 // # Safety
@@ -422,6 +448,21 @@ int pz_region_unmap(struct pz_region *region);
 // say): they are populated.
 int pz_prefault(void *ptr, size_t len, size_t threads);
 
+// Populates a region as `n_nodes` parts of about equal size, on its page
+// boundaries: part `i` on NUMA node `nodes[i]`, bound there
+// (`MPOL_PREFERRED`) and populated by `threads / n_nodes` threads (at least
+// one) running on that node's CPUs. `-EINVAL`: a NULL or dead region, NULL
+// `nodes` or `n_nodes == 0`, `threads == 0`, or a node that does not exist,
+// is offline or has no memory.
+//
+// # Safety
+// No other thread frees `region` during the call (any pointer is checked
+// first); `nodes` is NULL or readable for `n_nodes` ids.
+int pz_prefault_nodes(const struct pz_region *region,
+                      const uint32_t *nodes,
+                      size_t n_nodes,
+                      size_t threads);
+
 // Connects to `prezero serve` at `path` (NULL: `$PREZERO_SOCKET`, else
 // `/run/prezero/prezero.sock`). On success `*out` is the connection; when no
 // service answers, `*out` is NULL and the return is connect(2)'s error
@@ -453,6 +494,32 @@ int pz_service_alloc(const struct pz_service *svc,
                      uint32_t flags,
                      struct pz_service_memory **out,
                      int *source_out);
+
+// `pz_service_alloc` on a NUMA node: `node` is a node id, `PZ_NODE_CALLER`
+// (what `pz_service_alloc` asks for) or `PZ_NODE_ANY`. The service's memory
+// is on that node (checked where it is mapped), else local memory placed
+// there, unless `PZ_SERVICE_OTHER_NODES` lets another node's serve.
+// `-EINVAL` also for a node that does not exist, is offline or has no
+// memory, and for any other negative `node`.
+//
+// # Safety
+// As `pz_service_alloc`.
+int pz_service_alloc_on(const struct pz_service *svc,
+                        size_t bytes,
+                        int page,
+                        int64_t node,
+                        uint32_t flags,
+                        struct pz_service_memory **out,
+                        int *source_out);
+
+// The NUMA node of service memory that was asked for on one, into `*out`:
+// `-ENOENT` when the memory names none (local memory, or memory asked for on
+// any node), `-EINVAL` for a NULL or dead handle or a NULL `out`.
+//
+// # Safety
+// No other thread frees `mem` during the call (any pointer is checked
+// first); `out` is NULL (refused) or writable for a `uint32_t`.
+int pz_service_memory_node(const struct pz_service_memory *mem, uint32_t *out);
 
 // The first byte of the memory; NULL for a NULL handle.
 //

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use prezero::service::{AllocOptions, Client, Refusal, ServiceStats, Source};
+use prezero::service::{AllocOptions, Client, NodeChoice, Refusal, ServiceStats, Source};
 use prezero::PageKind;
 
 use crate::table::Table;
@@ -32,6 +32,48 @@ pub struct Common {
     /// Socket path [default: $PREZERO_SOCKET or /run/prezero/prezero.sock].
     #[arg(long)]
     socket: Option<PathBuf>,
+}
+
+/// Where the memory of `client alloc` and `client exec` must be.
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// The NUMA node the memory must be on: a node id, or any [default: the
+    /// caller's: the one node its memory policy binds or prefers (numactl
+    /// --membind/--preferred), else the one node of every CPU it may run on
+    /// (numactl --cpunodebind, taskset), else any].
+    #[arg(long)]
+    node: Option<String>,
+    /// When that node has too little ready, take another node's memory,
+    /// nearest first (without it: local memory on the node).
+    #[arg(long)]
+    other_nodes: bool,
+}
+
+impl NodeArgs {
+    /// `opts` with this node choice.
+    pub(crate) fn apply(&self, opts: AllocOptions) -> Result<AllocOptions, String> {
+        let node = match self.node.as_deref() {
+            None => NodeChoice::Caller,
+            Some("any") => NodeChoice::Any,
+            Some(n) => NodeChoice::Node(
+                n.parse()
+                    .map_err(|_| format!("--node {n}: expected a NUMA node id or any"))?,
+            ),
+        };
+        if self.other_nodes && node == NodeChoice::Any {
+            return Err("--other-nodes needs a node (--node N, or the caller's)".into());
+        }
+        Ok(AllocOptions {
+            node,
+            other_nodes: self.other_nodes,
+            ..opts
+        })
+    }
+}
+
+/// "node N" for a service allocation that names one.
+pub(crate) fn on_node(node: Option<u32>) -> String {
+    node.map_or(String::new(), |n| format!(" on node {n}"))
 }
 
 impl Common {
@@ -60,6 +102,8 @@ pub struct AllocArgs {
     /// Fill the memory with this byte before releasing it (to test scrubbing).
     #[arg(long, value_name = "BYTE")]
     fill: Option<u8>,
+    #[command(flatten)]
+    node: NodeArgs,
     #[command(flatten)]
     common: Common,
     /// One JSON object.
@@ -112,11 +156,11 @@ fn page(s: &str) -> Result<PageKind, String> {
 fn alloc(args: &AllocArgs) -> Result<(), String> {
     let size = parse_size(&args.size)?;
     let page = page(&args.page)?;
-    let client = args.common.client()?;
-    let opts = AllocOptions {
+    let opts = args.node.apply(AllocOptions {
         fallback: !args.no_fallback,
         ..AllocOptions::default()
-    };
+    })?;
+    let client = args.common.client()?;
     let t = Instant::now();
     let mut mem = client
         .alloc_with(size, page, opts)
@@ -127,20 +171,27 @@ fn alloc(args: &AllocArgs) -> Result<(), String> {
         return Err(format!("byte {off} of the memory handed out is not zero"));
     }
     let checked = t.elapsed();
-    let (source, detail) = match mem.source() {
+    let (source, detail, node) = match mem.source() {
         Source::Service {
             segments,
             segment_size,
+            node,
         } => (
             "service",
-            format!("{segments} segments of {}", fmt_size(*segment_size)),
+            format!(
+                "{segments} segments of {}{}",
+                fmt_size(*segment_size),
+                on_node(*node)
+            ),
+            *node,
         ),
-        Source::Local { reason } => ("local", reason.clone()),
+        Source::Local { reason } => ("local", reason.clone(), None),
     };
     if args.json {
         println!(
             "{}",
             json!({"source": source, "detail": detail, "bytes": mem.len(), "page": mem.page().name(),
+                   "node": node,
                    "alloc_us": took.as_secs_f64() * 1e6, "verify_us": checked.as_secs_f64() * 1e6})
         );
     } else {
@@ -181,6 +232,7 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
     let table = Table::new(" ")
         .right(5)
         .right(8)
+        .right(4)
         .right(8)
         .right(8)
         .right(6)
@@ -191,6 +243,7 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
     table.print(&[
         "page",
         "segment",
+        "node",
         "target",
         "cap",
         "ready",
@@ -204,6 +257,7 @@ fn stats(args: &StatsArgs) -> Result<(), String> {
         table.print(&[
             size(p.page_size),
             size(p.segment_size),
+            p.node.map_or("-".into(), |n| n.to_string()),
             size(p.target),
             size(p.cap),
             p.ready.to_string(),
@@ -278,6 +332,7 @@ pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
             "page_size": p.page_size, "segment_size": p.segment_size, "target": p.target,
             "cap": p.cap, "ready": p.ready, "leased": p.leased,
             "quarantined": p.quarantined, "scrubbing": p.scrubbing, "handouts": p.handouts,
+            "node": p.node,
         })).collect::<Vec<_>>(),
         "refusals_by_reason": Refusal::ALL.iter().zip(&s.refusals_by_reason)
             .map(|(r, &n)| (r.name().to_owned(), json!(n)))

@@ -30,6 +30,8 @@ pub struct ExecArgs {
     page: String,
     #[command(flatten)]
     common: crate::client::Common,
+    #[command(flatten)]
+    node: crate::client::NodeArgs,
     /// Fail rather than fall back to a local memfd.
     #[arg(long)]
     no_fallback: bool,
@@ -262,10 +264,10 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
         .map(|a| parse(a.as_bytes()))
         .collect::<Result<Vec<_>, _>>()?;
     let client = args.common.client()?;
-    let opts = AllocOptions {
+    let opts = args.node.apply(AllocOptions {
         fallback: !args.no_fallback,
         ..AllocOptions::default()
-    };
+    })?;
     let mem = client
         .alloc_files(size, page, opts)
         .map_err(|e| format!("{} of memory: {e}", fmt_size(size)))?;
@@ -299,13 +301,15 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
             Source::Service {
                 segments,
                 segment_size,
+                node,
             } => eprintln!(
-                "prezero: {} on {} pages from prezero serve at {}: {segments} segment{} of {} (fd {fds})",
+                "prezero: {} on {} pages from prezero serve at {}: {segments} segment{} of {}{} (fd {fds})",
                 fmt_size(len),
                 mem.page(),
                 client.path().display(),
                 if *segments == 1 { "" } else { "s" },
-                fmt_size(*segment_size)
+                fmt_size(*segment_size),
+                crate::client::on_node(*node)
             ),
             Source::Local { reason } => {
                 if mem.page().is_hugetlb() {

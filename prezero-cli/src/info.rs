@@ -73,6 +73,12 @@ fn collect() -> Value {
             "numa_nodes": m.numa_nodes,
             "kernel_release": m.kernel_release,
         },
+        "numa": prezero::numa::Topology::read().nodes.iter().map(|n| json!({
+            "node": n.id, "cpus": n.cpus, "has_memory": n.has_memory,
+            "mem_total": n.mem_total, "mem_free": n.mem_free,
+            "hugetlb": n.hugetlb.iter().map(|h| json!({"page_size": h.page_size, "total": h.total, "free": h.free})).collect::<Vec<_>>(),
+            "distances": n.distances,
+        })).collect::<Vec<_>>(),
         "kernels": Kernel::ALL.iter().map(|k| json!({
             "name": k.name(), "available": k.is_available(), "streaming": k.is_streaming(), "needs": k.needs(),
         })).collect::<Vec<_>>(),
@@ -99,6 +105,76 @@ fn collect() -> Value {
             "cold": prezero::auto_kernel(n, Temperature::Cold).name(),
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One line per NUMA node: its CPUs, memory, hugetlb pages and distances.
+fn print_numa(nodes: &Value) {
+    let size = |v: &Value| fmt_size(v.as_u64().unwrap_or(0) as usize);
+    let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+    for n in nodes.as_array().into_iter().flatten() {
+        let cpus: Vec<usize> = n["cpus"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|c| c.as_u64().map(|c| c as usize))
+            .collect();
+        let hugetlb: Vec<String> = n["hugetlb"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                format!(
+                    "{} {} ({} free)",
+                    size(&h["page_size"]),
+                    h["total"],
+                    h["free"]
+                )
+            })
+            .collect();
+        let distances: Vec<String> = n["distances"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|d| d.to_string())
+            .collect();
+        println!(
+            "NUMA     node {}: CPUs {}, memory {:.1} GiB ({:.1} GiB free){}; hugetlb {}; distances {}",
+            n["node"],
+            if cpus.is_empty() {
+                "none".to_string()
+            } else {
+                cpu_list(&cpus)
+            },
+            gib(&n["mem_total"]),
+            gib(&n["mem_free"]),
+            if n["has_memory"] == false { ", none usable" } else { "" },
+            if hugetlb.is_empty() {
+                "none".to_string()
+            } else {
+                hugetlb.join(", ")
+            },
+            distances.join(" ")
+        );
+    }
+}
+
+/// Ascending ids as the kernel writes lists: `0-3,8`.
+fn cpu_list(ids: &[usize]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ids.len() {
+        let mut j = i;
+        while j + 1 < ids.len() && ids[j + 1] == ids[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            ids[i].to_string()
+        } else {
+            format!("{}-{}", ids[i], ids[j])
+        });
+        i = j + 1;
+    }
+    out.join(",")
 }
 
 fn feature_map(f: &prezero::cpu::Features) -> Value {
@@ -179,6 +255,7 @@ fn print_text(v: &Value) {
             p["free"]
         );
     }
+    print_numa(&v["numa"]);
     println!();
     println!("Kernels");
     let kernels = Table::new(" ")

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use prezero::service::{PoolConfig, Reuse, Server, ServerConfig, Verify};
+use std::collections::BTreeMap;
+
+use prezero::service::{PoolConfig, PoolNode, Reuse, Server, ServerConfig, Verify};
 use prezero::{HugetlbReservation, PageKind, ScrubPriority};
 
 use crate::units::{fmt_size, parse_size};
@@ -17,11 +19,13 @@ pub struct Args {
     /// Socket path [default: /run/prezero/prezero.sock].
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// A pool, PAGE:target=SIZE,cap=SIZE,segment=SIZE (e.g. 2MB:target=8G,cap=16G,segment=256M).
-    /// Repeatable, also for one page size with other segment sizes (one pool
-    /// per shape of VM: a request takes the pool whose segment fits it
-    /// exactly, else the one needing the fewest segments); replaces the
-    /// file's pools. [default: 2MB:target=1G,cap=4G,segment=256M]
+    /// A pool, PAGE:target=SIZE,cap=SIZE,segment=SIZE,node=N|all (e.g.
+    /// 2MB:target=8G,cap=16G,segment=256M). Repeatable, also for one page size
+    /// with other segment sizes (one pool per shape of VM: a request takes the
+    /// pool whose segment fits it exactly, else the one needing the fewest
+    /// segments); replaces the file's pools. node=all (the default) makes one
+    /// such pool on every NUMA node with memory, each with this target and
+    /// cap; node=N puts it on node N only. [default: 2MB:target=1G,cap=4G,segment=256M]
     #[arg(long = "pool")]
     pools: Vec<String>,
     /// A uid that may connect (root and the daemon's own uid always may). Repeatable.
@@ -99,6 +103,35 @@ struct FilePool {
     segment: Option<String>,
     target: String,
     cap: Option<String>,
+    /// A node id, or "all".
+    node: Option<FileNode>,
+}
+
+/// `node = 1` or `node = "all"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileNode {
+    Id(u32),
+    Word(String),
+}
+
+impl FileNode {
+    fn text(&self) -> String {
+        match self {
+            FileNode::Id(n) => n.to_string(),
+            FileNode::Word(w) => w.clone(),
+        }
+    }
+}
+
+/// `all` or a node id.
+fn pool_node(s: &str) -> Result<PoolNode, String> {
+    if s == "all" {
+        return Ok(PoolNode::All);
+    }
+    s.parse()
+        .map(PoolNode::Node)
+        .map_err(|_| format!("pool node '{s}': expected a NUMA node id or all"))
 }
 
 fn page_kind(s: &str) -> Result<PageKind, String> {
@@ -116,24 +149,27 @@ fn pool(
     target: &str,
     cap: Option<&str>,
     segment: Option<&str>,
+    node: Option<&str>,
 ) -> Result<PoolConfig, String> {
     let page = page_kind(page)?;
     let target = parse_size(target)?;
     let default_segment = page.page_size().max(256 << 20);
     let segment_size = segment.map_or(Ok(default_segment), parse_size)?;
     let cap = cap.map_or(Ok(target.max(segment_size)), parse_size)?;
+    let node = node.map_or(Ok(PoolNode::All), pool_node)?;
     Ok(PoolConfig {
         page,
         segment_size,
         target,
         cap,
+        node,
     })
 }
 
-/// `2MB:target=8G,cap=16G,segment=256M`
+/// `2MB:target=8G,cap=16G,segment=256M,node=1`
 fn parse_pool_flag(s: &str) -> Result<PoolConfig, String> {
     let (page, rest) = s.split_once(':').unwrap_or((s, ""));
-    let (mut target, mut cap, mut segment) = (None, None, None);
+    let (mut target, mut cap, mut segment, mut node) = (None, None, None, None);
     for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv
             .split_once('=')
@@ -142,14 +178,15 @@ fn parse_pool_flag(s: &str) -> Result<PoolConfig, String> {
             "target" => target = Some(v),
             "cap" => cap = Some(v),
             "segment" => segment = Some(v),
+            "node" => node = Some(v),
             _ => {
                 return Err(format!(
-                    "--pool {s}: unknown key '{k}' (target, cap, segment)"
+                    "--pool {s}: unknown key '{k}' (target, cap, segment, node)"
                 ))
             }
         }
     }
-    pool(page, target.unwrap_or("1G"), cap, segment)
+    pool(page, target.unwrap_or("1G"), cap, segment, node)
 }
 
 fn verify(s: &str) -> Result<Verify, String> {
@@ -198,7 +235,16 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     } else if !file.pools.is_empty() {
         file.pools
             .iter()
-            .map(|p| pool(&p.page, &p.target, p.cap.as_deref(), p.segment.as_deref()))
+            .map(|p| {
+                let node = p.node.as_ref().map(FileNode::text);
+                pool(
+                    &p.page,
+                    &p.target,
+                    p.cap.as_deref(),
+                    p.segment.as_deref(),
+                    node.as_deref(),
+                )
+            })
             .collect::<Result<_, _>>()?
     } else {
         vec![parse_pool_flag("2MB:target=1G,cap=4G,segment=256M")?]
@@ -246,11 +292,17 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
 
 pub fn run(args: &Args) -> Result<(), String> {
     let cfg = config(args)?;
-    // Before any hugetlb page is reserved for it.
-    cfg.validate().map_err(|e| e.to_string())?;
-    for p in &cfg.pools {
+    // Before any hugetlb page is reserved for it: every pool placed on a node.
+    let placed = cfg
+        .placed_pools(&prezero::numa::Topology::read())
+        .map_err(|e| e.to_string())?;
+    for p in &placed {
+        let node = match p.node {
+            PoolNode::Node(n) => n.to_string(),
+            PoolNode::All => "all".into(),
+        };
         eprintln!(
-            "prezero serve: pool {}: segments of {}, target {}, cap {}",
+            "prezero serve: pool {} on node {node}: segments of {}, target {}, cap {}",
             p.page,
             fmt_size(p.segment_size),
             fmt_size(p.target),
@@ -259,34 +311,64 @@ pub fn run(args: &Args) -> Result<(), String> {
     }
     // Dropped after the server stops (on SIGINT, SIGTERM or SIGHUP): the pools go back.
     let _reservations = if args.reserve {
-        // One reservation per page size, for all its pools together.
-        let mut pages_of: std::collections::BTreeMap<usize, (PageKind, usize)> = Default::default();
-        for p in &cfg.pools {
-            let page = p.page.page_size();
-            pages_of.entry(page).or_insert((p.page, 0)).1 +=
-                p.cap.next_multiple_of(p.segment_size) / page;
-        }
-        pages_of
-            .into_iter()
-            .map(|(page, (kind, pages))| {
-                match HugetlbReservation::ensure_free(page, pages) {
-                    // Short: take what the kernel could find; the pool logs the rest.
-                    Err(prezero::Error::HugetlbShortage { free, .. }) if free > 0 => {
-                        eprintln!(
-                            "prezero serve: --reserve {kind}: the kernel found {free} of {pages} pages"
-                        );
-                        HugetlbReservation::ensure_free(page, free)
-                    }
-                    r => r,
-                }
-                .map_err(|e| format!("--reserve {kind}: {e}"))
-            })
-            .collect::<Result<Vec<_>, _>>()?
+        reserve(&placed)?
     } else {
         Vec::new()
     };
     let server = Server::start(cfg).map_err(|e| e.to_string())?;
     server.run().map_err(|e| e.to_string())
+}
+
+/// Grows each node's hugetlb pool so every pool placed on it fits its cap:
+/// one reservation per page size, for all its pools on all nodes.
+fn reserve(placed: &[PoolConfig]) -> Result<Vec<HugetlbReservation>, String> {
+    let mut pages_of: BTreeMap<usize, (PageKind, BTreeMap<u32, usize>)> = BTreeMap::new();
+    for p in placed {
+        let PoolNode::Node(node) = p.node else {
+            continue;
+        };
+        let page = p.page.page_size();
+        *pages_of
+            .entry(page)
+            .or_insert((p.page, BTreeMap::new()))
+            .1
+            .entry(node)
+            .or_default() += p.cap.next_multiple_of(p.segment_size) / page;
+    }
+    pages_of
+        .into_iter()
+        .map(|(page, (kind, per_node))| {
+            let mut want: Vec<(u32, usize)> = per_node.into_iter().collect();
+            match HugetlbReservation::ensure_free_on_nodes(page, &want) {
+                // Short: take what each node can find; its pool logs the rest.
+                Err(prezero::Error::HugetlbShortage { .. }) => {
+                    for w in &mut want {
+                        let got = grown_to(page, w.0, w.1);
+                        if got < w.1 {
+                            eprintln!(
+                                "prezero serve: --reserve {kind}: the kernel found {got} of {} pages on node {}",
+                                w.1, w.0
+                            );
+                        }
+                        w.1 = got;
+                    }
+                    HugetlbReservation::ensure_free_on_nodes(page, &want)
+                }
+                r => r,
+            }
+            .map_err(|e| format!("--reserve {kind}: {e}"))
+        })
+        .collect()
+}
+
+/// The free pages of `page` size `node` can have, up to `pages`: what the
+/// kernel finds when its pool is grown that far (given back at once).
+fn grown_to(page: usize, node: u32, pages: usize) -> usize {
+    match HugetlbReservation::ensure_free_on_nodes(page, &[(node, pages)]) {
+        Ok(_) => pages,
+        Err(prezero::Error::HugetlbShortage { free, .. }) => free,
+        Err(_) => 0,
+    }
 }
 
 #[cfg(test)]
@@ -304,8 +386,42 @@ mod tests {
         assert_eq!((p.segment_size, p.cap), (1 << 30, 2 << 30));
         assert!(parse_pool_flag("4KB:target=1G").is_err());
         assert!(parse_pool_flag("2MB:size=1G").is_err());
+        assert_eq!(
+            parse_pool_flag("2MB:target=1G").unwrap().node,
+            PoolNode::All
+        );
+        assert_eq!(parse_pool_flag("2MB:node=all").unwrap().node, PoolNode::All);
+        assert_eq!(
+            parse_pool_flag("2MB:node=3").unwrap().node,
+            PoolNode::Node(3)
+        );
+        assert!(parse_pool_flag("2MB:node=-1").is_err());
+        assert!(parse_pool_flag("2MB:node=one").is_err());
         assert!(verify("sample:0").is_err());
         assert_eq!(verify("sample:8"), Ok(Verify::Sampled { one_in: 8 }));
+    }
+
+    #[test]
+    fn a_pools_node_in_the_file_is_an_id_or_all() {
+        let nodes = |text: &str| -> Result<Vec<PoolNode>, String> {
+            let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+            f.pools
+                .iter()
+                .map(|p| {
+                    let node = p.node.as_ref().map(FileNode::text);
+                    pool(&p.page, &p.target, None, None, node.as_deref()).map(|p| p.node)
+                })
+                .collect()
+        };
+        let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = 1\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"all\"\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\n";
+        assert_eq!(
+            nodes(text).unwrap(),
+            vec![PoolNode::Node(1), PoolNode::All, PoolNode::All]
+        );
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"one\"\n").is_err());
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = -1\n").is_err());
     }
 
     #[test]
@@ -314,7 +430,15 @@ mod tests {
         let f: File = toml::from_str(text).unwrap();
         assert!(!f.pools.is_empty());
         for p in &f.pools {
-            pool(&p.page, &p.target, p.cap.as_deref(), p.segment.as_deref()).unwrap();
+            let node = p.node.as_ref().map(FileNode::text);
+            pool(
+                &p.page,
+                &p.target,
+                p.cap.as_deref(),
+                p.segment.as_deref(),
+                node.as_deref(),
+            )
+            .unwrap();
         }
     }
 }

@@ -314,6 +314,7 @@ fn fuzzed_messages_get_errors_or_a_disconnect_and_the_daemon_keeps_serving() {
             bytes: 16 * MB as u64,
             page_size: PAGE as u64,
             flags: 0,
+            node: 0,
         }
         .encode(1),
         Request::Release { ids: vec![1, 2] }.encode(2),
@@ -343,6 +344,7 @@ fn fuzzed_messages_get_errors_or_a_disconnect_and_the_daemon_keeps_serving() {
                 bytes: [u64::MAX, 0, 1 << 62, 3][r as usize % 4],
                 page_size: [PAGE as u64, 4096, 0, u64::MAX, 3][(r >> 8) as usize % 5],
                 flags: [0, 1, u32::MAX][(r >> 16) as usize % 3],
+                node: 0,
             }
             .encode(4),
             // Release of ids never handed out (or another connection's).
@@ -398,6 +400,7 @@ fn a_client_killed_mid_request_or_while_holding_leaks_nothing() {
         bytes: 32 * MB as u64,
         page_size: PAGE as u64,
         flags: 0,
+        node: 0,
     };
     assert!(raw.send(&req.encode(1), &[]));
     std::thread::sleep(Duration::from_millis(50));
@@ -692,6 +695,7 @@ fn pools_by_shape_give_exact_fits_first_then_the_fewest_segments_under_concurren
         let Source::Service {
             segments,
             segment_size,
+            ..
         } = *m.source()
         else {
             panic!("{bytes}: not from the service");
@@ -714,6 +718,7 @@ fn pools_by_shape_give_exact_fits_first_then_the_fewest_segments_under_concurren
                             let Source::Service {
                                 segments,
                                 segment_size,
+                                ..
                             } = *m.source()
                             else {
                                 panic!("not from the service");
@@ -823,6 +828,7 @@ fn the_metrics_file_parses_and_its_counters_only_grow() {
             bytes: 1,
             page_size: 4096,
             flags: 0,
+            node: 0,
         };
         assert!(raw.send(&ask.encode(1), &[]));
         raw.drain(Duration::from_millis(200));
@@ -841,7 +847,8 @@ fn the_metrics_file_parses_and_its_counters_only_grow() {
             }
         }
         let get = |k: &str| *now.get(k).unwrap_or_else(|| panic!("no {k} in\n{text}"));
-        let pool = "page=\"2MiB\",segment=\"16MiB\"";
+        // One node here: the daemon's pool is on node 0, and says so.
+        let pool = "page=\"2MiB\",segment=\"16MiB\",node=\"0\"";
         assert!(get(&format!("prezero_handouts_total{{{pool}}}")) >= (round + 1) as f64);
         assert!(get("prezero_refusals_total{reason=\"pool_cap\"}") >= (round + 1) as f64);
         assert!(get("prezero_refusals_total{reason=\"bad_request\"}") >= (round + 1) as f64);

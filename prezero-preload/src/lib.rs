@@ -19,6 +19,8 @@
 //! * `cache/`: the cache itself: the lock (`mod.rs`), the entry points'
 //!   large path (`requests.rs`), the range's mappings and the limits
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
+//! * `nodes.rs`: the NUMA nodes, and which lane of the cache a request
+//!   belongs to.
 //! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
 //! * `sys.rs`: every call into libc, none of which allocates.
 //!
@@ -33,6 +35,7 @@ mod blocks;
 mod cache;
 mod config;
 mod next;
+mod nodes;
 mod stats;
 mod sys;
 

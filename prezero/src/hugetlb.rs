@@ -27,7 +27,8 @@ static LOCKS: [Mutex<()>; 2] = [Mutex::new(()), Mutex::new(())];
 pub struct HugetlbReservation {
     page_size: usize,
     previous: usize,
-    added: usize,
+    /// Pages added, per pool: the machine's (`None`) or one node's.
+    added: Vec<(Option<u32>, usize)>,
     _lock: MutexGuard<'static, ()>,
 }
 
@@ -52,46 +53,102 @@ fn pool(page_size: usize) -> Result<HugetlbPool> {
     })
 }
 
+/// The sysfs folder of `node`'s pool of `page_size` pages.
+fn node_dir(node: u32, page_size: usize) -> String {
+    format!(
+        "/sys/devices/system/node/node{node}/hugepages/hugepages-{}kB",
+        page_size / 1024
+    )
+}
+
+/// The pool of one node (`Some`) or the machine's (`None`): where it is
+/// written, and its pages now.
+fn pool_of(node: Option<u32>, page_size: usize) -> Result<(String, HugetlbPool)> {
+    let Some(node) = node else {
+        return Ok((HugetlbPool::nr_path(page_size), pool(page_size)?));
+    };
+    let dir = node_dir(node, page_size);
+    let read = |f: &str| sys::read_usize(format!("{dir}/{f}"));
+    match (read("nr_hugepages"), read("free_hugepages")) {
+        (Some(total), Some(free)) => Ok((
+            format!("{dir}/nr_hugepages"),
+            HugetlbPool {
+                page_size,
+                total,
+                free,
+            },
+        )),
+        _ => Err(Error::invalid(format!(
+            "no hugetlb pool of {} KiB pages on NUMA node {node} ({dir})",
+            page_size / 1024
+        ))),
+    }
+}
+
 impl HugetlbReservation {
     /// Makes at least `pages` pages of `page_size` bytes free, growing the pool by
     /// the shortfall. Errors: no such page size, not permitted (not root), or the
     /// kernel could not find enough contiguous memory (then the pool is put back).
     pub fn ensure_free(page_size: usize, pages: usize) -> Result<HugetlbReservation> {
+        Self::ensure(page_size, &[(None, pages)])
+    }
+
+    /// [`ensure_free`](Self::ensure_free) on NUMA nodes: at least `pages`
+    /// pages free on each `(node, pages)`, growing each node's own pool
+    /// (the machine's pool spreads new pages over every node). One
+    /// reservation for all of them, since one per page size is held at a time.
+    pub fn ensure_free_on_nodes(
+        page_size: usize,
+        nodes: &[(u32, usize)],
+    ) -> Result<HugetlbReservation> {
+        let wants: Vec<(Option<u32>, usize)> = nodes.iter().map(|&(n, p)| (Some(n), p)).collect();
+        Self::ensure(page_size, &wants)
+    }
+
+    fn ensure(page_size: usize, wants: &[(Option<u32>, usize)]) -> Result<HugetlbReservation> {
         let lock = LOCKS[usize::from(page_size == 1 << 30)]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let before = pool(page_size)?;
         let mut r = HugetlbReservation {
             page_size,
-            previous: before.total,
-            added: 0,
+            previous: pool(page_size)?.total,
+            added: Vec::new(),
             _lock: lock,
         };
-        if before.free >= pages {
-            return Ok(r);
-        }
-        let (want, now) = with_pool_locked(page_size, || {
-            // Again under the lock: another process may have changed it.
-            let before = pool(page_size)?;
-            r.previous = before.total;
-            let want = before.total + pages.saturating_sub(before.free);
-            if want > before.total {
-                sys::write_text(HugetlbPool::nr_path(page_size), &want.to_string())
-                    .map_err(|e| Error::os("write nr_hugepages", e))?;
+        for &(node, pages) in wants {
+            let (path, before) = pool_of(node, page_size)?;
+            if before.free >= pages {
+                continue;
             }
-            // The kernel may have found fewer: what it reads back is what it did.
-            let after = pool(page_size)?;
-            r.added = after.total.saturating_sub(before.total);
-            Ok((want, after.free))
-        })?;
-        if now < pages {
-            // Dropping `r` gives back what was added.
-            return Err(Error::HugetlbShortage {
-                page_size,
-                needed: pages,
-                free: now,
-                reserve_cmd: format!("echo {want} > {} (the kernel found only {now} free pages; try soon after boot)", HugetlbPool::nr_path(page_size)),
-            });
+            // Every process that changes any of this size's pools through this
+            // crate takes the machine pool's lock: a node's pool is part of it.
+            let (want, now) = with_pool_locked(page_size, || {
+                // Again under the lock: another process may have changed it.
+                let (_, before) = pool_of(node, page_size)?;
+                if node.is_none() {
+                    r.previous = before.total;
+                }
+                let want = before.total + pages.saturating_sub(before.free);
+                if want > before.total {
+                    sys::write_text(&path, &want.to_string())
+                        .map_err(|e| Error::os("write nr_hugepages", e))?;
+                }
+                // The kernel may have found fewer: what it reads back is what it did.
+                let (_, after) = pool_of(node, page_size)?;
+                r.added
+                    .push((node, after.total.saturating_sub(before.total)));
+                Ok((want, after.free))
+            })?;
+            if now < pages {
+                // Dropping `r` gives back what was added.
+                let on = node.map_or(String::new(), |n| format!(" on NUMA node {n}"));
+                return Err(Error::HugetlbShortage {
+                    page_size,
+                    needed: pages,
+                    free: now,
+                    reserve_cmd: format!("echo {want} > {path} (the kernel found only {now} free pages{on}; try soon after boot)"),
+                });
+            }
         }
         Ok(r)
     }
@@ -109,17 +166,13 @@ impl HugetlbReservation {
 
 impl Drop for HugetlbReservation {
     fn drop(&mut self) {
-        if self.added == 0 {
-            return;
+        let page_size = self.page_size;
+        for &(node, added) in self.added.iter().filter(|&&(_, a)| a > 0) {
+            let _ = with_pool_locked(page_size, || {
+                let (path, now) = pool_of(node, page_size)?;
+                sys::write_text(&path, &now.total.saturating_sub(added).to_string())
+                    .map_err(|e| Error::os("write nr_hugepages", e))
+            });
         }
-        let (page_size, added) = (self.page_size, self.added);
-        let _ = with_pool_locked(page_size, || {
-            let total = pool(page_size)?.total;
-            sys::write_text(
-                HugetlbPool::nr_path(page_size),
-                &total.saturating_sub(added).to_string(),
-            )
-            .map_err(|e| Error::os("write nr_hugepages", e))
-        });
     }
 }

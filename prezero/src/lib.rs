@@ -34,6 +34,7 @@ mod error;
 pub mod ffi;
 pub mod hugetlb;
 mod json;
+pub mod numa;
 pub mod pool;
 pub mod prefault;
 pub mod profile;
@@ -46,14 +47,14 @@ mod verify;
 
 pub use clear::{
     active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
-    clear_parallel, clear_parallel_with, clear_raw, clear_raw_with, clear_with, forced_kernel,
-    Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
+    clear_parallel, clear_parallel_on_nodes, clear_parallel_with, clear_raw, clear_raw_with,
+    clear_with, forced_kernel, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
 };
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
 pub use hugetlb::HugetlbReservation;
 pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
-pub use prefault::{prefault, prefault_raw};
+pub use prefault::{prefault, prefault_on_nodes, prefault_raw};
 pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};
 pub use size::{fmt_size, parse_size};

@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Barrier, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::numa::{self, NodePart, Topology};
 use crate::region::Region;
 use crate::sys;
 
@@ -91,29 +92,142 @@ fn populate(
     if len == 0 {
         return Ok(0);
     }
-    let parts = split(ptr as usize, len, granule, threads);
+    let pieces: Vec<Piece> = split(ptr as usize, len, granule, threads)
+        .into_iter()
+        .map(|(at, len)| Piece { at, len, cpus: &[] })
+        .collect();
+    populate_pieces(&pieces, hugetlb)?;
+    Ok(len)
+}
+
+/// Populates `region` as `nodes.len()` parts of about equal size, on
+/// boundaries of its pages (a THP or hugetlb page is never shared by two
+/// parts): part `i` is bound to node `nodes[i]` (`MPOL_PREFERRED`: that node,
+/// another only when it is short, as local allocation falls back) and
+/// populated by `threads / nodes.len()` threads (at least one) running on
+/// that node's CPUs, so its pages land there and are zeroed by CPUs near it.
+/// A part's policy stays on the region (pages given back and touched again
+/// return to its node). A region too small for every node has fewer parts.
+/// Returns the parts; [`crate::numa::placement`] says where their pages are.
+///
+/// Errors: as [`prefault`]; no nodes; a node that does not exist, is offline
+/// or has no memory.
+pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Result<Vec<NodePart>> {
+    if nodes.is_empty() {
+        return Err(Error::invalid("prefault_on_nodes: no nodes given"));
+    }
+    if threads == 0 {
+        return Err(Error::invalid("prefault: threads must be at least 1"));
+    }
+    let topology = Topology::read();
+    for &n in nodes {
+        topology.memory_node(n)?;
+    }
+    let base = region.as_ptr() as usize;
+    // The region starts on a boundary of its pages, so every part does.
+    let parts = node_parts(base, region.len(), region.kind().page_size(), nodes);
+    let per_part = (threads / parts.len()).max(1);
+    let mut pieces = Vec::new();
+    for part in &parts {
+        let at = base + part.offset;
+        numa::bind(at as *mut u8, part.len, part.node, false)?;
+        // A node without CPUs (memory only) is placed by the policy alone.
+        let cpus = topology.node(part.node).map_or(&[][..], |n| &n.cpus[..]);
+        pieces.extend(
+            split(at, part.len, region.kind().page_size(), per_part)
+                .into_iter()
+                .map(|(at, len)| Piece { at, len, cpus }),
+        );
+    }
+    populate_pieces(&pieces, region.kind().is_hugetlb())?;
+    Ok(parts)
+}
+
+/// `[start, start+len)` as one part per node, inner boundaries on multiples
+/// of `granule`; fewer parts when there are fewer granules than nodes.
+pub(crate) fn node_parts(start: usize, len: usize, granule: usize, nodes: &[u32]) -> Vec<NodePart> {
+    split(start, len, granule, nodes.len())
+        .into_iter()
+        .zip(nodes)
+        .map(|((at, len), &node)| NodePart {
+            offset: at - start,
+            len,
+            node,
+        })
+        .collect()
+}
+
+/// [`prefault_as`] from threads that run on `cpus` only (all of them when
+/// empty): the service's worker fills a node's segment from that node.
+///
+/// # Safety
+/// As [`prefault_as`].
+pub(crate) unsafe fn prefault_from(
+    ptr: *mut u8,
+    len: usize,
+    threads: usize,
+    hugetlb: bool,
+    cpus: &[usize],
+) -> Result<usize> {
+    if cpus.is_empty() {
+        // SAFETY: the caller's contract.
+        return unsafe { prefault_as(ptr, len, threads, hugetlb) };
+    }
+    if threads == 0 {
+        return Err(Error::invalid("prefault: threads must be at least 1"));
+    }
+    let granule = if len >= threads * (2 << 20) {
+        2 << 20
+    } else {
+        crate::cpu::cpu().page_size
+    };
+    let pieces: Vec<Piece> = split(ptr as usize, len, granule, threads)
+        .into_iter()
+        .map(|(at, len)| Piece { at, len, cpus })
+        .collect();
+    populate_pieces(&pieces, hugetlb)?;
+    Ok(len)
+}
+
+/// A range one thread populates, and the CPUs it runs on (any when empty).
+struct Piece<'a> {
+    at: usize,
+    len: usize,
+    cpus: &'a [usize],
+}
+
+/// Populates every piece, one thread each, all started before any populates.
+fn populate_pieces(pieces: &[Piece<'_>], hugetlb: bool) -> Result<()> {
     let honoured = populate_write_honoured();
-    let run = |&(p, l): &(usize, usize)| populate_one(p as *mut u8, l, hugetlb, honoured);
-    let results: Vec<Result<()>> = if parts.len() == 1 {
-        vec![run(&parts[0])]
+    let run = |piece: &Piece<'_>| -> Result<()> {
+        if !piece.cpus.is_empty() {
+            sys::set_thread_affinity(piece.cpus).map_err(|e| Error::os("sched_setaffinity", e))?;
+        }
+        populate_one(piece.at as *mut u8, piece.len, hugetlb, honoured)
+    };
+    // The caller's own thread takes the first piece, unless pieces must run
+    // on given CPUs: the caller's affinity is not ours to change.
+    let mine = usize::from(pieces.iter().all(|p| p.cpus.is_empty()));
+    let results: Vec<Result<()>> = if pieces.len() == mine {
+        vec![run(&pieces[0])]
     } else {
         // A starting thread maps its signal stack, which needs mmap_lock for
         // writing; a populate in progress holds it for reading until done. So no
         // thread populates before every thread has started, or they run in turn.
-        let start = Barrier::new(parts.len());
+        let start = Barrier::new(pieces.len() - mine + 1);
         std::thread::scope(|s| {
-            let handles: Vec<_> = parts[1..]
+            let handles: Vec<_> = pieces[mine..]
                 .iter()
-                .map(|part| {
+                .map(|piece| {
                     let start = &start;
                     s.spawn(move || {
                         start.wait();
-                        run(part)
+                        run(piece)
                     })
                 })
                 .collect();
             start.wait();
-            let mut r = vec![run(&parts[0])];
+            let mut r: Vec<Result<()>> = pieces[..mine].iter().map(run).collect();
             r.extend(
                 handles
                     .into_iter()
@@ -123,12 +237,17 @@ fn populate(
         })
     };
     results.into_iter().collect::<Result<Vec<()>>>()?;
-    Ok(len)
+    Ok(())
 }
 
 /// Splits `[start, start+len)` into at most `threads` parts whose inner boundaries
 /// are multiples of `granule`.
-fn split(start: usize, len: usize, granule: usize, threads: usize) -> Vec<(usize, usize)> {
+pub(crate) fn split(
+    start: usize,
+    len: usize,
+    granule: usize,
+    threads: usize,
+) -> Vec<(usize, usize)> {
     let end = start + len;
     let first = start & !(granule - 1);
     let per = (end - first).div_ceil(granule).div_ceil(threads) * granule;

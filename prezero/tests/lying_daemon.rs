@@ -12,7 +12,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use prezero::service::protocol::{self, Reply, Request, SegmentRecord};
-use prezero::service::{AllocOptions, Client, Source};
+use prezero::service::{AllocOptions, Client, NodeChoice, Source};
 use prezero::{HugetlbReservation, PageKind};
 
 mod common;
@@ -28,6 +28,8 @@ struct Lie {
     extra_fds: Vec<OwnedFd>,
     /// Answer under another sequence number.
     wrong_seq: bool,
+    /// The NUMA node the answer names.
+    node: Option<u32>,
 }
 
 /// The seals the daemon's segments carry.
@@ -155,6 +157,7 @@ fn serve_one(listener: &OwnedFd, lie: Lie) -> Vec<u64> {
                             len,
                         })
                         .collect(),
+                    node: l.node,
                 };
                 let all: Vec<_> = fds.iter().chain(&l.extra_fds).map(|f| f.as_fd()).collect();
                 let seq = if l.wrong_seq { seq + 99 } else { seq };
@@ -197,6 +200,7 @@ fn lie(records: Vec<(u64, OwnedFd)>) -> Lie {
         records,
         extra_fds: vec![],
         wrong_seq: false,
+        node: None,
     }
 }
 
@@ -307,6 +311,7 @@ fn lies() -> Vec<LieCase> {
                 records: vec![(4 * U, huge(4 * M))],
                 extra_fds: vec![huge(M)],
                 wrong_seq: false,
+                node: None,
             },
             "disagree",
             false,
@@ -318,6 +323,7 @@ fn lies() -> Vec<LieCase> {
                 records: vec![(4 * U, huge(4 * M))],
                 extra_fds: vec![],
                 wrong_seq: true,
+                node: None,
             },
             "another request",
             false,
@@ -349,6 +355,8 @@ impl Fake {
 const NO_FALLBACK: AllocOptions = AllocOptions {
     fallback: false,
     populate_threads: 1,
+    node: NodeChoice::Any,
+    other_nodes: false,
 };
 
 #[test]
@@ -413,7 +421,8 @@ fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
             f.source(),
             &Source::Service {
                 segments: 1,
-                segment_size: 4 * M
+                segment_size: 4 * M,
+                node: None,
             }
         );
         let segs = f.segments();
@@ -492,5 +501,113 @@ fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
             assert_eq!(lie_fds(), Vec::<String>::new());
         }
     }
+    node_lies(&fake, before);
     std::fs::remove_dir_all(&fake.dir).unwrap();
+}
+
+/// An answer naming a node the request did not, none to a request that
+/// did, or another than asked; and (with two nodes) one naming the node
+/// asked for whose pages are on another: each refused and released, by both
+/// APIs, with nothing left mapped.
+fn node_lies(fake: &Fake, before: usize) {
+    let on0 = AllocOptions {
+        node: NodeChoice::Node(0),
+        ..NO_FALLBACK
+    };
+    let cases = [
+        (
+            "a node not asked for",
+            NO_FALLBACK,
+            Some(0),
+            "one not asked for",
+        ),
+        ("no node when one was asked", on0, None, "one not asked for"),
+        ("another node", on0, Some(1), "not 0 as asked"),
+    ];
+    for files in [false, true] {
+        for (name, opts, node, want) in cases {
+            let mut e = String::new();
+            let released = fake.serve(
+                Lie {
+                    node,
+                    ..lie(vec![(4 * U, huge(4 * M))])
+                },
+                |client| {
+                    e = if files {
+                        client.alloc_files(3 * M, PageKind::Huge2M, opts).err()
+                    } else {
+                        client.alloc_with(3 * M, PageKind::Huge2M, opts).err()
+                    }
+                    .unwrap_or_else(|| panic!("{name}: a lie was believed"))
+                    .to_string();
+                },
+            );
+            assert!(e.contains(want), "{name}: {e}");
+            assert_eq!(released, vec![1], "{name}: released");
+            assert_eq!(memfd_mappings(), before, "{name}: left mapped");
+            assert_eq!(lie_fds(), Vec::<String>::new(), "{name}: left open");
+        }
+    }
+    // Pages on node 0 said to be on node 1: the kernel tells.
+    let t = prezero::numa::Topology::read();
+    if !t.memory_nodes().starts_with(&[0, 1]) {
+        eprintln!("skipped: pages on one node said to be on another (needs NUMA nodes 0 and 1)");
+        return;
+    }
+    let _pages = match HugetlbReservation::ensure_free_on_nodes(M, &[(0, 2), (1, 2)]) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: pages on one node said to be on another ({e})");
+            return;
+        }
+    };
+    let on1 = AllocOptions {
+        node: NodeChoice::Node(1),
+        ..NO_FALLBACK
+    };
+    for files in [false, true] {
+        let fd = huge(2 * M);
+        populate_on(&fd, 2 * M, 0);
+        let mut e = String::new();
+        let released = fake.serve(
+            Lie {
+                node: Some(1),
+                ..lie(vec![(2 * U, fd)])
+            },
+            |client| {
+                e = if files {
+                    client.alloc_files(2 * M, PageKind::Huge2M, on1).err()
+                } else {
+                    client.alloc_with(2 * M, PageKind::Huge2M, on1).err()
+                }
+                .expect("pages on node 0 passed for node 1")
+                .to_string();
+            },
+        );
+        assert!(e.contains("is not"), "{e}");
+        assert_eq!(released, vec![1]);
+        assert_eq!(memfd_mappings(), before);
+    }
+}
+
+/// Faults every page of the hugetlb memfd `fd` in on `node`.
+fn populate_on(fd: &OwnedFd, len: usize, node: u32) {
+    // SAFETY: a fresh shared mapping of our own memfd, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    prezero::numa::bind(p.cast(), len, node, true).unwrap();
+    // SAFETY: our mapping of `len` bytes.
+    unsafe {
+        std::ptr::write_bytes(p.cast::<u8>(), 0, len);
+        libc::munmap(p, len);
+    }
 }

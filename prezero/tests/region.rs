@@ -321,3 +321,74 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
     }
     assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
 }
+
+/// Each node's own pool grows by what that node lacks, and only by that; the
+/// pages mapped under a thread on the node come from it; all goes back.
+#[test]
+fn a_reservation_on_every_node_grows_each_nodes_pool_and_gives_it_back() {
+    let _serial = hugetlb_lock();
+    let topology = prezero::numa::Topology::read();
+    let nodes: Vec<u32> = topology.memory_nodes();
+    let before: Vec<_> = nodes
+        .iter()
+        .map(|&n| {
+            topology
+                .node(n)
+                .unwrap()
+                .hugetlb
+                .iter()
+                .find(|p| p.page_size == MB2)
+                .copied()
+        })
+        .collect();
+    if before.iter().any(Option::is_none) {
+        eprintln!("skipped: no per-node 2 MiB hugetlb pool in sysfs");
+        return;
+    }
+    if let Some(why) = common::hugetlb_unmappable(MB2) {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let want: Vec<(u32, usize)> = nodes
+        .iter()
+        .zip(&before)
+        .map(|(&n, b)| (n, b.unwrap().free + 2))
+        .collect();
+    let r = match HugetlbReservation::ensure_free_on_nodes(MB2, &want) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: cannot reserve 2 pages more on every node: {e}");
+            return;
+        }
+    };
+    let now = prezero::numa::Topology::read();
+    for (&(n, pages), b) in want.iter().zip(&before) {
+        let p = now
+            .node(n)
+            .unwrap()
+            .hugetlb
+            .iter()
+            .find(|p| p.page_size == MB2)
+            .unwrap();
+        assert!(p.free >= pages, "node {n}: {p:?}");
+        assert_eq!(
+            p.total,
+            b.unwrap().total + 2,
+            "node {n} grew by its shortfall"
+        );
+    }
+    drop(r);
+    let after = prezero::numa::Topology::read();
+    for (&n, b) in nodes.iter().zip(&before) {
+        let p = after
+            .node(n)
+            .unwrap()
+            .hugetlb
+            .iter()
+            .find(|p| p.page_size == MB2)
+            .unwrap();
+        assert_eq!(p.total, b.unwrap().total, "node {n} given back");
+    }
+    let bad = HugetlbReservation::ensure_free_on_nodes(MB2, &[(9999, 1)]).unwrap_err();
+    assert!(bad.to_string().contains("node 9999"), "{bad}");
+}

@@ -135,6 +135,17 @@ static void test_clear(void)
 		CHECK(all(b, len, 0));
 	}
 	RC(pz_clear_parallel(b, len, 0), -EINVAL);
+
+	uint32_t node0 = 0, nowhere = 9999;
+	memset(b, 0xa5, len);
+	RC(pz_clear_parallel_nodes(b, len, &node0, 1, 2), 0);
+	CHECK(all(b, len, 0));
+	RC(pz_clear_parallel_nodes(b, len, NULL, 1, 2), -EINVAL);
+	RC(pz_clear_parallel_nodes(b, len, &node0, 0, 2), -EINVAL);
+	RC(pz_clear_parallel_nodes(b, len, &node0, SIZE_MAX, 2), -EINVAL);
+	RC(pz_clear_parallel_nodes(b, len, &nowhere, 1, 2), -EINVAL);
+	RC(pz_clear_parallel_nodes(b, len, &node0, 1, 0), -EINVAL);
+	RC(pz_clear_parallel_nodes(NULL, len, &node0, 1, 1), -EINVAL);
 	free(b);
 }
 
@@ -280,6 +291,18 @@ static void test_regions_and_prefault(void)
 	RC(pz_prefault(rw, 8192, 0), -EINVAL);
 	RC(pz_prefault(rw, 8192, 2), 0);
 	munmap(rw, 8192);
+
+	uint32_t node0 = 0, nowhere = 9999;
+	RC(pz_region_map(4 << 20, PZ_PAGE_BASE, &r), 0);
+	RC(pz_prefault_nodes(r, &node0, 1, 2), 0);
+	CHECK(all(pz_region_ptr(r), pz_region_len(r), 0));
+	RC(pz_prefault_nodes(r, &nowhere, 1, 2), -EINVAL);
+	RC(pz_prefault_nodes(r, NULL, 1, 2), -EINVAL);
+	RC(pz_prefault_nodes(r, &node0, 0, 2), -EINVAL);
+	RC(pz_prefault_nodes(r, &node0, 1, 0), -EINVAL);
+	RC(pz_region_unmap(r), 0);
+	RC(pz_prefault_nodes(r, &node0, 1, 1), -EINVAL); /* unmapped already */
+	RC(pz_prefault_nodes(NULL, &node0, 1, 1), -EINVAL);
 }
 
 static void test_pool(void)
@@ -398,6 +421,23 @@ static void test_service_absent(void)
 	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0x80, &untouched, &source), -EINVAL);
 	RC(pz_service_alloc(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, NULL, &source), -EINVAL);
 	RC(pz_service_alloc(NULL, SIZE_MAX, PZ_PAGE_HUGE_2M, 0, &untouched, &source), -EINVAL);
+	CHECK(untouched == (struct pz_service_memory *)&len);
+
+	/* On a node: local memory placed there, which names no node of the service's. */
+	uint32_t node = 12345;
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, 0, &m, &source), 0);
+	CHECK(source == PZ_SOURCE_LOCAL && all(pz_service_memory_ptr(m), 2 << 20, 0));
+	RC(pz_service_memory_node(m, &node), -ENOENT);
+	RC(pz_service_memory_node(m, NULL), -EINVAL);
+	CHECK(node == 12345);
+	RC(pz_service_free(m), 0);
+	RC(pz_service_memory_node(m, &node), -EINVAL); /* freed */
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, PZ_NODE_ANY, 0, &m, NULL), 0);
+	RC(pz_service_free(m), 0);
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 9999, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, -3, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, INT64_MAX, 0, &untouched, &source), -EINVAL);
+	RC(pz_service_alloc_on(NULL, 2 << 20, PZ_PAGE_HUGE_2M, 0, 0x80, &untouched, &source), -EINVAL);
 	CHECK(untouched == (struct pz_service_memory *)&len);
 	RC(pz_service_disconnect(NULL), -EINVAL);
 }

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use prezero::numa::NodePart;
 use prezero::{PageKind, Region};
 
 use super::daemon::{alloc, wait_ready, Daemon};
@@ -37,6 +38,12 @@ pub struct Args {
     /// Threads for populate-parallel (default: every CPU).
     #[arg(short = 't', long = "threads")]
     threads: Option<usize>,
+    /// NUMA nodes for populate-parallel, comma-separated: the region in that
+    /// many parts, part i bound to node i and populated by threads on its
+    /// CPUs (prezero::prefault_on_nodes); each loop checks where the pages
+    /// landed. Without it, the threads run where the kernel puts them.
+    #[arg(long, value_delimiter = ',')]
+    nodes: Vec<u32>,
     /// Wait this long before each loop, so the guest has handed freed memory
     /// back to the host and the figure is the host-cold one (VMs only).
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "5")]
@@ -102,16 +109,22 @@ impl Function {
         }
     }
 
-    /// Maps and populates `size` bytes of `kind`: the timed part of one loop.
+    /// Maps and populates `size` bytes of `kind`: the timed part of one
+    /// loop. With `nodes`, populate-parallel places a part on each.
     fn map_and_populate(
         self,
         size: usize,
         kind: PageKind,
         threads: usize,
-    ) -> prezero::Result<Region> {
+        nodes: &[u32],
+    ) -> prezero::Result<(Region, Vec<NodePart>)> {
         let mut r = Region::new(size, kind)?;
         match self {
             Function::Demand => touch_pages(r.as_mut_slice(), touch_stride(kind), 1),
+            Function::PopulateParallel if !nodes.is_empty() => {
+                let parts = prezero::prefault_on_nodes(&r, nodes, threads)?;
+                return Ok((r, parts));
+            }
             Function::Populate | Function::PopulateParallel => {
                 prezero::prefault(&r, self.threads(threads))?;
             }
@@ -119,7 +132,7 @@ impl Function {
                 unreachable!("the pool and service functions have their own loops")
             }
         }
-        Ok(r)
+        Ok((r, Vec::new()))
     }
 }
 
@@ -196,6 +209,24 @@ fn service_loops(
     Ok(samples)
 }
 
+/// Every page of each part of `r` (what `prefault_on_nodes` made) is on its
+/// node: a figure for memory on the wrong node is no figure.
+fn check_placed(r: &Region, parts: &[NodePart]) -> Result<(), String> {
+    for part in parts {
+        // SAFETY: the part lies inside the region.
+        let at = unsafe { r.as_ptr().add(part.offset) };
+        let p = prezero::numa::placement(at, part.len, r.kind().page_size())
+            .map_err(|e| e.to_string())?;
+        if !p.all_on(part.node) {
+            return Err(format!(
+                "populate-parallel --nodes: the part for node {} is not all there: {:?} pages per node, {} absent",
+                part.node, p.on, p.absent
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Demand faults one write per page; THP regions are touched per base page so
 /// that any part the kernel could not back with a huge page is faulted too.
 fn touch_stride(kind: PageKind) -> usize {
@@ -250,7 +281,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             // Host-warm: make sure the guest's memory is backed by the host before timing.
             drop(
                 Function::PopulateParallel
-                    .map_and_populate(size, kind, threads)
+                    .map_and_populate(size, kind, threads, &args.nodes)
                     .map_err(|e| e.to_string())?,
             );
         }
@@ -268,10 +299,11 @@ pub fn run(args: &Args) -> Result<(), String> {
                     std::thread::sleep(Duration::from_secs(secs));
                 }
                 let t = Instant::now();
-                let r = f
-                    .map_and_populate(size, kind, threads)
+                let (r, parts) = f
+                    .map_and_populate(size, kind, threads, &args.nodes)
                     .map_err(|e| e.to_string())?;
                 let d = t.elapsed();
+                check_placed(&r, &parts)?;
                 drop(r);
                 samples.push(gbps(size, d));
             }
@@ -285,6 +317,8 @@ pub fn run(args: &Args) -> Result<(), String> {
                     gbps: round2(s.mean),
                     stdev_pct: round2(s.stdev_pct),
                     host: host.to_string(),
+                    nodes: (f == Function::PopulateParallel && !args.nodes.is_empty())
+                        .then(|| args.nodes.clone()),
                 })
                 .print();
             } else {

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use prezero::service::protocol;
-use prezero::service::{AllocOptions, Client, ServiceMemory, ServiceStats, Source};
+use prezero::service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
 use prezero::{HugetlbReservation, PageKind};
 
 pub const MB: usize = 1 << 20;
@@ -88,6 +88,17 @@ impl Daemon {
                     return None;
                 }
             };
+        Some(Daemon::start_with(page, pools, extra, pages))
+    }
+
+    /// A daemon with a pool of `page` pages for each of `pools`, on the
+    /// hugetlb pages `pages` holds for it.
+    pub fn start_with(
+        page: PageKind,
+        pools: &[&str],
+        extra: &[&str],
+        pages: HugetlbReservation,
+    ) -> Daemon {
         static N: AtomicUsize = AtomicUsize::new(0);
         let dir = std::env::temp_dir().join(format!(
             "prezero-serve-test-{}-{}",
@@ -123,7 +134,7 @@ impl Daemon {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        Some(d)
+        d
     }
 
     /// Starts `prezero serve` with this daemon's arguments; its log is
@@ -274,6 +285,8 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
 pub const NO_FALLBACK: AllocOptions = AllocOptions {
     fallback: false,
     populate_threads: 1,
+    node: NodeChoice::Caller,
+    other_nodes: false,
 };
 
 pub fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {
@@ -282,9 +295,23 @@ pub fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> 
 
 /// [`from_service`], retried while the pool has nothing ready (ENOMEM), up to `limit`.
 pub fn from_service_within(c: &Client, bytes: usize, limit: Duration) -> ServiceMemory {
+    from_service_opts_within(c, bytes, NO_FALLBACK, limit)
+}
+
+/// [`from_service_within`] with `opts`, up to 30 s.
+pub fn from_service_opts(c: &Client, bytes: usize, opts: AllocOptions) -> ServiceMemory {
+    from_service_opts_within(c, bytes, opts, Duration::from_secs(30))
+}
+
+fn from_service_opts_within(
+    c: &Client,
+    bytes: usize,
+    opts: AllocOptions,
+    limit: Duration,
+) -> ServiceMemory {
     let t = Instant::now();
     loop {
-        match from_service(c, bytes) {
+        match c.alloc_with(bytes, PageKind::Huge2M, opts) {
             Ok(m) => return m,
             Err(e) if e.errno() == libc::ENOMEM && t.elapsed() < limit => {
                 std::thread::sleep(Duration::from_millis(5))

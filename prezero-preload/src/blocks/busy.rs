@@ -27,6 +27,25 @@ impl Blocks {
         self.busy_prefix(i, chunk)
     }
 
+    /// When the oldest Dirty or Clean block freed at or before `before` was
+    /// freed: which lane gives memory back first.
+    pub fn oldest_free(&self, before: u64) -> Option<u64> {
+        self.list[..self.n]
+            .iter()
+            .filter(|b| matches!(b.kind, Kind::Dirty | Kind::Clean) && b.since <= before)
+            .map(|b| b.since)
+            .min()
+    }
+
+    /// When the oldest Dirty block was freed: which lane is scrubbed first.
+    pub fn oldest_dirty(&self) -> Option<u64> {
+        self.list[..self.n]
+            .iter()
+            .filter(|b| b.kind == Kind::Dirty)
+            .map(|b| b.since)
+            .min()
+    }
+
     /// The longest Clean block: what one zeroed request can take at no cost.
     pub fn largest_clean(&self) -> usize {
         self.list[..self.n]

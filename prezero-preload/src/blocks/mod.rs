@@ -151,6 +151,11 @@ impl Blocks {
         self.top
     }
 
+    /// The end of the range.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
     #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         &self.list[..self.n]

@@ -39,11 +39,13 @@ pub(super) extern "C" fn in_child() {
         SHARED.cond.reset();
         let c = (*SHARED.cache.get()).as_mut().expect("started");
         c.scrubber = false;
-        c.spare = 0;
         // A prefill the parent's scrubber had not begun is the parent's: the
         // child is not the program `PREZERO_PREFILL_PID` names.
         c.prefill = 0;
-        c.blocks.abandon_busy();
+        for lane in c.lanes() {
+            lane.spare = 0;
+            lane.blocks.abandon_busy();
+        }
         // The parent's waiting threads do not exist here.
         WAITING.store(0, Ordering::Relaxed);
         stats::reset();

@@ -18,6 +18,14 @@
 //! Spare (the scrubber keeps zeroed memory ahead of a program that frees and
 //! asks again faster than it clears) and fork: see `scrubber.rs` and `fork.rs`.
 //!
+//! NUMA: on a machine of several nodes the range is cut in lanes, one per
+//! node with memory (bound to it, so its fresh pages come from there) and
+//! one unbound (see `nodes.rs`), each with its own blocks. A request takes
+//! only from the lane of the calling thread's node (or policy), a freed
+//! block goes back to the lane it lies in, and the scrubber clears blocks
+//! where they are: pages never pass from one node's lane to another's. On one
+//! node there is one lane, and a request costs one more comparison.
+//!
 //! This file holds the cache, its lock and the range's bounds, and starts
 //! it; beside it:
 //!
@@ -37,6 +45,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use crate::blocks::{Blocks, PAGE};
 use crate::config::Config;
+use crate::nodes::{Nodes, MAX_LANES};
 use crate::stats;
 use crate::sys;
 
@@ -44,18 +53,26 @@ use crate::sys;
 #[cfg(not(test))]
 pub use requests::{alloc, free, realloc, usable_size};
 
-struct Cache {
+/// One lane of the range: a node's, or the unbound one (see `nodes.rs`).
+struct Lane {
     blocks: Blocks,
-    cfg: Config,
-    /// `[base, writable)` is read-write; the rest of the range `PROT_NONE`.
+    /// `[base, writable)` is read-write; the rest of the lane `PROT_NONE`.
     writable: usize,
-    /// A scrubber thread runs in this process.
-    scrubber: bool,
-    /// Prefill still to do (the scrubber does it first).
-    prefill: usize,
     /// Clean bytes the scrubber keeps ready: the largest `calloc` that found
     /// Dirty memory to clear since memory last went back (see `Config::spare`).
     spare: usize,
+}
+
+struct Cache {
+    /// `lanes[..n_lanes]` are in use, in address order.
+    lanes: [Option<Lane>; MAX_LANES],
+    n_lanes: usize,
+    cfg: Config,
+    /// A scrubber thread runs in this process.
+    scrubber: bool,
+    /// Prefill still to do (the scrubber does it first), and in which lane.
+    prefill: usize,
+    prefill_lane: usize,
 }
 
 /// The lock, its condition, and the cache it guards.
@@ -75,9 +92,13 @@ static SHARED: Shared = Shared {
     cache: UnsafeCell::new(None),
 };
 
-/// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`.
+/// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`,
+/// lane `i` at `BASE + i * LANE_SPAN`.
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static SPAN: AtomicUsize = AtomicUsize::new(0);
+static LANE_SPAN: AtomicUsize = AtomicUsize::new(1);
+/// The nodes the lanes are for (set before STARTED, read after it).
+static NODES: std::sync::OnceLock<Nodes> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// Requests waiting for a Busy block (changed under the lock).
 static WAITING: AtomicUsize = AtomicUsize::new(0);
@@ -136,24 +157,49 @@ fn now() -> u64 {
 /// Reserves the range and sets up the cache; false if it cannot (then every
 /// request goes to the next allocator).
 pub fn start(cfg: Config) -> bool {
-    let Some((base, len, list)) = range::reserve() else {
+    // One lane per node with memory, and the unbound one (one in all on a
+    // machine of one node, or where sysfs does not say).
+    let nodes = Nodes::read().unwrap_or(Nodes::parse(b"0").expect("one node"));
+    let n_lanes = nodes.lanes();
+    let Some((raw, base, lane_len)) = range::reserve(n_lanes) else {
         return false;
     };
+    let mut lanes: [Option<Lane>; MAX_LANES] = std::array::from_fn(|_| None);
+    for (i, slot) in lanes.iter_mut().enumerate().take(n_lanes) {
+        let Some(list) = range::block_list() else {
+            range::unreserve(raw, n_lanes, lane_len);
+            return false;
+        };
+        let at = base + i * lane_len;
+        if let Some(node) = nodes.node_of(i).filter(|_| n_lanes > 1) {
+            // Fresh pages of a node's lane come from the node. Refused (a
+            // kernel without NUMA), the lane is placed as the kernel places.
+            let _ = sys::prefer_node(at, lane_len, node);
+        }
+        *slot = Some(Lane {
+            blocks: Blocks::new(at, at + lane_len, list),
+            writable: at,
+            spare: 0,
+        });
+    }
     let prefill = cfg.prefill.min(cfg.cap) / PAGE * PAGE;
+    let prefill_lane = crate::nodes::caller_lane(&nodes);
+    let _ = NODES.set(nodes);
     let g = lock();
     // SAFETY: the mutex is held; nothing has a reference to the cache yet.
     unsafe {
         *SHARED.cache.get() = Some(Cache {
-            blocks: Blocks::new(base, base + len, list),
+            lanes,
+            n_lanes,
             cfg,
-            writable: base,
             scrubber: false,
             prefill,
-            spare: 0,
+            prefill_lane,
         })
     };
     BASE.store(base, Ordering::Release);
-    SPAN.store(len, Ordering::Release);
+    LANE_SPAN.store(lane_len, Ordering::Release);
+    SPAN.store(lane_len * n_lanes, Ordering::Release);
     STARTED.store(true, Ordering::Release);
     drop(g);
     // Handlers that take and give back the lock, and start the child anew.
@@ -177,13 +223,45 @@ pub fn owns(p: usize) -> bool {
     p.wrapping_sub(BASE.load(Ordering::Relaxed)) < span
 }
 
-fn limit() -> usize {
-    BASE.load(Ordering::Relaxed) + SPAN.load(Ordering::Relaxed)
+/// The lane `p` (in the range) lies in.
+fn lane_of(p: usize) -> usize {
+    (p - BASE.load(Ordering::Relaxed)) / LANE_SPAN.load(Ordering::Relaxed)
+}
+
+/// The node lane `lane` is bound to, if it is a node's (never on a machine
+/// of one lane).
+fn lane_node(lane: usize) -> Option<u32> {
+    NODES
+        .get()
+        .filter(|n| n.lanes() > 1)
+        .and_then(|n| n.node_of(lane))
+}
+
+/// The lane of the calling thread (its node, or policy): system calls only
+/// on a machine of several nodes, made before the lock is taken.
+fn caller_lane() -> usize {
+    NODES.get().map_or(0, crate::nodes::caller_lane)
 }
 
 impl Cache {
-    fn peaks(&self) {
-        stats::PEAK_HELD.fetch_max(self.blocks.bytes.held(), Ordering::Relaxed);
-        stats::PEAK_IN_USE.fetch_max(self.blocks.bytes.in_use, Ordering::Relaxed);
+    fn lane(&mut self, i: usize) -> &mut Lane {
+        self.lanes[i].as_mut().expect("a lane in use")
+    }
+
+    /// The lanes in use.
+    fn lanes(&mut self) -> impl Iterator<Item = &mut Lane> {
+        self.lanes[..self.n_lanes].iter_mut().flatten()
+    }
+
+    /// Free bytes with pages behind them, over every lane: what the cap bounds.
+    fn held(&mut self) -> usize {
+        self.lanes().map(|l| l.blocks.bytes.held()).sum()
+    }
+
+    fn peaks(&mut self) {
+        let held = self.held();
+        let in_use: usize = self.lanes().map(|l| l.blocks.bytes.in_use).sum();
+        stats::PEAK_HELD.fetch_max(held, Ordering::Relaxed);
+        stats::PEAK_IN_USE.fetch_max(in_use, Ordering::Relaxed);
     }
 }

@@ -1,10 +1,10 @@
-//! The reserved range's mappings: reserving it (and the block list) at
-//! start, making it writable as blocks reach further, and giving free memory
-//! back to the kernel (the cap and the idle limit).
+//! The reserved range's mappings: reserving it (and each lane's block list)
+//! at start, making a lane writable as its blocks reach further, and giving
+//! free memory back to the kernel (the cap and the idle limit).
 
 use std::sync::atomic::Ordering;
 
-use super::{limit, now, signal_all, Cache, Guard, SHARED};
+use super::{now, signal_all, Guard, Lane, SHARED};
 use crate::blocks::{Block, Kind};
 use crate::stats;
 use crate::sys::{self, Advice};
@@ -16,9 +16,10 @@ const PROTECT_STEP: usize = 64 << 20;
 /// Most blocks: 64K descriptors (2 MiB of list, touched as used).
 const MAX_BLOCKS: usize = 1 << 16;
 
-/// Reserves the range and maps the block list: the range's start and length,
-/// and the list; `None` if the kernel refuses.
-pub(super) fn reserve() -> Option<(usize, usize, &'static mut [Block])> {
+/// Reserves the range for `lanes` lanes of equal length, 2 MiB-aligned: the
+/// reservation (for [`unreserve`]), the range's start and the length of a
+/// lane; `None` if the kernel refuses.
+pub(super) fn reserve(lanes: usize) -> Option<(usize, usize, usize)> {
     let mem = crate::config::mem_total().unwrap_or(16 << 30);
     let mut len = (2 * mem).clamp(64 << 30, 1 << 40);
     // An address-space limit (ulimit -v) is the program's: a reservation that
@@ -32,7 +33,7 @@ pub(super) fn reserve() -> Option<(usize, usize, &'static mut [Block])> {
         // library's own mmap of it: a malloc past RAM + swap fails here as it
         // fails without us, instead of succeeding and bringing the OOM killer
         // when the program touches it.
-        if let Ok(raw) = sys::reserve(len + (2 << 20)) {
+        if let Ok(raw) = sys::reserve(len * lanes + (2 << 20)) {
             break raw;
         }
         if !unlimited || len <= 1 << 30 {
@@ -41,29 +42,34 @@ pub(super) fn reserve() -> Option<(usize, usize, &'static mut [Block])> {
         len /= 2;
     };
     // Blocks start 2 MiB-aligned, so transparent huge pages can back them.
-    let base = raw.next_multiple_of(2 << 20);
+    Some((raw, raw.next_multiple_of(2 << 20), len))
+}
+
+/// Gives back a reservation of `lanes` lanes of `len` bytes that [`reserve`]
+/// made at `raw` and nothing uses.
+pub(super) fn unreserve(raw: usize, lanes: usize, len: usize) {
+    // SAFETY: the whole reservation, which no block was ever handed out of.
+    let _ = unsafe { sys::munmap(raw, len * lanes + (2 << 20)) };
+}
+
+/// Maps a block list for one lane; `None` if the kernel refuses.
+pub(super) fn block_list() -> Option<&'static mut [Block]> {
     let list_bytes = MAX_BLOCKS * std::mem::size_of::<Block>();
-    let Ok(list) = sys::map_noreserve(list_bytes) else {
-        // SAFETY: the reservation just made, unused.
-        let _ = unsafe { sys::munmap(raw, len + (2 << 20)) };
-        return None;
-    };
+    let list = sys::map_noreserve(list_bytes).ok()?;
     // SAFETY: the mapping is ours alone for the life of the process, zeroed
     // by the kernel, and an all-zero Block is a valid value (start 0, len 0,
     // kind InUse, since 0).
-    let list: &'static mut [Block] =
-        unsafe { std::slice::from_raw_parts_mut(list as *mut Block, MAX_BLOCKS) };
-    Some((base, len, list))
+    Some(unsafe { std::slice::from_raw_parts_mut(list as *mut Block, MAX_BLOCKS) })
 }
 
-impl Cache {
-    /// Makes the range writable up to `end`; false if the kernel refuses
-    /// (overcommit, a mapping limit).
-    pub(super) fn ensure_writable(&mut self, end: usize) -> bool {
+impl Lane {
+    /// Makes the lane writable up to `end`; false if the kernel refuses
+    /// (overcommit, a mapping limit). `thp`: advise huge pages.
+    pub(super) fn ensure_writable(&mut self, end: usize, thp: bool) -> bool {
         if end <= self.writable {
             return true;
         }
-        let limit = limit();
+        let limit = self.blocks.limit();
         let new = end.next_multiple_of(PROTECT_STEP).min(limit);
         if end > new {
             return false;
@@ -73,7 +79,7 @@ impl Cache {
         if unsafe { sys::make_writable(at, new - at) }.is_err() {
             return false;
         }
-        if self.cfg.thp {
+        if thp {
             // Failure only means small pages.
             let _ = sys::madvise(at, new - at, Advice::HugePage);
         }
@@ -85,7 +91,16 @@ impl Cache {
 /// Gives back (MADV_DONTNEED) one chunk of the oldest free memory freed at or
 /// before `before`; false if there is none. Unlocks while the kernel works.
 pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
-    let Some((s, l)) = g.cache().blocks.release_take(before, RELEASE_CHUNK) else {
+    // The oldest over every lane.
+    let c = g.cache();
+    let Some(lane) = (0..c.n_lanes)
+        .filter_map(|i| Some((c.lane(i).blocks.oldest_free(before)?, i)))
+        .min()
+        .map(|(_, i)| i)
+    else {
+        return false;
+    };
+    let Some((s, l)) = c.lane(lane).blocks.release_take(before, RELEASE_CHUNK) else {
         return false;
     };
     // Unlocked while the kernel drops the pages: the block is Busy, no one
@@ -95,7 +110,7 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
     let ok = unsafe { sys::discard(s, l) }.is_ok();
     SHARED.mutex.lock();
-    let c = g.cache();
+    let c = g.cache().lane(lane);
     if ok {
         c.blocks.busy_done(s, Kind::Fresh);
         stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);

@@ -7,26 +7,36 @@ use std::sync::atomic::Ordering;
 
 use super::range::release_one;
 use super::scrubber::ensure_scrubber;
-use super::{limit, lock, now, signal_all, WAITING};
+use super::{caller_lane, lane_node, lane_of, lock, now, signal_all, WAITING};
 use crate::blocks::{Alloc, Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice};
 
-/// `size` bytes aligned to `align` from the cache, zero if `zeroed`; null if
-/// the cache cannot serve (the caller asks the next allocator).
+/// `size` bytes aligned to `align` from the cache, zero if `zeroed`, in the
+/// calling thread's lane; null if the cache cannot serve (the caller asks
+/// the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
-    take(size, align, zeroed, true)
+    take(caller_lane(), size, align, zeroed, true)
 }
 
-/// [`alloc`] for the program (`counted`: its statistics and peaks) or for the
-/// cache itself (the prefill, which is no request of the program's).
-pub(super) fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *mut c_void {
+/// [`alloc`] in lane `lane`, for the program (`counted`: its statistics and
+/// peaks) or for the cache itself (the prefill, which is no request of the
+/// program's).
+pub(super) fn take(
+    lane: usize,
+    size: usize,
+    align: usize,
+    zeroed: bool,
+    counted: bool,
+) -> *mut c_void {
     let mut waited = false;
     let mut since: Option<std::time::Instant> = None;
     let granted = loop {
         let mut g = lock();
         let c = g.cache();
-        let Some(reach) = c
+        let (thp, spare, cap) = (c.cfg.thp, c.cfg.spare, c.cfg.cap);
+        let l = c.lane(lane);
+        let Some(reach) = l
             .blocks
             .top()
             .checked_add(size)
@@ -36,15 +46,15 @@ pub(super) fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *m
         };
         // The cache's own range beyond top: what the program uses is not
         // capped, only what it has freed.
-        let room = if c.ensure_writable(reach.min(limit())) {
+        let room = if l.ensure_writable(reach.min(l.blocks.limit()), thp) {
             usize::MAX
         } else {
-            c.writable - c.blocks.top()
+            l.writable - l.blocks.top()
         };
         let a = if waited {
-            c.blocks.alloc_around_busy(size, align, zeroed, room)
+            l.blocks.alloc_around_busy(size, align, zeroed, room)
         } else {
-            c.blocks.alloc(size, align, zeroed, room)
+            l.blocks.alloc(size, align, zeroed, room)
         };
         match a {
             Alloc::Granted {
@@ -53,18 +63,19 @@ pub(super) fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *m
                 pieces,
                 n,
             } => {
-                debug_assert!(c.blocks.check());
+                debug_assert!(l.blocks.check());
                 if counted {
-                    c.peaks();
                     // Freed and asked for again faster than the scrubber
-                    // clears: keep this much zeroed ahead from now on. Only
-                    // if the cap holds it beside the block the program frees
-                    // next: else that free gives the spare back at once.
+                    // clears: keep this much zeroed ahead, in this lane, from
+                    // now on. Only if the cap holds it beside the block the
+                    // program frees next: else that free gives the spare back
+                    // at once.
                     let dirty = pieces[..n].iter().any(|p| p.2 == Kind::Dirty);
-                    if zeroed && dirty && c.cfg.spare && len <= c.cfg.cap / 2 {
-                        c.spare = c.spare.max(len);
+                    if zeroed && dirty && spare && len <= cap / 2 {
+                        l.spare = l.spare.max(len);
                         signal_all();
                     }
+                    c.peaks();
                 }
                 break (start, len, pieces, n);
             }
@@ -116,15 +127,16 @@ pub(super) fn take(size: usize, align: usize, zeroed: bool, counted: bool) -> *m
 pub extern "C" fn free(p: usize) {
     let mut g = lock();
     let c = g.cache();
-    if c.blocks.free(p, now()).is_none() {
+    let l = c.lane(lane_of(p));
+    if l.blocks.free(p, now()).is_none() {
         stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
         return;
     }
-    debug_assert!(c.blocks.check());
+    debug_assert!(l.blocks.check());
     c.peaks();
     let cap = c.cfg.cap;
     // Past the cap: the oldest free memory goes back before this returns.
-    while g.cache().blocks.bytes.held() > cap {
+    while g.cache().held() > cap {
         if !release_one(&mut g, u64::MAX) {
             break;
         }
@@ -139,7 +151,7 @@ pub extern "C" fn free(p: usize) {
 
 /// Bytes usable at `p`, if it is a block handed out.
 pub fn usable_size(p: usize) -> Option<usize> {
-    lock().cache().blocks.in_use_len(p)
+    lock().cache().lane(lane_of(p)).blocks.in_use_len(p)
 }
 
 /// `realloc` of the block at `p` to `size` bytes: shrunk or grown in place,
@@ -147,14 +159,19 @@ pub fn usable_size(p: usize) -> Option<usize> {
 /// new block. `None`: `p` is not a block handed out. `Some(null)`: the cache
 /// has no room (the caller copies to the next allocator).
 pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
+    // The block's pages stay on their node: grown in place, or moved to a
+    // block of the same lane.
+    let lane = lane_of(p);
     let old = {
         let mut g = lock();
         let c = g.cache();
-        let old = c.blocks.in_use_len(p)?;
+        let thp = c.cfg.thp;
+        let l = c.lane(lane);
+        let old = l.blocks.in_use_len(p)?;
         if size <= old {
             // Shrinking by less than the threshold keeps the block whole.
             if old - size >= threshold {
-                c.blocks.shrink(p, size, now());
+                l.blocks.shrink(p, size, now());
                 signal_all();
             }
             return Some(p as *mut c_void);
@@ -164,19 +181,19 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             // allocator, which refuses with ENOMEM), not "not ours".
             return Some(std::ptr::null_mut());
         };
-        let reach = reach.min(limit());
-        let room = if c.ensure_writable(reach) {
+        let reach = reach.min(l.blocks.limit());
+        let room = if l.ensure_writable(reach, thp) {
             usize::MAX
         } else {
             0
         };
-        if c.blocks.grow(p, size, room) {
+        if l.blocks.grow(p, size, room) {
             c.peaks();
             return Some(p as *mut c_void);
         }
         old
     };
-    let q = alloc(size, PAGE, false);
+    let q = take(lane, size, PAGE, false, true);
     if q.is_null() {
         return Some(q);
     }
@@ -201,7 +218,11 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         if again && g.cache().cfg.thp {
             let _ = sys::madvise(p, old, Advice::HugePage);
         }
-        g.cache().blocks.free_fresh(p);
+        // The fresh mapping has no policy: its lane's node again.
+        if let Some(node) = lane_node(lane).filter(|_| again) {
+            let _ = sys::prefer_node(p, old, node);
+        }
+        g.cache().lane(lane).blocks.free_fresh(p);
         stats::REMAPS.fetch_add(1, Ordering::Relaxed);
         signal_all();
         return Some(q);

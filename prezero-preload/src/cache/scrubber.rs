@@ -13,7 +13,7 @@ use std::sync::atomic::Ordering;
 
 use super::range::release_one;
 use super::requests::take;
-use super::{limit, lock, now, signal_all, Guard, WAITING};
+use super::{lock, now, signal_all, Guard, WAITING};
 use crate::blocks::{Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, Errno};
@@ -46,9 +46,10 @@ fn scrub() {
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut g = lock();
     let prefill = std::mem::take(&mut g.cache().prefill);
+    let prefill_lane = g.cache().prefill_lane;
     if prefill > 0 {
         drop(g);
-        do_prefill(prefill);
+        do_prefill(prefill_lane, prefill);
         g = lock();
     }
     loop {
@@ -62,7 +63,15 @@ fn scrub() {
             g.wait_ms(1);
             continue;
         }
-        if let Some((s, l)) = g.cache().blocks.scrub_take(SCRUB_CHUNK) {
+        // The oldest Dirty block of any lane, cleared where it is: its pages
+        // stay on their node.
+        let c = g.cache();
+        let dirtiest = (0..c.n_lanes)
+            .filter_map(|i| Some((c.lane(i).blocks.oldest_dirty()?, i)))
+            .min();
+        if let Some((s, l, lane)) = dirtiest.and_then(|(_, i)| {
+            Some(c.lane(i).blocks.scrub_take(SCRUB_CHUNK)?).map(|(s, l)| (s, l, i))
+        }) {
             drop(g);
             let t = std::time::Instant::now();
             // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
@@ -71,11 +80,11 @@ fn scrub() {
             stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
             g = lock();
-            g.cache().blocks.busy_done(s, Kind::Clean);
+            g.cache().lane(lane).blocks.busy_done(s, Kind::Clean);
             signal_all();
             continue;
         }
-        if let Some((s, l)) = spare_take(&mut g) {
+        if let Some((s, l, lane)) = spare_take(&mut g) {
             drop(g);
             // [s, s + l) is a Busy block of our range, without pages (Fresh
             // or beyond top): the scrubber's alone until busy_done. The
@@ -89,15 +98,16 @@ fn scrub() {
             }
             g = lock();
             let c = g.cache();
+            // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
+            c.cfg.spare &= !unknown;
+            let lanes = c.lane(lane);
             if ok {
                 stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
-                c.blocks.busy_done(s, Kind::Clean);
+                lanes.blocks.busy_done(s, Kind::Clean);
                 c.peaks();
             } else {
-                c.spare = 0;
-                // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
-                c.cfg.spare &= !unknown;
-                c.blocks.busy_done(s, Kind::Fresh);
+                lanes.spare = 0;
+                lanes.blocks.busy_done(s, Kind::Fresh);
             }
             signal_all();
             continue;
@@ -106,53 +116,63 @@ fn scrub() {
     }
 }
 
-/// The next piece of the spare to populate, now Busy: what the longest Clean
-/// block lacks, within the cap, a scrub chunk at most (a request that needs
-/// it waits little).
-fn spare_take(g: &mut Guard) -> Option<(usize, usize)> {
+/// The next piece of a lane's spare to populate, now Busy, and the lane:
+/// what its longest Clean block lacks, within the cap, a scrub chunk at most
+/// (a request that needs it waits little). Populated by this thread, in a
+/// node's lane it lands on the node (the lane's policy); in the unbound one
+/// where the process's policy puts it.
+fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
     let c = g.cache();
-    if c.spare == 0 {
+    let free_cap = c.cfg.cap.saturating_sub(c.held());
+    let thp = c.cfg.thp;
+    for lane in 0..c.n_lanes {
+        let l = c.lane(lane);
         // No spare wanted (the usual case): no walk of the block list.
-        return None;
+        if l.spare == 0 {
+            continue;
+        }
+        let chunk = l
+            .spare
+            .saturating_sub(l.blocks.largest_clean())
+            .min(free_cap)
+            .min(SCRUB_CHUNK);
+        if chunk < PAGE {
+            continue;
+        }
+        let top = l.blocks.top();
+        let end = top.saturating_add(chunk).min(l.blocks.limit());
+        let room = if l.blocks.ends_fresh() || l.ensure_writable(end, thp) {
+            chunk
+        } else {
+            l.writable - top
+        };
+        if let Some((s, n)) = l.blocks.fresh_take(chunk, room, now()) {
+            return Some((s, n, lane));
+        }
     }
-    let chunk = c
-        .spare
-        .saturating_sub(c.blocks.largest_clean())
-        .min(c.cfg.cap.saturating_sub(c.blocks.bytes.held()))
-        .min(SCRUB_CHUNK);
-    if chunk < PAGE {
-        return None;
-    }
-    let top = c.blocks.top();
-    let room = if c.blocks.ends_fresh() || c.ensure_writable(top.saturating_add(chunk).min(limit()))
-    {
-        chunk
-    } else {
-        c.writable - top
-    };
-    c.blocks.fresh_take(chunk, room, now())
+    None
 }
 
 /// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
 /// clears any Dirty piece, here, in the background) and leaves them Clean for
 /// the first requests.
-fn do_prefill(bytes: usize) {
+fn do_prefill(lane: usize, bytes: usize) {
     // Zeroed: the program may have freed blocks before this thread got a core,
     // and the cheapest run for a plain request starts on such a Dirty block.
     // Populating does not clear what is already there, so a Dirty piece marked
     // Clean below would reach a later calloc unzeroed.
-    let p = take(bytes, 2 << 20, true, false);
+    let p = take(lane, bytes, 2 << 20, true, false);
     if p.is_null() {
         return;
     }
     // The block just granted to this thread, writable.
     let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
     let mut g = lock();
-    let c = g.cache();
+    let l = g.cache().lane(lane);
     if ok {
-        c.blocks.free_clean(p as usize, now());
+        l.blocks.free_clean(p as usize, now());
     } else {
-        c.blocks.free_fresh(p as usize);
+        l.blocks.free_fresh(p as usize);
     }
     signal_all();
 }

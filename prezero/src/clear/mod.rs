@@ -276,3 +276,77 @@ pub fn clear_parallel_with(
     });
     Ok(())
 }
+
+/// Zeroes `buf` as `nodes.len()` parts of about equal size, on page
+/// boundaries (2 MiB ones when every part gets at least that, so a THP is not
+/// shared): part `i` is cleared by `threads / nodes.len()` threads (at least
+/// one) running on node `nodes[i]`'s CPUs. Pages the clear touches first land
+/// on their part's node under local allocation (first-touch placement, as an
+/// HPC code's own threads would place them); pages present already stay where
+/// they are. A buffer too small for every node has fewer parts. Returns the
+/// parts.
+///
+/// Errors: no nodes; `threads == 0`; a node that is not online or has no
+/// CPUs. The buffer is zero on every return but the first two.
+pub fn clear_parallel_on_nodes(
+    buf: &mut [u8],
+    nodes: &[u32],
+    threads: usize,
+) -> Result<Vec<crate::numa::NodePart>> {
+    if nodes.is_empty() {
+        return Err(Error::invalid("clear_parallel_on_nodes: no nodes given"));
+    }
+    if threads == 0 {
+        return Err(Error::invalid("clear_parallel: threads must be at least 1"));
+    }
+    let topology = crate::numa::Topology::read();
+    for &n in nodes {
+        match topology.node(n) {
+            Some(node) if !node.cpus.is_empty() => {}
+            Some(_) => {
+                return Err(Error::invalid(format!(
+                    "NUMA node {n} has no CPUs to clear from (bind the memory to it instead)"
+                )))
+            }
+            None => topology.memory_node(n).map(|_| ())?,
+        }
+    }
+    let k = Strategy::default().kernel_for(buf.len())?;
+    let granule = if buf.len() >= nodes.len() * (2 << 20) {
+        2 << 20
+    } else {
+        crate::cpu::cpu().page_size
+    };
+    let base = buf.as_ptr() as usize;
+    let parts = crate::prefault::node_parts(base, buf.len(), granule, nodes);
+    let per_part = (threads / parts.len()).max(1);
+    let mut pieces = Vec::new();
+    for part in &parts {
+        pieces.extend(
+            crate::prefault::split(base + part.offset, part.len, granule, per_part)
+                .into_iter()
+                .map(|(_, len)| (len, part.node)),
+        );
+    }
+    std::thread::scope(|s| {
+        let mut rest = buf;
+        let mut handles = Vec::new();
+        for &(len, node) in &pieces {
+            let (piece, tail) = rest.split_at_mut(len);
+            rest = tail;
+            let topology = &topology;
+            handles.push(s.spawn(move || -> Result<()> {
+                // Refused (a cpuset narrower than the node), the piece is
+                // still cleared: the error tells only of its placement.
+                let placed = crate::numa::run_on_node(topology, node);
+                k.clear(piece);
+                placed
+            }));
+        }
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("clear thread panicked"))
+            .collect::<Result<Vec<()>>>()
+    })?;
+    Ok(parts)
+}

@@ -3,7 +3,7 @@
 use std::ffi::{c_int, c_void};
 use std::ops::ControlFlow;
 
-use super::helpers::{bytes_mut, guard, inval, write_opt};
+use super::helpers::{bytes_mut, guard, inval, node_ids, write_opt};
 use crate::clear::{Kernel, Strategy, Temperature};
 use crate::error::Result;
 
@@ -151,4 +151,27 @@ pub unsafe extern "C" fn pz_clear_near(ptr: *mut c_void, len: usize, hint: usize
 pub unsafe extern "C" fn pz_clear_parallel(ptr: *mut c_void, len: usize, threads: usize) -> c_int {
     // SAFETY: the caller promises the range.
     guard(|| crate::clear_parallel(unsafe { bytes_mut(ptr, len)? }, threads))
+}
+
+/// Zeroes `[ptr, ptr+len)` as `n_nodes` parts of about equal size, on page
+/// boundaries: part `i` by `threads / n_nodes` threads (at least one)
+/// running on NUMA node `nodes[i]`'s CPUs, so pages touched first land on
+/// that node. `-EINVAL`: NULL `nodes` or `n_nodes == 0`, `threads == 0`, a
+/// node that is not online or has no CPUs, or a bad range.
+///
+/// # Safety
+/// As `pz_clear`; `nodes` is NULL or readable for `n_nodes` ids.
+#[no_mangle]
+pub unsafe extern "C" fn pz_clear_parallel_nodes(
+    ptr: *mut c_void,
+    len: usize,
+    nodes: *const u32,
+    n_nodes: usize,
+    threads: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller promises the range and the node array.
+        let (buf, nodes) = unsafe { (bytes_mut(ptr, len)?, node_ids(nodes, n_nodes)?) };
+        crate::clear_parallel_on_nodes(buf, nodes, threads).map(drop)
+    })
 }

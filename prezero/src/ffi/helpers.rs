@@ -68,6 +68,20 @@ pub(super) unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8
     unsafe { bytes_mut(ptr.cast_mut(), len).map(|b| &*b) }
 }
 
+/// NUMA node ids from C: `(nodes, n)` as a slice; NULL or `n == 0` is an
+/// error (a call given nodes needs one), as is a count no array could hold.
+///
+/// # Safety
+/// `nodes` is NULL or readable for `n` ids.
+pub(super) unsafe fn node_ids<'a>(nodes: *const u32, n: usize) -> Result<&'a [u32]> {
+    not_null(nodes, "node array")?;
+    if n == 0 || n > isize::MAX as usize / 4 {
+        return Err(inval("a node count of 0, or more than an array holds"));
+    }
+    // SAFETY: not NULL, and readable for n ids (the caller's promise).
+    Ok(unsafe { std::slice::from_raw_parts(nodes, n) })
+}
+
 /// A caller's versioned struct (its first field is `size_t struct_size`): not
 /// NULL, and of the size this library was built with.
 ///

@@ -104,7 +104,14 @@ mod tests {
             ("PZ_SOURCE_LOCAL", PZ_SOURCE_LOCAL, 1),
             ("PZ_TEMPLATE_MAX_WORDS", PZ_TEMPLATE_MAX_WORDS as c_int, 8),
         ];
-        let bits: [(&str, u32, u32); 10] = [
+        let nodes: [(&str, i64, i64); 2] = [
+            ("PZ_NODE_CALLER", PZ_NODE_CALLER, -1),
+            ("PZ_NODE_ANY", PZ_NODE_ANY, -2),
+        ];
+        for (name, value, pinned) in nodes {
+            assert_eq!(value, pinned, "{name}");
+        }
+        let bits: [(&str, u32, u32); 11] = [
             ("PZ_FEATURE_ERMS", PZ_FEATURE_ERMS, 1 << 0),
             ("PZ_FEATURE_FSRM", PZ_FEATURE_FSRM, 1 << 1),
             ("PZ_FEATURE_SSE2", PZ_FEATURE_SSE2, 1 << 2),
@@ -115,6 +122,7 @@ mod tests {
             ("PZ_FEATURE_DC_ZVA", PZ_FEATURE_DC_ZVA, 1 << 7),
             ("PZ_FEATURE_MOPS", PZ_FEATURE_MOPS, 1 << 8),
             ("PZ_SERVICE_NO_FALLBACK", PZ_SERVICE_NO_FALLBACK, 1),
+            ("PZ_SERVICE_OTHER_NODES", PZ_SERVICE_OTHER_NODES, 2),
         ];
         for (name, value, pinned) in ints {
             assert_eq!(value, pinned, "{name}");

@@ -1,9 +1,10 @@
 //! Mapping and populating: `pz_region_*` (an opaque `pz_region` per mapping),
-//! `pz_prefault`, and the `PZ_PAGE_*` numbers the pool and service calls share.
+//! `pz_prefault` and `pz_prefault_nodes`, and the `PZ_PAGE_*` numbers the pool
+//! and service calls share.
 
 use std::ffi::{c_int, c_void};
 
-use super::helpers::{free_handle, guard, handle, into_handle, inval, not_null};
+use super::helpers::{free_handle, guard, handle, into_handle, inval, node_ids, not_null};
 use crate::error::Result;
 use crate::region::{PageKind, Region};
 
@@ -95,5 +96,30 @@ pub unsafe extern "C" fn pz_prefault(ptr: *mut c_void, len: usize, threads: usiz
         not_null(ptr, "pointer")?;
         // SAFETY: the kernel validates the range; contents are not changed.
         unsafe { crate::prefault::prefault_raw(ptr.cast(), len, threads) }.map(drop)
+    })
+}
+
+/// Populates a region as `n_nodes` parts of about equal size, on its page
+/// boundaries: part `i` on NUMA node `nodes[i]`, bound there
+/// (`MPOL_PREFERRED`) and populated by `threads / n_nodes` threads (at least
+/// one) running on that node's CPUs. `-EINVAL`: a NULL or dead region, NULL
+/// `nodes` or `n_nodes == 0`, `threads == 0`, or a node that does not exist,
+/// is offline or has no memory.
+///
+/// # Safety
+/// No other thread frees `region` during the call (any pointer is checked
+/// first); `nodes` is NULL or readable for `n_nodes` ids.
+#[no_mangle]
+pub unsafe extern "C" fn pz_prefault_nodes(
+    region: *const PzRegion,
+    nodes: *const u32,
+    n_nodes: usize,
+    threads: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: handle() checks the region is live; the caller promises
+        // nobody frees it meanwhile and that nodes holds n_nodes ids.
+        let (r, nodes) = unsafe { (handle(region, "region")?, node_ids(nodes, n_nodes)?) };
+        crate::prefault::prefault_on_nodes(&r.region, nodes, threads).map(drop)
     })
 }

@@ -8,11 +8,20 @@ use std::os::unix::ffi::OsStrExt;
 use super::helpers::{free_handle, guard, handle, into_handle, inval, not_null, write_opt};
 use super::region::page_kind;
 use crate::error::Error;
-use crate::service::{AllocOptions, Client, ServiceMemory, Source};
+use crate::service::{AllocOptions, Client, NodeChoice, ServiceMemory, Source};
 
 /// `pz_service_alloc` flag: fail rather than map local memory when the service
 /// cannot serve.
 pub const PZ_SERVICE_NO_FALLBACK: u32 = 1;
+/// `pz_service_alloc_on` flag: when the node asked for has too little ready,
+/// take another node's memory, nearest first (without it: local memory on
+/// that node, unless `PZ_SERVICE_NO_FALLBACK`).
+pub const PZ_SERVICE_OTHER_NODES: u32 = 2;
+/// `pz_service_alloc_on` node: the caller's (the one node its memory policy
+/// binds or prefers, else the one node of every CPU it may run on, else any).
+pub const PZ_NODE_CALLER: i64 = -1;
+/// `pz_service_alloc_on` node: whichever has memory ready.
+pub const PZ_NODE_ANY: i64 = -2;
 /// `pz_service_alloc` source: the memory came from `prezero serve`.
 pub const PZ_SOURCE_SERVICE: c_int = 0;
 /// `pz_service_alloc` source: local memory, mapped and populated here.
@@ -94,13 +103,43 @@ pub unsafe extern "C" fn pz_service_alloc(
     out: *mut *mut PzServiceMemory,
     source_out: *mut c_int,
 ) -> c_int {
+    // SAFETY: the caller's promises, which pz_service_alloc_on takes as they are.
+    unsafe { pz_service_alloc_on(svc, bytes, page, PZ_NODE_CALLER, flags, out, source_out) }
+}
+
+/// `pz_service_alloc` on a NUMA node: `node` is a node id, `PZ_NODE_CALLER`
+/// (what `pz_service_alloc` asks for) or `PZ_NODE_ANY`. The service's memory
+/// is on that node (checked where it is mapped), else local memory placed
+/// there, unless `PZ_SERVICE_OTHER_NODES` lets another node's serve.
+/// `-EINVAL` also for a node that does not exist, is offline or has no
+/// memory, and for any other negative `node`.
+///
+/// # Safety
+/// As `pz_service_alloc`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_alloc_on(
+    svc: *const PzService,
+    bytes: usize,
+    page: c_int,
+    node: i64,
+    flags: u32,
+    out: *mut *mut PzServiceMemory,
+    source_out: *mut c_int,
+) -> c_int {
     guard(|| {
         not_null(out, "output pointer")?;
-        if flags & !PZ_SERVICE_NO_FALLBACK != 0 {
+        if flags & !(PZ_SERVICE_NO_FALLBACK | PZ_SERVICE_OTHER_NODES) != 0 {
             return Err(inval("unknown flags"));
         }
+        let node = match node {
+            PZ_NODE_CALLER => NodeChoice::Caller,
+            PZ_NODE_ANY => NodeChoice::Any,
+            n => NodeChoice::Node(u32::try_from(n).map_err(|_| inval("unknown node"))?),
+        };
         let opts = AllocOptions {
             fallback: flags & PZ_SERVICE_NO_FALLBACK == 0,
+            node,
+            other_nodes: flags & PZ_SERVICE_OTHER_NODES != 0,
             ..AllocOptions::default()
         };
         let kind = page_kind(page)?;
@@ -123,6 +162,36 @@ pub unsafe extern "C" fn pz_service_alloc(
             out.write(into_handle(PzServiceMemory { memory }));
         }
         Ok(())
+    })
+}
+
+/// The NUMA node of service memory that was asked for on one, into `*out`:
+/// `-ENOENT` when the memory names none (local memory, or memory asked for on
+/// any node), `-EINVAL` for a NULL or dead handle or a NULL `out`.
+///
+/// # Safety
+/// No other thread frees `mem` during the call (any pointer is checked
+/// first); `out` is NULL (refused) or writable for a `uint32_t`.
+#[no_mangle]
+pub unsafe extern "C" fn pz_service_memory_node(
+    mem: *const PzServiceMemory,
+    out: *mut u32,
+) -> c_int {
+    guard(|| {
+        not_null(out, "output pointer")?;
+        // SAFETY: handle() checks mem is live; the caller promises no one frees it meanwhile.
+        let m = unsafe { handle(mem, "service memory")? };
+        match m.memory.source() {
+            Source::Service { node: Some(n), .. } => {
+                // SAFETY: checked non-NULL; the caller gave a writable slot.
+                unsafe { out.write(*n) };
+                Ok(())
+            }
+            _ => Err(Error::Os {
+                call: "pz_service_memory_node",
+                source: std::io::Error::from_raw_os_error(libc::ENOENT),
+            }),
+        }
     })
 }
 

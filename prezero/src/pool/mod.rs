@@ -31,186 +31,21 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::clear::{KernelFn, Strategy, Temperature};
-use crate::cpu::cpu;
+use crate::clear::KernelFn;
 use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
 
+mod builder;
 mod scrubber;
 mod state;
 mod stats;
 
+pub use builder::PoolBuilder;
 pub use scrubber::ScrubPriority;
 pub use stats::PoolStats;
 
 use state::{Refused, Source, State};
 use stats::{Counters, Histogram};
-
-/// How a [`Pool`] is built. Every setting is checked by [`PoolBuilder::build`].
-#[derive(Debug, Clone)]
-pub struct PoolBuilder {
-    chunk_size: usize,
-    backing: PageKind,
-    capacity: usize,
-    low: Option<usize>,
-    high: Option<usize>,
-    scrubbers: usize,
-    priority: ScrubPriority,
-    prefill: usize,
-    verify: bool,
-    hot_window: Option<usize>,
-}
-
-impl Default for PoolBuilder {
-    fn default() -> Self {
-        PoolBuilder {
-            chunk_size: 2 << 20,
-            backing: PageKind::Thp,
-            capacity: 1 << 30,
-            low: None,
-            high: None,
-            scrubbers: 1,
-            priority: ScrubPriority::Idle,
-            prefill: 0,
-            verify: std::env::var("PREZERO_VERIFY").is_ok_and(|v| v == "1"),
-            hot_window: None,
-        }
-    }
-}
-
-impl PoolBuilder {
-    /// Bytes per chunk (default 2 MiB); a multiple of the backing's page size.
-    pub fn chunk_size(mut self, bytes: usize) -> Self {
-        self.chunk_size = bytes;
-        self
-    }
-
-    /// The pages behind the chunks (default THP).
-    pub fn backing(mut self, kind: PageKind) -> Self {
-        self.backing = kind;
-        self
-    }
-
-    /// Most bytes the pool will ever map (default 1 GiB); at least one chunk.
-    pub fn capacity(mut self, bytes: usize) -> Self {
-        self.capacity = bytes;
-        self
-    }
-
-    /// Zeroed chunks below which the scrubber starts (seed 003's `scrub_start`;
-    /// default: the high watermark, i.e. scrub whenever below it).
-    pub fn low_watermark(mut self, chunks: usize) -> Self {
-        self.low = Some(chunks);
-        self
-    }
-
-    /// Zeroed chunks at which the scrubber stops (`scrub_stop`; default: all of capacity).
-    pub fn high_watermark(mut self, chunks: usize) -> Self {
-        self.high = Some(chunks);
-        self
-    }
-
-    /// Scrubber threads (default 1; 0 = no background scrubbing: every
-    /// `alloc_zeroed` of a dirty chunk clears it on the spot).
-    pub fn scrubbers(mut self, n: usize) -> Self {
-        self.scrubbers = n;
-        self
-    }
-
-    /// Scrubber scheduling (default `SCHED_IDLE`, falling back to nice 19).
-    pub fn scrub_priority(mut self, p: ScrubPriority) -> Self {
-        self.priority = p;
-        self
-    }
-
-    /// Chunks to map and prefault at build time, ready zeroed.
-    pub fn prefill(mut self, chunks: usize) -> Self {
-        self.prefill = chunks;
-        self
-    }
-
-    /// Check every chunk handed out by `alloc_zeroed` is all zero (panics if
-    /// not). Also on with `PREZERO_VERIFY=1`.
-    pub fn verify(mut self, on: bool) -> Self {
-        self.verify = on;
-        self
-    }
-
-    /// How much recently handed-out memory counts as still in cache (default:
-    /// [`Cpu::hot_capacity`](crate::cpu::Cpu::hot_capacity)). A chunk freed within this many bytes of
-    /// hand-outs after it was taken is "hot": kept out of the scrubber's queue and
-    /// cleared in cache when reused. 0 sends every freed chunk to the scrubber.
-    pub fn hot_window(mut self, bytes: usize) -> Self {
-        self.hot_window = Some(bytes);
-        self
-    }
-
-    /// Checks the configuration, maps the prefill, starts the scrubbers.
-    pub fn build(self) -> Result<Pool> {
-        let page = self.backing.page_size();
-        if self.chunk_size == 0 || !self.chunk_size.is_multiple_of(page) {
-            return Err(Error::invalid(format!(
-                "pool chunk size {} is not a positive multiple of the {} page size ({page})",
-                self.chunk_size, self.backing
-            )));
-        }
-        let max_chunks = self.capacity / self.chunk_size;
-        if max_chunks == 0 {
-            return Err(Error::invalid(format!(
-                "pool capacity {} is smaller than one chunk ({})",
-                self.capacity, self.chunk_size
-            )));
-        }
-        let high = self.high.unwrap_or(max_chunks);
-        let low = self.low.unwrap_or(high);
-        if high > max_chunks || low > high {
-            return Err(Error::invalid(format!(
-                "pool watermarks must satisfy low <= high <= capacity in chunks ({low} <= {high} <= {max_chunks})"
-            )));
-        }
-        if self.prefill > max_chunks {
-            return Err(Error::invalid(format!(
-                "pool prefill of {} chunks exceeds capacity of {max_chunks}",
-                self.prefill
-            )));
-        }
-        let kernels = Kernels {
-            hot: Strategy::Auto(Temperature::Hot).kernel_for(self.chunk_size)?,
-            cold: Strategy::Auto(Temperature::Cold).kernel_for(self.chunk_size)?,
-        };
-        let shared = Arc::new(Shared {
-            chunk_size: self.chunk_size,
-            backing: self.backing,
-            max_chunks,
-            low,
-            high,
-            verify: self.verify,
-            hot_chunks: (self.hot_window.unwrap_or_else(|| cpu().hot_capacity()) / self.chunk_size)
-                as u64,
-            kernels,
-            state: Mutex::new(State::default()),
-            regions: Mutex::new(Vec::new()),
-            scrub_wake: Condvar::new(),
-            chunk_ready: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            counters: Counters::default(),
-            latency: Histogram::new(),
-            priority: Mutex::new("none (no scrubber)"),
-            scrubber_tids: Mutex::new(Vec::new()),
-        });
-        for _ in 0..self.prefill {
-            let r = Region::new(self.chunk_size, self.backing)?;
-            crate::prefault::prefault(&r, 1)?;
-            shared.adopt(r, false);
-        }
-        let scrubbers = (0..self.scrubbers)
-            .map(|i| scrubber::spawn(Arc::clone(&shared), self.priority, i))
-            .collect::<std::io::Result<Vec<_>>>()
-            .map_err(|e| Error::os("spawn scrubber thread", e))?;
-        Ok(Pool { shared, scrubbers })
-    }
-}
 
 /// The two clearing kernels a pool uses, chosen once for its chunk size.
 struct Kernels {
@@ -243,6 +78,8 @@ pub(crate) struct Shared {
     stop: AtomicBool,
     counters: Counters,
     latency: Histogram,
+    /// More than one NUMA node has memory: chunks are kept apart by node.
+    multi_node: bool,
     priority: Mutex<&'static str>,
     /// Kernel thread ids of the scrubbers, to lift them out of `SCHED_IDLE` at shutdown.
     scrubber_tids: Mutex<Vec<crate::sys::Tid>>,
@@ -259,9 +96,19 @@ impl Shared {
         debug_assert!(s.check(), "pool invariant broken: {:?}", s.counts());
     }
 
+    /// The calling thread's node, where chunks are kept apart by node (no
+    /// system call on a machine of one node).
+    fn caller_node(&self) -> Option<u32> {
+        if self.multi_node {
+            crate::numa::caller_node()
+        } else {
+            None
+        }
+    }
+
     /// Registers a new mapping as a chunk, in use (handed out now, ending a
-    /// `grow`) or zeroed (prefill).
-    fn adopt(&self, region: Region, in_use: bool) -> usize {
+    /// `grow`) or zeroed (prefill), its pages on `node`.
+    fn adopt(&self, region: Region, in_use: bool, node: Option<u32>) -> usize {
         let addr = region.as_ptr() as usize;
         let mut regions = self.regions.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = self.lock();
@@ -269,7 +116,7 @@ impl Shared {
             // In the same critical section as `add`, so capacity is never overrun.
             s.growing -= 1;
         }
-        let id = s.add(addr, in_use);
+        let id = s.add(addr, in_use, node);
         debug_assert_eq!(id, regions.len());
         regions.push(region);
         self.check(&s);
@@ -308,16 +155,25 @@ impl Shared {
 
     fn hand_out(self: &Arc<Self>, zeroed: bool) -> Result<Chunk> {
         let start = Instant::now();
+        // A chunk of the taker's node only: its pages stay where they are.
+        let node = self.caller_node();
         let taken = {
             let mut s = self.lock();
             let t = if zeroed {
-                s.take_zeroed(self.hot_chunks)
+                s.take_zeroed(self.hot_chunks, node)
             } else {
-                s.take_any(self.hot_chunks)
+                s.take_any(self.hot_chunks, node)
+            };
+            let room = s.slots.len() + s.growing < self.max_chunks;
+            // At capacity with nothing of its node: another node's chunk, whose
+            // pages `prepare` drops.
+            let t = match (t, node) {
+                (None, Some(n)) if !room => s.take_foreign(self.hot_chunks, n),
+                (t, _) => t,
             };
             let r = match t {
                 Some((id, src)) => Some((id, src, self.chunk_ptr(&s, id))),
-                None if s.slots.len() + s.growing < self.max_chunks => {
+                None if room => {
                     s.growing += 1;
                     None
                 }
@@ -338,7 +194,7 @@ impl Shared {
                 self.prepare(ptr, src, zeroed);
                 (id, ptr)
             }
-            None => self.grow()?,
+            None => self.grow(node)?,
         };
         let chunk = Chunk {
             shared: Arc::clone(self),
@@ -360,6 +216,19 @@ impl Shared {
     fn prepare(&self, ptr: NonNull<u8>, src: Source, zeroed: bool) {
         let c = &self.counters;
         let n = self.chunk_size;
+        if src == Source::Foreign {
+            // SAFETY: the chunk is InUse and owned by this call until returned
+            // as a Chunk; it is `chunk_size` bytes of our own anonymous mapping.
+            // Without its pages it reads zero, and the taker's touches fault
+            // them in on its node.
+            if unsafe { crate::sys::discard(ptr.as_ptr(), n) }.is_err() {
+                // Kept pages (mlock): cleared like a cold chunk, left where they are.
+                // SAFETY: as above.
+                unsafe { self.kernels.cold.run(ptr.as_ptr(), n) };
+            }
+            Counters::add(&c.served_fresh, 1);
+            return Counters::add(&c.bytes_fresh, n);
+        }
         if !zeroed {
             Counters::add(&c.served_unzeroed, 1);
             return;
@@ -369,6 +238,7 @@ impl Shared {
             Source::Released => return Counters::add(&c.served_released, 1),
             Source::Hot => (self.kernels.hot, &c.served_hot, &c.bytes_cleared_hot),
             Source::Cold => (self.kernels.cold, &c.served_cold, &c.bytes_cleared_cold),
+            Source::Foreign => unreachable!("handled above"),
         };
         // SAFETY: the chunk is InUse and owned by this call until returned as a
         // Chunk; it is `chunk_size` bytes of our mapping.
@@ -377,8 +247,9 @@ impl Shared {
         Counters::add(bytes, n);
     }
 
-    /// Maps a new chunk (already counted in `growing`): fresh pages are zero.
-    fn grow(&self) -> Result<(usize, NonNull<u8>)> {
+    /// Maps a new chunk (already counted in `growing`) for a taker on `node`,
+    /// whose touches place its pages: fresh pages are zero.
+    fn grow(&self, node: Option<u32>) -> Result<(usize, NonNull<u8>)> {
         let r = match Region::new(self.chunk_size, self.backing) {
             Ok(r) => r,
             Err(e) => {
@@ -387,7 +258,7 @@ impl Shared {
             }
         };
         let ptr = NonNull::new(r.as_ptr()).expect("mapped regions are not null");
-        let id = self.adopt(r, true);
+        let id = self.adopt(r, true, node);
         Counters::add(&self.counters.served_fresh, 1);
         Counters::add(&self.counters.bytes_fresh, self.chunk_size);
         Ok((id, ptr))

@@ -16,6 +16,12 @@
 //! Invariant (checked by [`State::check`] after every change in debug builds):
 //! `zeroed + released + hot + dirty + scrubbing + in_use == slots`, and each
 //! slot's phase is the one of the place it is in.
+//!
+//! NUMA: a chunk with pages records their node (`None` where one node is all
+//! there is, or nobody said), and a taker that names its node is given only
+//! chunks of that node, or released ones (no pages: they land where the taker
+//! touches them); [`State::take_foreign`] is the last resort, a chunk of another
+//! node whose pages the caller drops before handing it out.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -37,6 +43,8 @@ pub(crate) struct Slot {
     pub(crate) handed_at: u64,
     /// Handed out through `Chunk::into_raw`: only `free_raw` may return it.
     pub(crate) raw: bool,
+    /// The NUMA node of its pages (`None`: unknown, or no pages).
+    pub(crate) node: Option<u32>,
 }
 
 /// Where a chunk handed out by [`State::take_zeroed`] or [`State::take_any`]
@@ -51,6 +59,9 @@ pub(crate) enum Source {
     Hot,
     /// Dirty and cold: clear with streaming stores.
     Cold,
+    /// Another node's: drop its pages (then it reads zero, and the taker's
+    /// touches fault them in on its own node).
+    Foreign,
 }
 
 /// A transition that is not allowed from the chunk's current phase.
@@ -110,8 +121,9 @@ impl State {
         }
     }
 
-    /// Adds a freshly mapped chunk, either handed out at once or kept zeroed (prefill).
-    pub(crate) fn add(&mut self, addr: usize, in_use: bool) -> usize {
+    /// Adds a freshly mapped chunk, either handed out at once or kept zeroed
+    /// (prefill), its pages on `node` (or where its taker touches them).
+    pub(crate) fn add(&mut self, addr: usize, in_use: bool, node: Option<u32>) -> usize {
         let id = self.slots.len();
         let phase = if in_use { Phase::InUse } else { Phase::Zeroed };
         self.slots.push(Slot {
@@ -119,6 +131,7 @@ impl State {
             phase,
             handed_at: 0,
             raw: false,
+            node,
         });
         self.by_addr.insert(addr, id);
         if in_use {
@@ -150,40 +163,97 @@ impl State {
         self.dirty.extend(cold);
     }
 
-    /// A chunk for `alloc_zeroed`: a hot dirty chunk (cleared in cache beats a
-    /// cold zero chunk, seed 003), then a zeroed one, then a cold dirty one, then
-    /// a released one. `None`: the caller must grow the pool or give up.
-    pub(crate) fn take_zeroed(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
+    /// A chunk for `alloc_zeroed` on `node` (any with `None`): a hot dirty
+    /// chunk (cleared in cache beats a cold zero chunk, seed 003), then a
+    /// zeroed one, then a cold dirty one, then a released one. `None`: the
+    /// caller must grow the pool, take a foreign chunk, or give up.
+    pub(crate) fn take_zeroed(
+        &mut self,
+        hot_chunks: u64,
+        node: Option<u32>,
+    ) -> Option<(usize, Source)> {
         self.take(
             hot_chunks,
             [Source::Hot, Source::Zeroed, Source::Cold, Source::Released],
+            node,
         )
     }
 
     /// A chunk for `alloc` (contents not needed): dirty first, so that zeroed
     /// chunks stay for `alloc_zeroed` (seed 003).
-    pub(crate) fn take_any(&mut self, hot_chunks: u64) -> Option<(usize, Source)> {
+    pub(crate) fn take_any(
+        &mut self,
+        hot_chunks: u64,
+        node: Option<u32>,
+    ) -> Option<(usize, Source)> {
         self.take(
             hot_chunks,
             [Source::Hot, Source::Cold, Source::Zeroed, Source::Released],
+            node,
         )
     }
 
-    /// Hands out the first chunk found in the places of `order`.
-    fn take(&mut self, hot_chunks: u64, order: [Source; 4]) -> Option<(usize, Source)> {
+    /// For a taker on `node` that found nothing of its own and may not grow:
+    /// another node's chunk not in use (cold dirty first, then hot, then
+    /// zeroed), handed out as [`Source::Foreign`]: the caller drops its pages.
+    pub(crate) fn take_foreign(&mut self, hot_chunks: u64, node: u32) -> Option<(usize, Source)> {
         self.age(hot_chunks);
-        let (id, src) = order.into_iter().find_map(|src| {
-            let id = match src {
-                Source::Hot => self.hot.pop(),
-                Source::Zeroed => self.zeroed.pop(),
-                // The newest cold chunk: the scrubber works from the oldest end.
-                Source::Cold => self.dirty.pop_back(),
-                Source::Released => self.released.pop(),
-            };
-            id.map(|id| (id, src))
-        })?;
+        let (id, _) = self.take_from([Source::Cold, Source::Hot, Source::Zeroed], |_| true)?;
+        self.slots[id].node = Some(node);
+        self.hand_out(id);
+        Some((id, Source::Foreign))
+    }
+
+    /// Hands out the first chunk of `node` (or of none: released ones have no
+    /// pages) found in the places of `order`, newest first in each.
+    fn take(
+        &mut self,
+        hot_chunks: u64,
+        order: [Source; 4],
+        node: Option<u32>,
+    ) -> Option<(usize, Source)> {
+        self.age(hot_chunks);
+        let mine = |s: &Slot| node.is_none() || s.node.is_none() || s.node == node;
+        let (id, src) = self.take_from(order, mine)?;
+        if node.is_some() {
+            self.slots[id].node = node;
+        }
         self.hand_out(id);
         Some((id, src))
+    }
+
+    /// Takes out of its place the newest chunk `fits` accepts, of the first
+    /// place in `order` that has one.
+    fn take_from<const N: usize>(
+        &mut self,
+        order: [Source; N],
+        fits: impl Fn(&Slot) -> bool,
+    ) -> Option<(usize, Source)> {
+        let slots = &self.slots;
+        let fits = |&id: &usize| fits(&slots[id]);
+        order.into_iter().find_map(|src| {
+            let id = match src {
+                Source::Hot => self.hot.iter().rposition(fits).map(|i| self.hot.remove(i)),
+                Source::Zeroed => self
+                    .zeroed
+                    .iter()
+                    .rposition(fits)
+                    .map(|i| self.zeroed.remove(i)),
+                // The newest cold chunk: the scrubber works from the oldest end.
+                Source::Cold => self
+                    .dirty
+                    .iter()
+                    .rposition(fits)
+                    .and_then(|i| self.dirty.remove(i)),
+                Source::Released => self
+                    .released
+                    .iter()
+                    .rposition(fits)
+                    .map(|i| self.released.remove(i)),
+                Source::Foreign => None,
+            };
+            id.map(|id| (id, src))
+        })
     }
 
     /// The chunk starting at `addr`, if it is one of ours.
@@ -262,6 +332,8 @@ impl State {
         debug_assert_eq!(self.slots[id].phase, Phase::Scrubbing);
         self.scrubbing -= 1;
         self.slots[id].phase = Phase::Zeroed;
+        // No pages: they land where the next taker touches them.
+        self.slots[id].node = None;
         self.released.push(id);
     }
 
@@ -325,6 +397,10 @@ mod tests {
         ScrubStart,
         ScrubFinish(usize, bool),
         Trim,
+        /// A prefilled chunk with pages on this node.
+        GrowOn(u32),
+        TakeZeroedOn(u32),
+        TakeForeign(u32),
     }
 
     fn events(n: usize) -> Vec<Event> {
@@ -355,10 +431,10 @@ mod tests {
                 if s.slots.len() >= 3 {
                     return false;
                 }
-                s.add(0x1000 * (s.slots.len() + 1), false);
+                s.add(0x1000 * (s.slots.len() + 1), false, None);
                 zero_known.push(true);
             }
-            Event::TakeZeroed => match s.take_zeroed(hot) {
+            Event::TakeZeroed => match s.take_zeroed(hot, None) {
                 // Whatever the source, the pool makes it zero before handing it out
                 // (Hot/Cold are cleared); Zeroed/Released must already be zero.
                 Some((id, src)) => {
@@ -369,7 +445,7 @@ mod tests {
                 }
                 None => return false,
             },
-            Event::TakeAny => match s.take_any(hot) {
+            Event::TakeAny => match s.take_any(hot, None) {
                 Some((id, _)) => zero_known[id] = false,
                 None => return false,
             },
@@ -415,6 +491,36 @@ mod tests {
                 }
                 None => return false,
             },
+            Event::GrowOn(n) => {
+                if s.slots.len() >= 3 {
+                    return false;
+                }
+                s.add(0x1000 * (s.slots.len() + 1), false, Some(n));
+                zero_known.push(true);
+            }
+            Event::TakeZeroedOn(n) => {
+                let before: Vec<Option<u32>> = s.slots.iter().map(|x| x.node).collect();
+                let Some((id, src)) = s.take_zeroed(hot, Some(n)) else {
+                    return false;
+                };
+                // Pages of another node never go to this taker.
+                assert!(
+                    before[id].is_none_or(|b| b == n),
+                    "a chunk of node {:?} went to node {n}",
+                    before[id]
+                );
+                if matches!(src, Source::Zeroed | Source::Released) {
+                    assert!(zero_known[id], "handed out a non-zero chunk as zero");
+                }
+                assert_eq!(s.slots[id].node, Some(n));
+                zero_known[id] = false;
+            }
+            Event::TakeForeign(n) => match s.take_foreign(hot, n) {
+                // The pool drops its pages: zero, then the caller writes.
+                Some((id, Source::Foreign)) => zero_known[id] = false,
+                Some(other) => panic!("a foreign take gave {other:?}"),
+                None => return false,
+            },
         }
         true
     }
@@ -452,6 +558,7 @@ mod tests {
                     phase: x.phase,
                     handed_at: x.handed_at,
                     raw: x.raw,
+                    node: x.node,
                 })
                 .collect(),
             by_addr: s.by_addr.clone(),
@@ -479,14 +586,37 @@ mod tests {
         }
     }
 
+    /// With nodes: a taker naming its node gets chunks of that node or none
+    /// (released ones), and a foreign take only when asked; checked in
+    /// `apply` at every step, over every sequence of up to 8 transitions.
+    #[test]
+    fn every_sequence_with_nodes_keeps_chunks_on_their_node() {
+        let mut evs = vec![
+            Event::GrowOn(0),
+            Event::GrowOn(1),
+            Event::TakeZeroedOn(0),
+            Event::TakeZeroedOn(1),
+            Event::TakeForeign(0),
+            Event::ScrubStart,
+            Event::Trim,
+        ];
+        for i in 0..3 {
+            evs.extend([Event::Free(i), Event::ScrubFinish(i, true)]);
+        }
+        let mut visited = 0;
+        explore(&mut State::default(), 8, 1, &[], &evs, &mut visited);
+        eprintln!("{visited} sequences of up to 8 transitions with nodes");
+        assert!(visited > 100_000, "explored only {visited} sequences");
+    }
+
     #[test]
     fn double_and_foreign_frees_are_refused() {
         let mut s = State::default();
-        let a = s.add(0x1000, true);
+        let a = s.add(0x1000, true, None);
         assert_eq!(s.free(a, false, 1), Ok(()));
         assert_eq!(s.free(a, false, 1), Err(Refused::NotInUse));
         assert_eq!(s.free(7, false, 1), Err(Refused::Unknown));
-        let (b, _) = s.take_any(1).unwrap();
+        let (b, _) = s.take_any(1, None).unwrap();
         assert_eq!(s.free(b, true, 1), Err(Refused::WrongOwner));
         s.make_raw(b);
         assert_eq!(s.free(b, false, 1), Err(Refused::WrongOwner));
@@ -497,12 +627,12 @@ mod tests {
     #[test]
     fn hot_reuse_beats_zeroed_and_ages_out() {
         let mut s = State::default();
-        let a = s.add(0x1000, false);
-        let b = s.add(0x2000, true);
+        let a = s.add(0x1000, false, None);
+        let b = s.add(0x2000, true, None);
         s.free(b, false, 1).unwrap();
         // b was just used: clearing it in cache beats the cold zeroed chunk a.
-        assert_eq!(s.take_zeroed(1), Some((b, Source::Hot)));
-        assert_eq!(s.take_zeroed(1), Some((a, Source::Zeroed)));
+        assert_eq!(s.take_zeroed(1, None), Some((b, Source::Hot)));
+        assert_eq!(s.take_zeroed(1, None), Some((a, Source::Zeroed)));
         // a was handed out after b: b is no longer hot when it comes back.
         s.free(b, false, 1).unwrap();
         assert_eq!((s.counts().hot, s.counts().dirty), (0, 1));
@@ -514,7 +644,7 @@ mod tests {
     fn watermarks_have_hysteresis() {
         let mut s = State::default();
         for i in 0..4 {
-            s.add(0x1000 * (i + 1), true);
+            s.add(0x1000 * (i + 1), true, None);
         }
         for i in 0..4 {
             s.free(i, false, 0).unwrap();

@@ -11,11 +11,24 @@ use super::replace_file::tmp_beside;
 use super::worker::Verify;
 use super::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
+use crate::numa::Topology;
 use crate::pool::ScrubPriority;
 use crate::region::PageKind;
 
+/// Where a pool's pages are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum PoolNode {
+    /// One such pool on every NUMA node with memory (the default; on a
+    /// machine of one node, one pool).
+    #[default]
+    All,
+    /// On this node only.
+    Node(u32),
+}
+
 /// One pool of the daemon: segments of one page size and one length (a page
-/// size may have several pools, one per shape of VM, say).
+/// size may have several pools, one per shape of VM, say), on one NUMA node
+/// or one per node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
     /// `Huge2M` or `Huge1G`.
@@ -27,6 +40,9 @@ pub struct PoolConfig {
     pub target: usize,
     /// Most bytes of this pool in all states together.
     pub cap: usize,
+    /// The node its pages are on; with [`PoolNode::All`], target and cap are
+    /// each node's.
+    pub node: PoolNode,
 }
 
 /// Everything `prezero serve` is told.
@@ -90,26 +106,55 @@ impl ServerConfig {
     ///
     /// [`Server::start`]: super::Server::start
     pub fn validate(&self) -> Result<()> {
+        self.placed_pools(&Topology::read()).map(|_| ())
+    }
+
+    /// The pools as the daemon runs them, each on one node of `topology`
+    /// ([`PoolNode::All`] made one per node with memory), after every check of
+    /// [`ServerConfig::validate`]. A node that does not exist, is offline or
+    /// has no memory is an error here, never a pool placed elsewhere.
+    pub fn placed_pools(&self, topology: &Topology) -> Result<Vec<PoolConfig>> {
         if self.pools.is_empty() {
             return Err(Error::invalid("no pools configured"));
         }
-        if self.pools.len() > MAX_POOLS {
+        let mut placed = Vec::new();
+        for p in &self.pools {
+            match p.node {
+                PoolNode::All => {
+                    placed.extend(topology.memory_nodes().into_iter().map(|n| PoolConfig {
+                        node: PoolNode::Node(n),
+                        ..*p
+                    }))
+                }
+                PoolNode::Node(n) => {
+                    if let Err(e) = topology.memory_node(n) {
+                        let why = match e {
+                            Error::InvalidArgument(m) => m,
+                            e => e.to_string(),
+                        };
+                        return Err(Error::invalid(format!("pool {}: {why}", p.page.name())));
+                    }
+                    placed.push(*p);
+                }
+            }
+        }
+        if placed.len() > MAX_POOLS {
             return Err(Error::invalid(format!(
-                "{} pools configured; at most {MAX_POOLS}",
-                self.pools.len()
+                "{} pools configured (node=all makes one per NUMA node); at most {MAX_POOLS}",
+                placed.len()
             )));
         }
         let mut seen = HashSet::new();
-        for p in &self.pools {
+        for p in &placed {
             let name = p.page.name();
             if !p.page.is_hugetlb() {
                 return Err(Error::invalid(format!(
                     "pool {name}: the service serves hugetlb pages (2MB or 1GB)"
                 )));
             }
-            if !seen.insert((p.page, p.segment_size)) {
+            if !seen.insert((p.page, p.segment_size, p.node)) {
                 return Err(Error::invalid(format!(
-                    "two pools of page size {name} and segments of {} bytes",
+                    "two pools of page size {name} and segments of {} bytes on one node",
                     p.segment_size
                 )));
             }
@@ -152,19 +197,7 @@ impl ServerConfig {
                 )));
             }
         }
-        Ok(())
-    }
-
-    pub(super) fn shapes(&self) -> Vec<Shape> {
-        self.pools
-            .iter()
-            .map(|p| Shape {
-                page: p.page.page_size(),
-                segment: p.segment_size,
-                target: p.target,
-                cap: p.cap,
-            })
-            .collect()
+        Ok(placed)
     }
 
     pub(super) fn ledger_path(&self) -> PathBuf {
@@ -173,6 +206,27 @@ impl ServerConfig {
             p.push(".ledger");
             PathBuf::from(p)
         })
+    }
+}
+
+impl PoolConfig {
+    /// The node of a placed pool (see [`ServerConfig::placed_pools`]).
+    pub(super) fn placed_node(&self) -> u32 {
+        match self.node {
+            PoolNode::Node(n) => n,
+            PoolNode::All => unreachable!("pools are placed before they run"),
+        }
+    }
+
+    /// Its shape, as the ledger knows it.
+    pub(super) fn shape(&self) -> Shape {
+        Shape {
+            page: self.page.page_size(),
+            segment: self.segment_size,
+            node: self.placed_node(),
+            target: self.target,
+            cap: self.cap,
+        }
     }
 }
 

@@ -21,9 +21,9 @@ mod server;
 mod tenant;
 mod worker;
 
-pub use client::{AllocOptions, Client, SegmentView, ServiceMemory, Source};
+pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
-pub use config::{PoolConfig, Reuse, ServerConfig, MAX_METRICS_INTERVAL};
+pub use config::{PoolConfig, PoolNode, Reuse, ServerConfig, MAX_METRICS_INTERVAL};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 pub use server::Server;
 pub use worker::Verify;

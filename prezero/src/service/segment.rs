@@ -35,8 +35,30 @@ use std::ptr::NonNull;
 
 use super::SEALS;
 use crate::error::{Error, Result};
+use crate::numa::{self, Topology};
 use crate::region::PageKind;
 use crate::sys;
+
+/// The NUMA node a segment's pages must be on, and the CPUs that fill it
+/// (none: a node of memory only, filled from anywhere).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Home {
+    pub(crate) node: u32,
+    pub(crate) cpus: Vec<usize>,
+}
+
+impl Home {
+    /// `node`'s home in `topology`.
+    pub(crate) fn of(topology: &Topology, node: u32) -> Home {
+        Home {
+            node,
+            cpus: topology
+                .node(node)
+                .map(|n| n.cpus.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
 
 /// A populated hugetlb memfd and the daemon's mapping of it.
 pub(crate) struct Segment {
@@ -45,6 +67,8 @@ pub(crate) struct Segment {
     ptr: NonNull<u8>,
     len: usize,
     page: PageKind,
+    /// Where its pages must be (`None`: taken over and not yet given a pool).
+    home: Option<Home>,
     /// `st_dev`, `st_ino` of the memfd: its name in the ledger.
     pub(crate) dev: u64,
     pub(crate) ino: u64,
@@ -57,8 +81,9 @@ unsafe impl Send for Segment {}
 impl Segment {
     /// Creates a sealed memfd of `len` bytes on `page` pages and maps it, which
     /// reserves its pages: a hugetlb shortage is `HugetlbShortage` here, never a
-    /// SIGBUS later. [`Segment::repopulate`] then faults them in.
-    pub(crate) fn create(page: PageKind, len: usize) -> Result<Segment> {
+    /// SIGBUS later. Its mapping is bound to `home`'s node before any fault;
+    /// [`Segment::repopulate`] then faults them in there.
+    pub(crate) fn create(page: PageKind, len: usize, home: Home) -> Result<Segment> {
         let name = match page {
             PageKind::Huge2M => c"prezero-2MB",
             PageKind::Huge1G => c"prezero-1GB",
@@ -72,7 +97,65 @@ impl Segment {
         let file = reopen(memfd.as_fd())?;
         drop(memfd);
         sys::fchmod(file.as_fd(), 0o600).map_err(|e| Error::os("fchmod", e))?;
-        Segment::map(file, page, len, 0)
+        let mut seg = Segment::map(file, page, len, 0)?;
+        seg.place(home)?;
+        Ok(seg)
+    }
+
+    /// Binds the daemon's mapping to `home`'s node (`MPOL_BIND`: a page the
+    /// node cannot supply is a failed fault, never a page elsewhere). Pages
+    /// already in the file stay where they are; [`Segment::check_home`] finds
+    /// them. A kernel without NUMA has one node: nothing to bind.
+    pub(crate) fn place(&mut self, home: Home) -> Result<()> {
+        match sys::mbind(
+            self.ptr.as_ptr(),
+            self.len,
+            libc::MPOL_BIND,
+            &[home.node],
+            false,
+        ) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {}
+            Err(e) => return Err(Error::os("mbind (a segment to its node)", e)),
+        }
+        self.home = Some(home);
+        Ok(())
+    }
+
+    /// The node its pages must be on.
+    pub(crate) fn node(&self) -> Option<u32> {
+        self.home.as_ref().map(|h| h.node)
+    }
+
+    /// The CPUs that fill it (empty: any).
+    pub(crate) fn cpus(&self) -> &[usize] {
+        self.home.as_ref().map_or(&[][..], |h| &h.cpus[..])
+    }
+
+    /// Ok if every page is present and on the segment's node: checked after
+    /// every fill, since a tenant that punched a hole may have faulted a page
+    /// in elsewhere through its own mapping, which a scrub in place keeps.
+    pub(crate) fn check_home(&self) -> Result<()> {
+        let Some(home) = &self.home else {
+            return Err(Error::invalid("a segment without a node"));
+        };
+        let p = match numa::placement(self.ptr.as_ptr(), self.len, self.page_size()) {
+            Ok(p) => p,
+            // No NUMA in this kernel: one node, nothing to check.
+            Err(e) if e.errno() == libc::ENOSYS => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if p.all_on(home.node) {
+            return Ok(());
+        }
+        Err(Error::invalid(format!(
+            "{} of its {} pages are not on NUMA node {} ({:?} present per node, {} absent)",
+            p.present() + p.absent - p.pages_on(home.node),
+            p.present() + p.absent,
+            home.node,
+            p.on,
+            p.absent
+        )))
     }
 
     /// Takes over a segment a previous daemon made, from a holder's descriptor
@@ -140,6 +223,7 @@ impl Segment {
             ptr,
             len,
             page,
+            home: None,
             dev: st.st_dev,
             ino: st.st_ino,
         })
@@ -184,25 +268,40 @@ impl Segment {
     }
 
     /// Faults every missing page of `[off, off+len)` into the file with
-    /// `threads` threads (`MADV_POPULATE_WRITE`): the kernel zeroes each new one,
-    /// and pages already there are left as they are. A page the hugetlb pool
-    /// cannot supply is an error, not a SIGBUS.
+    /// `threads` threads (`MADV_POPULATE_WRITE`) on its node's CPUs: the
+    /// kernel zeroes each new one, on the node the mapping is bound to, and
+    /// pages already there are left as they are. A page the hugetlb pool (of
+    /// that node) cannot supply is an error, not a SIGBUS.
     pub(crate) fn repopulate(&self, off: usize, len: usize, threads: usize) -> Result<()> {
         assert!(
             off <= self.len && len <= self.len - off && off.is_multiple_of(self.page_size()),
             "a range of the segment from a page boundary"
         );
+        let cpus = self.cpus();
         // SAFETY: the range lies in our own shared hugetlb mapping, from a page
         // boundary; nobody relies on its pages being absent.
-        let r =
-            unsafe { crate::prefault::prefault_as(self.ptr.as_ptr().add(off), len, threads, true) };
+        let r = unsafe {
+            crate::prefault::prefault_from(self.ptr.as_ptr().add(off), len, threads, true, cpus)
+        };
         match r {
             Ok(_) => Ok(()),
-            // The fault found no page to allocate (the kernel says EFAULT).
-            Err(e) if e.errno() == libc::EFAULT => Err(Error::invalid(format!(
-                "the hugetlb pool had no free {} page for it",
-                self.page.name()
-            ))),
+            // The fault found no page to allocate (the kernel says EFAULT):
+            // on the segment's node, since its mapping is bound there.
+            Err(e) if e.errno() == libc::EFAULT => {
+                let node = self.node().unwrap_or(0);
+                let page = self.page_size();
+                Err(Error::HugetlbShortage {
+                    page_size: page,
+                    needed: len / page,
+                    free: 0,
+                    reserve_cmd: format!(
+                        "echo N > /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages \
+                         (node {node} had no free {} page for the segment)",
+                        page >> 10,
+                        self.page.name()
+                    ),
+                })
+            }
             Err(e) => Err(e),
         }
     }

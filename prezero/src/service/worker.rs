@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::ledger::Clean;
-use super::segment::Segment;
+use super::segment::{Home, Segment};
 use crate::clear::{clear_bounded_with, Temperature};
 use crate::error::{Error, Result};
 use crate::pool::ScrubPriority;
@@ -55,6 +55,7 @@ pub(crate) enum Job {
         pool: usize,
         page: PageKind,
         len: usize,
+        home: Home,
     },
     /// Punching and closing frees hugetlb pages: milliseconds per GiB.
     Destroy(Segment),
@@ -74,6 +75,13 @@ pub(crate) enum Done {
     /// The fresh pages could not be had (a hugetlb shortage, perhaps made by a
     /// tenant that punched holes and took the pages): the segment is destroyed.
     Lost {
+        id: u64,
+        why: Error,
+    },
+    /// A page is not on the segment's node (a tenant punched a hole and
+    /// faulted it in elsewhere; a scrub in place keeps the page where it is):
+    /// the segment is destroyed.
+    Misplaced {
         id: u64,
         why: Error,
     },
@@ -254,16 +262,17 @@ impl Env<'_> {
                 return Ok(false);
             }
             let n = step.min(seg.len() - off);
-            seg.repopulate(off, n, self.threads())?;
+            seg.repopulate(off, n, self.threads(seg))?;
             off += n;
         }
         Ok(true)
     }
 
-    /// Threads for faulting in fresh pages: all cores when clients wait.
-    fn threads(&self) -> usize {
+    /// Threads for faulting in fresh pages: all cores (of the segment's node)
+    /// when clients wait.
+    fn threads(&self, seg: &Segment) -> usize {
         if self.urgent.load(Ordering::Acquire) {
-            sys::online_cpus()
+            sys::online_cpus().min(seg.cpus().len().max(1))
         } else {
             1
         }
@@ -292,12 +301,18 @@ fn run(rx: Receiver<Job>, env: &Env<'_>) {
             Job::Clean(batch, how) => batch
                 .into_iter()
                 .all(|(id, seg)| env.report(clean(id, seg, how, env))),
-            Job::Create { pool, page, len } => {
-                let seg = Segment::create(page, len).and_then(|seg| match env.populate(&seg) {
-                    Ok(true) => Ok(seg),
-                    Ok(false) => Err(Error::invalid("stopped while creating a segment")),
-                    Err(e) => Err(e),
-                });
+            Job::Create {
+                pool,
+                page,
+                len,
+                home,
+            } => {
+                let seg =
+                    Segment::create(page, len, home).and_then(|seg| match env.populate(&seg) {
+                        Ok(true) => seg.check_home().map(|()| seg),
+                        Ok(false) => Err(Error::invalid("stopped while creating a segment")),
+                        Err(e) => Err(e),
+                    });
                 env.report(Done::Created { pool, seg })
             }
             Job::Destroy(seg) => {
@@ -321,6 +336,10 @@ fn destroy(seg: Segment) {
 fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
     let len = seg.len();
     let t = Instant::now();
+    // The scrub in place runs here: from the segment's node, as its fill does.
+    if !seg.cpus().is_empty() {
+        let _ = sys::set_thread_affinity(seg.cpus());
+    }
     if how == Clean::Fresh {
         if let Err(why) = env.at_normal_priority(|| seg.punch()) {
             env.at_normal_priority(|| drop(seg));
@@ -337,6 +356,10 @@ fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
             env.at_normal_priority(|| destroy(seg));
             return Done::Lost { id, why };
         }
+    }
+    if let Err(why) = seg.check_home() {
+        env.at_normal_priority(|| destroy(seg));
+        return Done::Misplaced { id, why };
     }
     let (ptr, _) = seg.memory();
     // SAFETY: the event loop sends a segment here only once the lease check has

@@ -110,6 +110,23 @@ pub(crate) fn mmap_shared(
     mmap_fresh(len, prot, libc::MAP_SHARED | flags, fd.as_raw_fd())
 }
 
+/// A read-only shared mapping of `len` bytes of `fd`, with extra `flags`:
+/// to look at a file's pages without being able to change them.
+///
+/// pre: none (a mapping nothing else knows of).
+pub(crate) fn mmap_shared_ro(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    flags: libc::c_int,
+) -> io::Result<NonNull<u8>> {
+    mmap_fresh(
+        len,
+        libc::PROT_READ,
+        libc::MAP_SHARED | flags,
+        fd.as_raw_fd(),
+    )
+}
+
 /// As [`mmap_shared`], but exactly at `addr` (`MAP_FIXED`), replacing what is
 /// there: how several files are mapped back to back into one reservation.
 ///
@@ -201,6 +218,30 @@ pub(crate) fn resident_pages(ptr: *mut u8, len: usize) -> io::Result<usize> {
         return Err(io::Error::last_os_error());
     }
     Ok(vec.iter().filter(|&&b| b & 1 != 0).count())
+}
+
+/// Ok if every page of `[start, start+len)` is mapped (ENOMEM if not),
+/// without reading `/proc/self/maps`: `mincore` in steps of a stack buffer.
+///
+/// pre: none (the kernel validates the range).
+pub(crate) fn check_mapped(start: usize, len: usize) -> io::Result<()> {
+    let page = page_size();
+    let start_page = start & !(page - 1);
+    let end = start
+        .checked_add(len)
+        .ok_or(io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut vec = [0u8; 4096];
+    let mut at = start_page;
+    while at < end {
+        let step = (end - at).min(vec.len() * page);
+        // SAFETY: `vec` has one byte for each of the at most 4096 pages of the
+        // step, as mincore requires; the kernel validates the range itself.
+        if unsafe { libc::mincore(at as *mut libc::c_void, step, vec.as_mut_ptr()) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        at += step;
+    }
+    Ok(())
 }
 
 /// One mapping of this process, from /proc/self/smaps.

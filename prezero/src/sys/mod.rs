@@ -15,18 +15,21 @@
 //!   eventfds, `poll`);
 //! * `socket.rs`: unix sockets (addresses, connecting, descriptors passed,
 //!   peer credentials);
+//! * `numa.rs`: memory policies, page placement, CPU affinity;
 //! * `sched.rs`: thread ids and scheduling priority;
 //! * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
 //!   the auxiliary vector).
 
 mod fd;
 mod mem;
+mod numa;
 mod process;
 mod sched;
 mod socket;
 
 pub(crate) use fd::*;
 pub(crate) use mem::*;
+pub(crate) use numa::*;
 pub(crate) use process::*;
 pub(crate) use sched::*;
 pub(crate) use socket::*;

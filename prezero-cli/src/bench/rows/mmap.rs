@@ -12,4 +12,7 @@ pub struct Mmap {
     pub stdev_pct: f64,
     /// "warm" or "cold": whether the host had backed the memory before.
     pub host: String,
+    /// populate-parallel's NUMA nodes, part by part (`--nodes`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<Vec<u32>>,
 }

@@ -114,6 +114,7 @@ impl Conn {
                     total,
                     first,
                     segments,
+                    ..
                 } => {
                     if segments.len() != n_fds || *first as usize != fds.len() - n_fds {
                         return Err(broken("segment records and descriptors disagree"));

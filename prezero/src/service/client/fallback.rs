@@ -8,15 +8,22 @@ use std::ptr::NonNull;
 use super::segments::Backing;
 use super::{SegmentFiles, ServiceMemory, Source};
 use crate::error::{Error, Result};
+use crate::numa::Topology;
 use crate::region::{PageKind, Region};
 use crate::service::SEALS;
 use crate::sys;
 
+/// The local fallback of [`Client::alloc_with`]: `bytes` mapped and
+/// populated here, on `node` when one was asked for (bound to it, from its
+/// CPUs), else where the caller's own policy puts it.
+///
+/// [`Client::alloc_with`]: super::Client::alloc_with
 pub(super) fn local(
     bytes: usize,
     page: PageKind,
     threads: usize,
     why: String,
+    node: Option<u32>,
 ) -> Result<ServiceMemory> {
     let (region, reason) = match Region::new(bytes, page) {
         Ok(r) => (r, why),
@@ -38,7 +45,10 @@ pub(super) fn local(
         }
         Err(e) => return Err(e),
     };
-    crate::prefault::prefault(&region, threads.max(1))?;
+    match node {
+        Some(n) => crate::prefault::prefault_on_nodes(&region, &[n], threads.max(1)).map(|_| ())?,
+        None => crate::prefault::prefault(&region, threads.max(1)).map(|_| ())?,
+    }
     Ok(ServiceMemory {
         ptr: NonNull::new(region.as_ptr()).expect("regions are non-null"),
         len: region.len(),
@@ -49,8 +59,9 @@ pub(super) fn local(
 }
 
 /// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
-/// for `bytes`, hugetlb of `page` (whole pages) when the pool has the pages,
-/// else a plain memfd (whole base pages), and `why` the service did not serve.
+/// for `bytes`, hugetlb of `page` (whole pages) when the pool (`node`'s, when
+/// one was asked for) has the pages, else a plain memfd (whole base pages),
+/// and `why` the service did not serve.
 ///
 /// [`Client::alloc_files`]: super::Client::alloc_files
 pub(super) fn local_file(
@@ -58,14 +69,23 @@ pub(super) fn local_file(
     page: PageKind,
     threads: usize,
     why: String,
+    node: Option<u32>,
 ) -> Result<SegmentFiles> {
     let len = bytes.next_multiple_of(page.page_size());
     let pages = len / page.page_size();
-    let free = crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free);
+    let topology = Topology::read();
+    let free = match node {
+        Some(n) => topology
+            .node(n)
+            .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == page.page_size()))
+            .map_or(0, |h| h.free),
+        None => crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free),
+    };
+    let home = node.map(|n| (n, topology.node(n).map_or(Vec::new(), |n| n.cpus.clone())));
     let hugetlb = if free < pages {
         Err(format!("{pages} {page} hugetlb pages needed, {free} free"))
     } else {
-        populated_memfd(len, Some(page), threads).map_err(|e| e.to_string())
+        populated_memfd(len, Some(page), threads, home.as_ref()).map_err(|e| e.to_string())
     };
     let (fd, len, kind, reason) = match hugetlb {
         Ok(fd) => (fd, len, page, why),
@@ -82,7 +102,7 @@ pub(super) fn local_file(
                 )));
             }
             (
-                populated_memfd(len, None, threads)?,
+                populated_memfd(len, None, threads, home.as_ref())?,
                 len,
                 PageKind::Base,
                 format!("{why}; local {page} memfd: {short}; used a plain memfd (base pages)"),
@@ -98,9 +118,15 @@ pub(super) fn local_file(
 }
 
 /// A memfd of `len` bytes (hugetlb of `huge` pages, or plain), every page
-/// faulted in through a temporary mapping with `threads` threads, then sealed
-/// with [`SEALS`], as the daemon's segments are. Close-on-exec.
-fn populated_memfd(len: usize, huge: Option<PageKind>, threads: usize) -> Result<OwnedFd> {
+/// faulted in through a temporary mapping with `threads` threads (bound to
+/// `home`'s node and run on its CPUs, when given), then sealed with [`SEALS`],
+/// as the daemon's segments are. Close-on-exec.
+fn populated_memfd(
+    len: usize,
+    huge: Option<PageKind>,
+    threads: usize,
+    home: Option<&(u32, Vec<usize>)>,
+) -> Result<OwnedFd> {
     let size_flags = huge.map_or(0, PageKind::memfd_flags);
     let fd = sys::memfd_create(c"prezero-local", libc::MFD_ALLOW_SEALING | size_flags)
         .map_err(|e| Error::os("memfd_create", e))?;
@@ -110,10 +136,15 @@ fn populated_memfd(len: usize, huge: Option<PageKind>, threads: usize) -> Result
     // is ENOMEM now, not a SIGBUS later.
     let p =
         sys::mmap_shared(fd.as_fd(), len, 0).map_err(|e| Error::os("mmap of a local memfd", e))?;
+    let cpus = home.map_or(&[][..], |h| &h.1[..]);
+    let bound = home.map_or(Ok(()), |&(n, _)| {
+        crate::numa::bind(p.as_ptr(), len, n, false)
+    });
     // SAFETY: [p, p+len) is the mapping just made, which nothing else knows of;
     // populating does not change its contents; `huge` says whether it is hugetlb.
-    let populated =
-        unsafe { crate::prefault::prefault_as(p.as_ptr(), len, threads.max(1), huge.is_some()) };
+    let populated = bound.and_then(|()| unsafe {
+        crate::prefault::prefault_from(p.as_ptr(), len, threads.max(1), huge.is_some(), cpus)
+    });
     // The pages stay in the file; the mapping was only the way to fault them in.
     // SAFETY: our own mapping, unused from here on.
     let _ = unsafe { sys::munmap(p, len) };

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::exchange::Conn;
-use super::segments::{lease_accessors, take_segments, Backing, Taken};
+use super::segments::{check_on, lease_accessors, take_segments, Backing, Taken, Want};
 use super::{SegmentView, Source};
 use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
@@ -17,12 +17,14 @@ pub(super) fn from_service(
     bytes: usize,
     len: usize,
     page: PageKind,
+    want: Want,
 ) -> Result<ServiceMemory> {
     let Taken {
         held,
         spans,
         segment_size,
-    } = take_segments(conn, bytes, len, page)?;
+        node,
+    } = take_segments(conn, bytes, len, page, want)?;
     // One segment maps anywhere (hugetlb mappings come page-aligned); several
     // go back to back into a reservation.
     let base = if spans.len() == 1 {
@@ -57,16 +59,25 @@ pub(super) fn from_service(
         start.get_or_insert(p);
     }
     let base = start.expect("at least one segment");
-    Ok(ServiceMemory {
+    let mem = ServiceMemory {
         ptr: base,
         len,
         page,
         source: Source::Service {
             segments: spans.len(),
             segment_size,
+            node,
         },
         backing: Backing::Service { spans, held },
-    })
+    };
+    // Where the pages are, from the kernel (dropping `mem` unmaps and releases).
+    if let Some(n) = node {
+        check_on(
+            &crate::numa::placement(base.as_ptr(), len, page.page_size())?,
+            n,
+        )?;
+    }
+    Ok(mem)
 }
 
 /// A `PROT_NONE` range of `len` bytes aligned to `align`, so the segments can be

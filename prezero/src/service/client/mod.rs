@@ -23,12 +23,13 @@ use std::sync::Arc;
 use super::protocol::{Reply, Request, ServiceStats};
 use super::DEFAULT_SOCKET;
 use crate::error::{Error, Result};
+use crate::numa::Topology;
 use crate::region::PageKind;
 use crate::sys::UnixAddr;
 use exchange::Conn;
 use fallback::{local, local_file};
 use mapping::from_service;
-use segments::{take_segments, Backing};
+use segments::{take_segments, Backing, Want};
 
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
 pub use files::{InheritedFile, SegmentFiles};
@@ -43,6 +44,12 @@ pub struct AllocOptions {
     /// Threads that populate local fallback memory (default: every CPU). Service
     /// memory needs none: its pages exist, only page tables are built.
     pub populate_threads: usize,
+    /// The NUMA node the memory must be on (default: the caller's).
+    pub node: NodeChoice,
+    /// When that node has too little ready, take another node's memory,
+    /// nearest first, rather than fall back to local memory (default false:
+    /// local memory on the right node beats remote memory ready now).
+    pub other_nodes: bool,
 }
 
 impl Default for AllocOptions {
@@ -50,6 +57,37 @@ impl Default for AllocOptions {
         AllocOptions {
             fallback: true,
             populate_threads: crate::sys::online_cpus(),
+            node: NodeChoice::Caller,
+            other_nodes: false,
+        }
+    }
+}
+
+/// Which NUMA node an allocation is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NodeChoice {
+    /// The caller's: the node of its memory policy if that binds or prefers
+    /// one node (`numactl --membind=N`, `--preferred=N`), else the node of
+    /// every CPU it may run on (`--cpunodebind=N`, `taskset`), else any. On a
+    /// machine of one node, any.
+    #[default]
+    Caller,
+    /// Whichever node has memory ready.
+    Any,
+    /// This node (an error if it does not exist, is offline or has no memory).
+    Node(u32),
+}
+
+impl NodeChoice {
+    /// The node to ask for, if any.
+    fn resolve(self) -> Result<Option<u32>> {
+        match self {
+            NodeChoice::Any => Ok(None),
+            NodeChoice::Node(n) => Topology::read().memory_node(n).map(|_| Some(n)),
+            NodeChoice::Caller if Topology::read().memory_nodes().len() > 1 => {
+                Ok(crate::numa::home_node())
+            }
+            NodeChoice::Caller => Ok(None),
         }
     }
 }
@@ -63,6 +101,9 @@ pub enum Source {
         segments: usize,
         /// Bytes per segment.
         segment_size: usize,
+        /// The NUMA node every page is on, when one was asked for (checked
+        /// with `move_pages` where the memory is mapped, not taken on trust).
+        node: Option<u32>,
     },
     /// Local memory, mapped and populated here (the kernel zeroed it).
     Local {
@@ -178,12 +219,17 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<ServiceMemory> {
+        let node = opts.node.resolve()?;
+        let want = Want {
+            node,
+            other_nodes: opts.other_nodes,
+        };
         self.serve(
             bytes,
             page,
             opts.fallback,
-            |conn, len| from_service(conn, bytes, len, page),
-            |why| local(bytes, page, opts.populate_threads, why),
+            |conn, len| from_service(conn, bytes, len, page, want),
+            |why| local(bytes, page, opts.populate_threads, why, node),
         )
     }
 
@@ -205,18 +251,27 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<SegmentFiles> {
+        let node = opts.node.resolve()?;
+        let want = Want {
+            node,
+            other_nodes: opts.other_nodes,
+        };
         self.serve(
             bytes,
             page,
             opts.fallback,
             |conn, len| {
-                let t = take_segments(conn, bytes, len, page)?;
+                let t = take_segments(conn, bytes, len, page, want)?;
+                if let Some(n) = t.node {
+                    t.check_files_on(n, page)?;
+                }
                 Ok(SegmentFiles {
                     len,
                     page,
                     source: Source::Service {
                         segments: t.spans.len(),
                         segment_size: t.segment_size,
+                        node: t.node,
                     },
                     backing: Backing::Service {
                         spans: t.spans,
@@ -224,7 +279,7 @@ impl Client {
                     },
                 })
             },
-            |why| local_file(bytes, page, opts.populate_threads, why),
+            |why| local_file(bytes, page, opts.populate_threads, why, node),
         )
     }
 

@@ -14,8 +14,15 @@ use super::exchange::Conn;
 use super::SegmentView;
 use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
-use crate::service::protocol::{Reply, Request, MAX_RELEASE_IDS};
+use crate::service::protocol::{Reply, Request, ALLOC_NODE, ALLOC_OTHER_NODES, MAX_RELEASE_IDS};
 use crate::sys;
+
+/// The node an `ALLOC` asks for, and whether another may serve.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Want {
+    pub(super) node: Option<u32>,
+    pub(super) other_nodes: bool,
+}
 
 /// An `ALLOC` answer, checked; nothing mapped yet.
 pub(super) struct Taken {
@@ -25,28 +32,49 @@ pub(super) struct Taken {
     pub(super) spans: Vec<(usize, usize)>,
     /// Bytes per segment.
     pub(super) segment_size: usize,
+    /// The node the daemon says the pages are on (asked for one only).
+    pub(super) node: Option<u32>,
 }
 
 /// Asks the service for `bytes` (`len` rounded up to whole pages) on `page`
-/// pages and checks the answer: the segments tile the request, and each file
-/// is what the daemon promises.
+/// pages, on `want`'s node, and checks the answer: the segments tile the
+/// request, each file is what the daemon promises, and the node is the one
+/// asked for (or, where allowed, one the daemon names).
 pub(super) fn take_segments(
     conn: &Arc<Conn>,
     bytes: usize,
     len: usize,
     page: PageKind,
+    want: Want,
 ) -> Result<Taken> {
+    let (flags, node) = match want.node {
+        None => (0, 0),
+        Some(n) if want.other_nodes => (ALLOC_NODE | ALLOC_OTHER_NODES, n),
+        Some(n) => (ALLOC_NODE, n),
+    };
     let req = Request::Alloc {
         bytes: bytes as u64,
         page_size: page.page_size() as u64,
-        flags: 0,
+        flags,
+        node,
     };
-    let (replies, fds) = conn.exchange(&req)?;
+    let (replies, fds) = conn.exchange(&req).map_err(|e| match (e, want.node) {
+        (Error::Service { errno, reason }, Some(n)) if errno == libc::EPROTO => Error::Service {
+            errno,
+            reason: format!(
+                "{reason} (a daemon of protocol version 1 cannot place memory on NUMA node {n}: \
+                 upgrade it, or ask for any node)"
+            ),
+        },
+        (e, _) => e,
+    })?;
     let mut ids = Vec::new();
     let mut lens = Vec::new();
+    let mut nodes = Vec::new();
     for r in replies {
         match r {
-            Reply::Alloc { segments, .. } => {
+            Reply::Alloc { segments, node, .. } => {
+                nodes.push(node);
                 for s in segments {
                     ids.push(s.id);
                     lens.push(s.len);
@@ -80,12 +108,58 @@ pub(super) fn take_segments(
     for ((fd, &(_, n)), &claimed) in held.fds.iter().zip(&spans).zip(&lens) {
         check_segment_file(fd.as_fd(), claimed, n, page.page_size())?;
     }
+    // Every message of the answer names one node, the one asked for unless
+    // others were allowed; an answer without one (or to a request that named
+    // none, with one) is not believed. Where the pages really are is checked
+    // on the mapping (`move_pages`), which the daemon cannot fake.
+    let node = nodes[0];
+    if nodes.iter().any(|&n| n != node) || node.is_some() != want.node.is_some() {
+        return Err(Error::invalid(
+            "the service's answer names no node, or several, or one not asked for",
+        ));
+    }
+    if let (Some(got), Some(asked)) = (node, want.node) {
+        if got != asked && !want.other_nodes {
+            return Err(Error::invalid(format!(
+                "the service sent memory of NUMA node {got}, not {asked} as asked"
+            )));
+        }
+    }
     Ok(Taken {
         held,
         spans,
         // `tile` checked every length fits a usize.
         segment_size: lens[0] as usize,
+        node,
     })
+}
+
+impl Taken {
+    /// Every page of every segment file is on `node`: each file is mapped for
+    /// a moment (its pages exist, so this builds page tables only) and asked.
+    pub(super) fn check_files_on(&self, node: u32, page: PageKind) -> Result<()> {
+        for (fd, &(_, n)) in self.held.fds.iter().zip(&self.spans) {
+            let p = sys::mmap_shared_ro(fd.as_fd(), n, libc::MAP_POPULATE)
+                .map_err(|e| Error::os("mmap of a service segment", e))?;
+            let placed = crate::numa::placement(p.as_ptr(), n, page.page_size());
+            // SAFETY: the mapping made just above, used by nothing else.
+            let _ = unsafe { sys::munmap(p, n) };
+            check_on(&placed?, node)?;
+        }
+        Ok(())
+    }
+}
+
+/// Ok if `placed` is all on `node`: the kernel's word on where a service's
+/// memory is, not the daemon's.
+pub(super) fn check_on(placed: &crate::numa::Placement, node: u32) -> Result<()> {
+    if placed.all_on(node) {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "the service's memory said to be on NUMA node {node} is not: {:?} pages per node, {} absent",
+        placed.on, placed.absent
+    )))
 }
 
 /// Where each segment of an `ALLOC` answer goes in a request of `len` bytes:

@@ -55,7 +55,7 @@ fn a_local_hugetlb_file_is_whole_pages_sealed_populated_zero_and_can_be_inherite
     // SAFETY: the probe mapping just made, unused.
     unsafe { sys::munmap(probe, M as usize) }.unwrap();
     let len = 8 << 20;
-    let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into()).unwrap();
+    let f = local_file(len - 4096, PageKind::Huge2M, 2, "no service".into(), None).unwrap();
     assert_eq!(
         f.source(),
         &Source::Local {
@@ -77,7 +77,7 @@ fn a_plain_local_file_is_whole_base_pages_not_hugetlb_pages() {
         eprintln!("skipped: the plain local file ({free} 1 GiB pages are free)");
         return;
     }
-    let f = local_file(4097, PageKind::Huge1G, 2, "no service".into()).unwrap();
+    let f = local_file(4097, PageKind::Huge1G, 2, "no service".into(), None).unwrap();
     let base = PageKind::Base.page_size();
     check_local_file(&f, 4097usize.next_multiple_of(base), PageKind::Base);
     let Source::Local { reason } = f.source() else {
@@ -92,7 +92,7 @@ fn a_plain_local_file_is_whole_base_pages_not_hugetlb_pages() {
 
 #[test]
 fn pass_to_clears_close_on_exec_in_the_child_only_and_refuses_stale_numbers() {
-    let f = local_file(4096, PageKind::Huge1G, 1, "no service".into()).unwrap();
+    let f = local_file(4096, PageKind::Huge1G, 1, "no service".into(), None).unwrap();
     let fd = f.segments()[0].fd.as_raw_fd();
     let mut cmd = std::process::Command::new("sh");
     // readlink, a child of sh, inherits the descriptor too.
@@ -168,4 +168,39 @@ fn segments_must_tile_the_request() {
     // Lengths whose sum overflows never wrap into a "cover".
     let huge = (usize::MAX / m * m) as u64;
     assert!(tile(&[huge, huge], m, m).is_err());
+}
+
+/// The local fallback for a node puts every page on it, mapped or as a file,
+/// whichever node the calling thread runs on.
+#[test]
+fn a_local_fallback_for_a_node_is_on_that_node() {
+    let topology = crate::numa::Topology::read();
+    for node in topology.memory_nodes() {
+        let m = local(
+            8 << 20,
+            PageKind::Huge2M,
+            2,
+            "no service".into(),
+            Some(node),
+        )
+        .unwrap();
+        let p = crate::numa::placement(m.as_ptr(), m.len(), 4096).unwrap();
+        assert!(p.all_on(node), "mapped, node {node}: {p:?}");
+        // A plain memfd (1 GiB pages are rarely free) or a hugetlb one.
+        let f = local_file(
+            4 << 20,
+            PageKind::Huge1G,
+            2,
+            "no service".into(),
+            Some(node),
+        )
+        .unwrap();
+        let (fd, len) = (f.segments()[0].fd, f.len());
+        let q = sys::mmap_shared_ro(fd, len, libc::MAP_POPULATE).unwrap();
+        let p = crate::numa::placement(q.as_ptr(), len, f.page().page_size());
+        // SAFETY: the mapping just made.
+        unsafe { sys::munmap(q, len) }.unwrap();
+        let p = p.unwrap();
+        assert!(p.all_on(node), "file, node {node}: {p:?}");
+    }
 }

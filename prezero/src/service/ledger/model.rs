@@ -78,11 +78,13 @@ impl State {
     }
 }
 
-/// One pool's shape: its page and segment size, and its limits.
+/// One pool's shape: its page and segment size, its NUMA node, and its limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Shape {
     pub(crate) page: usize,
     pub(crate) segment: usize,
+    /// Every page of the pool's segments is on this node.
+    pub(crate) node: u32,
     /// Bytes to keep ready.
     pub(crate) target: usize,
     /// Most bytes in all states together.
@@ -320,7 +322,18 @@ impl<S> Ledger<S> {
     /// keep it within its cap. Pools that would more than double the request
     /// come after all others: a 300 MiB VM takes two 256 MiB segments, not a
     /// 4 GiB one the next 4 GiB VM needs. Nothing changes until [`Ledger::lease`].
-    pub(crate) fn choose(&self, uid: u32, bytes: u64, page: u64) -> Result<Grant, Refused> {
+    ///
+    /// With `nodes`, among the pools on those nodes only, in that order of
+    /// preference (the node asked for, then those allowed instead, nearest
+    /// first): a pool on an earlier node that has enough ready wins over any
+    /// on a later one. `None`: every pool, as if all were on one node.
+    pub(crate) fn choose_on(
+        &self,
+        uid: u32,
+        bytes: u64,
+        page: u64,
+        nodes: Option<&[u32]>,
+    ) -> Result<Grant, Refused> {
         let refuse = |reason, errno, ready, message: String| {
             Err(Refused {
                 reason,
@@ -338,9 +351,37 @@ impl<S> Ledger<S> {
                 "zero bytes requested".into(),
             );
         }
+        // Where a pool's node stands in the order asked for (0 for any).
+        let rank_of = |i: usize| match nodes {
+            None => Some(0),
+            Some(ns) => ns.iter().position(|&n| n == self.shapes[i].node),
+        };
+        let any_of_page = (0..self.shapes.len()).any(|i| self.shapes[i].page as u64 == page);
         let of_page: Vec<usize> = (0..self.shapes.len())
-            .filter(|&i| self.shapes[i].page as u64 == page)
+            .filter(|&i| self.shapes[i].page as u64 == page && rank_of(i).is_some())
             .collect();
+        if of_page.is_empty() && any_of_page {
+            let mut on: Vec<u32> = self
+                .shapes
+                .iter()
+                .filter(|s| s.page as u64 == page)
+                .map(|s| s.node)
+                .collect();
+            on.sort_unstable();
+            on.dedup();
+            let on: Vec<String> = on.iter().map(u32::to_string).collect();
+            let asked: Vec<String> = nodes.unwrap_or(&[]).iter().map(u32::to_string).collect();
+            return refuse(
+                Refusal::BadRequest,
+                libc::EINVAL,
+                0,
+                format!(
+                    "no pool of page size {page} on NUMA node {} (this daemon has them on nodes {})",
+                    asked.join(", "),
+                    on.join(", ")
+                ),
+            );
+        }
         if of_page.is_empty() {
             let mut served: Vec<String> = self.shapes.iter().map(|s| s.page.to_string()).collect();
             served.dedup();
@@ -358,7 +399,7 @@ impl<S> Ledger<S> {
             .ok()
             .and_then(|b| b.checked_next_multiple_of(page as usize));
         // A pool holds whole segments: its capacity is the cap rounded down.
-        let mut ranked: Vec<(bool, bool, usize, usize, usize)> = of_page
+        let mut ranked: Vec<(usize, bool, bool, usize, usize, usize)> = of_page
             .iter()
             .filter_map(|&i| {
                 let s = self.shapes[i];
@@ -366,7 +407,7 @@ impl<S> Ledger<S> {
                 let n = r.div_ceil(s.segment);
                 let total = n.checked_mul(s.segment).filter(|&t| t <= s.cap)?;
                 let waste = total - r;
-                Some((total != r || n != 1, waste > r, n, waste, i))
+                Some((rank_of(i)?, total != r || n != 1, waste > r, n, waste, i))
             })
             .collect();
         if ranked.is_empty() {
@@ -386,7 +427,7 @@ impl<S> Ledger<S> {
         let used = self.uid_used(uid);
         let mut short: Option<(usize, usize, usize)> = None;
         let mut over_cap = None;
-        for &(_, _, n, _, pool) in &ranked {
+        for &(_, _, _, n, _, pool) in &ranked {
             let want = n * self.shapes[pool].segment;
             if let Some(cap) = self.uid_cap.filter(|&c| used.saturating_add(want) > c) {
                 over_cap.get_or_insert((want, cap));
@@ -406,13 +447,17 @@ impl<S> Ledger<S> {
         match (short, over_cap) {
             (Some((pool, missing, ready)), _) => {
                 let s = self.shapes[pool];
+                let on = match nodes {
+                    Some(_) => format!(" on NUMA node {}", s.node),
+                    None => String::new(),
+                };
                 Err(Refused {
                     reason: Refusal::NotReady,
                     errno: libc::ENOMEM,
                     ready,
                     message: format!(
                         "{ready} bytes ready in the pool of {page}-byte pages and {}-byte \
-                         segments, {} asked",
+                         segments{on}, {} asked",
                         s.segment,
                         rounded.unwrap_or(0).next_multiple_of(s.segment)
                     ),

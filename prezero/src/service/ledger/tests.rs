@@ -87,12 +87,14 @@ fn world() -> World {
     let shapes = vec![
         Shape {
             page: 1,
+            node: 0,
             segment: 1,
             target: 1,
             cap: 3,
         },
         Shape {
             page: 1,
+            node: 0,
             segment: 2,
             target: 2,
             cap: 4,
@@ -131,7 +133,7 @@ fn apply(w: &mut World, e: Event) -> bool {
         }
         Event::Alloc(conn, bytes) => {
             let uid = uid_of(conn);
-            let Ok(g) = l.choose(uid, bytes, 1) else {
+            let Ok(g) = l.choose_on(uid, bytes, 1, None) else {
                 return false;
             };
             let seg = l.shapes[g.pool].segment;
@@ -285,6 +287,7 @@ fn every_sequence_of_transitions_keeps_the_invariant_and_tenants_apart() {
 fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
     let shape = |segment| Shape {
         page: 2,
+        node: 0,
         segment,
         target: 0,
         cap: 64,
@@ -297,7 +300,7 @@ fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
         }
     }
     let pool_of = |l: &Ledger<()>, bytes| {
-        let g = l.choose(1, bytes, 2).unwrap();
+        let g = l.choose_on(1, bytes, 2, None).unwrap();
         (g.pool, g.ids.len())
     };
     assert_eq!(pool_of(&l, 8), (2, 1), "exact fit");
@@ -319,7 +322,7 @@ fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
         l.remove(id);
     }
     assert_eq!(pool_of(&l, 20), (2, 3));
-    let r = l.choose(1, 64, 2).unwrap_err();
+    let r = l.choose_on(1, 64, 2, None).unwrap_err();
     assert_eq!(r.reason, Refusal::NotReady);
     assert_eq!(
         r.short,
@@ -332,6 +335,7 @@ fn a_request_takes_an_exact_fit_first_then_the_fewest_segments() {
 fn a_pool_that_would_more_than_double_the_request_comes_last() {
     let shape = |segment| Shape {
         page: 2,
+        node: 0,
         segment,
         target: 0,
         cap: 64,
@@ -342,7 +346,7 @@ fn a_pool_that_would_more_than_double_the_request_comes_last() {
             l.add_ready(pool, (), l.shapes[pool].segment, (0, 0));
         }
     }
-    let pool_of = |bytes| l.choose(1, bytes, 2).unwrap().pool;
+    let pool_of = |bytes| l.choose_on(1, bytes, 2, None).unwrap().pool;
     assert_eq!(pool_of(6), 1, "two 4s, not a 16 (10 beyond a request of 6)");
     assert_eq!(pool_of(10), 0, "one 16: 6 beyond a request of 10");
 }
@@ -352,6 +356,7 @@ fn refusals_say_why() {
     let mut l: Ledger<()> = Ledger::new(
         vec![Shape {
             page: 2,
+            node: 0,
             segment: 4,
             target: 0,
             cap: 8,
@@ -359,7 +364,7 @@ fn refusals_say_why() {
         Some(8),
     );
     l.add_ready(0, (), 4, (0, 0));
-    let why = |l: &Ledger<()>, bytes, page| l.choose(7, bytes, page).unwrap_err().reason;
+    let why = |l: &Ledger<()>, bytes, page| l.choose_on(7, bytes, page, None).unwrap_err().reason;
     assert_eq!(why(&l, 0, 2), Refusal::BadRequest);
     assert_eq!(why(&l, 4, 4096), Refusal::BadRequest);
     assert_eq!(why(&l, 9, 2), Refusal::PoolCap);
@@ -369,15 +374,64 @@ fn refusals_say_why() {
         "two segments fit the cap of 8"
     );
     assert_eq!(why(&l, u64::MAX, 2), Refusal::PoolCap);
-    let r = l.choose(7, 8, 2).unwrap_err();
+    let r = l.choose_on(7, 8, 2, None).unwrap_err();
     assert_eq!(
         (r.reason, r.ready, r.short),
         (Refusal::NotReady, 4, Some((0, 1)))
     );
-    let g = l.choose(7, 4, 2).unwrap();
+    let g = l.choose_on(7, 4, 2, None).unwrap();
     l.lease(&g, 1, 7);
     l.add_ready(0, (), 4, (0, 0));
     l.add_ready(0, (), 4, (0, 0));
-    assert_eq!(l.choose(7, 8, 2).unwrap_err().reason, Refusal::UidCap);
-    assert!(l.choose(8, 8, 2).is_ok(), "the cap is per uid");
+    assert_eq!(
+        l.choose_on(7, 8, 2, None).unwrap_err().reason,
+        Refusal::UidCap
+    );
+    assert!(l.choose_on(8, 8, 2, None).is_ok(), "the cap is per uid");
+}
+
+/// Pools on two nodes: a request for a node takes only that node's pools,
+/// and says so when they are short; with other nodes allowed it takes the
+/// next in the order asked; a node without a pool of the page is a bad request.
+#[test]
+fn a_request_for_a_node_takes_only_its_pools_unless_others_are_allowed() {
+    let shape = |node, segment| Shape {
+        page: 2,
+        segment,
+        node,
+        target: 0,
+        cap: 64,
+    };
+    let mut l: Ledger<()> = Ledger::new(vec![shape(0, 4), shape(1, 4), shape(1, 16)], None);
+    for _ in 0..2 {
+        l.add_ready(0, (), 4, (0, 0));
+        l.add_ready(1, (), 4, (0, 0));
+    }
+    assert_eq!(l.choose_on(1, 8, 2, Some(&[0])).unwrap().pool, 0);
+    assert_eq!(l.choose_on(1, 8, 2, Some(&[1])).unwrap().pool, 1);
+    // Node 1's 16-unit pool has nothing ready: the exact fit is short, the
+    // 4-unit pool on the same node serves.
+    assert_eq!(
+        l.choose_on(1, 16, 2, Some(&[1, 0])).unwrap_err().reason,
+        Refusal::NotReady
+    );
+    l.add_ready(0, (), 4, (0, 0));
+    l.add_ready(0, (), 4, (0, 0));
+    let r = l.choose_on(1, 16, 2, Some(&[1])).unwrap_err();
+    assert_eq!(r.reason, Refusal::NotReady);
+    assert!(r.message.contains("on NUMA node 1"), "{}", r.message);
+    let (pool, _) = r.short.unwrap();
+    assert_eq!(
+        l.shapes[pool].node, 1,
+        "the node asked for grows, not another"
+    );
+    assert_eq!(
+        l.choose_on(1, 16, 2, Some(&[1, 0])).unwrap().pool,
+        0,
+        "then node 0"
+    );
+    assert_eq!(l.choose_on(1, 16, 2, None).unwrap().pool, 0, "any node");
+    let r = l.choose_on(1, 4, 2, Some(&[2])).unwrap_err();
+    assert_eq!((r.reason, r.errno), (Refusal::BadRequest, libc::EINVAL));
+    assert!(r.message.contains("nodes 0, 1"), "{}", r.message);
 }

@@ -81,9 +81,11 @@ pub fn prometheus(stats: &ServiceStats) -> String {
             let _ = writeln!(out, "{name}{labels} {v}");
         }
     };
+    // A daemon that does not say where a pool is gets no node label.
     let pool_labels = |p: &super::PoolCounters| {
+        let node = p.node.map_or(String::new(), |n| format!(",node=\"{n}\""));
         format!(
-            "page=\"{}\",segment=\"{}\"",
+            "page=\"{}\",segment=\"{}\"{node}",
             size_label(p.page_size),
             size_label(p.segment_size)
         )
@@ -272,6 +274,11 @@ mod tests {
             "prezero_pool_bytes{page=\"2MiB\",segment=\"4GiB\",state=\"ready\"} 8589934592"
         ));
         assert!(text.contains("prezero_refusals_total{reason=\"not_ready\"} 3"));
+        let mut on_node = stats.clone();
+        on_node.pools[0].node = Some(1);
+        assert!(prometheus(&on_node).contains(
+            "prezero_pool_bytes{page=\"2MiB\",segment=\"4GiB\",node=\"1\",state=\"ready\"} 8589934592"
+        ));
         assert!(text.contains("prezero_refusals_total{reason=\"malformed\"} 0"));
         assert!(text.contains("prezero_handout_latency_seconds_bucket{le=\"0.00001\"} 2"));
         assert!(text.contains("prezero_handout_latency_seconds_bucket{le=\"0.0025\"} 4"));

@@ -3,13 +3,15 @@
 
 use super::{Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, TenantStats};
 use super::{
-    ALLOC, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE, MAX_RELEASE_IDS, RELEASE, REPLY, STATS,
-    VERSION,
+    ALLOC, ALLOC_NODE, ALLOC_OTHER_NODES, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE,
+    MAX_RELEASE_IDS, RELEASE, REPLY, STATS, VERSION,
 };
 
 /// Bytes of one pool record this version writes; readers accept 64 (the first
 /// eight fields) and skip what they do not know.
-const POOL_RECORD_LEN: u32 = 9 * 8;
+const POOL_RECORD_LEN: u32 = 10 * 8;
+/// A pool record's node field when the pool has none.
+const NO_NODE: u64 = u64::MAX;
 const MIN_POOL_RECORD_LEN: usize = 8 * 8;
 /// Most latency buckets a reader accepts.
 const MAX_BUCKETS: usize = 64;
@@ -18,10 +20,14 @@ const MAX_BUCKETS: usize = 64;
 struct Writer(Vec<u8>);
 
 impl Writer {
+    /// A version-1 message: what every message is unless it needs version 2.
     fn new(kind: u16, seq: u32) -> Writer {
+        Writer::with_version(kind, seq, 1)
+    }
+    fn with_version(kind: u16, seq: u32, version: u16) -> Writer {
         let mut w = Writer(Vec::with_capacity(64));
         w.u32(MAGIC);
-        w.u16(VERSION);
+        w.u16(version);
         w.u16(kind);
         w.u32(seq);
         w.u32(0); // payload length, patched by finish()
@@ -75,8 +81,19 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A checked header: the message kind, its sequence number and its payload.
-pub fn split(msg: &[u8]) -> Result<(u16, u32, &[u8]), Malformed> {
+/// A message's header, checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    /// 1 or 2.
+    pub version: u16,
+    /// The message kind (bit 15 set on answers).
+    pub kind: u16,
+    /// The sequence number.
+    pub seq: u32,
+}
+
+/// A checked header, and the payload after it.
+pub fn split(msg: &[u8]) -> Result<(Header, &[u8]), Malformed> {
     if msg.len() < HEADER_LEN {
         return Err(Malformed("shorter than the 16-byte header"));
     }
@@ -87,14 +104,20 @@ pub fn split(msg: &[u8]) -> Result<(u16, u32, &[u8]), Malformed> {
     if word(0) != MAGIC {
         return Err(Malformed("bad magic"));
     }
-    if u16::from_le_bytes([msg[4], msg[5]]) != VERSION {
+    let version = u16::from_le_bytes([msg[4], msg[5]]);
+    if !(1..=VERSION).contains(&version) {
         return Err(Malformed("unsupported protocol version"));
     }
     let kind = u16::from_le_bytes([msg[6], msg[7]]);
     if word(12) as usize != msg.len() - HEADER_LEN {
         return Err(Malformed("length field does not match the datagram"));
     }
-    Ok((kind, word(8), &msg[HEADER_LEN..]))
+    let header = Header {
+        version,
+        kind,
+        seq: word(8),
+    };
+    Ok((header, &msg[HEADER_LEN..]))
 }
 
 impl Request {
@@ -105,12 +128,14 @@ impl Request {
                 bytes,
                 page_size,
                 flags,
+                node,
             } => {
-                let mut w = Writer::new(ALLOC, seq);
+                let version = if *flags != 0 || *node != 0 { 2 } else { 1 };
+                let mut w = Writer::with_version(ALLOC, seq, version);
                 w.u64(*bytes);
                 w.u64(*page_size);
                 w.u32(*flags);
-                w.u32(0);
+                w.u32(*node);
                 w.finish()
             }
             Request::Release { ids } => {
@@ -128,20 +153,30 @@ impl Request {
 
     /// Decodes a request datagram into its sequence number and request.
     pub fn decode(msg: &[u8]) -> Result<(u32, Request), Malformed> {
-        let (kind, seq, payload) = split(msg)?;
+        let (Header { version, kind, seq }, payload) = split(msg)?;
         let mut r = Reader(payload);
         let req = match kind {
             ALLOC => {
                 let bytes = r.u64()?;
                 let page_size = r.u64()?;
                 let flags = r.u32()?;
-                if r.u32()? != 0 {
+                let node = r.u32()?;
+                // Version 1 reserved the node's place; flags the daemon
+                // refuses by name, unknown ones included.
+                if version == 1 && node != 0 {
                     return Err(Malformed("reserved field is not zero"));
+                }
+                if version >= 2 && flags & ALLOC_NODE == 0 && node != 0 {
+                    return Err(Malformed("a node without ALLOC_NODE"));
+                }
+                if version >= 2 && flags & ALLOC_OTHER_NODES != 0 && flags & ALLOC_NODE == 0 {
+                    return Err(Malformed("ALLOC_OTHER_NODES without ALLOC_NODE"));
                 }
                 Request::Alloc {
                     bytes,
                     page_size,
                     flags,
+                    node,
                 }
             }
             RELEASE => {
@@ -188,12 +223,14 @@ impl Reply {
                 total,
                 first,
                 segments,
+                node,
             } => {
-                let mut w = Writer::new(REPLY | ALLOC, seq);
+                let version = if node.is_some() { 2 } else { 1 };
+                let mut w = Writer::with_version(REPLY | ALLOC, seq, version);
                 w.u32(*total);
                 w.u32(*first);
                 w.u32(segments.len() as u32);
-                w.u32(0);
+                w.u32(node.unwrap_or(0));
                 for s in segments {
                     w.u64(s.id);
                     w.u64(s.len);
@@ -221,6 +258,7 @@ impl Reply {
                         p.quarantined,
                         p.scrubbing,
                         p.handouts,
+                        p.node.map_or(NO_NODE, u64::from),
                     ] {
                         w.u64(v);
                     }
@@ -276,7 +314,7 @@ impl Reply {
 
     /// Decodes a reply datagram into its sequence number and reply.
     pub fn decode(msg: &[u8]) -> Result<(u32, Reply), Malformed> {
-        let (kind, seq, payload) = split(msg)?;
+        let (Header { version, kind, seq }, payload) = split(msg)?;
         let mut r = Reader(payload);
         let reply = match kind {
             ERROR => {
@@ -294,7 +332,7 @@ impl Reply {
                 let total = r.u32()?;
                 let first = r.u32()?;
                 let n = r.u32()? as usize;
-                r.u32()?;
+                let node = r.u32()?;
                 if n > MAX_FDS {
                     return Err(Malformed("more segments than one message carries"));
                 }
@@ -310,6 +348,7 @@ impl Reply {
                     total,
                     first,
                     segments,
+                    node: (version >= 2).then_some(node),
                 }
             }
             k if k == REPLY | RELEASE => {
@@ -336,6 +375,11 @@ impl Reply {
                         quarantined: p.u64()?,
                         scrubbing: p.u64()?,
                         handouts: if p.0.len() >= 8 { p.u64()? } else { 0 },
+                        node: if p.0.len() >= 8 {
+                            u32::try_from(p.u64()?).ok()
+                        } else {
+                            None
+                        },
                     });
                 }
                 let s = ServiceStats {

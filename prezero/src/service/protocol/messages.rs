@@ -14,8 +14,11 @@ pub enum Request {
         bytes: u64,
         /// Page size in bytes; must name one of the daemon's pools.
         page_size: u64,
-        /// No flags are defined in version 1; must be 0.
+        /// [`ALLOC_NODE`](super::ALLOC_NODE), [`ALLOC_OTHER_NODES`](super::ALLOC_OTHER_NODES)
+        /// (version 2); none in version 1.
         flags: u32,
+        /// The NUMA node, with `ALLOC_NODE`; else 0.
+        node: u32,
     },
     /// Segments the client is done with.
     Release {
@@ -56,6 +59,9 @@ pub enum Reply {
         first: u32,
         /// The segments of this message, in order.
         segments: Vec<SegmentRecord>,
+        /// The NUMA node every page is on (version 2: the answer to a request
+        /// that named a node); `None` in version 1.
+        node: Option<u32>,
     },
     /// `RELEASE` done: this many segments are now quarantined.
     Released {
@@ -87,6 +93,9 @@ pub struct PoolCounters {
     pub scrubbing: u64,
     /// `ALLOC` requests this pool served.
     pub handouts: u64,
+    /// The NUMA node of every page of the pool (`None` from a daemon that
+    /// does not say).
+    pub node: Option<u32>,
 }
 
 /// Why the daemon answered with `ERROR`; `STATS` counts each, in this order.

@@ -1,4 +1,4 @@
-//! The wire format of `prezero serve` (version 1), both directions, and the
+//! The wire format of `prezero serve` (versions 1 and 2), both directions, and the
 //! `SOCK_SEQPACKET` send/receive calls that carry it. `docs/PROTOCOL.md` is the
 //! reference for other implementations; this folder and that page change
 //! together: the numbers here, the messages in `messages.rs`, their bytes in
@@ -13,7 +13,7 @@ mod messages;
 mod transport;
 
 pub use crate::sys::Received;
-pub use codec::split;
+pub use codec::{split, Header};
 pub use messages::{
     Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord, ServiceStats,
     TenantStats,
@@ -22,8 +22,10 @@ pub use transport::{recv, send};
 
 /// `b"PZSV"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PZSV");
-/// The protocol version this library speaks.
-pub const VERSION: u16 = 1;
+/// The newest protocol version this library speaks. Version 2 adds a NUMA
+/// node to `ALLOC` and its answer; every message is sent in the lowest version
+/// that carries it, so a version-1 peer is served everything but a node.
+pub const VERSION: u16 = 2;
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 16;
 /// The largest datagram either side sends or accepts.
@@ -33,8 +35,14 @@ pub const MAX_FDS: usize = 64;
 /// Most segment ids one `RELEASE` names.
 pub const MAX_RELEASE_IDS: usize = (MAX_MESSAGE - HEADER_LEN - 8) / 8;
 
-/// Request: memory. Payload: bytes u64, page_size u64, flags u32, reserved u32.
+/// Request: memory. Payload: bytes u64, page_size u64, flags u32, node u32
+/// (version 2; reserved in version 1).
 pub const ALLOC: u16 = 1;
+/// `ALLOC` flag (version 2): `node` names the NUMA node the memory must be on.
+pub const ALLOC_NODE: u32 = 1;
+/// `ALLOC` flag (version 2, with [`ALLOC_NODE`]): when that node is short,
+/// another may serve, nearest first; the answer says which.
+pub const ALLOC_OTHER_NODES: u32 = 2;
 /// Request: give segments back. Payload: count u32, reserved u32, count x id u64.
 pub const RELEASE: u16 = 2;
 /// Request: counters. Empty payload.

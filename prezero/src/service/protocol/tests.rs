@@ -10,6 +10,13 @@ fn requests_round_trip() {
             bytes: 1 << 30,
             page_size: 2 << 20,
             flags: 0,
+            node: 0,
+        },
+        Request::Alloc {
+            bytes: 1 << 30,
+            page_size: 2 << 20,
+            flags: ALLOC_NODE | ALLOC_OTHER_NODES,
+            node: 3,
         },
         Request::Release { ids: vec![1, 2, 3] },
         Request::Release { ids: vec![] },
@@ -22,11 +29,15 @@ fn requests_round_trip() {
 #[test]
 fn replies_round_trip() {
     let stats = ServiceStats {
-        pools: vec![PoolCounters {
-            page_size: 2 << 20,
-            ready: 3,
-            ..Default::default()
-        }],
+        pools: vec![
+            PoolCounters {
+                page_size: 2 << 20,
+                ready: 3,
+                node: Some(1),
+                ..Default::default()
+            },
+            PoolCounters::default(),
+        ],
         uid: 1000,
         uid_cap: u64::MAX,
         refusals_by_reason: vec![1, 2, 3, 4, 5, 6, 7],
@@ -62,6 +73,16 @@ fn replies_round_trip() {
                 };
                 3
             ],
+            node: None,
+        },
+        Reply::Alloc {
+            total: 1,
+            first: 0,
+            segments: vec![SegmentRecord {
+                id: 1,
+                len: 2 << 20,
+            }],
+            node: Some(2),
         },
         Reply::Released { count: 2 },
         Reply::Stats(Box::new(stats)),
@@ -107,7 +128,8 @@ fn stats_from_an_older_daemon_and_too_many_tenants_still_decode() {
     let mut p = payload[..8].to_vec();
     p[4..8].copy_from_slice(&64u32.to_le_bytes());
     p.extend_from_slice(&payload[8..8 + 64]);
-    p.extend_from_slice(&payload[8 + 72..8 + 72 + 9 * 8 + 24]);
+    // This version's records are 80 bytes (the node is the tenth field).
+    p.extend_from_slice(&payload[8 + 80..8 + 80 + 9 * 8 + 24]);
     let mut m = kind_seq.to_vec();
     m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
     m.extend(p);
@@ -115,6 +137,10 @@ fn stats_from_an_older_daemon_and_too_many_tenants_still_decode() {
         panic!("an older daemon's answer does not decode");
     };
     assert_eq!((got.pools[0].ready, got.pools[0].handouts), (3, 0));
+    assert_eq!(
+        got.pools[0].node, None,
+        "an older daemon's pool has no node"
+    );
     assert!(got.tenants.is_empty() && got.refusals_by_reason.is_empty());
     // Cut anywhere or corrupted anywhere: an error or a value, never a panic.
     for cut in 0..msg.len() {
@@ -134,6 +160,14 @@ fn every_truncation_and_corruption_is_an_error_not_a_panic() {
             bytes: 1,
             page_size: 2,
             flags: 0,
+            node: 0,
+        }
+        .encode(1),
+        Request::Alloc {
+            bytes: 1,
+            page_size: 2,
+            flags: ALLOC_NODE,
+            node: 1,
         }
         .encode(1),
         Request::Release { ids: vec![4; 10] }.encode(1),
@@ -151,4 +185,59 @@ fn every_truncation_and_corruption_is_an_error_not_a_panic() {
     let mut huge = Request::Release { ids: vec![] }.encode(1);
     huge[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(Request::decode(&huge).is_err());
+}
+
+/// A message is sent in the lowest version that carries it: a request or an
+/// answer without a node is version 1, which a version-1 peer reads; only a
+/// node makes version 2. Version 1 keeps its reserved field, and version 2's
+/// flags must agree with the node.
+#[test]
+fn only_a_node_makes_version_2_and_version_1_keeps_its_rules() {
+    let version = |m: &[u8]| u16::from_le_bytes([m[4], m[5]]);
+    let any = Request::Alloc {
+        bytes: 1,
+        page_size: 2 << 20,
+        flags: 0,
+        node: 0,
+    };
+    assert_eq!(version(&any.encode(1)), 1);
+    let on1 = Request::Alloc {
+        bytes: 1,
+        page_size: 2 << 20,
+        flags: ALLOC_NODE,
+        node: 1,
+    };
+    assert_eq!(version(&on1.encode(1)), 2);
+    let reply = |node| Reply::Alloc {
+        total: 0,
+        first: 0,
+        segments: vec![],
+        node,
+    };
+    assert_eq!(version(&reply(None).encode(1)), 1);
+    assert_eq!(version(&reply(Some(0)).encode(1)), 2);
+    assert_eq!(version(&Request::Stats.encode(1)), 1);
+    // Version 1 with the node's place not zero; version 2 with a node but no
+    // flag, or other nodes without a node; a version from the future.
+    let mut v1 = on1.encode(1);
+    v1[4] = 1;
+    assert!(Request::decode(&v1).is_err());
+    let mut no_flag = on1.encode(1);
+    no_flag[HEADER_LEN + 16..HEADER_LEN + 20].copy_from_slice(&0u32.to_le_bytes());
+    assert!(Request::decode(&no_flag).is_err());
+    let mut others_alone = any.encode(1);
+    others_alone[4] = 2;
+    others_alone[HEADER_LEN + 16..HEADER_LEN + 20]
+        .copy_from_slice(&ALLOC_OTHER_NODES.to_le_bytes());
+    assert!(Request::decode(&others_alone).is_err());
+    let mut future = any.encode(1);
+    future[4] = 3;
+    assert!(Request::decode(&future).is_err());
+    // A version-1 answer's reserved field is no node, whatever it holds.
+    let mut old = reply(None).encode(1);
+    old[HEADER_LEN + 12..HEADER_LEN + 16].copy_from_slice(&7u32.to_le_bytes());
+    assert!(matches!(
+        Reply::decode(&old),
+        Ok((_, Reply::Alloc { node: None, .. }))
+    ));
 }

@@ -11,7 +11,8 @@ use super::Server;
 use crate::service::ledger::{Clean, Refused};
 use crate::service::log;
 use crate::service::protocol::{
-    self, Malformed, Refusal, Reply, Request, SegmentRecord, MAX_FDS, MAX_MESSAGE,
+    self, Malformed, Refusal, Reply, Request, SegmentRecord, ALLOC_NODE, ALLOC_OTHER_NODES,
+    MAX_FDS, MAX_MESSAGE,
 };
 
 impl Server {
@@ -66,9 +67,10 @@ impl Server {
                 bytes,
                 page_size,
                 flags,
+                node,
             } => {
                 let t = Instant::now();
-                match self.alloc(conn, seq, bytes, page_size, flags) {
+                match self.alloc(conn, seq, bytes, page_size, flags, node) {
                     Ok(()) => {
                         self.counters.latency.record(t.elapsed().as_nanos() as u64);
                         return true;
@@ -117,19 +119,33 @@ impl Server {
         bytes: u64,
         page_size: u64,
         flags: u32,
+        node: u32,
     ) -> std::result::Result<(), AllocError> {
-        if flags != 0 {
+        let unknown = flags & !(ALLOC_NODE | ALLOC_OTHER_NODES);
+        if unknown != 0 {
             return Err(AllocError::Refused(
                 Reply::Error {
                     errno: libc::EINVAL,
                     ready: 0,
-                    message: format!("unknown flags {flags:#x}"),
+                    message: format!("unknown flags {unknown:#x}"),
                 },
                 Refusal::BadRequest,
             ));
         }
+        // The node asked for, then (if allowed) the others nearest first.
+        let named = flags & ALLOC_NODE != 0;
+        let order = named.then(|| {
+            let mut order = vec![node];
+            if flags & ALLOC_OTHER_NODES != 0 {
+                order.extend(self.nearest.get(&node).into_iter().flatten());
+            }
+            order
+        });
         let uid = self.conns[&conn].uid;
-        let grant = match self.ledger.choose(uid, bytes, page_size) {
+        let grant = match self
+            .ledger
+            .choose_on(uid, bytes, page_size, order.as_deref())
+        {
             Ok(g) => g,
             Err(Refused {
                 reason,
@@ -190,6 +206,7 @@ impl Server {
         self.counters.handouts += 1;
         self.pools[grant.pool].handouts += 1;
         let segment = self.pools[grant.pool].cfg.segment_size;
+        let served_on = self.pools[grant.pool].home.node;
         let n = grant.ids.len();
         // The client now maps and populates the segments: page-table work that
         // waits on the kernel's hugetlb fault locks, which the worker's page
@@ -213,6 +230,9 @@ impl Server {
                         len: segment as u64,
                     })
                     .collect(),
+                // Said to a client that named a node (in version 2): the one
+                // it got, which differs only where it allowed that.
+                node: named.then_some(served_on),
             };
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
             if protocol::send(sock, &reply.encode(seq), &borrowed).is_err() {

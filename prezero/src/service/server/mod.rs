@@ -38,9 +38,10 @@ use super::listen::{bind, refuse_if_served, restrict_socket};
 use super::log;
 use super::metrics::MetricsFile;
 use super::protocol;
-use super::segment::{check_leases_work, Segment};
+use super::segment::{check_leases_work, Home, Segment};
 use super::worker::{Done, Worker};
 use crate::error::{Error, Result};
+use crate::numa::Topology;
 use crate::sys::{self, UnixAddr};
 use stats::Counters;
 
@@ -56,7 +57,10 @@ struct Conn {
 }
 
 struct PoolRun {
+    /// Placed: on one node (`PoolNode::Node`).
     cfg: PoolConfig,
+    /// Its node and the CPUs that fill it.
+    home: Home,
     creating: bool,
     /// After a failed creation (hugetlb shortage), no retry before this.
     retry_at: Option<Instant>,
@@ -91,6 +95,9 @@ pub struct Server {
     told_no_chown: bool,
     /// The metrics file's writer, and when it is next due.
     metrics: Option<(MetricsFile, Instant)>,
+    /// Per node with pools: the other nodes with pools, nearest first (what a
+    /// request that allows other nodes falls back to).
+    nearest: HashMap<u32, Vec<u32>>,
 }
 
 fn mib(bytes: usize) -> String {
@@ -101,14 +108,30 @@ fn mib(bytes: usize) -> String {
     }
 }
 
+/// A placed pool's name in the log: page, segment and node.
+fn pool_name(p: &PoolConfig) -> String {
+    format!(
+        "{}/{} on node {}",
+        p.page.name(),
+        mib(p.segment_size),
+        p.placed_node()
+    )
+}
+
 impl Server {
     /// Checks the configuration, blocks SIGINT/SIGTERM/SIGHUP in the calling
     /// thread (they arrive through a signalfd and stop [`Server::run`]), creates
     /// and populates each pool's initial segments, and only then creates the
     /// socket, so a client that can connect finds memory ready. A hugetlb
     /// shortage is logged and leaves a smaller pool.
-    pub fn start(cfg: ServerConfig) -> Result<Server> {
-        cfg.validate()?;
+    pub fn start(mut cfg: ServerConfig) -> Result<Server> {
+        let topology = Topology::read();
+        cfg.pools = cfg.placed_pools(&topology)?;
+        let homes: Vec<Home> = cfg
+            .pools
+            .iter()
+            .map(|p| Home::of(&topology, p.placed_node()))
+            .collect();
         // Fail before populating gigabytes, not after.
         UnixAddr::new(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
@@ -133,11 +156,20 @@ impl Server {
             .map_err(|e| Error::os("spawn scrubber thread", e))?;
 
         let ledger_file = cfg.ledger_path();
-        let mut ledger = Ledger::new(cfg.shapes(), cfg.uid_cap);
-        for (seg, uid) in adopt(&ledger_file, &cfg.pools) {
+        let shapes = cfg.pools.iter().map(PoolConfig::shape).collect();
+        let mut ledger = Ledger::new(shapes, cfg.uid_cap);
+        for (mut seg, uid) in adopt(&ledger_file, &cfg.pools) {
             let Some(pool) = ledger.pool_for(seg.page_size(), seg.len()) else {
                 continue;
             };
+            // Cleaned with fresh pages before anyone has it: bound first, they
+            // land on the pool's node.
+            if let Err(e) = seg.place(homes[pool].clone()) {
+                log(&format!(
+                    "a segment taken over cannot be placed ({e}); dropped"
+                ));
+                continue;
+            }
             log(&format!(
                 "segment of {} from a previous instance is still held by uid {uid}: \
                  taken over in quarantine and charged to that uid",
@@ -157,15 +189,19 @@ impl Server {
             let t = Instant::now();
             let mut got = 0;
             let mut shortage = None;
+            let threads = threads.min(homes[i].cpus.len().max(1));
             while got < want {
-                let made = Segment::create(p.page, p.segment_size)
-                    .and_then(|seg| seg.repopulate(0, p.segment_size, threads).map(|()| seg));
+                let made = Segment::create(p.page, p.segment_size, homes[i].clone())
+                    .and_then(|seg| seg.repopulate(0, p.segment_size, threads).map(|()| seg))
+                    .and_then(|seg| seg.check_home().map(|()| seg));
                 match made {
                     Ok(seg) => {
                         let file = (seg.dev, seg.ino);
                         ledger.add_ready(i, seg, p.segment_size, file);
                         got += 1;
                     }
+                    // The node's own pages ran out (the mapping is bound to it:
+                    // the fault fails rather than take another node's).
                     Err(e @ Error::HugetlbShortage { .. }) => {
                         shortage = Some(e);
                         break;
@@ -173,7 +209,7 @@ impl Server {
                     Err(e) => return Err(e),
                 }
             }
-            let name = format!("{}/{}", p.page.name(), mib(p.segment_size));
+            let name = pool_name(p);
             let s = mib(p.segment_size);
             match shortage {
                 None => log(&format!(
@@ -183,22 +219,27 @@ impl Server {
                 )),
                 Some(_) => {
                     let page = p.page.page_size();
-                    let free = crate::cpu::hugetlb_pool(page).map_or(0, |h| h.free);
-                    let total = crate::cpu::hugetlb_pool(page).map_or(0, |h| h.total);
+                    let node = p.placed_node();
+                    let on_node = Topology::read()
+                        .node(node)
+                        .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == page).copied());
+                    let (free, total) = on_node.map_or((0, 0), |h| (h.free, h.total));
                     let more = (want - got) * (p.segment_size / page);
                     log(&format!(
                         "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
-                         {free} free {} pages; reserve more with: echo {} > {}",
+                         {free} free {} pages on node {node}; reserve more with: echo {} > \
+                         /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages",
                         mib(got * p.segment_size),
                         mib(p.target),
                         p.page.name(),
                         total + more,
-                        crate::cpu::HugetlbPool::nr_path(page)
+                        page >> 10
                     ));
                 }
             }
         }
         write_ledger(&ledger_file, &ledger);
+        let nearest = nearest_nodes(&topology, &cfg.pools);
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
@@ -210,8 +251,10 @@ impl Server {
             pools: cfg
                 .pools
                 .iter()
-                .map(|&cfg| PoolRun {
+                .zip(homes)
+                .map(|(&cfg, home)| PoolRun {
                     cfg,
+                    home,
                     creating: false,
                     retry_at: None,
                     handouts: 0,
@@ -235,6 +278,7 @@ impl Server {
             told_no_escalation: false,
             told_no_chown: false,
             metrics,
+            nearest,
         })
     }
 
@@ -333,6 +377,22 @@ impl Server {
             m.stop();
         }
     }
+}
+
+/// For each node with pools, the other nodes with pools by distance (the
+/// kernel's table), nearest first, ties by id.
+fn nearest_nodes(topology: &Topology, pools: &[PoolConfig]) -> HashMap<u32, Vec<u32>> {
+    let mut with_pools: Vec<u32> = pools.iter().map(PoolConfig::placed_node).collect();
+    with_pools.sort_unstable();
+    with_pools.dedup();
+    with_pools
+        .iter()
+        .map(|&from| {
+            let mut others: Vec<u32> = with_pools.iter().copied().filter(|&n| n != from).collect();
+            others.sort_by_key(|&to| (topology.distance(from, to).unwrap_or(u32::MAX), to));
+            (from, others)
+        })
+        .collect()
 }
 
 impl Drop for Server {

@@ -5,7 +5,7 @@
 use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
-use super::{mib, Server};
+use super::{pool_name, Server};
 use crate::service::config::Reuse;
 use crate::service::ledger::{write_ledger, Clean, State};
 use crate::service::log;
@@ -147,6 +147,12 @@ impl Server {
                     ));
                     self.destroy(id, None);
                 }
+                Done::Misplaced { id, why } => {
+                    log(&format!(
+                        "segment {id}: {why}; destroyed, never handed out as its node's"
+                    ));
+                    self.destroy(id, None);
+                }
                 Done::Abandoned { id } => {
                     self.ledger.remove(id);
                 }
@@ -163,9 +169,8 @@ impl Server {
                         Err(e) => {
                             if p.retry_at.is_none() {
                                 log(&format!(
-                                    "pool {}/{}: cannot grow toward its target: {e}; retrying every 5 s",
-                                    p.cfg.page.name(),
-                                    mib(p.cfg.segment_size)
+                                    "pool {}: cannot grow toward its target: {e}; retrying every 5 s",
+                                    pool_name(&p.cfg)
                                 ));
                             }
                             p.retry_at = Some(Instant::now() + Duration::from_secs(5));
@@ -194,6 +199,7 @@ impl Server {
                     pool: i,
                     page: p.cfg.page,
                     len: p.cfg.segment_size,
+                    home: p.home.clone(),
                 };
                 if let Some(jobs) = &self.worker.jobs {
                     p.creating = jobs.send(job).is_ok();

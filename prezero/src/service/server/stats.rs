@@ -85,6 +85,7 @@ impl Server {
                     quarantined: c.quarantined as u64,
                     scrubbing: c.scrubbing as u64,
                     handouts: if everyone { p.handouts } else { 0 },
+                    node: Some(p.home.node),
                 }
             })
             .collect();
