@@ -20,7 +20,7 @@ use prezero::{
 use crate::bench::clear::{collect, Figure, Method};
 use crate::bench::template::{store_study, StoreFigure, STORE_SIZES};
 use crate::stats::{round2, Stats};
-use crate::units::{fmt_size, parse_size, parse_sizes};
+use crate::units::{fmt_size, human_size, parse_size, parse_sizes};
 
 const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
 
@@ -440,11 +440,7 @@ fn summarise(p: &ProfileFile) {
             .map(|c| match c.below {
                 usize::MAX => format!("rest {}", c.kernel.name()),
                 // Class bounds lie between measured sizes (47453132): 3 figures.
-                b => format!(
-                    "<{} {}",
-                    crate::report::fmt::bytes(b as f64),
-                    c.kernel.name()
-                ),
+                b => format!("<{} {}", human_size(b), c.kernel.name()),
             })
             .collect();
         println!("  {:<8} {}", t.name(), cls.join(", "));

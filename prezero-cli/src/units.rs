@@ -1,7 +1,7 @@
-//! Byte sizes on the command line: the library's parser and formatter, its
-//! errors as the text `main` prints.
+//! Byte sizes on the command line: the library's parser and formatters (exact
+//! for flags, rounded for a reader), its errors as the text `main` prints.
 
-pub use prezero::fmt_size;
+pub use prezero::{fmt_size, human_size};
 
 /// Parses "4096", "4K", "4KB", "4KiB", "2M", "1G", "1T" into bytes (see
 /// [`prezero::parse_size`]).

@@ -17,7 +17,7 @@ use super::memory::touch_lines;
 use super::rows::{self, PoolCase, Row};
 use crate::stats::{gbps, round3, Sorted, Stats};
 use crate::table::Table;
-use crate::units::{fmt_size, parse_size};
+use crate::units::{fmt_size, human_size, parse_size};
 
 const CHUNK: usize = 2 << 20;
 /// Quantiles of the hand-out latency reported in `--json` (for the report's CDF).
@@ -484,7 +484,10 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
                 name.to_string(),
                 format!("{with:.3}"),
                 format!("{slowdown:.1}%"),
-                format!("({} MiB scrubbed meanwhile)", scrubbed_during >> 20),
+                format!(
+                    "({} scrubbed meanwhile)",
+                    human_size(scrubbed_during as usize)
+                ),
             ]);
         }
     }

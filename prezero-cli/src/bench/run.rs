@@ -34,6 +34,7 @@ use super::rows::{self, Row};
 use crate::run::Settings;
 use crate::stats::{round3, Stats};
 use crate::table::Table;
+use crate::units::human_size;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -387,10 +388,6 @@ fn own_peak_rss() -> u64 {
     ru.ru_maxrss as u64 * 1024
 }
 
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
-}
-
 /// What the issue asks of a row, to print beside it.
 fn goal(program: Program, figure: &str) -> Option<(&'static str, f64)> {
     match (program, figure) {
@@ -584,7 +581,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             } else {
                 // Milliseconds and spread aligned within their cell.
                 let ms = |s: &Stats| format!("{:>9.2} (+-{:>4.1}%)", s.median / 1e6, s.stdev_pct);
-                let rss = |bytes: u64| format!("{:.0} MiB", mib(bytes));
+                let rss = |bytes: u64| human_size(bytes as usize);
                 table.print(&[
                     p.name().to_string(),
                     fig.to_string(),
@@ -620,9 +617,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         println!(
             "# process: the whole process (start, work, exit); held at peak: the most any \
              prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
-             reads at least this bench's own {:.0} MiB (wait4 counts the image a child was \
+             reads at least this bench's own {} (wait4 counts the image a child was \
              spawned from)",
-            mib(floor)
+            human_size(floor as usize)
         );
         for (p, why) in &skipped {
             println!("# no {} row: {why}", p.name());

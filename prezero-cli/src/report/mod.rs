@@ -196,7 +196,7 @@ mod tests {
         match key {
             "faults_per_wall_s" | "flt_per_cpu_s" => si(x, "/s"),
             "x_best_kernel" | "x_service" | "ratio" => times(x),
-            "size" | "bytes" | "scrubbed_bytes_during" => bytes(x),
+            "size" | "bytes" | "scrubbed_bytes_during" => crate::units::human_size(x as usize),
             "threads" | "lines" | "reps" | "runs" | "records" | "inflight" | "faults" => count(x),
             k if k.ends_with("gbps") || k.starts_with("gbps") => gbps(x),
             k if k.ends_with("_pct") => pct(x),
