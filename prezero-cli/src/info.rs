@@ -1,5 +1,6 @@
 //! `prezero info`: everything detected, and what Auto does with it.
 
+use anyhow::Result;
 use serde_json::{json, Value};
 
 use prezero::{Kernel, Streamer, Temperature, TemplateProfile};
@@ -27,7 +28,7 @@ const CLASSES: [usize; 9] = [
     1 << 30,
 ];
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let v = collect();
     if args.json {
         println!("{v}");
