@@ -22,6 +22,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use crate::units::{fmt_size, parse_size, parse_size_or_zero};
+use anyhow::{anyhow, bail, Context, Result};
 
 /// The library, built by build.rs from `prezero-preload`.
 static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
@@ -87,23 +88,23 @@ pub struct Args {
 }
 
 /// A size flag: K/M/G/T as everywhere, and 0.
-fn size_or_zero(flag: &str, s: &str) -> Result<usize, String> {
-    parse_size_or_zero(s).map_err(|e| format!("--{flag}: {e}"))
+fn size_or_zero(flag: &str, s: &str) -> Result<usize> {
+    parse_size_or_zero(s).with_context(|| format!("--{flag}"))
 }
 
 impl Settings {
     /// The `PREZERO_*` variables the flags set, in bytes (the library's own
     /// parser takes fewer spellings than ours).
-    pub fn variables(&self) -> Result<Vec<(&'static str, String)>, String> {
+    pub fn variables(&self) -> Result<Vec<(&'static str, String)>> {
         let mut v = Vec::new();
         if let Some(t) = &self.threshold {
-            let t = parse_size(t).map_err(|e| format!("--threshold: {e}"))?;
+            let t = parse_size(t).context("--threshold")?;
             if t < MIN_THRESHOLD {
-                return Err(format!(
+                bail!(
                     "--threshold {}: at least {} (below it the C library's own arenas serve better)",
                     fmt_size(t),
                     fmt_size(MIN_THRESHOLD)
-                ));
+                );
             }
             v.push(("PREZERO_THRESHOLD", t.to_string()));
         }
@@ -168,18 +169,18 @@ pub fn ld_preload(
 
 /// The library to preload: `PREZERO_PRELOAD_LIB` if set, else the embedded
 /// copy in the cache directory.
-pub fn library() -> Result<PathBuf, String> {
+pub fn library() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(OVERRIDE).filter(|p| !p.is_empty()) {
         let path = fs::canonicalize(&p)
-            .map_err(|e| format!("{OVERRIDE}={}: {e}", Path::new(&p).display()))?;
+            .with_context(|| format!("{OVERRIDE}={}", Path::new(&p).display()))?;
         if !path.is_file() {
-            return Err(format!("{OVERRIDE}={}: not a file", path.display()));
+            bail!("{OVERRIDE}={}: not a file", path.display());
         }
         if unfit_for_ld_preload(&path) {
-            return Err(format!(
+            bail!(
                 "{OVERRIDE}={}: LD_PRELOAD cannot hold a path with a space or colon",
                 path.display()
-            ));
+            );
         }
         return Ok(path);
     }
@@ -220,9 +221,9 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// `dir` exists (made 0700 if not), is a directory (not a link to one), ours,
 /// writable by no one else, and on a filesystem that lets us execute.
-fn private_dir(dir: &Path) -> Result<(), String> {
+fn private_dir(dir: &Path) -> Result<()> {
     if unfit_for_ld_preload(dir) {
-        return Err("its path has a space or colon, which LD_PRELOAD cannot hold".into());
+        bail!("its path has a space or colon, which LD_PRELOAD cannot hold");
     }
     if let Some(parent) = dir.parent() {
         // ~/.cache may not exist yet; /tmp does.
@@ -231,26 +232,26 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     }
-    let m = fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    let m = fs::symlink_metadata(dir)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() {
-        return Err("not a directory (a symbolic link is refused too)".into());
+        bail!("not a directory (a symbolic link is refused too)");
     }
     if m.uid() != me {
-        return Err(format!("owned by uid {}, not by us ({me})", m.uid()));
+        bail!("owned by uid {}, not by us ({me})", m.uid());
     }
     if m.mode() & 0o022 != 0 {
-        return Err(format!("writable by others (mode {:o})", m.mode() & 0o7777));
+        bail!("writable by others (mode {:o})", m.mode() & 0o7777);
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
     // SAFETY: statvfs fills the struct from a NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_NOEXEC != 0 {
-        return Err("on a filesystem mounted noexec".into());
+        bail!("on a filesystem mounted noexec");
     }
     Ok(())
 }
@@ -258,21 +259,21 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 /// `bytes` as the file `name` in the first private cache directory that
 /// works: reused when it is already there with these bytes, else written
 /// to a temporary name and renamed (a reader never sees half a file).
-pub fn cache_file(name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+pub fn cache_file(name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf> {
     let mut why = Vec::new();
     for dir in cache_dirs() {
         match private_dir(&dir).and_then(|()| place(&dir, name, bytes, mode)) {
             Ok(p) => return Ok(p),
-            Err(e) => why.push(format!("{}: {e}", dir.display())),
+            Err(e) => why.push(format!("{}: {}", dir.display(), crate::message(&e))),
         }
     }
-    Err(format!(
+    Err(anyhow!(
         "no private directory to write {name} to ({}); or set {OVERRIDE}",
         why.join("; ")
     ))
 }
 
-fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf> {
     let path = dir.join(name);
     if let Ok(m) = fs::symlink_metadata(&path) {
         if m.is_file() && m.len() == bytes.len() as u64 && fs::read(&path).is_ok_and(|b| b == bytes)
@@ -291,10 +292,11 @@ fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, Str
         f.write_all(bytes)?;
         fs::rename(&tmp, &path)
     };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        format!("writing {name}: {e}")
-    })?;
+    write()
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
+        .with_context(|| format!("writing {name}"))?;
     Ok(path)
 }
 
@@ -304,7 +306,7 @@ pub fn environment(
     settings: &Settings,
     existing: Option<&OsStr>,
     marker: Option<&OsStr>,
-) -> Result<Vec<(OsString, OsString)>, String> {
+) -> Result<Vec<(OsString, OsString)>> {
     let mut env: Vec<(OsString, OsString)> = settings
         .variables()?
         .into_iter()
@@ -319,11 +321,11 @@ pub fn environment(
     Ok(env)
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or("no program to run: prezero run -- PROGRAM ARGS...")?;
+        .context("no program to run: prezero run -- PROGRAM ARGS...")?;
     let mut env = environment(
         &args.settings,
         std::env::var_os("LD_PRELOAD").as_deref(),
@@ -403,12 +405,12 @@ mod tests {
             threshold: Some("4K".into()),
             ..Settings::default()
         };
-        assert!(low.variables().unwrap_err().contains("at least 64K"));
+        assert!(format!("{:#}", low.variables().unwrap_err()).contains("at least 64K"));
         let bad = Settings {
             cap: Some("lots".into()),
             ..Settings::default()
         };
-        assert!(bad.variables().unwrap_err().starts_with("--cap:"));
+        assert!(format!("{:#}", bad.variables().unwrap_err()).starts_with("--cap:"));
     }
 
     #[test]
@@ -426,15 +428,11 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"two!");
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(private_dir(&dir)
-            .unwrap_err()
-            .contains("writable by others"));
+        assert!(format!("{:#}", private_dir(&dir).unwrap_err()).contains("writable by others"));
         let link = base.join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert!(private_dir(&link).unwrap_err().contains("not a directory"));
-        assert!(private_dir(&base.join("a b"))
-            .unwrap_err()
-            .contains("space"));
+        assert!(format!("{:#}", private_dir(&link).unwrap_err()).contains("not a directory"));
+        assert!(format!("{:#}", private_dir(&base.join("a b")).unwrap_err()).contains("space"));
         fs::remove_dir_all(&base).unwrap();
     }
 }

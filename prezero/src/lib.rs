@@ -57,7 +57,7 @@ pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_on_nodes, prefault_raw};
 pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};
-pub use size::{fmt_size, parse_size};
+pub use size::{fmt_size, human_size, parse_size, size_label};
 pub use template::{
     active_template_profile, drain, stream_copy, stream_copy_nodrain, template_fill,
     template_fill_grouped, template_fill_words, template_fill_words_grouped, CopyKernel, Record,

@@ -34,6 +34,8 @@ use super::rows::{self, Row};
 use crate::run::Settings;
 use crate::stats::{round3, Stats};
 use crate::table::Table;
+use crate::units::human_size;
+use anyhow::{bail, Context, Result};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -161,7 +163,7 @@ sys.exit(1 if bad else 0)
 
 /// The Python with numpy (the interpreter itself, not a shim that would
 /// start a shell first), or why not.
-fn python_with_numpy() -> Result<PathBuf, String> {
+fn python_with_numpy() -> Result<PathBuf> {
     let out = Command::new("python3")
         .args([
             "-c",
@@ -169,13 +171,11 @@ fn python_with_numpy() -> Result<PathBuf, String> {
         ])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("no python3 ({e})"))?;
+        .context("cannot run python3")?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().last().unwrap_or("").trim();
-        return Err(format!(
-            "python3 -c \"import numpy\" failed ({last}); install it with: pip install numpy"
-        ));
+        bail!("python3 -c \"import numpy\" failed ({last}); install it with: pip install numpy");
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
@@ -193,7 +193,7 @@ fn python_with_numpy() -> Result<PathBuf, String> {
 
 /// `prezero-bench-alloc` in the cache directory, or why not.
 #[cfg(bench_alloc)]
-fn alloc_programs() -> Result<PathBuf, String> {
+fn alloc_programs() -> Result<PathBuf> {
     static EXE: &[u8] = include_bytes!(env!("PREZERO_BENCH_ALLOC"));
     crate::run::cache_file(
         &format!("prezero-bench-alloc-{}", env!("PREZERO_BENCH_ALLOC_HASH")),
@@ -203,11 +203,11 @@ fn alloc_programs() -> Result<PathBuf, String> {
 }
 
 #[cfg(not(bench_alloc))]
-fn alloc_programs() -> Result<PathBuf, String> {
-    Err(format!(
+fn alloc_programs() -> Result<PathBuf> {
+    bail!(
         "the C programs were {} when prezero was built; install a C compiler and rebuild",
         env!("PREZERO_BENCH_ALLOC")
-    ))
+    )
 }
 
 /// One process: its figures (nanoseconds), wall time, peak RSS and the
@@ -224,7 +224,7 @@ fn run_once(
     env: &[(OsString, OsString)],
     remove: &[&str],
     program: Program,
-) -> Result<Sample, String> {
+) -> Result<Sample> {
     let shown = || {
         argv.iter()
             .map(|a| a.to_string_lossy())
@@ -243,7 +243,7 @@ fn run_once(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", shown()))?;
+        .with_context(|| format!("cannot run {}", shown()))?;
     let mut err_pipe = child.stderr.take().expect("piped");
     let err_reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -261,11 +261,7 @@ fn run_once(
     let wall = start.elapsed();
     let err = err_reader.join().unwrap_or_default();
     if pid < 0 {
-        return Err(format!(
-            "wait4 for {}: {}",
-            shown(),
-            std::io::Error::last_os_error()
-        ));
+        bail!("wait4 for {}: {}", shown(), std::io::Error::last_os_error());
     }
     let out = String::from_utf8_lossy(&out);
     let err = String::from_utf8_lossy(&err);
@@ -281,15 +277,15 @@ fn run_once(
             format!("exit status {}", libc::WEXITSTATUS(status))
         };
         let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        return Err(format!(
+        bail!(
             "VERIFY FAILED or program failed: {} ({how}); stdout: {}; stderr: {}",
             shown(),
             out.trim(),
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
+        );
     }
     let need =
-        |k: &str| field(k).ok_or_else(|| format!("{}: no {k}= in \"{}\"", shown(), out.trim()));
+        |k: &str| field(k).with_context(|| format!("{}: no {k}= in \"{}\"", shown(), out.trim()));
     let mut figures = match program {
         Program::Numpy => {
             let (z, f, s) = (need("zeros_ns")?, need("first_ns")?, need("second_ns")?);
@@ -387,10 +383,6 @@ fn own_peak_rss() -> u64 {
     ru.ru_maxrss as u64 * 1024
 }
 
-fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
-}
-
 /// What the issue asks of a row, to print beside it.
 fn goal(program: Program, figure: &str) -> Option<(&'static str, f64)> {
     match (program, figure) {
@@ -401,16 +393,14 @@ fn goal(program: Program, figure: &str) -> Option<(&'static str, f64)> {
     }
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     for n in &args.only {
         if !ALL.iter().any(|p| p.name() == n) {
-            return Err(format!(
-                "unknown program \"{n}\" (numpy, calloc-big, calloc-mix, small, realloc-grow)"
-            ));
+            bail!("unknown program \"{n}\" (numpy, calloc-big, calloc-mix, small, realloc-grow)");
         }
     }
     if args.reps == 0 {
-        return Err("--reps must be at least 1".into());
+        bail!("--reps must be at least 1");
     }
     let wanted: Vec<Program> = ALL
         .into_iter()
@@ -461,9 +451,9 @@ pub fn run(args: &Args) -> Result<(), String> {
                 argv.push((p, v));
                 continue;
             }
-            (Program::Numpy, Some(Err(why)), _) => Err(why.clone()),
+            (Program::Numpy, Some(Err(why)), _) => Err(crate::message(why)),
             (_, _, Some(Ok(exe))) => Ok(exe.clone()),
-            (_, _, Some(Err(why))) => Err(why.clone()),
+            (_, _, Some(Err(why))) => Err(crate::message(why)),
             _ => unreachable!("every wanted program has its runner checked"),
         };
         match exe {
@@ -479,7 +469,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         eprintln!("prezero: bench run: no {} row: {why}", p.name());
     }
     if argv.is_empty() {
-        return Err("no program could run here (see above)".into());
+        bail!("no program could run here (see above)");
     }
 
     // Interleaved: each repetition runs every program in both arms, the
@@ -584,7 +574,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             } else {
                 // Milliseconds and spread aligned within their cell.
                 let ms = |s: &Stats| format!("{:>9.2} (+-{:>4.1}%)", s.median / 1e6, s.stdev_pct);
-                let rss = |bytes: u64| format!("{:.0} MiB", mib(bytes));
+                let rss = |bytes: u64| human_size(bytes as usize);
                 table.print(&[
                     p.name().to_string(),
                     fig.to_string(),
@@ -620,9 +610,9 @@ pub fn run(args: &Args) -> Result<(), String> {
         println!(
             "# process: the whole process (start, work, exit); held at peak: the most any \
              prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
-             reads at least this bench's own {:.0} MiB (wait4 counts the image a child was \
+             reads at least this bench's own {} (wait4 counts the image a child was \
              spawned from)",
-            mib(floor)
+            human_size(floor as usize)
         );
         for (p, why) in &skipped {
             println!("# no {} row: {why}", p.name());

@@ -42,6 +42,7 @@ use super::segment::{check_leases_work, Home, Segment};
 use super::worker::{Done, Worker};
 use crate::error::{Error, Result};
 use crate::numa::Topology;
+use crate::size::fmt_size;
 use crate::sys::{self, UnixAddr};
 use stats::Counters;
 
@@ -100,20 +101,12 @@ pub struct Server {
     nearest: HashMap<u32, Vec<u32>>,
 }
 
-fn mib(bytes: usize) -> String {
-    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
-        format!("{} GiB", bytes >> 30)
-    } else {
-        format!("{} MiB", bytes >> 20)
-    }
-}
-
 /// A placed pool's name in the log: page, segment and node.
 fn pool_name(p: &PoolConfig) -> String {
     format!(
         "{}/{} on node {}",
         p.page.name(),
-        mib(p.segment_size),
+        fmt_size(p.segment_size),
         p.placed_node()
     )
 }
@@ -173,7 +166,7 @@ impl Server {
             log(&format!(
                 "segment of {} from a previous instance is still held by uid {uid}: \
                  taken over in quarantine and charged to that uid",
-                mib(seg.len())
+                fmt_size(seg.len())
             ));
             let (len, file) = (seg.len(), (seg.dev, seg.ino));
             ledger.adopt(pool, seg, len, file, uid);
@@ -210,11 +203,11 @@ impl Server {
                 }
             }
             let name = pool_name(p);
-            let s = mib(p.segment_size);
+            let s = fmt_size(p.segment_size);
             match shortage {
                 None => log(&format!(
                     "pool {name}: {got} segments of {s} ready ({}) in {:.2} s",
-                    mib(got * p.segment_size),
+                    fmt_size(got * p.segment_size),
                     t.elapsed().as_secs_f64()
                 )),
                 Some(_) => {
@@ -229,8 +222,8 @@ impl Server {
                         "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
                          {free} free {} pages on node {node}; reserve more with: echo {} > \
                          /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages",
-                        mib(got * p.segment_size),
-                        mib(p.target),
+                        fmt_size(got * p.segment_size),
+                        fmt_size(p.target),
                         p.page.name(),
                         total + more,
                         page >> 10
