@@ -93,6 +93,11 @@ tests=(
   "lying-daemon $(exe prezero test lying_daemon)"
 )
 
+# The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
+smp8_tests=(
+  "cli-service $(exe prezero-cli test service) --test-threads=2"
+)
+
 build_initramfs() { # topology -> path of the image
   local dir=$work/root-$1 image=$work/initramfs-$1.cpio.gz
   rm -rf "$dir"
@@ -105,7 +110,9 @@ build_initramfs() { # topology -> path of the image
   cp "$(command -v numactl)" "$dir/usr/bin/"
   : >"$dir/guest/tests"
   local files=("$(command -v numactl)")
-  for t in "${tests[@]}"; do
+  local all=("${tests[@]}")
+  [ "$1" = smp8 ] && all+=("${smp8_tests[@]}")
+  for t in "${all[@]}"; do
     read -r name cmd _ <<<"$t"
     if [ -n "${PREZERO_GUEST_FILTER:-}" ] && ! grep -qE "$PREZERO_GUEST_FILTER" <<<"$name"; then
       continue
