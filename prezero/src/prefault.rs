@@ -71,7 +71,7 @@ pub(crate) unsafe fn prefault_as(
     threads: usize,
     hugetlb: bool,
 ) -> Result<usize> {
-    let granule = if len >= threads.max(1) * (2 << 20) {
+    let granule = if len >= threads.max(1).saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -185,7 +185,7 @@ pub(crate) unsafe fn prefault_from(
     if threads == 0 {
         return Err(Error::invalid("prefault: threads must be at least 1"));
     }
-    let granule = if len >= threads * (2 << 20) {
+    let granule = if len >= threads.saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size

@@ -319,7 +319,7 @@ pub fn clear_parallel_on_nodes(
         return Ok(Vec::new());
     }
     let k = Strategy::default().kernel_for(buf.len())?;
-    let granule = if buf.len() >= nodes.len() * (2 << 20) {
+    let granule = if buf.len() >= nodes.len().saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size

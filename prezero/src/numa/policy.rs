@@ -144,6 +144,8 @@ mod tests {
         assert!(t.node(now).is_some(), "node {now} not in {t:?}");
     }
 
+    /// Its home is that node, or for a node of CPUs only the nearest node
+    /// with memory.
     #[test]
     fn a_thread_run_on_a_node_runs_there_and_its_home_is_that_node() {
         let t = Topology::read();
@@ -154,7 +156,9 @@ mod tests {
                 run_on_node(&t, id).unwrap();
                 assert_eq!(current_node(), Some(id));
                 if MemPolicy::of_thread() == MemPolicy::Local {
-                    assert_eq!(home_node(), Some(id));
+                    let home = t.nearest_memory_node(id);
+                    assert_eq!(home_node(), home);
+                    assert_eq!(caller_node(), home);
                 }
             })
             .join()
