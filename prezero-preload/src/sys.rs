@@ -426,6 +426,11 @@ pub fn thread_policy() -> Policy {
         )
     };
     let nodes: u32 = mask.iter().map(|w| w.count_ones()).sum();
+    // A mask relative to the cpuset's nodes (MPOL_F_RELATIVE_NODES) names
+    // no node by itself: spread.
+    if r == 0 && mode & (1 << 14) != 0 {
+        return Policy::Spread;
+    }
     // The high bits of the mode are flags (static or relative nodes).
     match (r, mode & 0xff, nodes) {
         (0, libc::MPOL_BIND | libc::MPOL_PREFERRED | 5, 1) => {

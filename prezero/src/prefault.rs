@@ -71,7 +71,7 @@ pub(crate) unsafe fn prefault_as(
     threads: usize,
     hugetlb: bool,
 ) -> Result<usize> {
-    let granule = if len >= threads.max(1) * (2 << 20) {
+    let granule = if len >= threads.max(1).saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -128,15 +128,24 @@ pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Resu
     let parts = node_parts(base, region.len(), region.kind().page_size(), nodes);
     let per_part = (threads / parts.len()).max(1);
     let mut pieces = Vec::new();
+    let mut cpus_of = Vec::with_capacity(parts.len());
     for part in &parts {
         let at = base + part.offset;
         numa::bind(at as *mut u8, part.len, part.node, false)?;
-        // A node without CPUs (memory only) is placed by the policy alone.
-        let cpus = topology.node(part.node).map_or(&[][..], |n| &n.cpus[..]);
+        cpus_of.push(topology.usable_cpus(part.node));
+    }
+    for (part, cpus) in parts.iter().zip(&cpus_of) {
+        // A node without CPUs (memory only), or none this thread may use (a
+        // cpuset): placed by the policy alone.
         pieces.extend(
-            split(at, part.len, region.kind().page_size(), per_part)
-                .into_iter()
-                .map(|(at, len)| Piece { at, len, cpus }),
+            split(
+                base + part.offset,
+                part.len,
+                region.kind().page_size(),
+                per_part,
+            )
+            .into_iter()
+            .map(|(at, len)| Piece { at, len, cpus }),
         );
     }
     populate_pieces(&pieces, region.kind().is_hugetlb())?;
@@ -176,7 +185,7 @@ pub(crate) unsafe fn prefault_from(
     if threads == 0 {
         return Err(Error::invalid("prefault: threads must be at least 1"));
     }
-    let granule = if len >= threads * (2 << 20) {
+    let granule = if len >= threads.saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -200,8 +209,10 @@ struct Piece<'a> {
 fn populate_pieces(pieces: &[Piece<'_>], hugetlb: bool) -> Result<()> {
     let honoured = populate_write_honoured();
     let run = |piece: &Piece<'_>| -> Result<()> {
+        // Refused (a cpuset that changed meanwhile), the piece is populated
+        // from wherever: the mapping's policy still places its pages.
         if !piece.cpus.is_empty() {
-            sys::set_thread_affinity(piece.cpus).map_err(|e| Error::os("sched_setaffinity", e))?;
+            let _ = sys::set_thread_affinity(piece.cpus);
         }
         populate_one(piece.at as *mut u8, piece.len, hugetlb, honoured)
     };
@@ -250,6 +261,9 @@ pub(crate) fn split(
 ) -> Vec<(usize, usize)> {
     let end = start + len;
     let first = start & !(granule - 1);
+    // No more parts than granules: a thread count from C (SIZE_MAX) must not
+    // become a loop of that many turns.
+    let threads = threads.min((end - first).div_ceil(granule)).max(1);
     let per = (end - first).div_ceil(granule).div_ceil(threads) * granule;
     (0..threads)
         .map(|i| {

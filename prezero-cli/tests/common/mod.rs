@@ -126,7 +126,9 @@ impl Daemon {
         };
         d.spawn();
         let t = Instant::now();
-        while !d.socket.exists() {
+        // The socket file exists from bind(), before listen(): a connection
+        // that succeeds says the daemon accepts clients.
+        while !Client::connect(&d.socket).is_ok_and(|c| c.is_connected()) {
             assert!(
                 t.elapsed() < Duration::from_secs(60),
                 "daemon did not start: {}",

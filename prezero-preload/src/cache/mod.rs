@@ -93,10 +93,11 @@ static SHARED: Shared = Shared {
 };
 
 /// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`,
-/// lane `i` at `BASE + i * LANE_SPAN`.
+/// lane `i` at `BASE + (i << LANE_SHIFT)`.
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static SPAN: AtomicUsize = AtomicUsize::new(0);
-static LANE_SPAN: AtomicUsize = AtomicUsize::new(1);
+/// log2 of a lane's length (lanes are powers of two long).
+static LANE_SHIFT: AtomicUsize = AtomicUsize::new(0);
 /// The nodes the lanes are for (set before STARTED, read after it).
 static NODES: std::sync::OnceLock<Nodes> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -198,7 +199,7 @@ pub fn start(cfg: Config) -> bool {
         })
     };
     BASE.store(base, Ordering::Release);
-    LANE_SPAN.store(lane_len, Ordering::Release);
+    LANE_SHIFT.store(lane_len.trailing_zeros() as usize, Ordering::Release);
     SPAN.store(lane_len * n_lanes, Ordering::Release);
     STARTED.store(true, Ordering::Release);
     drop(g);
@@ -223,9 +224,10 @@ pub fn owns(p: usize) -> bool {
     p.wrapping_sub(BASE.load(Ordering::Relaxed)) < span
 }
 
-/// The lane `p` (in the range) lies in.
+/// The lane `p` (in the range) lies in: one shift (0 with one lane, whose
+/// offsets are all below its length).
 fn lane_of(p: usize) -> usize {
-    (p - BASE.load(Ordering::Relaxed)) / LANE_SPAN.load(Ordering::Relaxed)
+    (p - BASE.load(Ordering::Relaxed)) >> LANE_SHIFT.load(Ordering::Relaxed)
 }
 
 /// The node lane `lane` is bound to, if it is a node's (never on a machine

@@ -97,10 +97,12 @@ impl Shared {
     }
 
     /// The calling thread's node, where chunks are kept apart by node (no
-    /// system call on a machine of one node).
+    /// system call on a machine of one node): its policy's one node or its
+    /// CPU's, or [`SPREAD`] for a policy that spreads pages (interleave,
+    /// several nodes), whose chunks go only to threads that spread too.
     fn caller_node(&self) -> Option<u32> {
         if self.multi_node {
-            crate::numa::caller_node()
+            Some(crate::numa::caller_node().unwrap_or(SPREAD))
         } else {
             None
         }
@@ -264,6 +266,9 @@ impl Shared {
         Ok((id, ptr))
     }
 }
+
+/// The node key of chunks whose pages a spreading policy placed: no node.
+pub(crate) const SPREAD: u32 = u32::MAX;
 
 /// A pool of pre-zeroed chunks. `Send + Sync`: share it by reference or `Arc`.
 pub struct Pool {

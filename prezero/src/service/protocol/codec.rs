@@ -161,10 +161,10 @@ impl Request {
                 let page_size = r.u64()?;
                 let flags = r.u32()?;
                 let node = r.u32()?;
-                // Version 1 reserved the node's place; flags the daemon
-                // refuses by name, unknown ones included.
-                if version == 1 && node != 0 {
-                    return Err(Malformed("reserved field is not zero"));
+                // Version 1 has no flags and reserved the node's place; in
+                // version 2 the daemon refuses unknown flags by name.
+                if version == 1 && (node != 0 || flags != 0) {
+                    return Err(Malformed("flags or reserved field not zero in version 1"));
                 }
                 if version >= 2 && flags & ALLOC_NODE == 0 && node != 0 {
                     return Err(Malformed("a node without ALLOC_NODE"));

@@ -230,6 +230,9 @@ fn only_a_node_makes_version_2_and_version_1_keeps_its_rules() {
     others_alone[HEADER_LEN + 16..HEADER_LEN + 20]
         .copy_from_slice(&ALLOC_OTHER_NODES.to_le_bytes());
     assert!(Request::decode(&others_alone).is_err());
+    let mut v1_flags = any.encode(1);
+    v1_flags[HEADER_LEN + 16..HEADER_LEN + 20].copy_from_slice(&ALLOC_NODE.to_le_bytes());
+    assert!(Request::decode(&v1_flags).is_err(), "no flags in version 1");
     let mut future = any.encode(1);
     future[4] = 3;
     assert!(Request::decode(&future).is_err());

@@ -152,7 +152,9 @@ impl Server {
         let shapes = cfg.pools.iter().map(PoolConfig::shape).collect();
         let mut ledger = Ledger::new(shapes, cfg.uid_cap);
         for (mut seg, uid) in adopt(&ledger_file, &cfg.pools) {
-            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len()) else {
+            // Back to the pool of the node its pages are on: its cleaning with
+            // fresh pages then takes them from that node's hugetlb pages.
+            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len(), seg.most_on()) else {
                 continue;
             };
             // Cleaned with fresh pages before anyone has it: bound first, they
@@ -220,13 +222,12 @@ impl Server {
                     let more = (want - got) * (p.segment_size / page);
                     log(&format!(
                         "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
-                         {free} free {} pages on node {node}; reserve more with: echo {} > \
-                         /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages",
+                         {free} free {} pages on node {node}; reserve more with: echo {} > {}",
                         fmt_size(got * p.segment_size),
                         fmt_size(p.target),
                         p.page.name(),
                         total + more,
-                        page >> 10
+                        crate::hugetlb::nr_path(node, page)
                     ));
                 }
             }
@@ -372,15 +373,18 @@ impl Server {
     }
 }
 
-/// For each node with pools, the other nodes with pools by distance (the
-/// kernel's table), nearest first, ties by id.
+/// For each online node (one without a pool too: a request may name it and
+/// allow others), the other nodes with pools by distance (the kernel's
+/// table), nearest first, ties by id.
 fn nearest_nodes(topology: &Topology, pools: &[PoolConfig]) -> HashMap<u32, Vec<u32>> {
     let mut with_pools: Vec<u32> = pools.iter().map(PoolConfig::placed_node).collect();
     with_pools.sort_unstable();
     with_pools.dedup();
-    with_pools
+    topology
+        .nodes
         .iter()
-        .map(|&from| {
+        .map(|n| n.id)
+        .map(|from| {
             let mut others: Vec<u32> = with_pools.iter().copied().filter(|&n| n != from).collect();
             others.sort_by_key(|&to| (topology.distance(from, to).unwrap_or(u32::MAX), to));
             (from, others)
