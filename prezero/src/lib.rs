@@ -24,7 +24,6 @@
 //! client: pre-zeroed hugetlb memory for the whole machine), and [`ffi`] (the C
 //! ABI). See `docs/ARCHITECTURE.md`.
 
-#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod clear;
