@@ -575,14 +575,22 @@ mod tests {
         }
     }
 
+    /// How deep the explorations go, and how many sequences that must reach:
+    /// Miri (scripts/miri.sh) is some thousand times slower than a native run,
+    /// so it explores shorter sequences.
+    const DEPTH: usize = if cfg!(miri) { 4 } else { 10 };
+    const AT_LEAST: usize = if cfg!(miri) { 50 } else { 500_000 };
+    const NODES_DEPTH: usize = if cfg!(miri) { 4 } else { 8 };
+    const NODES_AT_LEAST: usize = if cfg!(miri) { 200 } else { 100_000 };
+
     #[test]
     fn every_sequence_of_transitions_keeps_the_invariant() {
         let evs = events(3);
         for hot in [0, 1, 2] {
             let mut visited = 0;
-            explore(&mut State::default(), 10, hot, &[], &evs, &mut visited);
-            eprintln!("hot window {hot}: {visited} sequences of up to 10 transitions");
-            assert!(visited > 500_000, "explored only {visited} sequences");
+            explore(&mut State::default(), DEPTH, hot, &[], &evs, &mut visited);
+            eprintln!("hot window {hot}: {visited} sequences of up to {DEPTH} transitions");
+            assert!(visited > AT_LEAST, "explored only {visited} sequences");
         }
     }
 
@@ -604,9 +612,19 @@ mod tests {
             evs.extend([Event::Free(i), Event::ScrubFinish(i, true)]);
         }
         let mut visited = 0;
-        explore(&mut State::default(), 8, 1, &[], &evs, &mut visited);
-        eprintln!("{visited} sequences of up to 8 transitions with nodes");
-        assert!(visited > 100_000, "explored only {visited} sequences");
+        explore(
+            &mut State::default(),
+            NODES_DEPTH,
+            1,
+            &[],
+            &evs,
+            &mut visited,
+        );
+        eprintln!("{visited} sequences of up to {NODES_DEPTH} transitions with nodes");
+        assert!(
+            visited > NODES_AT_LEAST,
+            "explored only {visited} sequences"
+        );
     }
 
     #[test]
