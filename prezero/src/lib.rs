@@ -32,6 +32,9 @@ mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 pub mod hugetlb;
+#[cfg(any(test, feature = "interleavings"))]
+#[doc(hidden)]
+pub mod interleavings;
 mod json;
 pub mod numa;
 pub mod pool;
