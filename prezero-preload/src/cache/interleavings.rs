@@ -370,11 +370,53 @@ impl World {
         }
         Ok(())
     }
+}
 
-    /// Thread `t`'s step from `pc`: the states it can lead to.
-    fn step(&self, t: usize, pc: Pc) -> Vec<World> {
+impl Model for World {
+    fn check(&self) -> Result<(), String> {
+        if let Some(b) = &self.broken {
+            return Err(b.clone());
+        }
         let mut w = self.clone();
-        let next = match pc {
+        if !w.with(|b| b.check()) {
+            return Err("the blocks' invariant".into());
+        }
+        self.zero_where_claimed()?;
+        for b in &self.blocks {
+            let owned = match b.kind {
+                Kind::InUse => self.held.contains_key(&b.start),
+                Kind::Busy => self.busy.contains_key(&b.start),
+                _ => true,
+            };
+            if !owned {
+                return Err(format!("{b:?} is no one's"));
+            }
+        }
+        let waiting = self
+            .pcs
+            .iter()
+            .filter(|pc| matches!(pc, Pc::Waiting { .. }))
+            .count();
+        if waiting != self.waiting {
+            return Err(format!("WAITING is {} for {waiting} waiting", self.waiting));
+        }
+        let unsignalled = self.pcs.contains(&Pc::Waiting { signalled: false });
+        if unsignalled && self.busy.is_empty() {
+            return Err("lost wake-up: a request waits for a signal, and no block is Busy".into());
+        }
+        Ok(())
+    }
+
+    fn end(&self) -> Result<(), String> {
+        match self.pcs.iter().position(|pc| *pc != Pc::Done) {
+            Some(t) => Err(format!("thread {t} cannot move from {:?}", self.pcs[t])),
+            None => Ok(()),
+        }
+    }
+
+    fn steps(&self, t: usize) -> Vec<World> {
+        let mut w = self.clone();
+        let next = match self.pcs[t] {
             Pc::Take { waited, .. } => w.take(t, waited),
             Pc::Waiting { signalled } => {
                 // The timer can always end it; a signal, once sent.
@@ -484,56 +526,9 @@ impl World {
         w.pcs[t] = next;
         vec![w]
     }
-}
 
-impl Model for World {
     fn threads(&self) -> usize {
-        self.pcs.len()
-    }
-
-    fn steps(&self, t: usize) -> Vec<World> {
-        self.step(t, self.pcs[t])
-    }
-
-    fn check(&self) -> Result<(), String> {
-        if let Some(b) = &self.broken {
-            return Err(b.clone());
-        }
-        let mut w = self.clone();
-        if !w.with(|b| b.check()) {
-            return Err("the blocks' invariant".into());
-        }
-        self.zero_where_claimed()?;
-        for b in &self.blocks {
-            let owned = match b.kind {
-                Kind::InUse => self.held.contains_key(&b.start),
-                Kind::Busy => self.busy.contains_key(&b.start),
-                _ => true,
-            };
-            if !owned {
-                return Err(format!("{b:?} is no one's"));
-            }
-        }
-        let waiting = self
-            .pcs
-            .iter()
-            .filter(|pc| matches!(pc, Pc::Waiting { .. }))
-            .count();
-        if waiting != self.waiting {
-            return Err(format!("WAITING is {} for {waiting} waiting", self.waiting));
-        }
-        let unsignalled = self.pcs.contains(&Pc::Waiting { signalled: false });
-        if unsignalled && self.busy.is_empty() {
-            return Err("lost wake-up: a request waits for a signal, and no block is Busy".into());
-        }
-        Ok(())
-    }
-
-    fn end(&self) -> Result<(), String> {
-        match self.pcs.iter().position(|pc| *pc != Pc::Done) {
-            Some(t) => Err(format!("thread {t} cannot move from {:?}", self.pcs[t])),
-            None => Ok(()),
-        }
+        self.roles.len()
     }
 }
 

@@ -280,12 +280,55 @@ impl World {
             Pc::Write(id)
         }
     }
+}
 
-    /// Thread `t`'s step from `pc`: the states it can lead to.
-    fn step(&self, t: usize, pc: Pc) -> Vec<World> {
+impl Model for World {
+    fn threads(&self) -> usize {
+        self.pcs.len()
+    }
+
+    fn check(&self) -> Result<(), String> {
+        if let Some(b) = &self.broken {
+            return Err(b.clone());
+        }
+        if !self.book.0.check() {
+            return Err(format!("the state's invariant: {:?}", self.book.0.counts()));
+        }
+        for (id, owner) in self.owner.iter().enumerate() {
+            let phase = self.book.0.slots[id].phase;
+            if owner.is_some() != (phase == Phase::InUse) {
+                return Err(format!("chunk {id} held by {owner:?} in phase {phase:?}"));
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&self) -> Result<(), String> {
+        for (t, pc) in self.pcs.iter().enumerate() {
+            match pc {
+                Pc::Done => {}
+                Pc::Waiting if self.book.0.exhausted(self.cfg.max_chunks) => {}
+                Pc::Waiting => {
+                    return Err(format!(
+                        "lost wake-up: thread {t} waits though there is a chunk to take or room to map one"
+                    ))
+                }
+                Pc::Sleeping => {
+                    let mut s = self.book.0.clone();
+                    if s.shutdown || s.wants_scrub(self.cfg.low, self.cfg.high) {
+                        return Err("the scrubber sleeps with work to do, or through shutdown".into());
+                    }
+                }
+                pc => return Err(format!("deadlock: thread {t} cannot move from {pc:?}")),
+            }
+        }
+        Ok(())
+    }
+
+    fn steps(&self, t: usize) -> Vec<World> {
         let mut w = self.clone();
         let cfg = self.cfg;
-        let next = match pc {
+        let next = match self.pcs[t] {
             Pc::HandOut { registered } => {
                 let s = w.s();
                 let taken = s.take_zeroed(cfg.hot_chunks, None);
@@ -456,54 +499,6 @@ impl World {
         };
         w.pcs[t] = next;
         vec![w]
-    }
-}
-
-impl Model for World {
-    fn threads(&self) -> usize {
-        self.pcs.len()
-    }
-
-    fn steps(&self, t: usize) -> Vec<World> {
-        self.step(t, self.pcs[t])
-    }
-
-    fn check(&self) -> Result<(), String> {
-        if let Some(b) = &self.broken {
-            return Err(b.clone());
-        }
-        if !self.book.0.check() {
-            return Err(format!("the state's invariant: {:?}", self.book.0.counts()));
-        }
-        for (id, owner) in self.owner.iter().enumerate() {
-            let phase = self.book.0.slots[id].phase;
-            if owner.is_some() != (phase == Phase::InUse) {
-                return Err(format!("chunk {id} held by {owner:?} in phase {phase:?}"));
-            }
-        }
-        Ok(())
-    }
-
-    fn end(&self) -> Result<(), String> {
-        for (t, pc) in self.pcs.iter().enumerate() {
-            match pc {
-                Pc::Done => {}
-                Pc::Waiting if self.book.0.exhausted(self.cfg.max_chunks) => {}
-                Pc::Waiting => {
-                    return Err(format!(
-                        "lost wake-up: thread {t} waits though there is a chunk to take or room to map one"
-                    ))
-                }
-                Pc::Sleeping => {
-                    let mut s = self.book.0.clone();
-                    if s.shutdown || s.wants_scrub(self.cfg.low, self.cfg.high) {
-                        return Err("the scrubber sleeps with work to do, or through shutdown".into());
-                    }
-                }
-                pc => return Err(format!("deadlock: thread {t} cannot move from {pc:?}")),
-            }
-        }
-        Ok(())
     }
 }
 
