@@ -573,8 +573,8 @@ mod tests {
     /// so it explores shorter sequences.
     const DEPTH: usize = if cfg!(miri) { 4 } else { 10 };
     const AT_LEAST: usize = if cfg!(miri) { 50 } else { 500_000 };
-    const NODES_DEPTH: usize = if cfg!(miri) { 4 } else { 8 };
-    const NODES_AT_LEAST: usize = if cfg!(miri) { 200 } else { 100_000 };
+    const NODES_DEPTH: usize = if cfg!(miri) { 3 } else { 8 };
+    const NODES_AT_LEAST: usize = if cfg!(miri) { 40 } else { 100_000 };
 
     #[test]
     fn every_sequence_of_transitions_keeps_the_invariant() {
