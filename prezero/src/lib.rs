@@ -24,7 +24,6 @@
 //! client: pre-zeroed hugetlb memory for the whole machine), and [`ffi`] (the C
 //! ABI). See `docs/ARCHITECTURE.md`.
 
-#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod clear;
@@ -33,6 +32,9 @@ mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;
 pub mod hugetlb;
+#[cfg(any(test, feature = "interleavings"))]
+#[doc(hidden)]
+pub mod interleavings;
 mod json;
 pub mod numa;
 pub mod pool;

@@ -388,11 +388,10 @@ mod tests {
         // here (these are base pages) populates them.
         populate_one(r.as_ptr(), r.len(), true, false).unwrap();
         // A range that is not mapped writable is refused, not touched.
-        // SAFETY: r's pages are ours; from here on they are read-only.
-        assert_eq!(
-            unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
-            0
-        );
+        // SAFETY: r's mapping is ours and nothing borrows it here; from here on
+        // it is read-only, and only populate_one (which must refuse) looks at it.
+        let rc = unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) };
+        assert_eq!(rc, 0);
         let e = populate_one(r.as_ptr(), r.len(), false, false).unwrap_err();
         assert_eq!(e.errno(), libc::ENOMEM, "{e}");
         assert!(populate_one(0x1000 as *mut u8, 4096, false, false).is_err());

@@ -8,7 +8,9 @@
 //! either state, and a request that would need a Busy block waits on `LOCK`'s
 //! condition variable, which every end of Busy signals, for 2 ms at most
 //! (the scrubber is at `SCHED_IDLE`: with every core busy its step can take
-//! most of a second), then takes the best run around the Busy blocks.
+//! most of a second), then takes the best run around the Busy blocks. The
+//! threads' steps (requests, frees over the cap, the scrubber, fork) are
+//! checked in every interleaving in `interleavings.rs`.
 //!
 //! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
 //! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
@@ -36,6 +38,8 @@
 //! * `fork.rs`: the `pthread_atfork` handlers.
 
 mod fork;
+#[cfg(test)]
+mod interleavings;
 mod range;
 mod requests;
 mod scrubber;
