@@ -170,13 +170,39 @@ fn vmm_once(
         }
         std::thread::sleep(Duration::from_micros(500));
     };
+    // A failed exchange is most often QEMU gone (a shortage of hugetlb pages
+    // at prealloc, say): its exit status and log say why, not the pipe.
+    let took = qmp_session(p, stream, t).map_err(|e| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                return e.context(format!("QEMU exited ({status}): {}", log().trim_end()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        e
+    })?;
+    let status = child.0.wait().context("cannot wait for QEMU")?;
+    if !status.success() {
+        bail!("{}: QEMU exited {status}: {}", p.name(), log());
+    }
+    Ok(took)
+}
+
+/// The QMP side of [`vmm_once`]: greeting, `query-status` (timed from `t`),
+/// the zero check of a sample of guest RAM, `quit`.
+fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<Duration> {
     stream
         .set_read_timeout(Some(Duration::from_secs(300)))
         .context("QMP: cannot set a timeout on QEMU's monitor")?;
     let mut q = BufReader::new(stream);
     let mut greeting = String::new();
-    q.read_line(&mut greeting)
-        .context("QMP: no greeting from QEMU")?;
+    if q.read_line(&mut greeting)
+        .context("QMP: no greeting from QEMU")?
+        == 0
+    {
+        bail!("{}: QEMU closed its monitor before its greeting", p.name());
+    }
     qmp(&mut q, json!({"execute": "qmp_capabilities"}))?;
     let status = qmp(&mut q, json!({"execute": "query-status"}))?;
     let took = t.elapsed();
@@ -203,10 +229,6 @@ fn vmm_once(
         );
     }
     qmp(&mut q, json!({"execute": "quit"}))?;
-    let status = child.0.wait().context("cannot wait for QEMU")?;
-    if !status.success() {
-        bail!("{}: QEMU exited {status}: {}", p.name(), log());
-    }
     Ok(took)
 }
 
