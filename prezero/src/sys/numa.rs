@@ -163,6 +163,16 @@ pub(crate) fn getcpu() -> io::Result<(u32, u32)> {
     Ok((cpu, node))
 }
 
+/// The CPU the calling thread runs on now: `sched_getcpu`, which glibc
+/// answers from the vDSO or rseq without a system call.
+///
+/// pre: none.
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
+}
+
 /// The CPUs the calling thread may run on, ascending.
 ///
 /// pre: none.
