@@ -4,6 +4,7 @@
 //! start-up).
 
 use std::collections::HashMap;
+use std::io;
 use std::path::Path;
 
 use super::Ledger;
@@ -15,20 +16,16 @@ use crate::sys;
 
 /// Records every segment's file, `dev ino page-size` a line, so that a
 /// restarted daemon can tell its predecessor's files from any other. Written
-/// whole (a temporary file renamed over the old one) when segments come or go.
-pub(crate) fn write_ledger(path: &Path, ledger: &Ledger<Segment>) {
+/// whole (a temporary file renamed over the old one) when segments come or
+/// go; a failure (a full disk) leaves the old file as it was.
+pub(crate) fn write_ledger(path: &Path, ledger: &Ledger<Segment>) -> io::Result<()> {
     let mut text = String::from("prezero-ledger 1\n");
     for (_, e) in ledger.entries() {
         let (dev, ino) = e.file;
         let page = ledger.shapes()[e.pool].page;
         text.push_str(&format!("{dev} {ino} {page}\n"));
     }
-    if let Err(e) = replace_file(path, text.as_bytes(), 0o600, None) {
-        log(&format!(
-            "cannot write the ledger {} ({e}): a restart would not find what is held",
-            path.display()
-        ));
-    }
+    replace_file(path, text.as_bytes(), 0o600, None)
 }
 
 /// The segments a previous instance recorded in its ledger, keyed by
