@@ -1,7 +1,8 @@
 //! Faults injected under `prezero serve` (issue 30, part 4): a full disk under
-//! the ledger and the metrics file. The daemon keeps serving what it can,
-//! logs what it cannot, and never hands out a segment it did not finish:
-//! every hand-out is checked zero and whole.
+//! the ledger and the metrics file, and ENOMEM from `memfd_create` and
+//! `fallocate` (the library's `PREZERO_SYS_FAULT`, in debug builds). In each
+//! the daemon keeps serving what it can, logs what it cannot, and never hands
+//! out a segment it did not finish: every hand-out is checked zero and whole.
 //!
 //! Tests skip (printing why) when the hugetlb pages cannot be reserved (not
 //! root, or no memory), and the full disk when a tmpfs cannot be mounted.
@@ -216,4 +217,105 @@ fn a_full_disk_under_the_ledger_and_the_metrics_file_stops_growth_not_service() 
     drop(held);
     d.wait_all_ready();
     assert_eq!(d.stats().verify_failures, 0);
+}
+
+// ---------------------------------------------------------------------------
+// ENOMEM from memfd_create and fallocate.
+
+const FAULT_ENV: &str = "PREZERO_SYS_FAULT";
+
+#[test]
+fn enomem_from_memfd_create_costs_a_segment_not_the_daemon() {
+    // Call 1 is the lease probe, 2 and 3 the segments made at start-up (3
+    // fails), 4 the one the worker makes up for it, 5 the growth after the
+    // first hand-out.
+    let Some(d) = Daemon::start_env(
+        "target=32M,cap=48M,segment=16M",
+        &[],
+        &[(FAULT_ENV, "memfd_create:3,memfd_create:5")],
+    ) else {
+        return;
+    };
+    wait_for_log(
+        &d,
+        "injected fault: memfd_create call 3",
+        Duration::from_secs(5),
+    );
+    assert!(d.log().contains("1 of 2 segments"), "{}", d.log());
+    d.assert_serves();
+    wait_for("the pool made up", Duration::from_secs(10), || {
+        ready_bytes(&d) == 32 * MB as u64
+    });
+    let c = d.client();
+    let a = checked(from_service(&c, 16 * MB).unwrap(), 16 * MB);
+    wait_for_log(&d, "cannot grow toward its target", Duration::from_secs(10));
+    d.assert_serves();
+    let b = checked(from_service(&c, 16 * MB).unwrap(), 16 * MB);
+    // Retried (every 5 s): the third segment comes.
+    let third = from_service_within(&c, 16 * MB, Duration::from_secs(15));
+    let third = checked(third, 16 * MB);
+    drop((a, b, third));
+    d.wait_all_ready();
+}
+
+#[test]
+fn enomem_from_memfd_create_for_the_lease_probe_stops_start_up_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("prezero-probe-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = Command::new(bin())
+        .args([
+            "serve",
+            "--pool",
+            "2MB:target=2M,cap=2M,segment=2M",
+            "--socket",
+        ])
+        .arg(dir.join("s.sock"))
+        .env(FAULT_ENV, "memfd_create:1")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("memfd_create") && err.contains("Cannot allocate memory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn enomem_from_fallocate_costs_the_segment_being_refreshed_not_the_daemon() {
+    let Some(d) = Daemon::start_env(
+        "target=32M,cap=32M,segment=16M",
+        &["--reuse", "fresh"],
+        &[(FAULT_ENV, "fallocate:1")],
+    ) else {
+        return;
+    };
+    let c = d.client();
+    let mut m = checked(from_service(&c, 16 * MB).unwrap(), 16 * MB);
+    m.as_mut_slice().fill(0x5a);
+    let gone = files_of(&m);
+    drop(m);
+    wait_for_log(
+        &d,
+        "injected fault: fallocate call 1",
+        Duration::from_secs(10),
+    );
+    wait_for_log(&d, "destroyed", Duration::from_secs(10));
+    d.assert_serves();
+    // The pool grows back; the segment whose punch failed is never handed out.
+    wait_for(
+        "the pool back at its target",
+        Duration::from_secs(10),
+        || ready_bytes(&d) == 32 * MB as u64,
+    );
+    let all = checked(from_service(&c, 32 * MB).unwrap(), 32 * MB);
+    for f in files_of(&all) {
+        assert!(
+            !gone.contains(&f),
+            "the segment whose punch failed came back"
+        );
+    }
+    drop(all);
+    d.wait_all_ready();
 }

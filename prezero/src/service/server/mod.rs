@@ -204,8 +204,13 @@ impl Server {
                         got += 1;
                     }
                     // The node's own pages ran out (the mapping is bound to it:
-                    // the fault fails rather than take another node's).
-                    Err(e @ Error::HugetlbShortage { .. }) => {
+                    // the fault fails rather than take another node's), or
+                    // memory or descriptors did: a smaller pool, which grows
+                    // toward its target while serving.
+                    Err(e)
+                        if matches!(e, Error::HugetlbShortage { .. })
+                            || matches!(e.errno(), libc::ENOMEM | libc::EMFILE | libc::ENFILE) =>
+                    {
                         shortage = Some(e);
                         break;
                     }
@@ -219,6 +224,10 @@ impl Server {
                     "pool {name}: {got} segments of {s} ready ({}) in {:.2} s",
                     mib(got * p.segment_size),
                     t.elapsed().as_secs_f64()
+                )),
+                Some(e) if !matches!(e, Error::HugetlbShortage { .. }) => log(&format!(
+                    "pool {name}: {got} of {want} segments of {s} ready ({e}); it grows toward \
+                     its target while serving"
                 )),
                 Some(_) => {
                     let page = p.page.page_size();
