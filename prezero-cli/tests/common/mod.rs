@@ -509,7 +509,12 @@ impl Raw {
 pub fn ledger_files(path: &Path) -> Result<std::collections::HashSet<(u64, u64)>, String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut lines = text.lines();
-    if lines.next() != Some("prezero-ledger 1") || !text.ends_with('\n') {
+    let header = lines
+        .next()
+        .and_then(|h| h.strip_prefix("prezero-ledger 1"));
+    // The boot it was written in: a 36-character id.
+    let boot_ok = header.is_some_and(|b| b.is_empty() || b.len() == 37 && b.starts_with(' '));
+    if !boot_ok || !text.ends_with('\n') {
         return Err(format!("not a whole ledger file: {text:?}"));
     }
     lines
