@@ -15,10 +15,19 @@ use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
 use prezero::service::ServiceMemory;
+
+/// Held by each test for its whole run: two take every free hugetlb page,
+/// which the pools of the others need to grow back.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 fn wait_for_log(d: &Daemon, needle: &str, limit: Duration) {
     wait_for(&format!("'{needle}' in the log"), limit, || {
@@ -123,6 +132,7 @@ fn all_recorded(ledger: &Path, held: &[ServiceMemory]) {
 
 #[test]
 fn a_full_disk_under_the_ledger_and_the_metrics_file_stops_growth_not_service() {
+    let _one = one_at_a_time();
     let Some(fs) = SmallFs::mount("full-disk") else {
         return;
     };
@@ -310,6 +320,7 @@ fn splice_first_mib(m: &ServiceMemory) -> (OwnedFd, OwnedFd) {
 
 #[test]
 fn hugetlb_pages_running_out_mid_conversion_cost_that_segment_not_service() {
+    let _one = one_at_a_time();
     // Every release becomes fresh pages: punched, then refilled.
     let Some(d) = Daemon::start("target=16M,cap=16M,segment=16M", &["--reuse", "fresh"]) else {
         return;
@@ -339,6 +350,7 @@ fn hugetlb_pages_running_out_mid_conversion_cost_that_segment_not_service() {
 
 #[test]
 fn hugetlb_pages_running_out_mid_refill_in_place_cost_that_segment_not_service() {
+    let _one = one_at_a_time();
     let Some(d) = Daemon::start("target=16M,cap=16M,segment=16M", &[]) else {
         return;
     };
@@ -374,6 +386,7 @@ const FAULT_ENV: &str = "PREZERO_SYS_FAULT";
 
 #[test]
 fn enomem_from_memfd_create_costs_a_segment_not_the_daemon() {
+    let _one = one_at_a_time();
     // Call 1 is the lease probe, 2 and 3 the segments made at start-up (3
     // fails), 4 the one the worker makes up for it, 5 the growth after the
     // first hand-out.
@@ -432,6 +445,7 @@ fn enomem_from_memfd_create_for_the_lease_probe_stops_start_up_with_the_reason()
 
 #[test]
 fn enomem_from_fallocate_costs_the_segment_being_refreshed_not_the_daemon() {
+    let _one = one_at_a_time();
     let Some(d) = Daemon::start_env(
         "target=32M,cap=32M,segment=16M",
         &["--reuse", "fresh"],
@@ -489,6 +503,7 @@ const STEPS: [&str; 8] = [
 
 #[test]
 fn a_client_killed_between_any_two_messages_leaks_nothing() {
+    let _one = one_at_a_time();
     let Some(mut d) = Daemon::start("target=136M,cap=136M,segment=2M", &[]) else {
         return;
     };
