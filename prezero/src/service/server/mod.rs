@@ -12,7 +12,8 @@
 //!   destroyed, never handed out.
 //! * Every segment is in the ledger file, so that a restarted daemon finds the
 //!   ones still held (start-up only: [`adopt`]), takes them over as
-//!   `Quarantined`, and charges their holders' uids.
+//!   `Quarantined`, and charges their holders' uids. A segment the file cannot
+//!   be made to list (a full disk) is destroyed, never handed out.
 //!
 //! Here the [`Server`], its start-up and its loop; accepting connections in
 //! `accept.rs`, answering requests in `handle.rs`, the pools' upkeep (the
@@ -30,10 +31,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::config::{PoolConfig, ServerConfig};
-use super::ledger::{adopt, write_ledger, Ledger};
+use super::ledger::{adopt, write_ledger, Ledger, State};
 use super::listen::{bind, refuse_if_served, restrict_socket};
 use super::log;
 use super::metrics::MetricsFile;
@@ -94,6 +95,8 @@ pub struct Server {
     told_no_escalation: bool,
     /// Segments could not be lent to a tenant's uid once already (logged then).
     told_no_chown: bool,
+    /// The ledger file could not be written the last time (logged then).
+    ledger_unwritten: bool,
     /// The metrics file's writer, and when it is next due.
     metrics: Option<(MetricsFile, Instant)>,
     /// Per node with pools: the other nodes with pools, nearest first (what a
@@ -196,8 +199,13 @@ impl Server {
                         got += 1;
                     }
                     // The node's own pages ran out (the mapping is bound to it:
-                    // the fault fails rather than take another node's).
-                    Err(e @ Error::HugetlbShortage { .. }) => {
+                    // the fault fails rather than take another node's), or
+                    // memory or descriptors did: a smaller pool, which grows
+                    // toward its target while serving.
+                    Err(e)
+                        if matches!(e, Error::HugetlbShortage { .. })
+                            || matches!(e.errno(), libc::ENOMEM | libc::EMFILE | libc::ENFILE) =>
+                    {
                         shortage = Some(e);
                         break;
                     }
@@ -211,6 +219,10 @@ impl Server {
                     "pool {name}: {got} segments of {s} ready ({}) in {:.2} s",
                     fmt_size(got * p.segment_size),
                     t.elapsed().as_secs_f64()
+                )),
+                Some(e) if !matches!(e, Error::HugetlbShortage { .. }) => log(&format!(
+                    "pool {name}: {got} of {want} segments of {s} ready ({e}); it grows toward \
+                     its target while serving"
                 )),
                 Some(_) => {
                     let page = p.page.page_size();
@@ -232,7 +244,29 @@ impl Server {
                 }
             }
         }
-        write_ledger(&ledger_file, &ledger);
+        // A segment the ledger file does not list, handed out, would not be
+        // found by a restart: without the file, the segments made here go,
+        // and the pools grow once it can be written.
+        let ledger_unwritten = match write_ledger(&ledger_file, &ledger) {
+            Ok(()) => false,
+            Err(e) => {
+                let made: Vec<u64> = ledger
+                    .entries()
+                    .filter(|(_, e)| matches!(e.state, State::Ready { .. }))
+                    .map(|(id, _)| id)
+                    .collect();
+                for id in made {
+                    drop(ledger.remove(id));
+                }
+                log(&format!(
+                    "cannot write the ledger {} ({e}): the segments made are destroyed, \
+                     never handed out; the pools grow once it can be written",
+                    ledger_file.display()
+                ));
+                true
+            }
+        };
+        let retry_at = ledger_unwritten.then(|| Instant::now() + Duration::from_secs(5));
         let nearest = nearest_nodes(&topology, &cfg.pools);
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
@@ -250,7 +284,7 @@ impl Server {
                     cfg,
                     home,
                     creating: false,
-                    retry_at: None,
+                    retry_at,
                     handouts: 0,
                 })
                 .collect(),
@@ -271,6 +305,7 @@ impl Server {
             ledger_file,
             told_no_escalation: false,
             told_no_chown: false,
+            ledger_unwritten,
             metrics,
             nearest,
         })
