@@ -197,23 +197,15 @@ impl Server {
         self.worker
             .stand_back(Duration::from_micros(500 + ((n * segment) >> 20) as u64));
         let sock = self.conns[&conn].sock.as_fd();
-        for (k, (ids, fds)) in grant
+        let records: Vec<SegmentRecord> = grant
             .ids
-            .chunks(MAX_FDS)
-            .zip(files.chunks(MAX_FDS))
-            .enumerate()
-        {
-            let reply = Reply::Alloc {
-                total: n as u32,
-                first: (k * MAX_FDS) as u32,
-                segments: ids
-                    .iter()
-                    .map(|&id| SegmentRecord {
-                        id,
-                        len: segment as u64,
-                    })
-                    .collect(),
-            };
+            .iter()
+            .map(|&id| SegmentRecord {
+                id,
+                len: segment as u64,
+            })
+            .collect();
+        for (reply, fds) in protocol::alloc_messages(&records).zip(files.chunks(MAX_FDS)) {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
             if protocol::send(sock, &reply.encode(seq), &borrowed).is_err() {
                 // Leased segments go to quarantine with the connection.
