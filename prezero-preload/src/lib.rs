@@ -19,7 +19,8 @@
 //! * `cache/`: the cache itself: the lock (`mod.rs`), the entry points'
 //!   large path (`requests.rs`), the range's mappings and the limits
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
-//! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
+//! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
+//!   `stats.rs`: the counters.
 //! * `sys.rs`: every call into libc, none of which allocates.
 //!
 //! Ownership is a range check: every block lives in one reserved address
@@ -33,6 +34,7 @@ mod blocks;
 mod cache;
 mod config;
 mod next;
+mod size;
 mod stats;
 mod sys;
 
