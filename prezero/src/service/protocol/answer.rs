@@ -25,13 +25,18 @@ pub fn alloc_messages(segments: &[SegmentRecord]) -> impl Iterator<Item = Reply>
 pub struct AllocAnswer {
     /// Records (and descriptors) received so far.
     received: usize,
+    /// The answer's segments, as its first message said.
+    total: Option<u32>,
 }
 
 impl AllocAnswer {
     /// Takes the next message of the answer (`total`, `first` and `segments`
     /// as decoded) and the number of descriptors that came with it: whether
-    /// more messages are due. Records and descriptors must match one to one,
-    /// and the message must start where the last one ended.
+    /// more messages are due. Every message states the same total and
+    /// carries at least one record, each with its descriptor; it starts where
+    /// the last one ended and ends at the total at most. So an answer taken
+    /// whole holds exactly the segments it announced, and a daemon cannot keep
+    /// a client reading messages that bring nothing.
     pub fn add(
         &mut self,
         total: u32,
@@ -42,7 +47,20 @@ impl AllocAnswer {
         if segments.len() != fds || first as usize != self.received {
             return Err(Malformed("segment records and descriptors disagree"));
         }
+        if *self.total.get_or_insert(total) != total {
+            return Err(Malformed(
+                "the messages of an ALLOC answer disagree on its total",
+            ));
+        }
+        if segments.is_empty() {
+            return Err(Malformed("a message of an ALLOC answer without a segment"));
+        }
         self.received += fds;
+        if self.received > total as usize {
+            return Err(Malformed(
+                "an ALLOC answer with more segments than its total",
+            ));
+        }
         Ok(self.received < total as usize)
     }
 }

@@ -152,3 +152,63 @@ fn every_truncation_and_corruption_is_an_error_not_a_panic() {
     huge[16..20].copy_from_slice(&u32::MAX.to_le_bytes());
     assert!(Request::decode(&huge).is_err());
 }
+
+/// What the daemon splits into messages the client takes whole, in order.
+#[test]
+fn an_alloc_answer_split_into_messages_is_taken_whole() {
+    for n in [1, MAX_FDS - 1, MAX_FDS, MAX_FDS + 1, 3 * MAX_FDS + 5] {
+        let records: Vec<SegmentRecord> = (0..n as u64)
+            .map(|id| SegmentRecord { id, len: 2 << 20 })
+            .collect();
+        let mut answer = AllocAnswer::default();
+        let messages: Vec<Reply> = alloc_messages(&records).collect();
+        assert_eq!(messages.len(), n.div_ceil(MAX_FDS));
+        let mut back = Vec::new();
+        for (k, m) in messages.iter().enumerate() {
+            let Ok((
+                _,
+                Reply::Alloc {
+                    total,
+                    first,
+                    segments,
+                },
+            )) = Reply::decode(&m.encode(1))
+            else {
+                panic!("{m:?} does not decode");
+            };
+            let more = answer.add(total, first, &segments, segments.len());
+            assert_eq!(more, Ok(k + 1 < messages.len()));
+            back.extend(segments);
+        }
+        assert_eq!(back, records);
+    }
+}
+
+/// Found by the fuzz target `alloc_answer`: messages whose totals disagreed
+/// (a first one of no segments saying 1624264, a second one of none saying
+/// 0) made a whole answer of no segments. Every message must state the one
+/// total, bring a segment, and not pass the total.
+#[test]
+fn an_alloc_answer_holds_exactly_the_segments_it_announces() {
+    let seg = |id| SegmentRecord { id, len: 2 << 20 };
+    let mut a = AllocAnswer::default();
+    assert!(a.add(1_624_264, 0, &[], 0).is_err(), "no segment");
+    let mut a = AllocAnswer::default();
+    assert_eq!(a.add(3, 0, &[seg(1)], 1), Ok(true));
+    assert!(a.add(2, 1, &[seg(2)], 1).is_err(), "another total");
+    let mut a = AllocAnswer::default();
+    assert!(a.add(1, 0, &[seg(1), seg(2)], 2).is_err(), "past its total");
+    let mut a = AllocAnswer::default();
+    assert!(a.add(0, 0, &[], 0).is_err(), "an answer of nothing");
+    let mut a = AllocAnswer::default();
+    assert!(
+        a.add(2, 0, &[seg(1)], 2).is_err(),
+        "records and descriptors"
+    );
+    let mut a = AllocAnswer::default();
+    assert_eq!(a.add(2, 0, &[seg(1)], 1), Ok(true));
+    assert!(
+        a.add(2, 0, &[seg(2)], 1).is_err(),
+        "not where the last ended"
+    );
+}
