@@ -176,12 +176,7 @@ impl Reply {
                 w.u32(*errno as u32);
                 w.u32(0);
                 w.u64(*ready);
-                let room = MAX_MESSAGE - HEADER_LEN - 16;
-                let mut end = message.len().min(room);
-                while !message.is_char_boundary(end) {
-                    end -= 1;
-                }
-                w.0.extend_from_slice(&message.as_bytes()[..end]);
+                w.0.extend_from_slice(fit_message(message).as_bytes());
                 w.finish()
             }
             Reply::Alloc {
@@ -283,7 +278,10 @@ impl Reply {
                 let errno = r.u32()? as i32;
                 r.u32()?;
                 let ready = r.u64()?;
-                let message = String::from_utf8_lossy(r.take(r.0.len())?).into_owned();
+                // Bytes that are not UTF-8 read as U+FFFD, three bytes each:
+                // cut to what one message holds, as the encoder cuts it.
+                let text = String::from_utf8_lossy(r.take(r.0.len())?);
+                let message = fit_message(&text).to_owned();
                 Reply::Error {
                     errno,
                     ready,
@@ -373,6 +371,17 @@ impl Reply {
         r.end()?;
         Ok((seq, reply))
     }
+}
+
+/// The longest start of `message` that an `ERROR` answer holds, cut between
+/// characters.
+fn fit_message(message: &str) -> &str {
+    let room = MAX_MESSAGE - HEADER_LEN - 16;
+    let mut end = message.len().min(room);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
 }
 
 /// Refusals by reason, latency, fresh-page cleaning and tenants: the part of

@@ -212,3 +212,30 @@ fn an_alloc_answer_holds_exactly_the_segments_it_announces() {
         "not where the last ended"
     );
 }
+
+/// Found by the fuzz target `reply`: an `ERROR` answer whose message is not
+/// UTF-8 read longer than one message holds (each bad byte became U+FFFD,
+/// three bytes), so sent on it came back cut, another message. It is read
+/// cut to what a message holds, as the encoder cuts it.
+#[test]
+fn an_error_message_that_is_not_utf8_reads_as_one_message_holds() {
+    let room = MAX_MESSAGE - HEADER_LEN - 16;
+    let mut msg = Reply::Error {
+        errno: libc::EBUSY,
+        ready: 0,
+        message: String::new(),
+    }
+    .encode(3);
+    msg.extend(std::iter::repeat_n(0xff, room));
+    let len = (msg.len() - HEADER_LEN) as u32;
+    msg[12..16].copy_from_slice(&len.to_le_bytes());
+    let Ok((3, reply @ Reply::Error { .. })) = Reply::decode(&msg) else {
+        panic!("does not decode");
+    };
+    let Reply::Error { message, .. } = &reply else {
+        unreachable!()
+    };
+    assert!(message.len() <= room && message.chars().all(|c| c == '\u{fffd}'));
+    assert_eq!(message.len(), room / 3 * 3);
+    assert_eq!(Reply::decode(&reply.encode(3)), Ok((3, reply)));
+}
