@@ -3,8 +3,8 @@
 
 use super::{Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, TenantStats};
 use super::{
-    ALLOC, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE, MAX_RELEASE_IDS, RELEASE, REPLY, STATS,
-    VERSION,
+    ALLOC, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE, MAX_POOLS, MAX_RELEASE_IDS, RELEASE,
+    REPLY, STATS, VERSION,
 };
 
 /// Bytes of one pool record this version writes; readers accept 64 (the first
@@ -13,6 +13,10 @@ const POOL_RECORD_LEN: u32 = 9 * 8;
 const MIN_POOL_RECORD_LEN: usize = 8 * 8;
 /// Most latency buckets a reader accepts.
 const MAX_BUCKETS: usize = 64;
+/// Most refusal reasons a reader accepts (version 1 counts 7): with
+/// [`MAX_POOLS`] pools and [`MAX_BUCKETS`] buckets, every answer read encodes
+/// into one message again.
+const MAX_REASONS: usize = 64;
 
 /// Appends little-endian fields to a message under construction.
 struct Writer(Vec<u8>);
@@ -321,6 +325,12 @@ impl Reply {
                 if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
                     return Err(Malformed("pool records do not fit the message"));
                 }
+                // Past these no daemon's answer goes, and re-encoded (72-byte
+                // pool records, which an older daemon wrote in 64) it would
+                // not fit one message.
+                if n > MAX_POOLS {
+                    return Err(Malformed("more pools than a daemon has"));
+                }
                 let mut pools = Vec::with_capacity(n);
                 for _ in 0..n {
                     let mut p = Reader(r.take(record)?);
@@ -389,8 +399,8 @@ fn fit_message(message: &str) -> &str {
 fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceStats, Malformed> {
     let n = r.u32()? as usize;
     r.u32()?;
-    if n > MAX_MESSAGE / 8 {
-        return Err(Malformed("more refusal reasons than fit the message"));
+    if n > MAX_REASONS {
+        return Err(Malformed("more refusal reasons than a reader takes"));
     }
     s.refusals_by_reason = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
     let b = r.u32()? as usize;

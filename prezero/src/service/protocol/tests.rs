@@ -239,3 +239,56 @@ fn an_error_message_that_is_not_utf8_reads_as_one_message_holds() {
     assert_eq!(message.len(), room / 3 * 3);
     assert_eq!(Reply::decode(&reply.encode(3)), Ok((3, reply)));
 }
+
+/// Found by the fuzz target `reply`: a `STATS` answer of 48 pools in 64-byte
+/// records (an older daemon's length) decoded, and encoded again in 72-byte
+/// records it did not fit one message (a subtraction overflowed while the
+/// tenants were fitted). More pools than a daemon has, or more refusal
+/// reasons than a reader takes, are refused; the largest answer read encodes
+/// into one message.
+#[test]
+fn a_stats_answer_that_reads_encodes_into_one_message() {
+    // As an older daemon writes it: 64-byte pool records, no fresh-page
+    // counters' successors, no tenants.
+    let older = |pools: u32, reasons: u32, buckets: u32| {
+        let mut p = Vec::new();
+        let mut put = |v: &[u8]| p.extend_from_slice(v);
+        put(&pools.to_le_bytes());
+        put(&64u32.to_le_bytes());
+        for _ in 0..pools {
+            put(&[0; 64]);
+        }
+        put(&[0; 9 * 8 + 8 + 16]);
+        put(&reasons.to_le_bytes());
+        put(&[0; 4]);
+        for _ in 0..reasons {
+            put(&[0; 8]);
+        }
+        put(&buckets.to_le_bytes());
+        put(&[0; 4]);
+        for b in 0..u64::from(buckets) {
+            put(&(b + 1).to_le_bytes());
+            put(&[0; 8]);
+        }
+        put(&[0; 4 * 8 + 8]);
+        let mut m = Reply::Released { count: 0 }.encode(1);
+        m[6..8].copy_from_slice(&(REPLY | STATS).to_le_bytes());
+        m.truncate(HEADER_LEN);
+        m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
+        m.extend(p);
+        assert!(m.len() <= MAX_MESSAGE);
+        m
+    };
+    // The fuzzer's: 48 pools of 64 bytes, and buckets enough to fill the
+    // message once the records are 72 bytes.
+    assert!(Reply::decode(&older(48, 7, 30)).is_err(), "48 pools");
+    assert!(Reply::decode(&older(MAX_POOLS as u32 + 1, 7, 30)).is_err());
+    assert!(
+        Reply::decode(&older(MAX_POOLS as u32, 65, 0)).is_err(),
+        "65 reasons"
+    );
+    let Ok((1, most)) = Reply::decode(&older(MAX_POOLS as u32, 64, 64)) else {
+        panic!("the largest answer a reader takes does not decode");
+    };
+    assert!(most.encode(1).len() <= MAX_MESSAGE);
+}
