@@ -21,7 +21,8 @@
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
-//! * `sys.rs`: every call into libc, none of which allocates.
+//! * `sys.rs`: every call into libc, none of which allocates; `fault.rs`
+//!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -33,6 +34,8 @@
 mod blocks;
 mod cache;
 mod config;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod next;
 mod size;
 mod stats;

@@ -44,10 +44,20 @@ pub fn profile_dir() -> PathBuf {
 /// rebuild prezero over each other's (the cdylib's file name has no hash).
 /// `scripts/preload-suites.sh` uses the same dir.
 pub fn shared_object() -> PathBuf {
+    shared_object_in("preload", &[])
+}
+
+/// The .so built as [`shared_object`] builds it, with `features`, in
+/// `<target>/<name>` (a build with other features in the same dir would
+/// replace the other's file).
+pub fn shared_object_in(name: &str, features: &[&str]) -> PathBuf {
     let dir = profile_dir();
     let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "-p", "prezero-preload"]);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
     match profile {
         "debug" => {}
         "release" => {
@@ -67,7 +77,7 @@ pub fn shared_object() -> PathBuf {
         (false, Some(triple), Some(top)) => (top.to_path_buf(), Some(triple.to_owned())),
         _ => (up, None),
     };
-    let own = target.join("preload");
+    let own = target.join(name);
     let mut so = own.clone();
     if let Some(t) = &triple {
         cmd.arg("--target").arg(t);
