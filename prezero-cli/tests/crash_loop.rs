@@ -497,11 +497,9 @@ fn a_ledger_written_before_the_last_boot_takes_nothing_over() {
     let file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(fd) });
     file.set_len(PAGE as u64).unwrap();
     let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on our own memfd.
-    assert_eq!(
-        unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) },
-        0
-    );
+    // SAFETY: fcntl on our own memfd, open for the call.
+    let sealed = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+    assert_eq!(sealed, 0);
     let before = file.metadata().unwrap();
     let dir = std::env::temp_dir().join(format!("prezero-stale-ledger-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

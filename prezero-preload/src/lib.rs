@@ -21,8 +21,10 @@
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
 //! * `nodes.rs`: the NUMA nodes, and which lane of the cache a request
 //!   belongs to.
-//! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
-//! * `sys.rs`: every call into libc, none of which allocates.
+//! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
+//!   `stats.rs`: the counters.
+//! * `sys.rs`: every call into libc, none of which allocates; `fault.rs`
+//!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -34,8 +36,11 @@
 mod blocks;
 mod cache;
 mod config;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod next;
 mod nodes;
+mod size;
 mod stats;
 mod sys;
 

@@ -4,11 +4,14 @@
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
-//! buffers only.
+//! buffers only; `spawn` alone allocates (std's thread creation), outside
+//! the cache's lock.
 //!
 //! A wrapper is safe unless a wrong argument could break memory or a
 //! descriptor still in use; then it is an `unsafe fn` and its `pre:` line is
 //! the obligation. Addresses are numbers (`usize`), as the cache keeps them.
+//! In a test build (`fault-injection`) the calls that can fail can be made
+//! to (`fault.rs`).
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
@@ -16,6 +19,19 @@ use std::ffi::{c_int, c_void, CStr};
 /// A failed call's errno.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Errno(pub c_int);
+
+/// Returns the failure the test build's plan injects into this call
+/// (`fault.rs`: the call is not made, the errno is the kernel's for it);
+/// nothing in a normal build.
+macro_rules! inject {
+    ($kind:ident, $errno:expr) => {
+        #[cfg(feature = "fault-injection")]
+        if crate::fault::fails(crate::fault::Kind::$kind) {
+            set_errno($errno);
+            return Err(Errno($errno));
+        }
+    };
+}
 
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
@@ -38,6 +54,7 @@ pub fn set_errno(e: c_int) {
 /// pre: no `MAP_FIXED` in `flags` (the callers below pass none): without it
 /// the kernel takes a free range, which aliases nothing.
 fn map_anon(len: usize, prot: c_int, flags: c_int) -> Result<usize, Errno> {
+    inject!(Mmap, libc::ENOMEM);
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
     // SAFETY: a fresh mapping at an address the kernel picks; a bad length
     // is an error.
@@ -74,6 +91,7 @@ pub fn map_noreserve(len: usize) -> Result<usize, Errno> {
 /// pre: `[addr, addr + len)` is a mapping of the caller's, and nothing uses
 /// its contents (they become untouched zero pages).
 pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Mmap, libc::ENOMEM);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
     // SAFETY: the range is the caller's and unused (pre).
@@ -89,6 +107,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
 /// # Safety
 /// pre: the range is a mapping this crate made, and nothing uses it any more.
 pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Munmap, libc::EINVAL);
     // SAFETY: the range is ours and unused (pre).
     if unsafe { libc::munmap(addr as *mut c_void, len) } != 0 {
         return Err(Errno::last());
@@ -103,6 +122,7 @@ pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
 /// could take execute permission from code, or open memory meant to stay
 /// read-only to writes.
 pub unsafe fn make_writable(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Mprotect, libc::ENOMEM);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: the range is our reservation's (pre).
     if unsafe { libc::mprotect(addr as *mut c_void, len, prot) } != 0 {
@@ -126,6 +146,7 @@ pub enum Advice {
 /// pre: none: the kernel checks the range, and neither advice changes a
 /// byte, so a wrong range is an error, never undefined behaviour.
 pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
+    inject!(Madvise, libc::ENOMEM);
     let advice = match advice {
         Advice::HugePage => libc::MADV_HUGEPAGE,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
@@ -146,6 +167,8 @@ pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
 /// made, and nothing else reads or writes it while this runs (its contents
 /// vanish).
 pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
+    // What the kernel says of mlock'd memory.
+    inject!(Madvise, libc::EINVAL);
     // SAFETY: the range is ours and no one else's meanwhile (pre).
     if unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) } != 0 {
         return Err(Errno::last());
@@ -162,6 +185,7 @@ pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
 /// pre: both ranges are the caller's, in private anonymous mappings this
 /// crate made, disjoint, and nothing else uses either while this runs.
 pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno> {
+    inject!(Mremap, libc::ENOMEM);
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
     let p = unsafe { libc::mremap(from as *mut c_void, len, len, flags, to as *mut c_void) };
@@ -169,6 +193,19 @@ pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno
         return Err(Errno::last());
     }
     Ok(())
+}
+
+/// Starts a thread named `name` running `f`, detached (`pthread_create`
+/// through std, which allocates: its small blocks go to the next allocator).
+///
+/// pre: none.
+pub fn spawn(name: &str, f: fn()) -> Result<(), Errno> {
+    inject!(Thread, libc::EAGAIN);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))
 }
 
 /// Whether this process's address space is unlimited (`RLIMIT_AS`, what

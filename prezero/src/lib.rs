@@ -31,6 +31,9 @@ pub mod cpu;
 mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hugetlb;
 #[cfg(any(test, feature = "interleavings"))]
 #[doc(hidden)]

@@ -36,7 +36,8 @@ pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
 /// base pages.
 ///
 /// Errors: a range not entirely mapped (ENOMEM), not writable or otherwise refused
-/// (EFAULT/EINVAL/EPERM), `threads == 0`, or memory exhausted. With the touch fallback
+/// (EFAULT/EINVAL/EPERM), one running past the end of the address space,
+/// `threads == 0`, or memory exhausted. With the touch fallback
 /// the range is first checked against `/proc/self/maps`, so an unmapped or read-only
 /// range is an error there too, never a crash.
 ///
@@ -46,7 +47,13 @@ pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
 pub unsafe fn prefault_raw(ptr: *mut u8, len: usize, threads: usize) -> Result<usize> {
     let base = crate::cpu::cpu().page_size;
     let start = ptr as usize & !(base - 1);
-    let len = (ptr as usize + len).next_multiple_of(base) - start;
+    let end = (ptr as usize)
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(base))
+        .ok_or_else(|| {
+            Error::invalid("prefault: the range runs past the end of the address space")
+        })?;
+    let len = end - start;
     // SAFETY: the caller's contract, for the range rounded out to base pages.
     unsafe {
         prefault_as(

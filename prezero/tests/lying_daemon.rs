@@ -215,7 +215,14 @@ type LieCase = (&'static str, usize, fn() -> Lie, &'static str, bool);
 
 fn lies() -> Vec<LieCase> {
     vec![
-        ("no segments", 4 * M, || lie(vec![]), "none", true),
+        // Refused as it is read: every message of an answer brings a segment.
+        (
+            "no segments",
+            4 * M,
+            || lie(vec![]),
+            "without a segment",
+            false,
+        ),
         (
             "too many",
             M,

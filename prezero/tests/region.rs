@@ -203,6 +203,16 @@ fn prefault_of_unmapped_or_protected_memory_is_an_error() {
         prezero::prefault(&r, 0),
         Err(Error::InvalidArgument(_))
     ));
+    // Found by the fuzz target `ffi` (pz_prefault): a length running past the
+    // end of the address space overflowed the rounding to whole pages (a
+    // panic, stopped at the C boundary as -ENOTRECOVERABLE).
+    for len in [usize::MAX, usize::MAX - r.as_ptr() as usize + 1] {
+        // SAFETY: refused before the kernel sees it.
+        let e = unsafe { prezero::prefault_raw(r.as_ptr(), len, 1) }.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{len}: {e:?}");
+    }
+    // SAFETY: as above, or refused by the kernel (not mapped).
+    assert!(unsafe { prezero::prefault_raw(r.as_ptr(), 1 << 63, 1) }.is_err());
 }
 
 #[test]

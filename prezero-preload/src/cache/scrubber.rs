@@ -31,10 +31,7 @@ pub(super) fn ensure_scrubber() {
         }
         g.cache().scrubber = true;
     }
-    let spawned = std::thread::Builder::new()
-        .name("prezero-scrub".into())
-        .spawn(scrub);
-    if spawned.is_err() {
+    if sys::spawn("prezero-scrub", scrub).is_err() {
         // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
         lock().cache().scrubber = false;
     }

@@ -34,6 +34,8 @@ use segments::{take_segments, Backing, Want};
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
 pub use files::{InheritedFile, SegmentFiles};
 pub use mapping::ServiceMemory;
+#[cfg(feature = "fuzzing")]
+pub(crate) use segments::tile;
 
 /// Options of [`Client::alloc_with`].
 #[derive(Debug, Clone, Copy)]
