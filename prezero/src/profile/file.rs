@@ -49,7 +49,7 @@ impl ProfileFile {
     }
 
     /// Checks and reads the text of a profile file.
-    fn parse(text: &str) -> Result<ProfileFile> {
+    pub(crate) fn parse(text: &str) -> Result<ProfileFile> {
         let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
         let field = |k: &str| {
             v.get(k)
