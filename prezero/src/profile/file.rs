@@ -326,6 +326,19 @@ mod tests {
         assert!(seen >= 2, "{seen} format-2 profiles under machines/");
     }
 
+    /// A figure past f64's range was read as infinity and written back as
+    /// `null`, so the profile read back lost the figure: refused instead.
+    #[test]
+    fn a_number_past_f64_is_refused_not_written_back_as_null() {
+        let model = cpu().model_name.replace('"', "");
+        let text = file_text(PROFILE_FORMAT, &model, GOOD).replace(
+            "\"date\"",
+            r#""figures": [{"mode": "cold", "size": 4096, "method": "movnti", "gbps_median": 1e400, "stdev_pct": 2.0}], "date""#,
+        );
+        let e = ProfileFile::parse(&text).unwrap_err();
+        assert!(e.to_string().contains("number out of range"), "{e}");
+    }
+
     #[test]
     fn what_calibrate_measured_is_optional_and_read_as_far_as_it_can_be() {
         let model = cpu().model_name.replace('"', "");
