@@ -238,3 +238,22 @@ fn a_request_for_a_node_takes_only_its_pools_unless_others_are_allowed() {
     assert_eq!((r.reason, r.errno), (Refusal::BadRequest, libc::EINVAL));
     assert!(r.message.contains("nodes 0, 1"), "{}", r.message);
 }
+
+/// Found by the fuzz target ledger: a pool whose target was within a segment
+/// of `usize::MAX` overflowed `target + segment` (in a release build, every
+/// ready segment was its surplus).
+#[test]
+fn a_target_near_the_end_of_the_address_space_has_no_surplus() {
+    let shape = |target| Shape {
+        page: 1,
+        node: 0,
+        segment: 2,
+        target,
+        cap: usize::MAX,
+    };
+    let mut l: Ledger<()> = Ledger::new(vec![shape(usize::MAX - 1), shape(usize::MAX)], None);
+    for pool in 0..2 {
+        l.add_ready(pool, (), 2, (0, 0));
+        assert_eq!(l.surplus(pool), Vec::<u64>::new(), "pool {pool}");
+    }
+}
