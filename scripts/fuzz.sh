@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-targets=(request reply alloc_answer size cpu_mask ffi)
+targets=(request reply alloc_answer size cpu_mask ffi profile config ledger)
 matrix=false
 case "${1:-}" in
   --ci) secs=30 ;;

@@ -1,16 +1,19 @@
-//! `prezero serve`: the node-wide service, configured by a TOML file and flags.
-
-use std::path::PathBuf;
-
-use anyhow::{anyhow, bail, Context, Result};
-use serde::Deserialize;
+//! `prezero serve`: the node-wide service, configured by a TOML file
+//! (`serve/config.rs`) and flags.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
-use prezero::service::{PoolConfig, PoolNode, Reuse, Server, ServerConfig, Verify};
-use prezero::{HugetlbReservation, PageKind, ScrubPriority};
+use anyhow::{Context, Result};
 
-use crate::units::{fmt_size, parse_size};
+use prezero::service::{PoolConfig, PoolNode, Server, ServerConfig};
+use prezero::{HugetlbReservation, PageKind};
+
+use crate::units::fmt_size;
+
+mod config;
+
+use config::{parse_pool_flag, File};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -76,219 +79,33 @@ pub struct Args {
     reserve: bool,
 }
 
-/// The configuration file. Sizes are strings like "256M" or "8G".
-#[derive(Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-struct File {
-    socket: Option<PathBuf>,
-    #[serde(default)]
-    allow_uids: Vec<u32>,
-    #[serde(default)]
-    allow_gids: Vec<u32>,
-    uid_cap: Option<String>,
-    verify: Option<String>,
-    scrub_priority: Option<String>,
-    reuse: Option<String>,
-    max_conns_per_uid: Option<usize>,
-    ledger: Option<PathBuf>,
-    metrics_textfile: Option<PathBuf>,
-    metrics_interval: Option<f64>,
-    #[serde(default, rename = "pool")]
-    pools: Vec<FilePool>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FilePool {
-    page: String,
-    segment: Option<String>,
-    target: String,
-    cap: Option<String>,
-    /// A node id, or "all".
-    node: Option<FileNode>,
-}
-
-/// `node = 1` or `node = "all"`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-enum FileNode {
-    Id(u32),
-    Word(String),
-}
-
-impl FileNode {
-    fn text(&self) -> String {
-        match self {
-            FileNode::Id(n) => n.to_string(),
-            FileNode::Word(w) => w.clone(),
-        }
-    }
-}
-
-/// `all` or a node id.
-fn pool_node(s: &str) -> Result<PoolNode> {
-    if s == "all" {
-        return Ok(PoolNode::All);
-    }
-    s.parse()
-        .map(PoolNode::Node)
-        .ok()
-        .with_context(|| format!("pool node '{s}': expected a NUMA node id or all"))
-}
-
-fn page_kind(s: &str) -> Result<PageKind> {
-    let k: PageKind = s.parse()?;
-    if !k.is_hugetlb() {
-        bail!("pool page '{s}': the service serves 2MB or 1GB pages");
-    }
-    Ok(k)
-}
-
-fn pool(
-    page: &str,
-    target: &str,
-    cap: Option<&str>,
-    segment: Option<&str>,
-    node: Option<&str>,
-) -> Result<PoolConfig> {
-    let page = page_kind(page)?;
-    let target = parse_size(target).context("pool target")?;
-    let default_segment = page.page_size().max(256 << 20);
-    let segment_size = segment
-        .map_or(Ok(default_segment), parse_size)
-        .context("pool segment")?;
-    let cap = cap
-        .map_or(Ok(target.max(segment_size)), parse_size)
-        .context("pool cap")?;
-    let node = node.map_or(Ok(PoolNode::All), pool_node)?;
-    Ok(PoolConfig {
-        page,
-        segment_size,
-        target,
-        cap,
-        node,
-    })
-}
-
-/// `2MB:target=8G,cap=16G,segment=256M,node=1`
-fn parse_pool_flag(s: &str) -> Result<PoolConfig> {
-    let (page, rest) = s.split_once(':').unwrap_or((s, ""));
-    let (mut target, mut cap, mut segment, mut node) = (None, None, None, None);
-    for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
-        let (k, v) = kv
-            .split_once('=')
-            .with_context(|| format!("--pool {s}: '{kv}' is not key=value"))?;
-        match k {
-            "target" => target = Some(v),
-            "cap" => cap = Some(v),
-            "segment" => segment = Some(v),
-            "node" => node = Some(v),
-            _ => {
-                bail!("--pool {s}: unknown key '{k}' (target, cap, segment, node)")
-            }
-        }
-    }
-    pool(page, target.unwrap_or("1G"), cap, segment, node)
-}
-
-fn verify(s: &str) -> Result<Verify> {
-    match s.split_once(':') {
-        None if s == "full" => Ok(Verify::Full),
-        Some(("sample", n)) => Ok(Verify::Sampled {
-            one_in: n
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .with_context(|| format!("verify '{s}': N must be a positive integer"))?,
-        }),
-        _ => Err(anyhow!("verify '{s}': expected full or sample:N")),
-    }
-}
-
-fn priority(s: &str) -> Result<ScrubPriority> {
-    match s {
-        "idle" => Ok(ScrubPriority::Idle),
-        "nice19" => Ok(ScrubPriority::Nice19),
-        "normal" => Ok(ScrubPriority::Normal),
-        _ => Err(anyhow!(
-            "scrub priority '{s}': expected idle, nice19 or normal"
-        )),
-    }
-}
-
 /// The file, then the flags over it.
 fn config(args: &Args) -> Result<ServerConfig> {
-    let file: File = match &args.config {
+    let mut file = match &args.config {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read the config {}", p.display()))?;
-            toml::from_str(&text).with_context(|| format!("the config {}", p.display()))?
+            File::parse(&text).with_context(|| format!("the config {}", p.display()))?
         }
         None => File::default(),
     };
-    let mut cfg = ServerConfig::default();
-    if let Some(s) = args.socket.clone().or(file.socket) {
-        cfg.socket = s;
-    }
-    cfg.pools = if !args.pools.is_empty() {
-        args.pools
-            .iter()
-            .map(|p| parse_pool_flag(p))
-            .collect::<Result<_, _>>()?
-    } else if !file.pools.is_empty() {
-        file.pools
-            .iter()
-            .map(|p| {
-                let node = p.node.as_ref().map(FileNode::text);
-                pool(
-                    &p.page,
-                    &p.target,
-                    p.cap.as_deref(),
-                    p.segment.as_deref(),
-                    node.as_deref(),
-                )
-            })
-            .collect::<Result<_, _>>()?
-    } else {
-        vec![parse_pool_flag("2MB:target=1G,cap=4G,segment=256M")?]
-    };
-    cfg.allow_uids = file.allow_uids;
-    cfg.allow_uids.extend(&args.allow_uids);
-    cfg.allow_gids = file.allow_gids;
-    cfg.allow_gids.extend(&args.allow_gids);
-    if let Some(c) = args.uid_cap.as_ref().or(file.uid_cap.as_ref()) {
-        cfg.uid_cap = Some(parse_size(c).context("uid cap")?);
-    }
-    if let Some(v) = args.verify.as_ref().or(file.verify.as_ref()) {
-        cfg.verify = verify(v)?;
-    }
-    if let Some(p) = args
-        .scrub_priority
-        .as_ref()
-        .or(file.scrub_priority.as_ref())
-    {
-        cfg.scrub_priority = priority(p)?;
-    }
-    if let Some(r) = args.reuse.as_ref().or(file.reuse.as_ref()) {
-        cfg.reuse = match r.as_str() {
-            "same-uid" => Reuse::SameUid,
-            "fresh" => Reuse::Fresh,
-            _ => bail!("reuse '{r}': expected same-uid or fresh"),
-        };
-    }
-    if let Some(n) = args.max_conns_per_uid.or(file.max_conns_per_uid) {
-        cfg.max_conns_per_uid = n;
-    }
-    cfg.ledger = args.ledger.clone().or(file.ledger);
-    cfg.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
-    if let Some(secs) = args.metrics_interval.or(file.metrics_interval) {
-        let most = prezero::service::MAX_METRICS_INTERVAL.as_secs_f64();
-        if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
-            bail!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
-        }
-        cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
-    }
-    Ok(cfg)
+    let flag_pools = args
+        .pools
+        .iter()
+        .map(|p| parse_pool_flag(p))
+        .collect::<Result<_, _>>()?;
+    file.socket = args.socket.clone().or(file.socket);
+    file.allow_uids.extend(&args.allow_uids);
+    file.allow_gids.extend(&args.allow_gids);
+    file.uid_cap = args.uid_cap.clone().or(file.uid_cap);
+    file.verify = args.verify.clone().or(file.verify);
+    file.scrub_priority = args.scrub_priority.clone().or(file.scrub_priority);
+    file.reuse = args.reuse.clone().or(file.reuse);
+    file.max_conns_per_uid = args.max_conns_per_uid.or(file.max_conns_per_uid);
+    file.ledger = args.ledger.clone().or(file.ledger);
+    file.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
+    file.metrics_interval = args.metrics_interval.or(file.metrics_interval);
+    file.config(flag_pools)
 }
 
 pub fn run(args: &Args) -> Result<()> {
@@ -367,77 +184,5 @@ fn grown_to(page: usize, node: u32, pages: usize) -> usize {
         Ok(_) => pages,
         Err(prezero::Error::HugetlbShortage { free, .. }) => free,
         Err(_) => 0,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pool_flags_parse() {
-        let p = parse_pool_flag("2MB:target=8G,cap=16G,segment=256M").unwrap();
-        assert_eq!(
-            (p.page, p.target, p.cap, p.segment_size),
-            (PageKind::Huge2M, 8 << 30, 16 << 30, 256 << 20)
-        );
-        let p = parse_pool_flag("1GB:target=2G").unwrap();
-        assert_eq!((p.segment_size, p.cap), (1 << 30, 2 << 30));
-        assert!(parse_pool_flag("4KB:target=1G").is_err());
-        assert!(parse_pool_flag("2MB:size=1G").is_err());
-        assert_eq!(
-            parse_pool_flag("2MB:target=1G").unwrap().node,
-            PoolNode::All
-        );
-        assert_eq!(parse_pool_flag("2MB:node=all").unwrap().node, PoolNode::All);
-        assert_eq!(
-            parse_pool_flag("2MB:node=3").unwrap().node,
-            PoolNode::Node(3)
-        );
-        assert!(parse_pool_flag("2MB:node=-1").is_err());
-        assert!(parse_pool_flag("2MB:node=one").is_err());
-        assert!(verify("sample:0").is_err());
-        assert_eq!(verify("sample:8").unwrap(), Verify::Sampled { one_in: 8 });
-    }
-
-    #[test]
-    fn a_pools_node_in_the_file_is_an_id_or_all() {
-        let nodes = |text: &str| -> Result<Vec<PoolNode>> {
-            let f: File = toml::from_str(text)?;
-            f.pools
-                .iter()
-                .map(|p| {
-                    let node = p.node.as_ref().map(FileNode::text);
-                    pool(&p.page, &p.target, None, None, node.as_deref()).map(|p| p.node)
-                })
-                .collect()
-        };
-        let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = 1\n\n\
-                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"all\"\n\n\
-                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\n";
-        assert_eq!(
-            nodes(text).unwrap(),
-            vec![PoolNode::Node(1), PoolNode::All, PoolNode::All]
-        );
-        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"one\"\n").is_err());
-        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = -1\n").is_err());
-    }
-
-    #[test]
-    fn the_packaged_config_parses() {
-        let text = include_str!("../../packaging/prezero.toml");
-        let f: File = toml::from_str(text).unwrap();
-        assert!(!f.pools.is_empty());
-        for p in &f.pools {
-            let node = p.node.as_ref().map(FileNode::text);
-            pool(
-                &p.page,
-                &p.target,
-                p.cap.as_deref(),
-                p.segment.as_deref(),
-                node.as_deref(),
-            )
-            .unwrap();
-        }
     }
 }

@@ -308,11 +308,17 @@ impl Parser<'_> {
         {
             self.i += 1;
         }
-        std::str::from_utf8(&self.b[start..self.i])
+        let n = std::str::from_utf8(&self.b[start..self.i])
             .ok()
             .and_then(|s| s.parse::<f64>().ok())
-            .map(Json::Num)
-            .ok_or_else(|| self.err("bad number"))
+            .ok_or_else(|| self.err("bad number"))?;
+        // Past f64's range a number parses as infinity, which JSON cannot
+        // hold (it would be written back as `null`): refused, as serde_json
+        // refuses it.
+        if !n.is_finite() {
+            return Err(self.err("number out of range"));
+        }
+        Ok(Json::Num(n))
     }
 
     fn string(&mut self) -> Result<String, ParseError> {
@@ -396,6 +402,8 @@ mod tests {
             "{1:2}",
             "-",
             "\"\\q\"",
+            "1e309",
+            "[-1e999]",
         ] {
             assert!(Json::parse(bad).is_err(), "{bad:?} parsed");
         }

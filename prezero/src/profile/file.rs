@@ -49,7 +49,7 @@ impl ProfileFile {
     }
 
     /// Checks and reads the text of a profile file.
-    fn parse(text: &str) -> Result<ProfileFile> {
+    pub(crate) fn parse(text: &str) -> Result<ProfileFile> {
         let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
         let field = |k: &str| {
             v.get(k)
@@ -324,6 +324,19 @@ mod tests {
             }
         }
         assert!(seen >= 2, "{seen} format-2 profiles under machines/");
+    }
+
+    /// A figure past f64's range was read as infinity and written back as
+    /// `null`, so the profile read back lost the figure: refused instead.
+    #[test]
+    fn a_number_past_f64_is_refused_not_written_back_as_null() {
+        let model = cpu().model_name.replace('"', "");
+        let text = file_text(PROFILE_FORMAT, &model, GOOD).replace(
+            "\"date\"",
+            r#""figures": [{"mode": "cold", "size": 4096, "method": "movnti", "gbps_median": 1e400, "stdev_pct": 2.0}], "date""#,
+        );
+        let e = ProfileFile::parse(&text).unwrap_err();
+        assert!(e.to_string().contains("number out of range"), "{e}");
     }
 
     #[test]

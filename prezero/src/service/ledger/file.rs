@@ -28,16 +28,28 @@ fn boot_id() -> Option<String> {
 /// whole (a temporary file renamed over the old one) when segments come or
 /// go; a failure (a full disk) leaves the old file as it was.
 pub(crate) fn write_ledger(path: &Path, ledger: &Ledger<Segment>) -> io::Result<()> {
-    let mut text = match boot_id() {
+    let files = ledger.entries().map(|(_, e)| {
+        let (dev, ino) = e.file;
+        (dev, ino, ledger.shapes()[e.pool].page)
+    });
+    let text = ledger_text(boot_id().as_deref(), files);
+    replace_file(path, text.as_bytes(), 0o600, None)
+}
+
+/// The ledger file's text: the header naming `boot`, then each segment's
+/// `(dev, ino, page size)` a line.
+pub(crate) fn ledger_text(
+    boot: Option<&str>,
+    files: impl Iterator<Item = (u64, u64, usize)>,
+) -> String {
+    let mut text = match boot {
         Some(boot) => format!("{HEADER} {boot}\n"),
         None => format!("{HEADER}\n"),
     };
-    for (_, e) in ledger.entries() {
-        let (dev, ino) = e.file;
-        let page = ledger.shapes()[e.pool].page;
+    for (dev, ino, page) in files {
         text.push_str(&format!("{dev} {ino} {page}\n"));
     }
-    replace_file(path, text.as_bytes(), 0o600, None)
+    text
 }
 
 /// The segments a previous instance recorded in its ledger, keyed by
@@ -47,13 +59,12 @@ pub(crate) fn write_ledger(path: &Path, ledger: &Ledger<Segment>) -> io::Result<
 pub(super) fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
     use std::io::Read;
     use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
-    let mut wanted = HashMap::new();
     let Ok(mut f) = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
         .open(path)
     else {
-        return wanted;
+        return HashMap::new();
     };
     let me = sys::geteuid();
     let trusted = f
@@ -65,8 +76,21 @@ pub(super) fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
             "ignoring the ledger {}: not a regular file of uid {me} that only it may write",
             path.display()
         ));
-        return wanted;
+        return HashMap::new();
     }
+    parse_ledger(&text, boot_id().as_deref()).unwrap_or_else(|why| {
+        log(&format!("ignoring the ledger {}: {why}", path.display()));
+        HashMap::new()
+    })
+}
+
+/// The segments a ledger file's text lists, keyed by `(dev, ino)`, read in
+/// the boot `now`; why it is ignored if it was written in another.
+pub(crate) fn parse_ledger(
+    text: &str,
+    now: Option<&str>,
+) -> Result<HashMap<(u64, u64), PageKind>, String> {
+    let mut wanted = HashMap::new();
     let mut lines = text.lines();
     // No segment outlives a boot, and inode numbers start again at each, so
     // the lines of a ledger from before the last boot (one kept on a disk)
@@ -77,14 +101,12 @@ pub(super) fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
         .next()
         .and_then(|h| h.strip_prefix(HEADER))
         .map(str::trim);
-    if let (Some(then), Some(now)) = (written_in.filter(|b| !b.is_empty()), boot_id()) {
+    if let (Some(then), Some(now)) = (written_in.filter(|b| !b.is_empty()), now) {
         if then != now {
-            log(&format!(
-                "ignoring the ledger {}: written before the machine last booted \
-                 (boot {then}, now {now}), so nothing it lists can still be held",
-                path.display()
+            return Err(format!(
+                "written before the machine last booted (boot {then}, now {now}), \
+                 so nothing it lists can still be held"
             ));
-            return wanted;
         }
     }
     for line in lines {
@@ -99,5 +121,5 @@ pub(super) fn read_ledger(path: &Path) -> HashMap<(u64, u64), PageKind> {
         };
         wanted.insert((f[0], f[1]), page);
     }
-    wanted
+    Ok(wanted)
 }

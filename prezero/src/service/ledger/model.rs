@@ -646,8 +646,9 @@ impl<S> Ledger<S> {
     /// those only one uid may have first (fresh ones serve anyone).
     pub(crate) fn surplus(&self, pool: usize) -> Vec<u64> {
         let s = self.shapes[pool];
-        let (ready, _) = self.sizes(pool);
-        if ready < s.target + s.segment {
+        // Ready bytes beyond the target: `target + segment` may not fit a usize.
+        let beyond = self.sizes(pool).0.saturating_sub(s.target);
+        if beyond < s.segment {
             return Vec::new();
         }
         let mut extra: Vec<(bool, u64)> = self
@@ -659,7 +660,7 @@ impl<S> Ledger<S> {
             })
             .collect();
         extra.sort_unstable();
-        extra.truncate((ready - s.target) / s.segment);
+        extra.truncate(beyond / s.segment);
         extra.into_iter().map(|(_, id)| id).collect()
     }
 

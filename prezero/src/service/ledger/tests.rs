@@ -3,44 +3,7 @@
 //! bytes, and how a request picks its segments and says why it is refused.
 
 use super::*;
-
-/// Tenants: connections 1 and 3 are uid 10's, 2 is uid 20's.
-fn uid_of(conn: u64) -> u32 {
-    if conn == 2 {
-        20
-    } else {
-        10
-    }
-}
-
-/// Ids a sequence can reach (each creation takes the next).
-const IDS: usize = 16;
-
-/// Who had a segment's pages last without fresh pages since, in the
-/// model: an adopted segment's holder is a guess.
-const UNKNOWN: u32 = 999;
-
-/// Every event the event loop and the worker can apply.
-#[derive(Debug, Clone, Copy)]
-enum Event {
-    Create(usize),
-    Adopt(usize, u32),
-    /// Adopted with a length its pool no longer has (configured otherwise).
-    AdoptOdd(usize, u32),
-    Alloc(u64, u64),
-    Release(u64, u64),
-    /// Two ids at once: all or none.
-    ReleaseTwo(u64, u64, u64),
-    Disconnect(u64),
-    StartClean(u64, bool),
-    MakeFresh(usize, u32),
-    /// The worker finishes what it was given; `false`: the pages could
-    /// not be had (or verification failed), the segment is destroyed.
-    Finish(u64, bool),
-    /// The worker reports the other cleaning than it was sent for.
-    FinishOtherwise(u64),
-    Trim(usize),
-}
+use crate::service::ledger::world::{Event, World};
 
 fn events() -> Vec<Event> {
     let mut v = vec![
@@ -58,7 +21,7 @@ fn events() -> Vec<Event> {
     for conn in 1..=3 {
         v.push(Event::Disconnect(conn));
         for bytes in 1..=3 {
-            v.push(Event::Alloc(conn, bytes));
+            v.push(Event::Alloc(conn, bytes, None));
         }
     }
     for id in 1..=4 {
@@ -73,16 +36,8 @@ fn events() -> Vec<Event> {
     v
 }
 
-/// The ledger, what the worker holds, and per segment: whether it is zero,
-/// and the uid whose bytes it may still hold.
-#[derive(Clone)]
-struct World {
-    ledger: Ledger<u64>,
-    worker: [Option<(u64, Clean)>; IDS],
-    zero: [bool; IDS],
-    dirty_by: [Option<u32>; IDS],
-}
-
+/// Two pools of page size 1, segments of 1 and 2; a uid cap of 3; at most 4
+/// segments at once. Connections 1 and 3 are uid 10's, 2 is uid 20's.
 fn world() -> World {
     let shapes = vec![
         Shape {
@@ -100,165 +55,7 @@ fn world() -> World {
             cap: 4,
         },
     ];
-    World {
-        ledger: Ledger::new(shapes, Some(3)),
-        worker: [None; IDS],
-        zero: [false; IDS],
-        dirty_by: [None; IDS],
-    }
-}
-
-/// Applies `e` as the server would; false if it does not apply here.
-fn apply(w: &mut World, e: Event) -> bool {
-    let l = &mut w.ledger;
-    match e {
-        Event::Create(pool) => {
-            if l.entries.len() >= 4 || !l.wants_growth(pool) {
-                return false;
-            }
-            let seg = l.shapes[pool].segment;
-            let id = l.add_ready(pool, l.next_id, seg, (0, 0));
-            w.zero[id as usize] = true;
-            w.dirty_by[id as usize] = None;
-        }
-        Event::Adopt(pool, uid) | Event::AdoptOdd(pool, uid) => {
-            if l.entries.len() >= 4 {
-                return false;
-            }
-            let odd = matches!(e, Event::AdoptOdd(..));
-            let seg = l.shapes[pool].segment + usize::from(odd);
-            let id = l.adopt(pool, l.next_id, seg, (0, 0), uid);
-            w.zero[id as usize] = false;
-            w.dirty_by[id as usize] = Some(UNKNOWN);
-        }
-        Event::Alloc(conn, bytes) => {
-            let uid = uid_of(conn);
-            let Ok(g) = l.choose_on(uid, bytes, 1, None) else {
-                return false;
-            };
-            let seg = l.shapes[g.pool].segment;
-            assert_eq!(g.ids.len(), (bytes as usize).div_ceil(seg), "{g:?}");
-            for id in &g.ids {
-                assert_eq!(l.entries[id].pool, g.pool);
-                assert!(w.zero[*id as usize], "segment {id} handed out not zero");
-                assert!(
-                    w.dirty_by[*id as usize].is_none_or(|u| u == uid),
-                    "uid {uid} got segment {id}, last written by {:?} without fresh pages",
-                    w.dirty_by[*id as usize]
-                );
-            }
-            l.lease(&g, conn, uid);
-            assert!(l.uid_used(uid) <= 3, "uid {uid} past its cap");
-            for id in g.ids {
-                w.zero[id as usize] = false;
-                w.dirty_by[id as usize] = Some(uid);
-            }
-        }
-        Event::Release(conn, id) => {
-            let expect = l
-                .entries
-                .get(&id)
-                .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn));
-            let r = l.release(conn, &[id]);
-            assert_eq!(r.is_ok(), expect, "{e:?}");
-            // Naming a held id twice is refused whole.
-            if expect {
-                assert_eq!(l.release(conn, &[id, id]), Err(id));
-            }
-            return expect;
-        }
-        Event::ReleaseTwo(conn, a, b) => {
-            let held = |l: &Ledger<u64>, id| {
-                l.entries
-                    .get(&id)
-                    .is_some_and(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn))
-            };
-            let (ha, hb) = (held(l, a), held(l, b));
-            if ha == hb {
-                // Both or neither: the single releases cover it.
-                return false;
-            }
-            assert!(l.release(conn, &[a, b]).is_err(), "{e:?}");
-            assert_eq!(
-                (held(l, a), held(l, b)),
-                (ha, hb),
-                "a refused release changes nothing"
-            );
-        }
-        Event::Disconnect(conn) => {
-            if !l
-                .entries
-                .values()
-                .any(|e| matches!(e.state, State::Leased { conn: c, .. } if c == conn))
-            {
-                return false;
-            }
-            l.disconnect(conn);
-        }
-        Event::StartClean(id, fresh) => match l.start_clean(id, fresh) {
-            Some((seg, how)) => {
-                assert!(
-                    how == Clean::Fresh || !(fresh || w.dirty_by[id as usize] == Some(UNKNOWN))
-                );
-                w.worker[id as usize] = Some((seg, how));
-            }
-            None => return false,
-        },
-        Event::MakeFresh(pool, uid) => {
-            let batch = l.make_fresh_for(pool, uid, 1);
-            if batch.is_empty() {
-                return false;
-            }
-            for (id, seg) in batch {
-                w.worker[id as usize] = Some((seg, Clean::Fresh));
-            }
-        }
-        Event::Finish(id, ok) => {
-            let Some((seg, how)) = w.worker[id as usize].take() else {
-                return false;
-            };
-            let odd = l.entries[&id].len != l.shapes[l.entries[&id].pool].segment;
-            if !ok {
-                assert!(l.remove(id).is_none(), "the worker had it");
-            } else if l.cleaned(id, seg, how).is_ok() {
-                assert!(!odd, "a segment of another shape came back ready");
-                w.zero[id as usize] = true;
-                if how == Clean::Fresh {
-                    w.dirty_by[id as usize] = None;
-                }
-            } else {
-                assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
-            }
-        }
-        Event::FinishOtherwise(id) => {
-            let Some((seg, how)) = w.worker[id as usize].take() else {
-                return false;
-            };
-            let other = match how {
-                Clean::Fresh => Clean::InPlace,
-                Clean::InPlace => Clean::Fresh,
-            };
-            assert!(
-                l.cleaned(id, seg, other).is_err(),
-                "cleaned otherwise, accepted"
-            );
-            assert!(l.get(id).is_none());
-        }
-        Event::Trim(pool) => {
-            let extra = l.surplus(pool);
-            if extra.is_empty() {
-                return false;
-            }
-            for id in extra {
-                assert!(
-                    matches!(l.entries[&id].state, State::Ready { .. }),
-                    "trimmed a segment that is not ready"
-                );
-                assert!(l.remove(id).is_some(), "ready segments are home");
-            }
-        }
-    }
-    true
+    World::new(shapes, Some(3), 4)
 }
 
 fn explore(w: &World, depth: usize, evs: &[Event], visited: &mut usize) {
@@ -268,7 +65,7 @@ fn explore(w: &World, depth: usize, evs: &[Event], visited: &mut usize) {
     }
     for &e in evs {
         let mut next = w.clone();
-        if apply(&mut next, e) {
+        if next.apply(e) {
             *visited += 1;
             explore(&next, depth - 1, evs, visited);
         }
@@ -440,4 +237,23 @@ fn a_request_for_a_node_takes_only_its_pools_unless_others_are_allowed() {
     let r = l.choose_on(1, 4, 2, Some(&[2])).unwrap_err();
     assert_eq!((r.reason, r.errno), (Refusal::BadRequest, libc::EINVAL));
     assert!(r.message.contains("nodes 0, 1"), "{}", r.message);
+}
+
+/// Found by the fuzz target ledger: a pool whose target was within a segment
+/// of `usize::MAX` overflowed `target + segment` (in a release build, every
+/// ready segment was its surplus).
+#[test]
+fn a_target_near_the_end_of_the_address_space_has_no_surplus() {
+    let shape = |target| Shape {
+        page: 1,
+        node: 0,
+        segment: 2,
+        target,
+        cap: usize::MAX,
+    };
+    let mut l: Ledger<()> = Ledger::new(vec![shape(usize::MAX - 1), shape(usize::MAX)], None);
+    for pool in 0..2 {
+        l.add_ready(pool, (), 2, (0, 0));
+        assert_eq!(l.surplus(pool), Vec::<u64>::new(), "pool {pool}");
+    }
 }

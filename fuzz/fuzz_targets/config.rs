@@ -1,0 +1,55 @@
+//! `prezero serve`'s TOML config: the CLI's reading of the file
+//! (`prezero-cli/src/serve/config.rs`, compiled here as it is, with no flags
+//! over it) and the library's checks (`ServerConfig::placed_pools`, as
+//! `validate` and `Server::start` make them, on this machine's NUMA
+//! topology). Any text is an error or a config that passes them, never a
+//! panic, and the pools of a config that passes are what the daemon relies
+//! on: each on one node, of hugetlb pages, segments whole pages within the
+//! cap, the target within the cap, at most `MAX_POOLS`, no two alike.
+#![no_main]
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use libfuzzer_sys::fuzz_target;
+use prezero::numa::Topology;
+use prezero::service::protocol::MAX_POOLS;
+use prezero::service::PoolNode;
+
+#[path = "../../prezero-cli/src/serve/config.rs"]
+mod config;
+
+/// Read once: a sysfs read per input would be most of the time spent.
+fn topology() -> &'static Topology {
+    static TOPOLOGY: OnceLock<Topology> = OnceLock::new();
+    TOPOLOGY.get_or_init(Topology::read)
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let Ok(cfg) = config::File::parse(text).and_then(|f| f.config(Vec::new())) else {
+        return;
+    };
+    let Ok(placed) = cfg.placed_pools(topology()) else {
+        return;
+    };
+    assert!(
+        !placed.is_empty() && placed.len() <= MAX_POOLS,
+        "{placed:?}"
+    );
+    let mut seen = HashSet::new();
+    for p in &placed {
+        assert!(matches!(p.node, PoolNode::Node(_)), "{p:?} not placed");
+        assert!(p.page.is_hugetlb(), "{p:?}");
+        assert!(
+            p.segment_size > 0 && p.segment_size.is_multiple_of(p.page.page_size()),
+            "{p:?}: segments of part pages"
+        );
+        assert!(p.segment_size <= p.cap && p.target <= p.cap, "{p:?}");
+        assert!(seen.insert((p.page, p.segment_size, p.node)), "{p:?} twice");
+    }
+    assert!(cfg.max_conns_per_uid > 0);
+    assert!(!cfg.metrics_interval.is_zero());
+});

@@ -1,0 +1,290 @@
+//! `prezero serve`'s configuration file (see packaging/prezero.toml): its
+//! TOML, and its values, with the flags put over them, made a
+//! [`ServerConfig`]. It needs nothing of the CLI beyond its dependencies, so
+//! the fuzz target `config` compiles it as it is.
+
+use std::path::PathBuf;
+
+use anyhow::{anyhow, bail, Context, Result};
+use prezero::service::{PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
+use prezero::{parse_size, PageKind, ScrubPriority};
+use serde::Deserialize;
+
+/// The configuration file. Sizes are strings like "256M" or "8G". The flags
+/// of `prezero serve` are put over its fields before they are read.
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    pub socket: Option<PathBuf>,
+    #[serde(default)]
+    pub allow_uids: Vec<u32>,
+    #[serde(default)]
+    pub allow_gids: Vec<u32>,
+    pub uid_cap: Option<String>,
+    pub verify: Option<String>,
+    pub scrub_priority: Option<String>,
+    pub reuse: Option<String>,
+    pub max_conns_per_uid: Option<usize>,
+    pub ledger: Option<PathBuf>,
+    pub metrics_textfile: Option<PathBuf>,
+    pub metrics_interval: Option<f64>,
+    #[serde(default, rename = "pool")]
+    pools: Vec<FilePool>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FilePool {
+    page: String,
+    segment: Option<String>,
+    target: String,
+    cap: Option<String>,
+    /// A node id, or "all".
+    node: Option<FileNode>,
+}
+
+/// `node = 1` or `node = "all"`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum FileNode {
+    Id(u32),
+    Word(String),
+}
+
+impl FileNode {
+    fn text(&self) -> String {
+        match self {
+            FileNode::Id(n) => n.to_string(),
+            FileNode::Word(w) => w.clone(),
+        }
+    }
+}
+
+impl File {
+    /// The file's text read; its values are read by [`File::config`].
+    pub fn parse(text: &str) -> Result<File> {
+        Ok(toml::from_str(text)?)
+    }
+
+    /// The configuration: the defaults, with what the file (and the flags put
+    /// over it) says. `flag_pools`, if any, replace the file's pools.
+    pub fn config(self, flag_pools: Vec<PoolConfig>) -> Result<ServerConfig> {
+        let mut cfg = ServerConfig::default();
+        if let Some(s) = self.socket {
+            cfg.socket = s;
+        }
+        cfg.pools = if !flag_pools.is_empty() {
+            flag_pools
+        } else if !self.pools.is_empty() {
+            self.pools
+                .iter()
+                .map(|p| {
+                    let node = p.node.as_ref().map(FileNode::text);
+                    pool(
+                        &p.page,
+                        &p.target,
+                        p.cap.as_deref(),
+                        p.segment.as_deref(),
+                        node.as_deref(),
+                    )
+                })
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![parse_pool_flag("2MB:target=1G,cap=4G,segment=256M")?]
+        };
+        cfg.allow_uids = self.allow_uids;
+        cfg.allow_gids = self.allow_gids;
+        if let Some(c) = &self.uid_cap {
+            cfg.uid_cap = Some(parse_size(c).context("uid cap")?);
+        }
+        if let Some(v) = &self.verify {
+            cfg.verify = verify(v)?;
+        }
+        if let Some(p) = &self.scrub_priority {
+            cfg.scrub_priority = priority(p)?;
+        }
+        if let Some(r) = &self.reuse {
+            cfg.reuse = match r.as_str() {
+                "same-uid" => Reuse::SameUid,
+                "fresh" => Reuse::Fresh,
+                _ => bail!("reuse '{r}': expected same-uid or fresh"),
+            };
+        }
+        if let Some(n) = self.max_conns_per_uid {
+            cfg.max_conns_per_uid = n;
+        }
+        cfg.ledger = self.ledger;
+        cfg.metrics_textfile = self.metrics_textfile;
+        if let Some(secs) = self.metrics_interval {
+            let most = prezero::service::MAX_METRICS_INTERVAL.as_secs_f64();
+            if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
+                bail!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
+            }
+            cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
+        }
+        Ok(cfg)
+    }
+}
+
+/// `all` or a node id.
+fn pool_node(s: &str) -> Result<PoolNode> {
+    if s == "all" {
+        return Ok(PoolNode::All);
+    }
+    s.parse()
+        .map(PoolNode::Node)
+        .ok()
+        .with_context(|| format!("pool node '{s}': expected a NUMA node id or all"))
+}
+
+fn page_kind(s: &str) -> Result<PageKind> {
+    let k: PageKind = s.parse()?;
+    if !k.is_hugetlb() {
+        bail!("pool page '{s}': the service serves 2MB or 1GB pages");
+    }
+    Ok(k)
+}
+
+fn pool(
+    page: &str,
+    target: &str,
+    cap: Option<&str>,
+    segment: Option<&str>,
+    node: Option<&str>,
+) -> Result<PoolConfig> {
+    let page = page_kind(page)?;
+    let target = parse_size(target).context("pool target")?;
+    let default_segment = page.page_size().max(256 << 20);
+    let segment_size = segment
+        .map_or(Ok(default_segment), parse_size)
+        .context("pool segment")?;
+    let cap = cap
+        .map_or(Ok(target.max(segment_size)), parse_size)
+        .context("pool cap")?;
+    let node = node.map_or(Ok(PoolNode::All), pool_node)?;
+    Ok(PoolConfig {
+        page,
+        segment_size,
+        target,
+        cap,
+        node,
+    })
+}
+
+/// `2MB:target=8G,cap=16G,segment=256M,node=1`
+pub fn parse_pool_flag(s: &str) -> Result<PoolConfig> {
+    let (page, rest) = s.split_once(':').unwrap_or((s, ""));
+    let (mut target, mut cap, mut segment, mut node) = (None, None, None, None);
+    for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv
+            .split_once('=')
+            .with_context(|| format!("--pool {s}: '{kv}' is not key=value"))?;
+        match k {
+            "target" => target = Some(v),
+            "cap" => cap = Some(v),
+            "segment" => segment = Some(v),
+            "node" => node = Some(v),
+            _ => {
+                bail!("--pool {s}: unknown key '{k}' (target, cap, segment, node)")
+            }
+        }
+    }
+    pool(page, target.unwrap_or("1G"), cap, segment, node)
+}
+
+fn verify(s: &str) -> Result<Verify> {
+    match s.split_once(':') {
+        None if s == "full" => Ok(Verify::Full),
+        Some(("sample", n)) => Ok(Verify::Sampled {
+            one_in: n
+                .parse()
+                .ok()
+                .filter(|&n| n > 0)
+                .with_context(|| format!("verify '{s}': N must be a positive integer"))?,
+        }),
+        _ => Err(anyhow!("verify '{s}': expected full or sample:N")),
+    }
+}
+
+fn priority(s: &str) -> Result<ScrubPriority> {
+    match s {
+        "idle" => Ok(ScrubPriority::Idle),
+        "nice19" => Ok(ScrubPriority::Nice19),
+        "normal" => Ok(ScrubPriority::Normal),
+        _ => Err(anyhow!(
+            "scrub priority '{s}': expected idle, nice19 or normal"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pool_flags_parse() {
+        let p = parse_pool_flag("2MB:target=8G,cap=16G,segment=256M").unwrap();
+        assert_eq!(
+            (p.page, p.target, p.cap, p.segment_size),
+            (PageKind::Huge2M, 8 << 30, 16 << 30, 256 << 20)
+        );
+        let p = parse_pool_flag("1GB:target=2G").unwrap();
+        assert_eq!((p.segment_size, p.cap), (1 << 30, 2 << 30));
+        assert!(parse_pool_flag("4KB:target=1G").is_err());
+        assert!(parse_pool_flag("2MB:size=1G").is_err());
+        assert_eq!(
+            parse_pool_flag("2MB:target=1G").unwrap().node,
+            PoolNode::All
+        );
+        assert_eq!(parse_pool_flag("2MB:node=all").unwrap().node, PoolNode::All);
+        assert_eq!(
+            parse_pool_flag("2MB:node=3").unwrap().node,
+            PoolNode::Node(3)
+        );
+        assert!(parse_pool_flag("2MB:node=-1").is_err());
+        assert!(parse_pool_flag("2MB:node=one").is_err());
+        assert!(verify("sample:0").is_err());
+        assert_eq!(verify("sample:8").unwrap(), Verify::Sampled { one_in: 8 });
+    }
+
+    #[test]
+    fn a_pools_node_in_the_file_is_an_id_or_all() {
+        let nodes = |text: &str| -> Result<Vec<PoolNode>> {
+            let f: File = toml::from_str(text)?;
+            f.pools
+                .iter()
+                .map(|p| {
+                    let node = p.node.as_ref().map(FileNode::text);
+                    pool(&p.page, &p.target, None, None, node.as_deref()).map(|p| p.node)
+                })
+                .collect()
+        };
+        let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = 1\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"all\"\n\n\
+                    [[pool]]\npage = \"2MB\"\ntarget = \"1G\"\n";
+        assert_eq!(
+            nodes(text).unwrap(),
+            vec![PoolNode::Node(1), PoolNode::All, PoolNode::All]
+        );
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = \"one\"\n").is_err());
+        assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = -1\n").is_err());
+    }
+
+    #[test]
+    fn the_packaged_config_parses() {
+        let text = include_str!("../../../packaging/prezero.toml");
+        let f: File = toml::from_str(text).unwrap();
+        assert!(!f.pools.is_empty());
+        for p in &f.pools {
+            let node = p.node.as_ref().map(FileNode::text);
+            pool(
+                &p.page,
+                &p.target,
+                p.cap.as_deref(),
+                p.segment.as_deref(),
+                node.as_deref(),
+            )
+            .unwrap();
+        }
+    }
+}
