@@ -21,8 +21,12 @@
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
 //! * `nodes.rs`: the NUMA nodes, and which lane of the cache a request
 //!   belongs to.
+//! * `lazy/`: the lazy mode (`PREZERO_LAZY=1`): large blocks populated on
+//!   their first touch by a fault handler that moves pre-zeroed huge pages
+//!   in from a reserve, and the program's own large mappings with them.
 //! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
-//! * `sys.rs`: every call into libc, none of which allocates.
+//! * `sys.rs`: every call into libc, none of which allocates; `uffd.rs` the
+//!   lazy mode's (userfaultfd, pagemap, futex, signal mask).
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -34,10 +38,12 @@
 mod blocks;
 mod cache;
 mod config;
+mod lazy;
 mod next;
 mod nodes;
 mod stats;
 mod sys;
+mod uffd;
 
 #[cfg(not(test))]
 mod entry;

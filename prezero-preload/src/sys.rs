@@ -33,19 +33,77 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// A system call's result: its value, or the errno it failed with.
+fn checked(r: libc::c_long) -> Result<usize, Errno> {
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(r as usize)
+}
+
+/// The kernel's `mmap(2)`, not the C library's: this library exports `mmap`
+/// itself (`lazy/interpose.rs`), and the C library's name would resolve to
+/// that. So do `munmap`, `mremap` and `madvise` below.
+///
+/// # Safety
+/// pre: with `MAP_FIXED` in `flags`, `[addr, addr + len)` is the caller's to
+/// replace (what was mapped there is gone).
+pub unsafe fn mmap_raw(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off_t,
+) -> Result<usize, Errno> {
+    // SAFETY: the kernel checks every argument; MAP_FIXED is the caller's (pre).
+    checked(unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) })
+}
+
+/// The kernel's `munmap(2)` (see [`mmap_raw`]).
+///
+/// # Safety
+/// pre: nothing uses `[addr, addr + len)` any more.
+pub unsafe fn munmap_raw(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the range is unused (pre).
+    checked(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }).map(drop)
+}
+
+/// The kernel's `mremap(2)` (see [`mmap_raw`]); `to` is read only with
+/// `MREMAP_FIXED`.
+///
+/// # Safety
+/// pre: the caller owns `[from, from + old)`, and with `MREMAP_FIXED`
+/// `[to, to + new)` too (what was mapped there is gone).
+pub unsafe fn mremap_raw(
+    from: usize,
+    old: usize,
+    new: usize,
+    flags: c_int,
+    to: usize,
+) -> Result<usize, Errno> {
+    // SAFETY: both ranges are the caller's (pre).
+    checked(unsafe { libc::syscall(libc::SYS_mremap, from, old, new, flags, to) })
+}
+
+/// The kernel's `madvise(2)` (see [`mmap_raw`]).
+///
+/// # Safety
+/// pre: advice that drops contents (`MADV_DONTNEED`, `MADV_FREE`,
+/// `MADV_REMOVE`) only on memory nothing else still reads.
+pub unsafe fn madvise_raw(addr: usize, len: usize, advice: c_int) -> Result<(), Errno> {
+    // SAFETY: the kernel checks the range; dropped contents are unused (pre).
+    checked(unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) }).map(drop)
+}
+
 /// A new private anonymous mapping of `len` bytes where the kernel picks.
 ///
 /// pre: no `MAP_FIXED` in `flags` (the callers below pass none): without it
 /// the kernel takes a free range, which aliases nothing.
 fn map_anon(len: usize, prot: c_int, flags: c_int) -> Result<usize, Errno> {
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
-    // SAFETY: a fresh mapping at an address the kernel picks; a bad length
-    // is an error.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    Ok(p as usize)
+    // SAFETY: a fresh mapping at an address the kernel picks (no MAP_FIXED).
+    unsafe { mmap_raw(0, len, prot, flags, -1, 0) }
 }
 
 /// `len` bytes of address space, inaccessible (`PROT_NONE`), where the kernel
@@ -66,6 +124,14 @@ pub fn map_noreserve(len: usize) -> Result<usize, Errno> {
     map_anon(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)
 }
 
+/// `len` bytes that read as zero and are never written (`PROT_READ`): each
+/// page maps the kernel's shared zero page when first read.
+///
+/// pre: none.
+pub fn map_zeroes(len: usize) -> Result<usize, Errno> {
+    map_anon(len, libc::PROT_READ, libc::MAP_NORESERVE)
+}
+
 /// Maps fresh private read-write memory exactly over `[addr, addr + len)`
 /// (`MAP_FIXED`): what was there is replaced in one step, with no hole
 /// another thread's `mmap` could land in.
@@ -77,11 +143,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
     // SAFETY: the range is the caller's and unused (pre).
-    let p = unsafe { libc::mmap(addr as *mut c_void, len, prot, flags, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    Ok(())
+    unsafe { mmap_raw(addr, len, prot, flags, -1, 0) }.map(drop)
 }
 
 /// Unmaps `[addr, addr + len)`.
@@ -90,10 +152,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
 /// pre: the range is a mapping this crate made, and nothing uses it any more.
 pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
     // SAFETY: the range is ours and unused (pre).
-    if unsafe { libc::munmap(addr as *mut c_void, len) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    unsafe { munmap_raw(addr, len) }
 }
 
 /// Makes `[addr, addr + len)` readable and writable (`mprotect`).
@@ -116,6 +175,10 @@ pub unsafe fn make_writable(addr: usize, len: usize) -> Result<(), Errno> {
 pub enum Advice {
     /// `MADV_HUGEPAGE`: back the range with transparent huge pages where possible.
     HugePage,
+    /// `MADV_NOHUGEPAGE`: never fault transparent huge pages in.
+    NoHugePage,
+    /// `MADV_DONTFORK`: a forked child does not get the range.
+    DontFork,
     /// `MADV_POPULATE_WRITE`: fault every page in writable, contents unchanged
     /// (EINVAL before Linux 5.14, which does not know it).
     PopulateWrite,
@@ -128,14 +191,13 @@ pub enum Advice {
 pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
     let advice = match advice {
         Advice::HugePage => libc::MADV_HUGEPAGE,
+        Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+        Advice::DontFork => libc::MADV_DONTFORK,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
     };
-    // SAFETY: the kernel validates the range; both values only hint or
-    // populate, leaving every byte as it was.
-    if unsafe { libc::madvise(addr as *mut c_void, len, advice) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    // SAFETY: each value only hints, populates or leaves the range out of a
+    // child, leaving every byte as it was.
+    unsafe { madvise_raw(addr, len, advice) }
 }
 
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and read
@@ -147,10 +209,7 @@ pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
 /// vanish).
 pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
     // SAFETY: the range is ours and no one else's meanwhile (pre).
-    if unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED) }
 }
 
 /// Moves the pages of `[from, from + len)` over `[to, to + len)`, replacing
@@ -164,11 +223,11 @@ pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
 pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno> {
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
-    let p = unsafe { libc::mremap(from as *mut c_void, len, len, flags, to as *mut c_void) };
-    if p as usize != to {
-        return Err(Errno::last());
+    match unsafe { mremap_raw(from, len, len, flags, to) } {
+        Ok(p) if p == to => Ok(()),
+        Ok(_) => Err(Errno(libc::EINVAL)),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// Whether this process's address space is unlimited (`RLIMIT_AS`, what

@@ -16,6 +16,9 @@ use crate::sys::{self, Advice};
 /// calling thread's lane; null if the cache cannot serve (the caller asks
 /// the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    // The lazy mode, if asked for, starts with the process's first large
+    // block, before any of its pages is touched.
+    crate::lazy::ensure_started();
     take(caller_lane(), size, align, zeroed, true)
 }
 
@@ -201,9 +204,16 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     // inside it (it could between an mremap that unmaps and an mmap
     // MAP_FIXED that fills the hole again, which then replaced that thread's
     // mapping with ours).
+    // Under the lazy mode the move populates [q, q + old) by other than a
+    // fault: the fault handler must not meanwhile find a block there empty
+    // and drop it. Neither new mapping is registered: both are again.
+    let populating = crate::lazy::populating();
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
     let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
+    if let Some(g) = populating.as_ref().filter(|_| moved) {
+        crate::lazy::register_again(g, q as usize, old);
+    }
     if moved {
         // The vacated part keeps the moved pages' mapping (its offset and
         // flags differ from its neighbours'), which the kernel will not merge:
@@ -214,6 +224,10 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
         // still this thread's (InUse until free_fresh below).
         let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
+        if let Some(g) = populating.as_ref().filter(|_| again) {
+            crate::lazy::register_again(g, p, old);
+        }
+        drop(populating);
         let mut g = lock();
         if again && g.cache().cfg.thp {
             let _ = sys::madvise(p, old, Advice::HugePage);
@@ -227,6 +241,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         signal_all();
         return Some(q);
     }
+    drop(populating);
     // mremap refused: copy.
     // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
     unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };

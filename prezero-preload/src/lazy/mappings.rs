@@ -1,0 +1,224 @@
+//! The program's own mappings: which `mmap`s are registered, and what
+//! `munmap`, `mremap`, `mmap(MAP_FIXED)` and `madvise` do to registered
+//! ranges. `interpose.rs` calls these from the C entry points, which have
+//! already forwarded everything while the lazy mode was not asked for.
+//!
+//! Registered: anonymous private read-write mappings of at least the
+//! threshold (2 MiB at least), without `MAP_POPULATE` (the program wants the
+//! pages now), `MAP_LOCKED` (a move into locked memory is refused),
+//! `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`; only their 2 MiB-aligned
+//! interior (the edges stay the kernel's: a move is of whole blocks). A
+//! `PROT_NONE` reservation (a JVM's heap, reserved at `-Xmx`) is not; the
+//! read-write mappings a runtime commits over it with `MAP_FIXED` are.
+//!
+//! The program's unmaps and drops first move the registered ranges' huge
+//! pages back into the reserve (they are the program's to drop), then the
+//! table forgets what went, then the kernel does the call. `MADV_HUGEPAGE`
+//! on a registered range is done, then undone there (`MADV_NOHUGEPAGE`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::table::Range;
+use super::{active, ensure_started, fd, recycle, stats, threshold, PopGuard, HUGE};
+use crate::sys::{self, Advice, Errno};
+use crate::uffd;
+
+/// Every registered range lies in `[LO, HI)` (widened, never narrowed): a
+/// `munmap` or `madvise` elsewhere is forwarded without the lock.
+static LO: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HI: AtomicUsize = AtomicUsize::new(0);
+
+fn maybe_registered(start: usize, end: usize) -> bool {
+    start < HI.load(Ordering::Acquire) && end > LO.load(Ordering::Acquire)
+}
+
+/// The 2 MiB-aligned interior of `[start, start + len)`, if it holds a block.
+fn interior(start: usize, len: usize) -> Option<Range> {
+    let r = Range {
+        start: start.next_multiple_of(HUGE),
+        end: start.checked_add(len)? & !(HUGE - 1),
+    };
+    (r.start < r.end).then_some(r)
+}
+
+/// Whether a new mapping of these arguments is one to register.
+pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
+    let excluded = libc::MAP_POPULATE
+        | libc::MAP_LOCKED
+        | libc::MAP_HUGETLB
+        | libc::MAP_STACK
+        | libc::MAP_GROWSDOWN;
+    flags & libc::MAP_ANONYMOUS != 0
+        && flags & 0x0f == libc::MAP_PRIVATE
+        && flags & excluded == 0
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && len >= threshold()
+}
+
+/// Registers the interior of the new mapping `[at, at + len)` and
+/// remembers it; nothing if the table is full or the kernel refuses.
+fn register(g: &mut PopGuard, at: usize, len: usize) {
+    let Some(r) = interior(at, len) else {
+        return;
+    };
+    if g.table().len() == super::table::MAX_MAPPINGS {
+        return;
+    }
+    // SAFETY: the handler thread runs (the lazy mode is on) and answers
+    // every fault.
+    if unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) }.is_err() {
+        return;
+    }
+    let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+    g.table().insert(r);
+    LO.fetch_min(r.start, Ordering::AcqRel);
+    HI.fetch_max(r.end, Ordering::AcqRel);
+    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes `[start, end)` out of the table, its huge pages into the reserve
+/// first (the caller's call is about to drop them).
+fn forget(g: &mut PopGuard, start: usize, end: usize) {
+    g.table()
+        .each_within(start, end, |r| recycle(r.start, r.end - r.start));
+    if let Some(lost) = g.table().remove(start, end) {
+        // No room to keep tracking it: the kernel serves it from now on.
+        let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
+    }
+}
+
+/// `mmap`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `mmap(2)`.
+pub unsafe fn mmap(
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> Result<usize, Errno> {
+    let fixed = flags & libc::MAP_FIXED != 0 && flags & libc::MAP_FIXED_NOREPLACE == 0;
+    let wanted = candidate(len, prot, flags);
+    let end = addr.saturating_add(len);
+    if fixed && active() && maybe_registered(addr, end) {
+        let mut g = PopGuard::program();
+        forget(&mut g, addr, end);
+        // SAFETY: as mmap(2) (the caller's contract).
+        let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+        if wanted {
+            register(&mut g, at, len);
+        }
+        return Ok(at);
+    }
+    if !wanted || !ensure_started() {
+        // SAFETY: as mmap(2).
+        return unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) };
+    }
+    // SAFETY: as mmap(2).
+    let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+    // Registered before the program has the address (unless MAP_FIXED, which
+    // it chose: a thread that touches it meanwhile gets the kernel's pages).
+    let mut g = PopGuard::program();
+    register(&mut g, at, len);
+    Ok(at)
+}
+
+/// `munmap`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `munmap(2)`.
+pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
+    let end = addr.saturating_add(len);
+    if !maybe_registered(addr, end) || !active() {
+        // SAFETY: as munmap(2).
+        return unsafe { sys::munmap_raw(addr, len) };
+    }
+    let mut g = PopGuard::program();
+    forget(&mut g, addr, end);
+    // SAFETY: as munmap(2).
+    unsafe { sys::munmap_raw(addr, len) }
+}
+
+/// `mremap`, once the lazy mode was asked for. Registration does not follow
+/// a mapping the kernel moves or grows: the result is unregistered whole and
+/// its interior registered again.
+///
+/// # Safety
+/// As `mremap(2)`.
+pub unsafe fn mremap(
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    to: usize,
+) -> Result<usize, Errno> {
+    let fixed = flags & libc::MREMAP_FIXED != 0;
+    let old_end = old.saturating_add(old_len);
+    let hit = maybe_registered(old, old_end)
+        || (fixed && maybe_registered(to, to.saturating_add(new_len)));
+    if !hit || !active() {
+        // SAFETY: as mremap(2).
+        return unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) };
+    }
+    let mut g = PopGuard::program();
+    if new_len < old_len {
+        // The tail goes whatever else happens.
+        forget(&mut g, old + new_len, old_end);
+    }
+    if fixed {
+        forget(&mut g, to, to.saturating_add(new_len));
+    }
+    // SAFETY: as mremap(2).
+    let at = unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) }?;
+    let was = g.table().overlaps(old, old_end);
+    if flags & libc::MREMAP_DONTUNMAP == 0 {
+        if let Some(lost) = g.table().remove(old, old_end) {
+            let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
+        }
+    }
+    if was {
+        let _ = uffd::unregister(fd(), at, new_len);
+        register(&mut g, at, new_len);
+    }
+    Ok(at)
+}
+
+/// `madvise`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `madvise(2)`.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno> {
+    let end = addr.saturating_add(len);
+    let cache = crate::cache::owns(addr) || crate::cache::owns(end.saturating_sub(1));
+    let ours = cache || maybe_registered(addr, end);
+    match advice {
+        libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_DONTNEED_LOCKED
+            if ours && len >= HUGE && active() =>
+        {
+            if cache {
+                recycle(addr, len);
+            }
+            let mut g = PopGuard::program();
+            g.table()
+                .each_within(addr, end, |r| recycle(r.start, r.end - r.start));
+        }
+        libc::MADV_HUGEPAGE if ours && active() => {
+            // SAFETY: as madvise(2): the advice keeps contents.
+            unsafe { sys::madvise_raw(addr, len, advice) }?;
+            let mut g = PopGuard::program();
+            g.table().each_within(addr, end, |r| {
+                let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+            });
+            if let Some((base, span)) = crate::cache::range().filter(|_| cache) {
+                let (s, e) = (addr.max(base), end.min(base + span));
+                let _ = sys::madvise(s, e - s, Advice::NoHugePage);
+            }
+            return Ok(());
+        }
+        _ => {}
+    }
+    // SAFETY: as madvise(2).
+    unsafe { sys::madvise_raw(addr, len, advice) }
+}

@@ -1,0 +1,412 @@
+//! The lazy mode (`PREZERO_LAZY=1`, `prezero run --lazy`): large blocks are
+//! not populated; their first touch is a page fault that a handler thread of
+//! this process serves by moving a pre-zeroed 2 MiB huge page in from a
+//! reserve (`UFFDIO_MOVE`, Linux 6.8), and freed huge pages move back into
+//! the reserve to be scrubbed with streaming stores instead of faulted anew.
+//!
+//! What is registered with the userfaultfd (missing-page faults), each part
+//! `MADV_NOHUGEPAGE` (in a range the kernel may fault huge pages into, it
+//! allocates and zeroes one before it reports the fault, then frees it):
+//! the cache's whole range, and the program's own large anonymous private
+//! mappings (`mmap` is interposed: `interpose.rs`, the ranges in `table.rs`).
+//!
+//! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
+//! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
+//! * `worker.rs`: the `SCHED_IDLE` thread that does that in the background;
+//! * `recycle.rs`: freed huge pages back into the reserve;
+//! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
+//!   registered ranges; `interpose.rs` the C entry points;
+//! * `table.rs`: the registered mappings (pure).
+//!
+//! Locks: `POP` orders everything that populates or unmaps registered
+//! memory other than by a fault: the handler holds it from its look at a
+//! block to its move, so a block it found empty is still empty when it drops
+//! the block's page table (`MADV_DONTNEED`) and moves a page in. Whoever
+//! holds it touches no registered memory and takes no other lock (a thread
+//! waiting on its own fault would wait on the handler, which waits on
+//! `POP`); a program thread holds it with its signals blocked, for the same
+//! reason. The reserve is atomics only.
+//!
+//! Starts: in the program `prezero run` executes, at start-up (its reserve
+//! fills from then on); in any other process at its first large block, and
+//! its reserve fills only once it has faulted one (a script that starts a
+//! hundred short processes does not populate a hundred reserves). Where it
+//! cannot start (no userfaultfd allowed, no `UFFDIO_MOVE`) the program says
+//! why once and runs as `prezero run` runs it.
+//!
+//! Fork: the child's copies of registered ranges are not registered (no
+//! `UFFD_FEATURE_EVENT_FORK`), so the kernel serves its faults, and the
+//! reserve is not copied (`MADV_DONTFORK`): the child runs without the lazy
+//! mode. Its descriptors are closed: the userfaultfd's moves act on the
+//! parent's memory.
+
+mod handler;
+#[cfg(not(test))]
+mod interpose;
+mod mappings;
+mod recycle;
+mod reserve;
+pub mod stats;
+mod table;
+mod worker;
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::config::Config;
+use crate::sys::{self, Errno};
+use crate::uffd;
+
+pub use recycle::recycle;
+
+/// The huge page, and the block the handler moves whole.
+pub const HUGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+
+/// Not asked for, or a forked child.
+const OFF: u8 = 0;
+/// Asked for, not started yet.
+const WANTED: u8 = 1;
+const STARTING: u8 = 2;
+const ON: u8 = 3;
+/// Could not start: the cache serves as without the lazy mode.
+const FAILED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(OFF);
+static UFFD: AtomicI32 = AtomicI32::new(-1);
+static PAGEMAP: AtomicI32 = AtomicI32::new(-1);
+/// HUGE bytes that read as zero: what the handler copies into a block when
+/// the reserve has nothing for it.
+static ZEROES: AtomicUsize = AtomicUsize::new(0);
+/// The process that started it: a child made without `fork`'s handlers
+/// (a raw `clone`, `vfork`) must not use the descriptor, whose moves act on
+/// this process's memory.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+static RESERVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+static IDLE_MS: AtomicU64 = AtomicU64::new(5000);
+/// Whether the reserve fills ahead of demand (the program from start-up;
+/// other processes once they fault).
+static FILL: AtomicBool = AtomicBool::new(false);
+/// When the program last faulted or freed a huge page (coarse ms).
+static LAST_ACTIVE: AtomicU64 = AtomicU64::new(0);
+/// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
+static NO_USERFAULTFD: AtomicBool = AtomicBool::new(false);
+/// Print why, if it cannot start (the program `prezero run` executes).
+static SAY_WHY: AtomicBool = AtomicBool::new(false);
+
+/// The table of registered mappings, under `POP`.
+struct TableCell(UnsafeCell<table::Table>);
+// SAFETY: reached only through `PopGuard::table`, with `POP` held.
+unsafe impl Sync for TableCell {}
+static TABLE: TableCell = TableCell(UnsafeCell::new(table::Table::new()));
+static POP: sys::Mutex = sys::Mutex::new();
+/// A program thread's signal mask while `fork` holds `POP` (see `before_fork`).
+struct MaskCell(UnsafeCell<Option<libc::sigset_t>>);
+// SAFETY: written and read only by the thread that holds `POP`.
+unsafe impl Sync for MaskCell {}
+static FORK_MASK: MaskCell = MaskCell(UnsafeCell::new(None));
+
+/// `POP` held; signals blocked if the holder is a program thread.
+pub struct PopGuard {
+    mask: Option<libc::sigset_t>,
+}
+
+impl PopGuard {
+    /// For a program thread: its signals blocked first.
+    fn program() -> PopGuard {
+        let mask = Some(uffd::block_signals());
+        POP.lock();
+        PopGuard { mask }
+    }
+
+    /// For the lazy mode's own threads, which run with every signal blocked.
+    fn own() -> PopGuard {
+        POP.lock();
+        PopGuard { mask: None }
+    }
+
+    fn table(&mut self) -> &mut table::Table {
+        // SAFETY: POP is held while the guard lives: the only reference.
+        unsafe { &mut *TABLE.0.get() }
+    }
+}
+
+impl Drop for PopGuard {
+    fn drop(&mut self) {
+        // SAFETY: this guard locked POP.
+        unsafe { POP.unlock() };
+        if let Some(m) = &self.mask {
+            uffd::restore_signals(m);
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
+fn touch_active() {
+    LAST_ACTIVE.store(now_ms(), Ordering::Relaxed);
+}
+
+fn fd() -> i32 {
+    UFFD.load(Ordering::Relaxed)
+}
+
+/// Reads the settings at start-up; in the program `prezero run` executes,
+/// starts now.
+pub fn configure(cfg: &Config) {
+    if !cfg.lazy {
+        return;
+    }
+    RESERVE_BYTES.store(cfg.reserve, Ordering::Relaxed);
+    THRESHOLD.store(cfg.threshold.max(HUGE), Ordering::Relaxed);
+    IDLE_MS.store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
+    NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
+    SAY_WHY.store(cfg.program, Ordering::Relaxed);
+    FILL.store(cfg.program, Ordering::Relaxed);
+    STATE.store(WANTED, Ordering::Release);
+    if cfg.program {
+        ensure_started();
+    }
+}
+
+/// Whether the lazy mode was asked for (started or not): `mmap`'s first look.
+#[inline]
+pub fn wanted() -> bool {
+    STATE.load(Ordering::Acquire) != OFF
+}
+
+/// The smallest mapping worth registering.
+pub fn threshold() -> usize {
+    THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// Starts the lazy mode if it was asked for and has not been tried: true if
+/// it runs.
+pub fn ensure_started() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        ON => return true,
+        WANTED => {}
+        _ => return false,
+    }
+    if STATE
+        .compare_exchange(WANTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread starts it; its first requests go without.
+        return STATE.load(Ordering::Acquire) == ON;
+    }
+    match start() {
+        Ok(()) => {
+            STATE.store(ON, Ordering::Release);
+            true
+        }
+        Err(why) => {
+            if SAY_WHY.load(Ordering::Relaxed) {
+                why.print();
+            }
+            STATE.store(FAILED, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// Whether this process's lazy mode runs: a system call (`getpid`) beside
+/// the state, for the paths that use the descriptor from program threads.
+pub fn active() -> bool {
+    STATE.load(Ordering::Acquire) == ON && OWNER.load(Ordering::Relaxed) == sys::getpid()
+}
+
+/// Why it could not start.
+enum Why {
+    Disabled,
+    Refused(uffd::Refused),
+    NoMove(Errno),
+    Failed(&'static str, Errno),
+}
+
+impl Why {
+    fn print(&self) {
+        use std::io::Write;
+        let mut buf = [0u8; 512];
+        let mut w = &mut buf[..];
+        let _ = write!(w, "prezero: --lazy: ");
+        let _ = match self {
+            Why::Disabled => write!(w, "userfaultfd disabled (PREZERO_NO_USERFAULTFD=1)"),
+            Why::Refused(r) => write!(
+                w,
+                "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
+                 give the user access to /dev/userfaultfd, or CAP_SYS_PTRACE)",
+                strerror(r.device),
+                strerror(r.syscall)
+            ),
+            Why::NoMove(e) => write!(
+                w,
+                "the kernel has no UFFDIO_MOVE (Linux 6.8 or later; {})",
+                strerror(*e)
+            ),
+            Why::Failed(what, e) => write!(w, "{what}: {}", strerror(*e)),
+        };
+        let _ = writeln!(w, "; running as prezero run does");
+        let used = 512 - w.len();
+        sys::write_stderr(&buf[..used]);
+    }
+}
+
+fn strerror(e: Errno) -> &'static str {
+    // SAFETY: glibc's strerror returns a string of its static table for every
+    // errno it knows (the ones here); it is only read.
+    let p = unsafe { libc::strerror(e.0) };
+    if p.is_null() {
+        return "unknown error";
+    }
+    // SAFETY: a NUL-terminated string that lives as long as the process.
+    unsafe { std::ffi::CStr::from_ptr(p) }
+        .to_str()
+        .unwrap_or("unknown error")
+}
+
+/// Moves `fd` to a high number: a program that opens and closes many files
+/// is less likely to close ours by mistake (the handler would read another
+/// file's bytes).
+fn high(fd: i32) -> i32 {
+    // SAFETY: fcntl duplicates a descriptor of ours; the old one is closed.
+    let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 512) };
+    if hi < 0 {
+        return fd;
+    }
+    uffd::close(fd);
+    hi
+}
+
+fn start() -> Result<(), Why> {
+    if NO_USERFAULTFD.load(Ordering::Relaxed) {
+        return Err(Why::Disabled);
+    }
+    let fd = high(uffd::open().map_err(Why::Refused)?);
+    let fail = |why: Why| {
+        uffd::close(fd);
+        why
+    };
+    uffd::handshake(fd).map_err(|e| fail(Why::NoMove(e)))?;
+    let pm = uffd::open_pagemap().map_err(|e| fail(Why::Failed("/proc/self/pagemap", e)))?;
+    let pm = high(pm);
+    let zeroes = sys::map_zeroes(HUGE).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the zero page mapping", e))
+    })?;
+    ZEROES.store(zeroes, Ordering::Release);
+    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed)).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the reserve", e))
+    })?;
+    UFFD.store(fd, Ordering::Release);
+    PAGEMAP.store(pm, Ordering::Release);
+    OWNER.store(sys::getpid(), Ordering::Release);
+    touch_active();
+    // Before the cache's range is registered: a fault there needs it.
+    if !spawn("prezero-fault", handler::run) {
+        // Nothing is registered to the descriptor that could wait on it.
+        uffd::close(pm);
+        return Err(fail(Why::Failed(
+            "the fault handler thread",
+            Errno(libc::EAGAIN),
+        )));
+    }
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler thread runs, and answers every fault.
+        if unsafe { uffd::register(fd, base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
+    }
+    // Without it nothing is filled or scrubbed ahead: the handler does it
+    // for each fault, slower.
+    let _ = spawn("prezero-reserve", worker::run);
+    sys::atfork(before_fork, after_fork, in_child);
+    Ok(())
+}
+
+/// Starts a thread of the lazy mode with every signal blocked: a program's
+/// handler run on it could touch registered memory and wait on itself.
+fn spawn(name: &str, f: fn()) -> bool {
+    let old = uffd::block_signals();
+    let r = std::thread::Builder::new().name(name.into()).spawn(f);
+    uffd::restore_signals(&old);
+    r.is_ok()
+}
+
+/// Whether `[at, at + HUGE)` is one PMD-mapped huge page.
+fn is_huge(at: usize) -> bool {
+    let mut out = [uffd::Region::default(); 1];
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    matches!(
+        uffd::scan(pm, at, at + HUGE, uffd::PAGE_IS_HUGE, uffd::PAGE_IS_PRESENT, uffd::PAGE_IS_HUGE, &mut out),
+        Ok((1, _)) if out[0].start as usize == at && out[0].end as usize == at + HUGE
+    )
+}
+
+/// Whether no page of `[at, at + len)` is present or swapped out (false if
+/// the kernel cannot say).
+fn is_empty(at: usize, len: usize) -> bool {
+    let mut out = [uffd::Region::default(); 1];
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
+    matches!(
+        uffd::scan(pm, at, at + len, 0, any, any, &mut out),
+        Ok((0, _))
+    )
+}
+
+/// The cache's realloc is about to move pages within its range: `POP` held
+/// until the guard drops, if the lazy mode runs.
+pub fn populating() -> Option<PopGuard> {
+    active().then(PopGuard::program)
+}
+
+/// Registers `[at, at + len)` of the cache's range again after `mremap` or
+/// `mmap(MAP_FIXED)` replaced its mappings (which the kernel does not carry
+/// over). With the guard of [`populating`] held.
+pub fn register_again(_: &PopGuard, at: usize, len: usize) {
+    // SAFETY: the handler thread runs, and answers every fault.
+    if unsafe { uffd::register(fd(), at, len, uffd::Mode::Missing) }.is_ok() {
+        let _ = sys::madvise(at, len, sys::Advice::NoHugePage);
+    }
+}
+
+extern "C" fn before_fork() {
+    if STATE.load(Ordering::Acquire) == ON {
+        let g = PopGuard::program();
+        // SAFETY: POP is held: the one writer (`after_fork` and `in_child`
+        // read it back, still holding it).
+        unsafe { *FORK_MASK.0.get() = g.mask };
+        std::mem::forget(g);
+    }
+}
+
+fn release_fork_lock() {
+    // SAFETY: `before_fork` took POP in this thread and stored the mask.
+    let mask = unsafe { (*FORK_MASK.0.get()).take() };
+    drop(PopGuard { mask });
+}
+
+extern "C" fn after_fork() {
+    if STATE.load(Ordering::Acquire) == ON {
+        release_fork_lock();
+    }
+}
+
+extern "C" fn in_child() {
+    if STATE.load(Ordering::Acquire) != ON {
+        return;
+    }
+    STATE.store(OFF, Ordering::Release);
+    uffd::close(UFFD.swap(-1, Ordering::AcqRel));
+    uffd::close(PAGEMAP.swap(-1, Ordering::AcqRel));
+    // SAFETY: this thread holds POP (before_fork), the child's only thread.
+    unsafe { (*TABLE.0.get()).clear() };
+    stats::reset();
+    release_fork_lock();
+}

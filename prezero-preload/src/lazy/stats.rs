@@ -1,0 +1,79 @@
+//! What the lazy mode did, and its line at exit (`PREZERO_STATS=1`),
+//! beside the cache's.
+
+use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Faults the handler answered.
+pub static FAULTS: AtomicU64 = AtomicU64::new(0);
+/// Huge pages moved into a faulting block.
+pub static MOVED: AtomicU64 = AtomicU64::new(0);
+/// Huge pages moved ahead of faults (readahead).
+pub static AHEAD: AtomicU64 = AtomicU64::new(0);
+/// Of those moved in, the freed ones the handler scrubbed itself (nothing
+/// was ready in the reserve).
+pub static SYNC: AtomicU64 = AtomicU64::new(0);
+/// Blocks the handler copied zeroes into (nothing in the reserve at all).
+pub static COPIED: AtomicU64 = AtomicU64::new(0);
+/// 4 KiB pages the handler mapped (edges, partly populated blocks, an empty
+/// reserve that could not be filled).
+pub static SMALL: AtomicU64 = AtomicU64::new(0);
+/// Freed huge pages moved back into the reserve.
+pub static RECYCLED: AtomicU64 = AtomicU64::new(0);
+/// Slots the kernel populated with a fresh huge page.
+pub static FILLED: AtomicU64 = AtomicU64::new(0);
+/// Slots scrubbed (recycled pages cleared).
+pub static SCRUBBED: AtomicU64 = AtomicU64::new(0);
+/// Slots given back to the kernel (idle).
+pub static RELEASED: AtomicU64 = AtomicU64::new(0);
+/// The program's mappings registered (interposed `mmap`).
+pub static MAPPINGS: AtomicU64 = AtomicU64::new(0);
+/// A moved huge page arrived split (the kernel kept the block's empty page
+/// table): from then on only 4 KiB pages are served.
+pub static SPLIT: AtomicU64 = AtomicU64::new(0);
+
+const ALL: [&AtomicU64; 12] = [
+    &FAULTS, &MOVED, &AHEAD, &SYNC, &COPIED, &SMALL, &RECYCLED, &FILLED, &SCRUBBED, &RELEASED,
+    &MAPPINGS, &SPLIT,
+];
+
+/// A forked child starts its own account.
+pub fn reset() {
+    for c in ALL {
+        c.store(0, Relaxed);
+    }
+}
+
+/// The line, if the lazy mode did anything in this process.
+pub fn print() {
+    if FAULTS.load(Relaxed) == 0 && MAPPINGS.load(Relaxed) == 0 && RECYCLED.load(Relaxed) == 0 {
+        return;
+    }
+    let mut buf = [0u8; 512];
+    let mut w = &mut buf[..];
+    let _ = writeln!(
+        w,
+        "prezero-preload: lazy: pid {}: {} faults: {} huge pages moved in ({} ahead of a fault, {} \
+         scrubbed on demand), {} blocks copied from zeroes, {} small pages; {} moved back; \
+         reserve filled {}, scrubbed {}, gave back {} huge pages; {} mappings registered{}",
+        std::process::id(),
+        FAULTS.load(Relaxed),
+        MOVED.load(Relaxed) + AHEAD.load(Relaxed),
+        AHEAD.load(Relaxed),
+        SYNC.load(Relaxed),
+        COPIED.load(Relaxed),
+        SMALL.load(Relaxed),
+        RECYCLED.load(Relaxed),
+        FILLED.load(Relaxed),
+        SCRUBBED.load(Relaxed),
+        RELEASED.load(Relaxed),
+        MAPPINGS.load(Relaxed),
+        if SPLIT.load(Relaxed) > 0 {
+            "; moved huge pages arrived split: huge moves off"
+        } else {
+            ""
+        },
+    );
+    let used = 512 - w.len();
+    crate::sys::write_stderr(&buf[..used]);
+}
