@@ -186,24 +186,37 @@ pub fn wake(fd: c_int, start: usize, len: usize) -> Result<(), Errno> {
     ioctl(fd, UFFDIO_WAKE, arg.as_mut_ptr().cast())
 }
 
-/// Maps a copy of the page at `src` at the missing page `dst` (one page
-/// allocated, no second fault on the write that follows), and wakes its
-/// waiters. EEXIST: the page is there already.
+/// Maps copies of `[src, src + len)` at the missing pages of
+/// `[dst, dst + len)` (pages of their own: no second fault on the write that
+/// follows) and wakes their waiters: the bytes filled. A page present stops
+/// it: EEXIST if it is the first, else the bytes before it.
 ///
 /// # Safety
 /// pre: `[src, src + len)` is readable.
-pub unsafe fn copy(fd: c_int, dst: usize, src: usize, len: usize) -> Result<(), Errno> {
+pub unsafe fn copy(fd: c_int, dst: usize, src: usize, len: usize) -> Result<usize, Errno> {
     let mut arg = [dst as u64, src as u64, len as u64, 0, 0];
-    ioctl(fd, UFFDIO_COPY, arg.as_mut_ptr().cast())
+    let r = ioctl(fd, UFFDIO_COPY, arg.as_mut_ptr().cast());
+    filled(r, arg[4], len)
 }
 
-/// Maps the shared zero page at the missing pages of `[dst, dst + len)`
-/// and wakes their waiters. EEXIST: a page is there already.
+/// Maps the shared zero page at the missing pages of `[dst, dst + len)` and
+/// wakes their waiters: the bytes filled, as [`copy`].
 ///
 /// pre: none (a missing page reads zero either way).
-pub fn zeropage(fd: c_int, dst: usize, len: usize) -> Result<(), Errno> {
+pub fn zeropage(fd: c_int, dst: usize, len: usize) -> Result<usize, Errno> {
     let mut arg = [dst as u64, len as u64, 0, 0];
-    ioctl(fd, UFFDIO_ZEROPAGE, arg.as_mut_ptr().cast())
+    let r = ioctl(fd, UFFDIO_ZEROPAGE, arg.as_mut_ptr().cast());
+    filled(r, arg[3], len)
+}
+
+/// A fill's outcome: all of `len`, or (EAGAIN) the part the kernel filled
+/// and woke before it stopped, as its count field says.
+fn filled(r: Result<(), Errno>, count: u64, len: usize) -> Result<usize, Errno> {
+    match r {
+        Ok(()) => Ok(len),
+        Err(Errno(libc::EAGAIN)) if (count as i64) > 0 => Ok(count as usize),
+        Err(e) => Err(e),
+    }
 }
 
 /// Moves the pages of `[src, src + len)` to `[dst, dst + len)` (the page

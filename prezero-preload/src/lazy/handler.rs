@@ -8,20 +8,20 @@
 //! (`MADV_DONTNEED`; with it in place the move would split the huge page),
 //! then the page moves in whole (`UFFDIO_MOVE`), which wakes every thread
 //! waiting in the block. With nothing ready in the reserve the handler
-//! scrubs a freed page itself if there is one; else it copies zeroes into
-//! the whole block (`UFFDIO_COPY` of 2 MiB: 512 small pages in one call).
-//! It does not fill a slot for the fault: a fresh huge page costs the
-//! kernel anything from 0.5 to 12 ms here (compaction), the copy about
-//! 1.7 ms, and 512 small faults 2.4 ms.
+//! scrubs a freed page itself if there is one; else the whole block gets
+//! small pages in one call. It does not fill a slot for the fault: a fresh
+//! huge page costs the kernel anything from 0.5 to 12 ms here (compaction),
+//! 2 MiB of small pages in one call about 1.7 ms, 512 small faults 2.4 ms.
 //!
-//! Everything else gets one 4 KiB page: an edge smaller than a block, a
-//! block partly populated already, a reserve with nothing to give, a move the
-//! kernel refused (an mlock'd or mprotect'ed range). A write gets a zeroed
-//! copy (`UFFDIO_COPY`: one page, no second fault for the write), a read the
-//! shared zero page. EEXIST (another thread's fault filled it first) and any
-//! other error end in `UFFDIO_WAKE`: every fault is answered, or its thread
-//! would wait forever; a page that fails twice in a row is unregistered, so
-//! the kernel serves it from then on.
+//! Small pages: a write gets zeroed copies (`UFFDIO_COPY` from a mapping
+//! that reads zero: real pages, no second fault for the write), a read the
+//! shared zero page (`UFFDIO_ZEROPAGE`), from the faulting page to the end of
+//! its block (a block partly populated already: the call stops at the first
+//! page present, and wakes what it filled), or the one page outside whole
+//! blocks (the edges of a mapping). EEXIST (another thread's fault filled it
+//! first) and any other error end in `UFFDIO_WAKE`: every fault is answered,
+//! or its thread would wait forever; a page that fails twice in a row is
+//! unregistered, so the kernel serves it from then on.
 //!
 //! Readahead: after a fault in the block right after the last one served
 //! (or moved ahead), the handler moves the next blocks too, as many as the
@@ -78,6 +78,16 @@ pub fn run() {
     }
 }
 
+/// What [`Handler::huge`] found.
+#[derive(PartialEq, Eq)]
+enum Huge {
+    Moved,
+    /// The block has pages already.
+    Populated,
+    /// Nothing in the reserve, or the kernel refused the move.
+    Unavailable,
+}
+
 impl Handler {
     fn serve(&mut self, addr: usize, write: bool) {
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
@@ -87,19 +97,29 @@ impl Handler {
             FILL.store(true, Ordering::Relaxed);
             reserve::wake_worker();
         }
+        let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
         let mut g = PopGuard::own();
-        let end = self.bounds(&mut g, block);
-        let moved = end.is_some() && self.huge(block, true);
-        if !moved {
-            if end.is_none() || !self.zeroes(block) {
-                self.small(addr & !(PAGE - 1), write);
-            }
+        let Some(end) = self.bounds(&mut g, block) else {
             self.window = 0;
-            self.next = 0;
+            self.small(page, page, page + PAGE, write);
             return;
+        };
+        match self.huge(block, true) {
+            Huge::Moved => {}
+            Huge::Populated => {
+                self.window = 0;
+                self.small(page, page, block + HUGE, write);
+                return;
+            }
+            Huge::Unavailable => {
+                self.window = 0;
+                if self.small(page, block, block + HUGE, write) {
+                    stats::COPIED.fetch_add(1, Ordering::Relaxed);
+                }
+                return;
+            }
         }
-        let end = end.unwrap_or(block);
         let sequential = block == self.next;
         self.window = if sequential {
             (self.window * 2).clamp(1, MAX_WINDOW)
@@ -108,7 +128,7 @@ impl Handler {
         };
         let mut b = block + HUGE;
         for _ in 0..self.window {
-            if b + HUGE > end || reserve::ready() == 0 || !self.huge(b, false) {
+            if b + HUGE > end || reserve::ready() == 0 || self.huge(b, false) != Huge::Moved {
                 break;
             }
             stats::AHEAD.fetch_add(1, Ordering::Relaxed);
@@ -126,14 +146,17 @@ impl Handler {
     }
 
     /// Moves a zeroed huge page into `block` if it has no page yet: for a
-    /// fault (`demand`: scrubbing or filling one if none is ready) or ahead
-    /// of one.
-    fn huge(&mut self, block: usize, demand: bool) -> bool {
-        if self.no_huge || !is_empty(block, HUGE) {
-            return false;
+    /// fault (`demand`: scrubbing a freed one if none is ready) or ahead of
+    /// one.
+    fn huge(&mut self, block: usize, demand: bool) -> Huge {
+        if !is_empty(block, HUGE) {
+            return Huge::Populated;
+        }
+        if self.no_huge {
+            return Huge::Unavailable;
         }
         let Some(slot) = self.slot(demand) else {
-            return false;
+            return Huge::Unavailable;
         };
         let from = reserve::slot_addr(slot);
         // SAFETY: the block has no page (is_empty, under POP: nothing else
@@ -141,7 +164,7 @@ impl Handler {
         // dropping it drops only its empty page table.
         if unsafe { sys::discard(block, HUGE) }.is_err() {
             reserve::set(slot, READY);
-            return false;
+            return Huge::Unavailable;
         }
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
@@ -150,13 +173,13 @@ impl Handler {
             Ok(()) => reserve::set(slot, EMPTY),
             Err(_) if moved == 0 => {
                 reserve::set(slot, READY);
-                return false;
+                return Huge::Unavailable;
             }
             Err(_) => {
                 // Part of it moved: zero pages in the block, a split page
                 // left in the slot.
                 reserve::drop_pages(slot);
-                return false;
+                return Huge::Populated;
             }
         }
         if demand {
@@ -171,7 +194,7 @@ impl Handler {
                 stats::SPLIT.fetch_add(1, Ordering::Relaxed);
             }
         }
-        true
+        Huge::Moved
     }
 
     /// A zeroed huge page of the reserve, TAKEN: a ready one, else (for a
@@ -191,31 +214,27 @@ impl Handler {
         reserve::take(READY, TAKEN)
     }
 
-    /// Copies zeroes into the whole of `block` (in registered memory): its
-    /// missing pages get small pages of their own, and its waiters wake.
-    fn zeroes(&mut self, block: usize) -> bool {
-        let from = ZEROES.load(Ordering::Relaxed);
-        // SAFETY: ZEROES is a readable mapping of HUGE bytes.
-        let r = unsafe { uffd::copy(self.fd, block, from, HUGE) };
-        if r.is_ok() {
-            stats::COPIED.fetch_add(1, Ordering::Relaxed);
-        }
-        r.is_ok()
-    }
-
-    /// One 4 KiB page at `page`; every outcome wakes the fault.
-    fn small(&mut self, page: usize, write: bool) {
-        let r = if write {
-            // SAFETY: ZEROES is readable, HUGE bytes.
-            unsafe { uffd::copy(self.fd, page, ZEROES.load(Ordering::Relaxed), PAGE) }
-        } else {
-            uffd::zeropage(self.fd, page, PAGE)
+    /// Small zeroed pages from `from` (the faulting `page`, or the start of
+    /// its block) up to `to` at most, in registered memory: the call stops
+    /// at the first page present. Whether it filled the faulting page;
+    /// whatever the outcome, the fault's thread is woken.
+    fn small(&mut self, page: usize, from: usize, to: usize, write: bool) -> bool {
+        let r = self.fill(from, to, write);
+        let r = match r {
+            // The range spans mappings the kernel keeps apart: the page alone.
+            Err(Errno(e)) if e != libc::EEXIST && to - from > PAGE => {
+                self.fill(page, page + PAGE, write)
+            }
+            r => r,
         };
         match r {
-            Ok(()) => {
-                stats::SMALL.fetch_add(1, Ordering::Relaxed);
+            Ok(filled) => {
+                stats::SMALL.fetch_add((filled / PAGE) as u64, Ordering::Relaxed);
                 self.failed = usize::MAX;
-                return;
+                // It woke what it filled, which starts at or before the page.
+                if from + filled > page {
+                    return true;
+                }
             }
             Err(Errno(libc::EEXIST)) => self.failed = usize::MAX,
             Err(_) if self.failed == page => {
@@ -226,5 +245,17 @@ impl Handler {
             Err(_) => self.failed = page,
         }
         let _ = uffd::wake(self.fd, page, PAGE);
+        false
+    }
+
+    /// `UFFDIO_COPY` of zeroes (a write) or `UFFDIO_ZEROPAGE` (a read) of
+    /// `[from, to)`: the bytes filled before a page present stopped it.
+    fn fill(&self, from: usize, to: usize, write: bool) -> Result<usize, Errno> {
+        if write {
+            // SAFETY: ZEROES is readable, HUGE bytes, and to - from <= HUGE.
+            unsafe { uffd::copy(self.fd, from, ZEROES.load(Ordering::Relaxed), to - from) }
+        } else {
+            uffd::zeropage(self.fd, from, to - from)
+        }
     }
 }
