@@ -219,11 +219,17 @@ fn filled(r: Result<(), Errno>, count: u64, len: usize) -> Result<usize, Errno> 
     }
 }
 
+/// `UFFDIO_MOVE`'s mode: leave the threads waiting at the destination
+/// asleep (nothing waits on a page moved ahead of a fault).
+pub const MOVE_DONT_WAKE: u64 = 1;
+/// `UFFDIO_MOVE`'s mode: pages missing in the source are skipped, not an error.
+pub const MOVE_SRC_HOLES: u64 = 2;
+
 /// Moves the pages of `[src, src + len)` to `[dst, dst + len)` (the page
 /// tables' entries, no copy: a PMD-mapped huge page moves whole when both
 /// ends are 2 MiB-aligned and `dst`'s page-table slot is empty), and wakes
-/// the waiters at `dst` unless `dont_wake`. The bytes moved, and the error
-/// that stopped it.
+/// the waiters at `dst` unless `mode` has [`MOVE_DONT_WAKE`]. The bytes
+/// moved, and the error that stopped it (EBUSY: a page shared with a child).
 ///
 /// # Safety
 /// pre: the caller owns both ranges: nothing else reads `src` (it becomes
@@ -234,9 +240,9 @@ pub unsafe fn move_pages(
     dst: usize,
     src: usize,
     len: usize,
-    dont_wake: bool,
+    mode: u64,
 ) -> (usize, Result<(), Errno>) {
-    let mut arg = [dst as u64, src as u64, len as u64, u64::from(dont_wake), 0];
+    let mut arg = [dst as u64, src as u64, len as u64, mode, 0];
     let r = ioctl(fd, UFFDIO_MOVE, arg.as_mut_ptr().cast());
     let moved = arg[4] as i64;
     match r {

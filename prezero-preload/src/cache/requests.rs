@@ -206,14 +206,31 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     // mapping with ours).
     // Under the lazy mode the move populates [q, q + old) by other than a
     // fault: the fault handler must not meanwhile find a block there empty
-    // and drop it. Neither new mapping is registered: both are again.
+    // and drop it. The kernel does not carry the range's registration over
+    // to what the move and the fresh mapping make: registered again below.
     let populating = crate::lazy::populating();
+    if let Some(g) = populating.as_ref().filter(|_| old <= crate::lazy::MOVE_MAX) {
+        let n = crate::lazy::move_block(g, p, old, q as usize);
+        drop(populating);
+        if n < old {
+            // A page shared with a child stopped the move: the rest copied.
+            // SAFETY: both blocks are this thread's, disjoint, `old` bytes
+            // long at least.
+            unsafe {
+                std::ptr::copy_nonoverlapping((p + n) as *const u8, q.cast::<u8>().add(n), old - n)
+            };
+            free(p);
+            return Some(q);
+        }
+        let mut g = lock();
+        g.cache().lane(lane).blocks.free_fresh(p);
+        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+        signal_all();
+        return Some(q);
+    }
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
     let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
-    if let Some(g) = populating.as_ref().filter(|_| moved) {
-        crate::lazy::register_again(g, q as usize, old);
-    }
     if moved {
         // The vacated part keeps the moved pages' mapping (its offset and
         // flags differ from its neighbours'), which the kernel will not merge:
@@ -224,8 +241,8 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
         // still this thread's (InUse until free_fresh below).
         let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
-        if let Some(g) = populating.as_ref().filter(|_| again) {
-            crate::lazy::register_again(g, p, old);
+        if let Some(g) = &populating {
+            crate::lazy::register_cache_again(g);
         }
         drop(populating);
         let mut g = lock();

@@ -168,7 +168,8 @@ impl Handler {
         }
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
-        let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, !demand) };
+        let mode = if demand { 0 } else { uffd::MOVE_DONT_WAKE };
+        let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, mode) };
         match r {
             Ok(()) => reserve::set(slot, EMPTY),
             Err(_) if moved == 0 => {

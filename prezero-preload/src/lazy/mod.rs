@@ -366,13 +366,47 @@ pub fn populating() -> Option<PopGuard> {
     active().then(PopGuard::program)
 }
 
-/// Registers `[at, at + len)` of the cache's range again after `mremap` or
-/// `mmap(MAP_FIXED)` replaced its mappings (which the kernel does not carry
-/// over). With the guard of [`populating`] held.
-pub fn register_again(_: &PopGuard, at: usize, len: usize) {
-    // SAFETY: the handler thread runs, and answers every fault.
-    if unsafe { uffd::register(fd(), at, len, uffd::Mode::Missing) }.is_ok() {
-        let _ = sys::madvise(at, len, sys::Advice::NoHugePage);
+/// Blocks up to this size move with `UFFDIO_MOVE` when the cache's
+/// `realloc` moves them under the lazy mode (see [`move_block`]); larger
+/// ones with `mremap`, whose page-table moves cost nothing per page.
+pub const MOVE_MAX: usize = 8 << 20;
+
+/// Moves the pages of the cache's block `[from, from + len)` to the block
+/// at `to` (whose own pages are dropped first: the move fills only missing
+/// ones), with the guard of [`populating`] held: the bytes
+/// moved from the start (all of `len`, or up to a page shared with a forked
+/// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
+/// small page here); `mremap` makes new ones, which the registration then
+/// keeps from merging back (about 25 more per 1000 moves of a realloc churn
+/// here, till vm.max_map_count).
+pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
+    // SAFETY: the block just granted to the caller (the cache's realloc),
+    // whose contents it is about to replace.
+    if unsafe { sys::discard(to, len) }.is_err() {
+        return 0;
+    }
+    // SAFETY: both blocks are the caller's (the program's, and the one just
+    // granted it, now without pages), in the cache's range, registered with
+    // this descriptor.
+    match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
+        (_, Ok(())) => len,
+        (moved, Err(_)) => moved,
+    }
+}
+
+/// Registers the cache's whole range again after `mremap` and
+/// `mmap(MAP_FIXED)` changed its mappings, with the guard of [`populating`]
+/// held. The kernel carries no registration over to the mapping a move
+/// makes, and clears it on the whole mapping that one merges into, which
+/// may take in a neighbour's registered pages: the whole range, then, not
+/// only the two parts that moved (mappings already registered are skipped;
+/// those that are not merge back with their neighbours).
+pub fn register_cache_again(_: &PopGuard) {
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler thread runs, and answers every fault.
+        if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
     }
 }
 

@@ -44,8 +44,9 @@ pub fn recycle(start: usize, len: usize) {
                 // SAFETY: the slot is ours (INCOMING), empty, in the reserve
                 // registered with this descriptor; the block's contents are
                 // the caller's to drop (see above).
-                let (m, r) =
-                    unsafe { uffd::move_pages(fd, reserve::slot_addr(slot), b, HUGE, true) };
+                let (m, r) = unsafe {
+                    uffd::move_pages(fd, reserve::slot_addr(slot), b, HUGE, uffd::MOVE_DONT_WAKE)
+                };
                 match r {
                     Ok(()) => {
                         reserve::set(slot, DIRTY);
