@@ -143,7 +143,8 @@ pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
 
 /// `mremap`, once the lazy mode was asked for. Registration does not follow
 /// a mapping the kernel moves or grows: the result is unregistered whole and
-/// its interior registered again.
+/// its interior registered again, and so is every registered range (the
+/// kernel may have unregistered a neighbour the result merged with).
 ///
 /// # Safety
 /// As `mremap(2)`.
@@ -181,6 +182,14 @@ pub unsafe fn mremap(
     if was {
         let _ = uffd::unregister(fd(), at, new_len);
         register(&mut g, at, new_len);
+    }
+    // The kernel cleared the registration of the whole mapping the result
+    // merged into, which may hold a neighbour's registered range.
+    let n = g.table().len();
+    for i in 0..n {
+        let r = g.table().get(i);
+        // SAFETY: the handler thread runs, and answers every fault.
+        let _ = unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) };
     }
     Ok(at)
 }

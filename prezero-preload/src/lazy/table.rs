@@ -37,6 +37,11 @@ impl Table {
         self.n
     }
 
+    /// Entry `i` (below [`Table::len`]), in address order.
+    pub fn get(&self, i: usize) -> Range {
+        self.list[i]
+    }
+
     /// The first entry that ends after `addr`.
     fn first_after(&self, addr: usize) -> usize {
         self.list[..self.n].partition_point(|r| r.end <= addr)
@@ -151,6 +156,7 @@ mod tests {
         assert!(!t.insert(r(150, 250)), "overlaps");
         assert!(!t.insert(r(60, 60)), "empty");
         assert_eq!(t.entries(), [r(0, 50), r(100, 200), r(300, 400)]);
+        assert_eq!(t.get(1), r(100, 200));
         assert_eq!(t.find(100), Some(r(100, 200)));
         assert_eq!(t.find(199), Some(r(100, 200)));
         assert_eq!(t.find(200), None);
