@@ -12,15 +12,28 @@ pub(super) enum Program {
     CallocMix,
     Small,
     ReallocGrow,
+    FirstTouch,
+    FirstTouchThp,
+    Sparse,
+    Recycle,
 }
 
-pub(super) const ALL: [Program; 5] = [
+pub(super) const ALL: [Program; 9] = [
     Program::Numpy,
     Program::CallocBig,
     Program::CallocMix,
     Program::Small,
     Program::ReallocGrow,
+    Program::FirstTouch,
+    Program::FirstTouchThp,
+    Program::Sparse,
+    Program::Recycle,
 ];
+
+/// The sparse program's mapping and stride, in full: every 16th 2 MiB block
+/// of 8 GiB is touched.
+const SPARSE: (usize, usize) = (8 << 30, 16);
+const SPARSE_SMOKE: (usize, usize) = (256 << 20, 16);
 
 impl Program {
     pub(super) fn name(self) -> &'static str {
@@ -30,6 +43,10 @@ impl Program {
             Program::CallocMix => "calloc-mix",
             Program::Small => "small",
             Program::ReallocGrow => "realloc-grow",
+            Program::FirstTouch => "first-touch",
+            Program::FirstTouchThp => "first-touch-thp",
+            Program::Sparse => "sparse",
+            Program::Recycle => "recycle",
         }
     }
 
@@ -46,6 +63,14 @@ impl Program {
             (Program::Small, true) => "100K malloc/free/realloc of 16-256 B",
             (Program::ReallocGrow, false) => "2 x realloc x1.5 from 64K to 1G, writing",
             (Program::ReallocGrow, true) => "realloc x1.5 from 64K to 8M",
+            (Program::FirstTouch, false) => "compute 2 s, mmap 512 MiB, a byte per 4 KiB",
+            (Program::FirstTouch, true) => "compute 0.1 s, mmap 16 MiB, a byte per 4 KiB",
+            (Program::FirstTouchThp, false) => "the same with MADV_HUGEPAGE on the mapping",
+            (Program::FirstTouchThp, true) => "the same with MADV_HUGEPAGE (16 MiB)",
+            (Program::Sparse, false) => "mmap 8 GiB, every 4 KiB of every 16th 2 MiB block",
+            (Program::Sparse, true) => "mmap 256 MiB, every 16th 2 MiB block",
+            (Program::Recycle, false) => "20 x calloc 256 MiB, a byte per 4 KiB, free",
+            (Program::Recycle, true) => "4 x calloc 16 MiB, a byte per 4 KiB, free",
         }
     }
 
@@ -62,6 +87,16 @@ impl Program {
             (Program::Small, true) => &["small", "100000"],
             (Program::ReallocGrow, false) => &["realloc-grow", "2", "1073741824"],
             (Program::ReallocGrow, true) => &["realloc-grow", "1", "8388608"],
+            (Program::FirstTouch, false) => &["first-touch", "2000", "536870912"],
+            (Program::FirstTouch, true) => &["first-touch", "100", "16777216"],
+            (Program::FirstTouchThp, false) => &["first-touch", "2000", "536870912", "thp"],
+            (Program::FirstTouchThp, true) => &["first-touch", "100", "16777216", "thp"],
+            (Program::Sparse, _) => {
+                let (bytes, stride) = sparse(smoke);
+                return vec!["sparse".into(), bytes.to_string(), stride.to_string()];
+            }
+            (Program::Recycle, false) => &["recycle", "20", "268435456"],
+            (Program::Recycle, true) => &["recycle", "4", "16777216"],
         };
         v.iter().map(|s| s.to_string()).collect()
     }
@@ -160,12 +195,78 @@ pub(super) fn alloc_programs() -> Result<PathBuf, String> {
     ))
 }
 
-/// What the issue asks of a row, to print beside it.
-pub(super) fn goal(program: Program, figure: &str) -> Option<(&'static str, f64)> {
-    match (program, figure) {
-        (Program::Numpy, "first_pass") => Some((">= 2x", 2.0)),
-        (Program::Small, "work") => Some((">= 0.97x", 0.97)),
-        (Program::ReallocGrow, "work") => Some((">= 0.91x", 1.0 / 1.1)),
+/// The sparse program's mapping and stride.
+fn sparse(smoke: bool) -> (usize, usize) {
+    if smoke {
+        SPARSE_SMOKE
+    } else {
+        SPARSE
+    }
+}
+
+/// The memory the sparse program touches: its whole 2 MiB blocks.
+pub(super) fn sparse_touched(smoke: bool) -> usize {
+    let (bytes, stride) = sparse(smoke);
+    bytes.div_ceil(stride * (2 << 20)) * (2 << 20)
+}
+
+/// An arm of the bench.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Arm {
+    Plain,
+    Prezero,
+    Lazy,
+}
+
+/// What the issue asks of a figure in an arm.
+#[derive(Clone, Debug, PartialEq)]
+pub(super) enum Goal {
+    /// plain / this arm at least this much.
+    Speedup(&'static str, f64),
+    /// This arm's value (bytes) at most this much.
+    AtMost(String, f64),
+}
+
+impl Goal {
+    pub(super) fn text(&self) -> &str {
+        match self {
+            Goal::Speedup(t, _) => t,
+            Goal::AtMost(t, _) => t,
+        }
+    }
+
+    /// Whether `plain` and the arm's `value` meet it.
+    pub(super) fn met(&self, plain: f64, value: f64) -> bool {
+        match *self {
+            Goal::Speedup(_, min) => plain / value.max(1.0) >= min,
+            Goal::AtMost(_, max) => value <= max,
+        }
+    }
+}
+
+/// What the issue asks of a row in `arm`, to print beside it; `reserve`: the
+/// lazy arm's reserve, in bytes.
+pub(super) fn goal(
+    program: Program,
+    figure: &str,
+    arm: Arm,
+    smoke: bool,
+    reserve: usize,
+) -> Option<Goal> {
+    match (arm, program, figure) {
+        (Arm::Prezero, Program::Numpy, "first_pass") => Some(Goal::Speedup(">= 2x", 2.0)),
+        (Arm::Prezero, Program::Small, "work") => Some(Goal::Speedup(">= 0.97x", 0.97)),
+        (Arm::Prezero, Program::ReallocGrow, "work") => Some(Goal::Speedup(">= 0.91x", 1.0 / 1.1)),
+        (Arm::Lazy, Program::FirstTouch, "work") => Some(Goal::Speedup(">= 5x", 5.0)),
+        (Arm::Lazy, Program::FirstTouchThp, "work") => Some(Goal::Speedup(">= 3x", 3.0)),
+        (Arm::Lazy, Program::Recycle, "work") => Some(Goal::Speedup(">= 5x", 5.0)),
+        (Arm::Lazy, Program::Sparse, "rss_anon") => {
+            let bound = 1.1 * (sparse_touched(smoke) + reserve) as f64;
+            Some(Goal::AtMost(
+                format!("<= {:.0} MiB", bound / (1u64 << 20) as f64),
+                bound,
+            ))
+        }
         _ => None,
     }
 }

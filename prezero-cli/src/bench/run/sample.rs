@@ -99,6 +99,7 @@ pub(super) fn run_once(
                 ("second_pass", s),
             ]
         }
+        Program::Sparse => vec![("work", need("ns")?), ("rss_anon", need("rss_anon")?)],
         _ => vec![("work", need("ns")?)],
     };
     figures.push(("process", wall.as_nanos() as f64));
@@ -151,11 +152,11 @@ fn peak_held(stats: &str) -> Option<(f64, f64)> {
 
 /// Every sample of one program in one arm.
 #[derive(Default)]
-pub(super) struct Arm {
+pub(super) struct Samples {
     pub(super) samples: Vec<Sample>,
 }
 
-impl Arm {
+impl Samples {
     pub(super) fn figure(&self, name: &str) -> Vec<f64> {
         self.samples
             .iter()
