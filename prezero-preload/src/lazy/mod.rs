@@ -286,6 +286,10 @@ fn start() -> Result<(), Why> {
     if NO_USERFAULTFD.load(Ordering::Relaxed) {
         return Err(Why::Disabled);
     }
+    // The clearing kernels' choice, made once: here, not in the handler's
+    // first scrub, where reading the profile could allocate and wait on a
+    // lock a faulting thread holds.
+    let _ = prezero::active_profile();
     let fd = high(uffd::open().map_err(Why::Refused)?);
     let fail = |why: Why| {
         uffd::close(fd);
