@@ -123,10 +123,12 @@ pub fn set(i: usize, to: u8) {
     if to == EMPTY {
         HELD.fetch_sub(1, Ordering::Relaxed);
     }
-    STATE[i].store(to, Ordering::Release);
+    // Counted before the slot shows the state: a `take` decrements only
+    // after it took the slot, so a count never goes below the slots in it.
     if let Some(c) = count(to) {
         c.fetch_add(1, Ordering::AcqRel);
     }
+    STATE[i].store(to, Ordering::Release);
     if to == DIRTY || to == EMPTY {
         wake_worker();
     }
