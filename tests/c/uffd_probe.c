@@ -13,6 +13,8 @@
  *   copy-2m       the handler copies zeroes into the whole faulting block
  *                 (UFFDIO_COPY of 2 MiB: small pages, one call)
  *   copy-4k       the handler copies zeroes into the faulting page only
+ *   zero-4k       the handler maps the zero page there (UFFDIO_ZEROPAGE): the
+ *                 write then takes the kernel's copy-on-write fault
  *   move-ra8      the same as move, moving the next 8 blocks too after each fault
  * and the costs beside them: populating the reserve per 2 MiB, moving a THP
  * back into it, scrubbing it with streaming stores, a PAGEMAP_SCAN per block.
@@ -111,7 +113,8 @@ static int uffd;
 static char *reserve, *target;
 static size_t len, reserve_next;
 static int ra_limit;
-/* 0: move huge pages; 1: UFFDIO_COPY the whole block from zeroes; 2: UFFDIO_COPY the page. */
+/* 0: move huge pages; 1: UFFDIO_COPY the whole block from zeroes; 2: UFFDIO_COPY the page;
+ * 3: UFFDIO_ZEROPAGE the page (the write then takes the kernel's copy-on-write fault). */
 static int fill_mode;
 static char *zeroes;
 static long moved, zeropages, faults;
@@ -141,6 +144,13 @@ static void *handler(void *unused) {
         faults++;
         char *at = (char *)(uintptr_t)msg.arg.pagefault.address;
         char *block = (char *)((uintptr_t)at & ~(HUGE - 1));
+        if (fill_mode == 3) {
+            struct uffdio_zeropage z = {.range = {(uintptr_t)at & ~4095UL, 4096}};
+            if (ioctl(uffd, UFFDIO_ZEROPAGE, &z) != 0 && errno != EEXIST)
+                die("UFFDIO_ZEROPAGE");
+            zeropages++;
+            continue;
+        }
         if (fill_mode) {
             size_t l = fill_mode == 1 ? HUGE : 4096;
             char *d = fill_mode == 1 ? block : (char *)((uintptr_t)at & ~4095UL);
@@ -240,7 +250,7 @@ int main(int argc, char **argv) {
         die("UFFDIO_API (no UFFD_FEATURE_MOVE?)");
 
     zeroes = map_aligned(HUGE);
-    for (int mode = 1; mode <= 2; mode++) {
+    for (int mode = 1; mode <= 3; mode++) {
         fill_mode = mode;
         target = map_aligned(len);
         madvise(target, len, MADV_NOHUGEPAGE);
@@ -253,7 +263,8 @@ int main(int argc, char **argv) {
         double t = now();
         touch(target, len);
         t = now() - t;
-        printf("%-10s %8.1f ms  %5.1f us/2M  (%ld faults, %ld pages copied) %s\n", mode == 1 ? "copy-2m" : "copy-4k",
+        const char *name = mode == 1 ? "copy-2m" : mode == 2 ? "copy-4k" : "zero-4k";
+        printf("%-10s %8.1f ms  %5.1f us/2M  (%ld faults, %ld pages filled) %s\n", name,
                t * 1e3, t * 1e6 / (len / HUGE), faults, zeropages, all_ones(target, len) ? "ok" : "WRONG");
         pthread_cancel(th);
         pthread_join(th, NULL);
