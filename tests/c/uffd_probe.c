@@ -16,6 +16,8 @@
  *   zero-4k       the handler maps the zero page there (UFFDIO_ZEROPAGE): the
  *                 write then takes the kernel's copy-on-write fault
  *   move-ra8      the same as move, moving the next 8 blocks too after each fault
+ *   move-small    move, from a reserve of small pages (MADV_NOHUGEPAGE): a page
+ *                 table entry at a time
  * and the costs beside them: populating the reserve per 2 MiB, moving a THP
  * back into it, scrubbing it with streaming stores, a PAGEMAP_SCAN per block.
  * The reserve is registered in write-protect mode (only so that moves may
@@ -271,13 +273,16 @@ int main(int argc, char **argv) {
         munmap(target, len);
     }
     fill_mode = 0;
-    for (int ra = 0; ra < 2; ra++) {
-        ra_limit = ra ? 8 : 0;
+    for (int ra = 0; ra < 3; ra++) {
+        /* 2: a reserve of small pages (no huge page to be had), moved a page
+         * table entry at a time. */
+        int small = ra == 2;
+        ra_limit = ra == 1 ? 8 : 0;
         reserve = map_aligned(len);
         target = map_aligned(len);
         reserve_next = 0;
         moved = zeropages = faults = 0;
-        madvise(reserve, len, MADV_HUGEPAGE);
+        madvise(reserve, len, small ? MADV_NOHUGEPAGE : MADV_HUGEPAGE);
         madvise(reserve, len, MADV_DONTFORK);
         struct uffdio_register rr = {.range = {(uintptr_t)reserve, len}, .mode = UFFDIO_REGISTER_MODE_WP};
         if (ioctl(uffd, UFFDIO_REGISTER, &rr) != 0)
@@ -300,7 +305,7 @@ int main(int argc, char **argv) {
         t = now() - t;
         scan(target, len, &h, &pr);
         printf("%-10s %8.1f ms  %5.1f us/2M  huge %zu/%zu MiB (%ld faults, %ld moved, %ld zero pages) %s\n",
-               ra ? "move-ra8" : "move", t * 1e3, t * 1e6 / (len / HUGE), h / MB, len / MB, faults,
+               small ? "move-small" : ra ? "move-ra8" : "move", t * 1e3, t * 1e6 / (len / HUGE), h / MB, len / MB, faults,
                moved, zeropages, all_ones(target, len) ? "ok" : "WRONG");
         pthread_cancel(th);
         pthread_join(th, NULL);

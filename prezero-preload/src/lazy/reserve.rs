@@ -1,5 +1,6 @@
 //! The reserve: one anonymous mapping of the process's own, cut in 2 MiB
-//! slots, each holding one transparent huge page or nothing. The handler
+//! slots, each holding one transparent huge page (or, where the kernel had
+//! none to give, 512 small pages) or nothing. The handler
 //! moves its zeroed pages into the program's faulting blocks; freed huge
 //! pages move back into empty slots; the worker thread (at `SCHED_IDLE`)
 //! scrubs those with streaming stores, fills empty slots ahead of demand and
@@ -22,7 +23,7 @@
 //! | INCOMING  | a freed page being moved in    | the recycler                 |
 //! | DIRTY     | a freed page, contents unknown | worker or handler (scrub)    |
 //! | SCRUBBING | being cleared                  | whoever took it              |
-//! | READY     | a zeroed huge page             | the handler (moves it out)   |
+//! | READY     | zeroed pages                   | the handler (moves them out) |
 //! | TAKEN     | being moved out                | the handler                  |
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
@@ -158,13 +159,19 @@ pub fn drop_pages(i: usize) {
     set(i, EMPTY);
 }
 
-/// Populates slot `i` (taken, FILLING) with a huge page the kernel zeroes:
-/// READY if it came as one, else its pages dropped (EMPTY) and false.
+/// Populates slot `i` (taken, FILLING) with pages the kernel zeroes, one
+/// huge page where it has one to give, else small ones: READY, or (the
+/// kernel refused) EMPTY and false.
 pub fn fill(i: usize) -> bool {
     let at = slot_addr(i);
-    let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok() && is_huge(at);
+    let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
     if ok {
-        stats::FILLED.fetch_add(1, Ordering::Relaxed);
+        let kind = if is_huge(at) {
+            &stats::FILLED
+        } else {
+            &stats::FILLED_SMALL
+        };
+        kind.fetch_add(1, Ordering::Relaxed);
         set(i, READY);
     } else {
         drop_pages(i);

@@ -11,8 +11,8 @@ use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{now_ms, stats, FILL, IDLE_MS, LAST_ACTIVE};
 use crate::uffd;
 
-/// After a fill that did not come as a huge page (memory too fragmented for
-/// one), the filler waits this long before it tries again.
+/// After a fill the kernel refused (no memory), the filler waits this long
+/// before it tries again.
 const BACKOFF_MS: u64 = 5000;
 
 pub fn run() {
