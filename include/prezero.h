@@ -500,7 +500,8 @@ int pz_service_alloc(const struct pz_service *svc,
 // is on that node (checked where it is mapped), else local memory placed
 // there, unless `PZ_SERVICE_OTHER_NODES` lets another node's serve.
 // `-EINVAL` also for a node that does not exist, is offline or has no
-// memory, and for any other negative `node`.
+// memory, for any other negative `node`, and for `PZ_SERVICE_OTHER_NODES`
+// with `PZ_NODE_ANY` (any node already).
 //
 // # Safety
 // As `pz_service_alloc`.

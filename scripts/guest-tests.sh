@@ -7,8 +7,9 @@
 # prints one line per test, which this side asserts on.
 #
 #   scripts/guest-tests.sh [TOPOLOGY...]   numa2 (2 nodes x 1 vCPU), numa4 (4 nodes x
-#                                           2 vCPUs, with a distance table), smp8
-#                                           (1 node x 8 vCPUs); default: all three
+#                                           2 vCPUs, with a distance table), numa3m
+#                                           (2 nodes and a CPU-only one), smp8
+#                                           (1 node x 8 vCPUs); default: all four
 #
 # KVM where a guest boots under it, else TCG (this kernel hangs right after
 # decompression under nested KVM on the machines seen so far). Without qemu,
@@ -25,7 +26,7 @@ skip() {
 }
 
 topologies=("$@")
-[ ${#topologies[@]} -gt 0 ] || topologies=(numa2 numa4 smp8)
+[ ${#topologies[@]} -gt 0 ] || topologies=(numa2 numa4 numa3m smp8)
 
 # Tools, from Debian's packages.
 need=()
@@ -95,6 +96,11 @@ tests=(
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )
 
+# The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
+smp8_tests=(
+  "cli-service $(exe prezero-cli test service) --test-threads=2"
+)
+
 build_initramfs() { # topology -> path of the image
   local dir=$work/root-$1 image=$work/initramfs-$1.cpio.gz
   rm -rf "$dir"
@@ -107,7 +113,9 @@ build_initramfs() { # topology -> path of the image
   cp "$(command -v numactl)" "$dir/usr/bin/"
   : >"$dir/guest/tests"
   local files=("$(command -v numactl)")
-  for t in "${tests[@]}"; do
+  local all=("${tests[@]}")
+  [ "$1" = smp8 ] && all+=("${smp8_tests[@]}")
+  for t in "${all[@]}"; do
     read -r name cmd _ <<<"$t"
     if [ -n "${PREZERO_GUEST_FILTER:-}" ] && ! grep -qE "$PREZERO_GUEST_FILTER" <<<"$name"; then
       continue
@@ -151,8 +159,14 @@ qemu_topology() { # topology -> qemu arguments
       echo "-numa dist,src=0,dst=1,val=16 -numa dist,src=2,dst=3,val=16"
       echo "-numa dist,src=0,dst=2,val=22 -numa dist,src=0,dst=3,val=22"
       echo "-numa dist,src=1,dst=2,val=22 -numa dist,src=1,dst=3,val=22" ;;
+    numa3m)
+      # Node 2 has a CPU and no memory (a CPU-only node): its threads' pages
+      # come from the nearest node that has.
+      echo "-smp 3 -m 2G"
+      for n in 0 1; do echo "-object memory-backend-ram,id=m$n,size=1G -numa node,nodeid=$n,cpus=$n,memdev=m$n"; done
+      echo "-numa node,nodeid=2,cpus=2 -numa dist,src=0,dst=1,val=20 -numa dist,src=0,dst=2,val=12 -numa dist,src=1,dst=2,val=20" ;;
     smp8) echo "-smp 8 -m 2G" ;;
-    *) echo "guest-tests: unknown topology $1 (numa2, numa4, smp8)" >&2; exit 2 ;;
+    *) echo "guest-tests: unknown topology $1 (numa2, numa4, numa3m, smp8)" >&2; exit 2 ;;
   esac
 }
 

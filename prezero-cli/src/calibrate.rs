@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use anyhow::{bail, Context, Result};
 use prezero::profile::{self, ProfileFile, Scrubber, ThreadFigure};
 use prezero::{
     CopyKernel, Kernel, Profile, SizeClass, Temperature, TemplateProfile, MAX_CLASSES,
@@ -20,7 +21,7 @@ use prezero::{
 use crate::bench::clear::{collect, Figure, Method};
 use crate::bench::template::{store_study, StoreFigure, STORE_SIZES};
 use crate::stats::{round2, Stats};
-use crate::units::{fmt_size, parse_size, parse_sizes};
+use crate::units::{fmt_size, human_size, parse_size, parse_sizes};
 
 const SIZES: &str = "512,2K,4K,64K,1M,2M,8M,32M,64M,256M,1G";
 
@@ -44,10 +45,10 @@ pub struct Args {
     large: String,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let path = match &args.out {
         Some(p) => p.clone(),
-        None => profile::default_path().ok_or("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
+        None => profile::default_path().context("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
     };
     let sizes = parse_sizes(&args.sizes)?;
     let started = Instant::now();
@@ -57,9 +58,10 @@ pub fn run(args: &Args) -> Result<(), String> {
         return check(&path, &measured);
     }
     let file = derive(&measured);
-    std::fs::create_dir_all(path.parent().unwrap_or(std::path::Path::new(".")))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    std::fs::write(&path, file.to_json()).map_err(|e| format!("{}: {e}", path.display()))?;
+    let dir = path.parent().unwrap_or(std::path::Path::new("."));
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    std::fs::write(&path, file.to_json())
+        .with_context(|| format!("cannot write the profile {}", path.display()))?;
     summarise(&file);
     println!(
         "wrote {} in {:.1} s",
@@ -85,7 +87,7 @@ struct Measurements {
 
 const CHUNKS: [usize; 6] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20];
 
-fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measurements, String> {
+fn measure(sizes: &[usize], reps: usize, large: usize) -> Result<Measurements> {
     let chunk_extent = (large / 4).max(64 << 10);
     let kernels: Vec<Kernel> = Kernel::available().collect();
     let methods: Vec<Method> = kernels.iter().map(|&k| Method::Kernel(k)).collect();
@@ -440,11 +442,7 @@ fn summarise(p: &ProfileFile) {
             .map(|c| match c.below {
                 usize::MAX => format!("rest {}", c.kernel.name()),
                 // Class bounds lie between measured sizes (47453132): 3 figures.
-                b => format!(
-                    "<{} {}",
-                    crate::report::fmt::bytes(b as f64),
-                    c.kernel.name()
-                ),
+                b => format!("<{} {}", human_size(b), c.kernel.name()),
             })
             .collect();
         println!("  {:<8} {}", t.name(), cls.join(", "));
@@ -486,15 +484,16 @@ fn summarise(p: &ProfileFile) {
     }
 }
 
-fn check(path: &std::path::Path, m: &Measurements) -> Result<(), String> {
-    let stored = ProfileFile::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+fn check(path: &std::path::Path, m: &Measurements) -> Result<()> {
+    let stored =
+        ProfileFile::read(path).with_context(|| format!("the profile {}", path.display()))?;
     let here = prezero::cpu().identity();
     if stored.cpu_id != here {
-        return Err(format!(
+        bail!(
             "{} was measured on \"{}\", this CPU is {here}: nothing to compare (run calibrate without --check)",
             path.display(),
             stored.cpu_id
-        ));
+        );
     }
     let mut off = 0;
     let mut compared = 0;

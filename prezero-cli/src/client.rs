@@ -4,6 +4,7 @@ use std::io::Read;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use prezero::service::{AllocOptions, Client, NodeChoice, Refusal, ServiceStats, Source};
@@ -51,17 +52,18 @@ pub struct NodeArgs {
 
 impl NodeArgs {
     /// `opts` with this node choice.
-    pub(crate) fn apply(&self, opts: AllocOptions) -> Result<AllocOptions, String> {
+    pub(crate) fn apply(&self, opts: AllocOptions) -> Result<AllocOptions> {
         let node = match self.node.as_deref() {
             None => NodeChoice::Caller,
             Some("any") => NodeChoice::Any,
             Some(n) => NodeChoice::Node(
                 n.parse()
-                    .map_err(|_| format!("--node {n}: expected a NUMA node id or any"))?,
+                    .ok()
+                    .with_context(|| format!("--node {n}: expected a NUMA node id or any"))?,
             ),
         };
         if self.other_nodes && node == NodeChoice::Any {
-            return Err("--other-nodes needs a node (--node N, or the caller's)".into());
+            bail!("--other-nodes needs a node (--node N, or the caller's)");
         }
         Ok(AllocOptions {
             node,
@@ -77,12 +79,11 @@ pub(crate) fn on_node(node: Option<u32>) -> String {
 }
 
 impl Common {
-    pub(crate) fn client(&self) -> Result<Client, String> {
-        match &self.socket {
+    pub(crate) fn client(&self) -> Result<Client> {
+        Ok(match &self.socket {
             Some(p) => Client::connect(p),
             None => Client::connect_default(),
-        }
-        .map_err(|e| e.to_string())
+        }?)
     }
 }
 
@@ -140,7 +141,7 @@ pub struct ChurnArgs {
     common: Common,
 }
 
-pub fn run(which: Which) -> Result<(), String> {
+pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Alloc(a) => alloc(&a),
         Which::Stats(a) => stats(&a),
@@ -149,26 +150,20 @@ pub fn run(which: Which) -> Result<(), String> {
     }
 }
 
-fn page(s: &str) -> Result<PageKind, String> {
-    s.parse().map_err(|e: prezero::Error| e.to_string())
-}
-
-fn alloc(args: &AllocArgs) -> Result<(), String> {
+fn alloc(args: &AllocArgs) -> Result<()> {
     let size = parse_size(&args.size)?;
-    let page = page(&args.page)?;
+    let page: PageKind = args.page.parse()?;
     let opts = args.node.apply(AllocOptions {
         fallback: !args.no_fallback,
         ..AllocOptions::default()
     })?;
     let client = args.common.client()?;
     let t = Instant::now();
-    let mut mem = client
-        .alloc_with(size, page, opts)
-        .map_err(|e| e.to_string())?;
+    let mut mem = client.alloc_with(size, page, opts)?;
     let took = t.elapsed();
     let t = Instant::now();
     if let Some(off) = prezero::first_nonzero(mem.as_slice()) {
-        return Err(format!("byte {off} of the memory handed out is not zero"));
+        bail!("byte {off} of the memory handed out is not zero");
     }
     let checked = t.elapsed();
     let (source, detail, node) = match mem.source() {
@@ -215,12 +210,12 @@ fn alloc(args: &AllocArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn stats(args: &StatsArgs) -> Result<(), String> {
+fn stats(args: &StatsArgs) -> Result<()> {
     let client = args.common.client()?;
     if !client.is_connected() {
-        return Err(format!("no service at {}", client.path().display()));
+        bail!("no service at {}", client.path().display());
     }
-    let s = client.stats().map_err(|e| e.to_string())?;
+    let s = client.stats()?;
     if args.json {
         println!("{}", stats_json(&s));
         return Ok(());
@@ -354,12 +349,12 @@ pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
     })
 }
 
-fn churn(args: &ChurnArgs) -> Result<(), String> {
-    let page = page(&args.page)?;
+fn churn(args: &ChurnArgs) -> Result<()> {
+    let page: PageKind = args.page.parse()?;
     let max = parse_size(&args.max)?.max(page.page_size());
     let client = args.common.client()?;
     if !client.is_connected() {
-        return Err(format!("no service at {}", client.path().display()));
+        bail!("no service at {}", client.path().display());
     }
     let opts = AllocOptions {
         fallback: false,
@@ -377,7 +372,7 @@ fn churn(args: &ChurnArgs) -> Result<(), String> {
         match client.alloc_with(size, page, opts) {
             Ok(mut m) => {
                 if let Some(off) = prezero::first_nonzero(m.as_slice()) {
-                    return Err(format!("byte {off} of a {size}-byte hand-out is not zero"));
+                    bail!("byte {off} of a {size}-byte hand-out is not zero");
                 }
                 m.as_mut_slice().fill(0xa5);
                 served += 1;
@@ -389,7 +384,7 @@ fn churn(args: &ChurnArgs) -> Result<(), String> {
                 refused += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.into()),
         }
     }
     println!(

@@ -15,6 +15,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 
+use anyhow::{anyhow, bail, Context, Result};
 use prezero::service::{AllocOptions, Source};
 use prezero::PageKind;
 
@@ -92,7 +93,7 @@ const KNOWN: &str = "the placeholders are {path}, {fd} and {size}, and per segme
 
 /// Splits `arg` into literals and placeholders; a syntax error (an unbalanced
 /// brace, an unknown name) is an error naming the argument.
-fn parse(arg: &[u8]) -> Result<Vec<Piece>, String> {
+fn parse(arg: &[u8]) -> Result<Vec<Piece>> {
     let shown = String::from_utf8_lossy(arg);
     let mut out = Vec::new();
     let mut lit = Vec::new();
@@ -108,15 +109,15 @@ fn parse(arg: &[u8]) -> Result<Vec<Piece>, String> {
                 i += 2;
             }
             b'}' => {
-                return Err(format!(
+                bail!(
                     "argument '{shown}': '}}' at byte {i} closes no placeholder (write }}}} for a literal brace)"
-                ))
+                )
             }
             b'{' => {
                 let Some(len) = arg[i + 1..].iter().position(|&b| b == b'}') else {
-                    return Err(format!(
+                    bail!(
                         "argument '{shown}': '{{' at byte {i} is never closed (write {{{{ for a literal brace)"
-                    ));
+                    );
                 };
                 let name = &arg[i + 1..i + 1 + len];
                 let digits = name.iter().rev().take_while(|b| b.is_ascii_digit()).count();
@@ -126,10 +127,10 @@ fn parse(arg: &[u8]) -> Result<Vec<Piece>, String> {
                     b"fd" => Var::Fd,
                     b"size" => Var::Size,
                     _ => {
-                        return Err(format!(
+                        bail!(
                             "argument '{shown}': unknown placeholder {{{}}}: {KNOWN}",
                             String::from_utf8_lossy(name)
-                        ))
+                        )
                     }
                 };
                 let index = match index {
@@ -138,7 +139,7 @@ fn parse(arg: &[u8]) -> Result<Vec<Piece>, String> {
                         std::str::from_utf8(d)
                             .ok()
                             .and_then(|d| d.parse().ok())
-                            .ok_or_else(|| {
+                            .with_context(|| {
                                 format!("argument '{shown}': segment index too large")
                             })?,
                     ),
@@ -164,7 +165,7 @@ fn parse(arg: &[u8]) -> Result<Vec<Piece>, String> {
 /// The argument with every placeholder replaced by `files`' values. A
 /// placeholder without an index needs exactly one file; an index must name one.
 /// `too_many` is the advice for when one file was wanted and there are several.
-fn render(arg: &[u8], pieces: &[Piece], files: &[File], too_many: &str) -> Result<Vec<u8>, String> {
+fn render(arg: &[u8], pieces: &[Piece], files: &[File], too_many: &str) -> Result<Vec<u8>> {
     let shown = String::from_utf8_lossy(arg);
     let mut out = Vec::with_capacity(arg.len() + 16);
     for p in pieces {
@@ -175,14 +176,14 @@ fn render(arg: &[u8], pieces: &[Piece], files: &[File], too_many: &str) -> Resul
                 let f = match index {
                     None if files.len() == 1 => files[0],
                     None => {
-                        return Err(format!(
+                        bail!(
                             "argument '{shown}': {{{name}}} names one file, but the memory is {} \
                              segments: name each ({{{name}0}} .. {{{name}{}}}), or {too_many}",
                             files.len(),
                             files.len() - 1
-                        ))
+                        )
                     }
-                    Some(i) => *files.get(i).ok_or_else(|| {
+                    Some(i) => *files.get(i).with_context(|| {
                         format!(
                             "argument '{shown}': {{{name}{i}}}: the memory is {} segment{}, \
                              {{{name}0}} .. {{{name}{}}}",
@@ -208,7 +209,7 @@ fn render(arg: &[u8], pieces: &[Piece], files: &[File], too_many: &str) -> Resul
 /// in range and an unindexed one means the only file) name every one of
 /// `files`. An error naming the segments none names when some are named; a
 /// warning when nothing is (the program may find its descriptors itself).
-fn check_named(parsed: &[Vec<Piece>], files: &[File]) -> Result<Option<String>, String> {
+fn check_named(parsed: &[Vec<Piece>], files: &[File]) -> Result<Option<String>> {
     let mut named = vec![false; files.len()];
     let mut any = false;
     for piece in parsed.iter().flatten() {
@@ -236,7 +237,7 @@ fn check_named(parsed: &[Vec<Piece>], files: &[File]) -> Result<Option<String>, 
     }
     let list =
         |f: &dyn Fn(usize) -> String| unnamed.iter().map(|&i| f(i)).collect::<Vec<_>>().join(", ");
-    Err(format!(
+    Err(anyhow!(
         "the memory is {} segments and no placeholder names segment{} {}: the program would \
          hold {} unused (quarantined, and charged to you) for as long as it runs; name every \
          segment ({}, or the {{fd}} and {{size}} forms)",
@@ -248,16 +249,13 @@ fn check_named(parsed: &[Vec<Piece>], files: &[File]) -> Result<Option<String>, 
     ))
 }
 
-pub fn run(args: &ExecArgs) -> Result<(), String> {
+pub fn run(args: &ExecArgs) -> Result<()> {
     let size = parse_size(&args.size)?;
-    let page: PageKind = args
-        .page
-        .parse()
-        .map_err(|e: prezero::Error| e.to_string())?;
+    let page: PageKind = args.page.parse()?;
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or("no program to run: prezero client exec --size SIZE -- PROGRAM ARGS...")?;
+        .context("no program to run: prezero client exec --size SIZE -- PROGRAM ARGS...")?;
     // Syntax errors before any memory is taken.
     let parsed = rest
         .iter()
@@ -270,7 +268,7 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
     })?;
     let mem = client
         .alloc_files(size, page, opts)
-        .map_err(|e| format!("{} of memory: {e}", fmt_size(size)))?;
+        .with_context(|| format!("{} of memory", fmt_size(size)))?;
     let len = mem.len();
     let files: Vec<File> = mem
         .segments()
@@ -332,7 +330,7 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(&argv);
-    mem.pass_to(&mut cmd).map_err(|e| e.to_string())?;
+    mem.pass_to(&mut cmd)?;
     // Only returns on failure; on success the files live on in the program,
     // and the exec closed the connection, which releases them.
     let e = cmd.exec();
@@ -348,9 +346,12 @@ pub fn run(args: &ExecArgs) -> Result<(), String> {
 mod tests {
     use super::*;
 
+    /// The argument expanded, or the error's text.
     fn expand(arg: &str, files: &[File]) -> Result<String, String> {
-        let p = parse(arg.as_bytes())?;
-        render(arg.as_bytes(), &p, files, "ADVICE").map(|b| String::from_utf8(b).unwrap())
+        let p = parse(arg.as_bytes()).map_err(|e| format!("{e:#}"))?;
+        render(arg.as_bytes(), &p, files, "ADVICE")
+            .map(|b| String::from_utf8(b).unwrap())
+            .map_err(|e| format!("{e:#}"))
     }
 
     const ONE: [File; 1] = [File {
@@ -435,9 +436,10 @@ mod tests {
         assert!(parse(b"{sz}").is_err() && parse(b"{path3}").is_ok());
     }
 
+    /// The warning, if any, or the error's text.
     fn named(args: &[&str], files: &[File]) -> Result<Option<String>, String> {
         let parsed: Vec<_> = args.iter().map(|a| parse(a.as_bytes()).unwrap()).collect();
-        check_named(&parsed, files)
+        check_named(&parsed, files).map_err(|e| format!("{e:#}"))
     }
 
     const THREE: [File; 3] = [TWO[0], TWO[1], File { fd: 9, size: 4096 }];

@@ -1,11 +1,12 @@
 //! `prezero info`: everything detected, and what Auto does with it.
 
+use anyhow::Result;
 use serde_json::{json, Value};
 
 use prezero::{Kernel, Streamer, Temperature, TemplateProfile};
 
 use crate::table::Table;
-use crate::units::fmt_size;
+use crate::units::{fmt_size, human_size};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -27,7 +28,7 @@ const CLASSES: [usize; 9] = [
     1 << 30,
 ];
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let v = collect();
     if args.json {
         println!("{v}");
@@ -110,7 +111,7 @@ fn collect() -> Value {
 /// One line per NUMA node: its CPUs, memory, hugetlb pages and distances.
 fn print_numa(nodes: &Value) {
     let size = |v: &Value| fmt_size(v.as_u64().unwrap_or(0) as usize);
-    let gib = |v: &Value| v.as_u64().unwrap_or(0) as f64 / (1u64 << 30) as f64;
+    let human = |v: &Value| human_size(v.as_u64().unwrap_or(0) as usize);
     for n in nodes.as_array().into_iter().flatten() {
         let cpus: Vec<usize> = n["cpus"]
             .as_array()
@@ -138,16 +139,20 @@ fn print_numa(nodes: &Value) {
             .map(|d| d.to_string())
             .collect();
         println!(
-            "NUMA     node {}: CPUs {}, memory {:.1} GiB ({:.1} GiB free){}; hugetlb {}; distances {}",
+            "NUMA     node {}: CPUs {}, memory {} ({} free){}; hugetlb {}; distances {}",
             n["node"],
             if cpus.is_empty() {
                 "none".to_string()
             } else {
                 cpu_list(&cpus)
             },
-            gib(&n["mem_total"]),
-            gib(&n["mem_free"]),
-            if n["has_memory"] == false { ", none usable" } else { "" },
+            human(&n["mem_total"]),
+            human(&n["mem_free"]),
+            if n["has_memory"] == false {
+                ", none usable"
+            } else {
+                ""
+            },
             if hugetlb.is_empty() {
                 "none".to_string()
             } else {

@@ -77,8 +77,50 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("prezero: {e}");
+            eprintln!("prezero: {}", message(&e));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// An error with every cause under it, on one line: "what we were doing: why".
+/// A cause its error has already printed (the library's `Os` errors say their
+/// OS error and also give it as their source) is not said twice.
+pub(crate) fn message(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain().map(|c| c.to_string()) {
+        if out.is_empty() {
+            out = cause;
+        } else if !out.ends_with(&cause) {
+            out = format!("{out}: {cause}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use anyhow::Context;
+
+    use super::message;
+
+    #[test]
+    fn an_error_says_what_failed_and_why_once() {
+        let e = std::fs::read("/nonexistent/profile.json")
+            .context("cannot read the profile /nonexistent/profile.json")
+            .unwrap_err();
+        assert_eq!(
+            message(&e),
+            "cannot read the profile /nonexistent/profile.json: No such file or directory (os error 2)"
+        );
+        let os = prezero::Error::Os {
+            call: "mmap",
+            source: std::io::Error::from_raw_os_error(libc::ENOMEM),
+        };
+        let e = anyhow::Error::new(os).context("2M of memory");
+        assert_eq!(
+            message(&e),
+            "2M of memory: mmap failed: Cannot allocate memory (os error 12)"
+        );
     }
 }

@@ -30,6 +30,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use crate::units::{fmt_size, parse_size, parse_size_or_zero};
+use anyhow::{anyhow, bail, Context, Result};
 
 /// The library, built by build.rs from `prezero-preload`.
 static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
@@ -108,41 +109,41 @@ pub struct Args {
 }
 
 /// A size flag: K/M/G/T as everywhere, and 0.
-fn size_or_zero(flag: &str, s: &str) -> Result<usize, String> {
-    parse_size_or_zero(s).map_err(|e| format!("--{flag}: {e}"))
+fn size_or_zero(flag: &str, s: &str) -> Result<usize> {
+    parse_size_or_zero(s).with_context(|| format!("--{flag}"))
 }
 
 /// A threshold (`--threshold`, `PREZERO_THRESHOLD`): a size of 64K at least.
-fn threshold(s: &str) -> Result<usize, String> {
+fn threshold(s: &str) -> Result<usize> {
     let t = parse_size(s)?;
     if t < MIN_THRESHOLD {
-        return Err(format!(
+        bail!(
             "{}: at least {} (below it the C library's own arenas serve better)",
             fmt_size(t),
             fmt_size(MIN_THRESHOLD)
-        ));
+        );
     }
     Ok(t)
 }
 
 /// A reserve (`--reserve`, `PREZERO_RESERVE`): a size of 2M at least.
-fn reserve(s: &str) -> Result<usize, String> {
+fn reserve(s: &str) -> Result<usize> {
     let r = parse_size(s)?;
     if r < MIN_RESERVE {
-        return Err(format!(
+        bail!(
             "{}: at least {} (one huge page)",
             fmt_size(r),
             fmt_size(MIN_RESERVE)
-        ));
+        );
     }
     Ok(r)
 }
 
 /// How the library reads each variable it takes, for [`check_inherited`].
-fn read_as(name: &str, value: &str) -> Option<Result<(), String>> {
+fn read_as(name: &str, value: &str) -> Option<Result<()>> {
     let flag = || match value {
         "0" | "1" => Ok(()),
-        _ => Err("1 or 0".to_string()),
+        _ => Err(anyhow!("1 or 0")),
     };
     let r = match name {
         "PREZERO_THRESHOLD" => threshold(value).map(drop),
@@ -166,7 +167,7 @@ fn read_as(name: &str, value: &str) -> Option<Result<(), String>> {
 pub fn check_inherited(
     vars: impl IntoIterator<Item = (OsString, OsString)>,
     set: &[(&'static str, String)],
-) -> Result<(), String> {
+) -> Result<()> {
     for (k, v) in vars {
         let Some(k) = k.to_str() else { continue };
         if set.iter().any(|(name, _)| *name == k) {
@@ -174,7 +175,7 @@ pub fn check_inherited(
         }
         let value = v.to_string_lossy();
         if let Some(Err(e)) = read_as(k, &value) {
-            return Err(format!("{k}={value} in the environment: {e}"));
+            return Err(e.context(format!("{k}={value} in the environment")));
         }
     }
     Ok(())
@@ -183,10 +184,10 @@ pub fn check_inherited(
 impl Settings {
     /// The `PREZERO_*` variables the flags set, in bytes (the library's own
     /// parser takes fewer spellings than ours).
-    pub fn variables(&self) -> Result<Vec<(&'static str, String)>, String> {
+    pub fn variables(&self) -> Result<Vec<(&'static str, String)>> {
         let mut v = Vec::new();
         if let Some(t) = &self.threshold {
-            let t = threshold(t).map_err(|e| format!("--threshold: {e}"))?;
+            let t = threshold(t).context("--threshold")?;
             v.push(("PREZERO_THRESHOLD", t.to_string()));
         }
         if let Some(c) = &self.cap {
@@ -211,7 +212,7 @@ impl Settings {
             v.push(("PREZERO_LAZY", "1".into()));
         }
         if let Some(r) = &self.reserve {
-            let r = reserve(r).map_err(|e| format!("--reserve: {e}"))?;
+            let r = reserve(r).context("--reserve")?;
             v.push(("PREZERO_RESERVE", r.to_string()));
         }
         Ok(v)
@@ -257,18 +258,18 @@ pub fn ld_preload(
 
 /// The library to preload: `PREZERO_PRELOAD_LIB` if set, else the embedded
 /// copy in the cache directory.
-pub fn library() -> Result<PathBuf, String> {
+pub fn library() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(OVERRIDE).filter(|p| !p.is_empty()) {
         let path = fs::canonicalize(&p)
-            .map_err(|e| format!("{OVERRIDE}={}: {e}", Path::new(&p).display()))?;
+            .with_context(|| format!("{OVERRIDE}={}", Path::new(&p).display()))?;
         if !path.is_file() {
-            return Err(format!("{OVERRIDE}={}: not a file", path.display()));
+            bail!("{OVERRIDE}={}: not a file", path.display());
         }
         if unfit_for_ld_preload(&path) {
-            return Err(format!(
+            bail!(
                 "{OVERRIDE}={}: LD_PRELOAD cannot hold a path with a space or colon",
                 path.display()
-            ));
+            );
         }
         return Ok(path);
     }
@@ -309,9 +310,9 @@ fn cache_dirs() -> Vec<PathBuf> {
 
 /// `dir` exists (made 0700 if not), is a directory (not a link to one), ours,
 /// writable by no one else, and on a filesystem that lets us execute.
-fn private_dir(dir: &Path) -> Result<(), String> {
+fn private_dir(dir: &Path) -> Result<()> {
     if unfit_for_ld_preload(dir) {
-        return Err("its path has a space or colon, which LD_PRELOAD cannot hold".into());
+        bail!("its path has a space or colon, which LD_PRELOAD cannot hold");
     }
     if let Some(parent) = dir.parent() {
         // ~/.cache may not exist yet; /tmp does.
@@ -320,26 +321,26 @@ fn private_dir(dir: &Path) -> Result<(), String> {
     match fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(e.into()),
     }
-    let m = fs::symlink_metadata(dir).map_err(|e| e.to_string())?;
+    let m = fs::symlink_metadata(dir)?;
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
     if !m.is_dir() {
-        return Err("not a directory (a symbolic link is refused too)".into());
+        bail!("not a directory (a symbolic link is refused too)");
     }
     if m.uid() != me {
-        return Err(format!("owned by uid {}, not by us ({me})", m.uid()));
+        bail!("owned by uid {}, not by us ({me})", m.uid());
     }
     if m.mode() & 0o022 != 0 {
-        return Err(format!("writable by others (mode {:o})", m.mode() & 0o7777));
+        bail!("writable by others (mode {:o})", m.mode() & 0o7777);
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).map_err(|e| e.to_string())?;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
     // SAFETY: statvfs fills the struct from a NUL-terminated path.
     let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_NOEXEC != 0 {
-        return Err("on a filesystem mounted noexec".into());
+        bail!("on a filesystem mounted noexec");
     }
     Ok(())
 }
@@ -347,21 +348,21 @@ fn private_dir(dir: &Path) -> Result<(), String> {
 /// `bytes` as the file `name` in the first private cache directory that
 /// works: reused when it is already there with these bytes, else written
 /// to a temporary name and renamed (a reader never sees half a file).
-pub fn cache_file(name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+pub fn cache_file(name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf> {
     let mut why = Vec::new();
     for dir in cache_dirs() {
         match private_dir(&dir).and_then(|()| place(&dir, name, bytes, mode)) {
             Ok(p) => return Ok(p),
-            Err(e) => why.push(format!("{}: {e}", dir.display())),
+            Err(e) => why.push(format!("{}: {}", dir.display(), crate::message(&e))),
         }
     }
-    Err(format!(
+    Err(anyhow!(
         "no private directory to write {name} to ({}); or set {OVERRIDE}",
         why.join("; ")
     ))
 }
 
-fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, String> {
+fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf> {
     let path = dir.join(name);
     if let Ok(m) = fs::symlink_metadata(&path) {
         if m.is_file() && m.len() == bytes.len() as u64 && fs::read(&path).is_ok_and(|b| b == bytes)
@@ -380,10 +381,11 @@ fn place(dir: &Path, name: &str, bytes: &[u8], mode: u32) -> Result<PathBuf, Str
         f.write_all(bytes)?;
         fs::rename(&tmp, &path)
     };
-    write().map_err(|e| {
-        let _ = fs::remove_file(&tmp);
-        format!("writing {name}: {e}")
-    })?;
+    write()
+        .inspect_err(|_| {
+            let _ = fs::remove_file(&tmp);
+        })
+        .with_context(|| format!("writing {name}"))?;
     Ok(path)
 }
 
@@ -393,7 +395,7 @@ pub fn environment(
     settings: &Settings,
     existing: Option<&OsStr>,
     marker: Option<&OsStr>,
-) -> Result<Vec<(OsString, OsString)>, String> {
+) -> Result<Vec<(OsString, OsString)>> {
     let vars = settings.variables()?;
     check_inherited(std::env::vars_os(), &vars)?;
     let mut env: Vec<(OsString, OsString)> = vars
@@ -409,11 +411,11 @@ pub fn environment(
     Ok(env)
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let (program, rest) = args
         .command
         .split_first()
-        .ok_or("no program to run: prezero run -- PROGRAM ARGS...")?;
+        .context("no program to run: prezero run -- PROGRAM ARGS...")?;
     let mut env = environment(
         &args.settings,
         std::env::var_os("LD_PRELOAD").as_deref(),
@@ -498,17 +500,17 @@ mod tests {
             threshold: Some("4K".into()),
             ..Settings::default()
         };
-        assert!(low.variables().unwrap_err().contains("at least 64K"));
+        assert!(format!("{:#}", low.variables().unwrap_err()).contains("at least 64K"));
         let bad = Settings {
             cap: Some("lots".into()),
             ..Settings::default()
         };
-        assert!(bad.variables().unwrap_err().starts_with("--cap:"));
+        assert!(format!("{:#}", bad.variables().unwrap_err()).starts_with("--cap:"));
         let small = Settings {
             reserve: Some("1M".into()),
             ..Settings::default()
         };
-        assert!(small.variables().unwrap_err().contains("at least 2M"));
+        assert!(format!("{:#}", small.variables().unwrap_err()).contains("at least 2M"));
     }
 
     #[test]
@@ -526,7 +528,7 @@ mod tests {
             ("PREZERO_PRELOADED", "/any/path"),
             ("HOME", "/root"),
         ]);
-        assert_eq!(check_inherited(good, &[]), Ok(()));
+        check_inherited(good, &[]).unwrap();
         for (k, v, why) in [
             ("PREZERO_RESERVE", "lots", "PREZERO_RESERVE=lots"),
             ("PREZERO_RESERVE", "1M", "at least 2M"),
@@ -534,15 +536,12 @@ mod tests {
             ("PREZERO_LAZY", "yes", "1 or 0"),
             ("PREZERO_IDLE_SECS", "-1", "PREZERO_IDLE_SECS=-1"),
         ] {
-            let e = check_inherited(env(&[(k, v)]), &[]).unwrap_err();
+            let e = format!("{:#}", check_inherited(env(&[(k, v)]), &[]).unwrap_err());
             assert!(e.contains(why), "{k}={v}: {e}");
         }
         // A flag replaces the variable: its old value does not matter.
         let set = [("PREZERO_RESERVE", "4194304".to_string())];
-        assert_eq!(
-            check_inherited(env(&[("PREZERO_RESERVE", "x")]), &set),
-            Ok(())
-        );
+        check_inherited(env(&[("PREZERO_RESERVE", "x")]), &set).unwrap();
     }
 
     #[test]
@@ -560,15 +559,11 @@ mod tests {
         assert_eq!(fs::read(&p).unwrap(), b"two!");
         use std::os::unix::fs::PermissionsExt;
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
-        assert!(private_dir(&dir)
-            .unwrap_err()
-            .contains("writable by others"));
+        assert!(format!("{:#}", private_dir(&dir).unwrap_err()).contains("writable by others"));
         let link = base.join("link");
         std::os::unix::fs::symlink(&dir, &link).unwrap();
-        assert!(private_dir(&link).unwrap_err().contains("not a directory"));
-        assert!(private_dir(&base.join("a b"))
-            .unwrap_err()
-            .contains("space"));
+        assert!(format!("{:#}", private_dir(&link).unwrap_err()).contains("not a directory"));
+        assert!(format!("{:#}", private_dir(&base.join("a b")).unwrap_err()).contains("space"));
         fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use anyhow::{anyhow, bail, Context, Result};
 use serde::Deserialize;
 
 use std::collections::BTreeMap;
@@ -125,21 +126,20 @@ impl FileNode {
 }
 
 /// `all` or a node id.
-fn pool_node(s: &str) -> Result<PoolNode, String> {
+fn pool_node(s: &str) -> Result<PoolNode> {
     if s == "all" {
         return Ok(PoolNode::All);
     }
     s.parse()
         .map(PoolNode::Node)
-        .map_err(|_| format!("pool node '{s}': expected a NUMA node id or all"))
+        .ok()
+        .with_context(|| format!("pool node '{s}': expected a NUMA node id or all"))
 }
 
-fn page_kind(s: &str) -> Result<PageKind, String> {
-    let k: PageKind = s.parse().map_err(|e: prezero::Error| e.to_string())?;
+fn page_kind(s: &str) -> Result<PageKind> {
+    let k: PageKind = s.parse()?;
     if !k.is_hugetlb() {
-        return Err(format!(
-            "pool page '{s}': the service serves 2MB or 1GB pages"
-        ));
+        bail!("pool page '{s}': the service serves 2MB or 1GB pages");
     }
     Ok(k)
 }
@@ -150,12 +150,16 @@ fn pool(
     cap: Option<&str>,
     segment: Option<&str>,
     node: Option<&str>,
-) -> Result<PoolConfig, String> {
+) -> Result<PoolConfig> {
     let page = page_kind(page)?;
-    let target = parse_size(target)?;
+    let target = parse_size(target).context("pool target")?;
     let default_segment = page.page_size().max(256 << 20);
-    let segment_size = segment.map_or(Ok(default_segment), parse_size)?;
-    let cap = cap.map_or(Ok(target.max(segment_size)), parse_size)?;
+    let segment_size = segment
+        .map_or(Ok(default_segment), parse_size)
+        .context("pool segment")?;
+    let cap = cap
+        .map_or(Ok(target.max(segment_size)), parse_size)
+        .context("pool cap")?;
     let node = node.map_or(Ok(PoolNode::All), pool_node)?;
     Ok(PoolConfig {
         page,
@@ -167,29 +171,27 @@ fn pool(
 }
 
 /// `2MB:target=8G,cap=16G,segment=256M,node=1`
-fn parse_pool_flag(s: &str) -> Result<PoolConfig, String> {
+fn parse_pool_flag(s: &str) -> Result<PoolConfig> {
     let (page, rest) = s.split_once(':').unwrap_or((s, ""));
     let (mut target, mut cap, mut segment, mut node) = (None, None, None, None);
     for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .ok_or_else(|| format!("--pool {s}: '{kv}' is not key=value"))?;
+            .with_context(|| format!("--pool {s}: '{kv}' is not key=value"))?;
         match k {
             "target" => target = Some(v),
             "cap" => cap = Some(v),
             "segment" => segment = Some(v),
             "node" => node = Some(v),
             _ => {
-                return Err(format!(
-                    "--pool {s}: unknown key '{k}' (target, cap, segment, node)"
-                ))
+                bail!("--pool {s}: unknown key '{k}' (target, cap, segment, node)")
             }
         }
     }
     pool(page, target.unwrap_or("1G"), cap, segment, node)
 }
 
-fn verify(s: &str) -> Result<Verify, String> {
+fn verify(s: &str) -> Result<Verify> {
     match s.split_once(':') {
         None if s == "full" => Ok(Verify::Full),
         Some(("sample", n)) => Ok(Verify::Sampled {
@@ -197,29 +199,30 @@ fn verify(s: &str) -> Result<Verify, String> {
                 .parse()
                 .ok()
                 .filter(|&n| n > 0)
-                .ok_or_else(|| format!("verify '{s}': N must be a positive integer"))?,
+                .with_context(|| format!("verify '{s}': N must be a positive integer"))?,
         }),
-        _ => Err(format!("verify '{s}': expected full or sample:N")),
+        _ => Err(anyhow!("verify '{s}': expected full or sample:N")),
     }
 }
 
-fn priority(s: &str) -> Result<ScrubPriority, String> {
+fn priority(s: &str) -> Result<ScrubPriority> {
     match s {
         "idle" => Ok(ScrubPriority::Idle),
         "nice19" => Ok(ScrubPriority::Nice19),
         "normal" => Ok(ScrubPriority::Normal),
-        _ => Err(format!(
+        _ => Err(anyhow!(
             "scrub priority '{s}': expected idle, nice19 or normal"
         )),
     }
 }
 
 /// The file, then the flags over it.
-fn config(args: &Args) -> Result<ServerConfig, String> {
+fn config(args: &Args) -> Result<ServerConfig> {
     let file: File = match &args.config {
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
-            toml::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("cannot read the config {}", p.display()))?;
+            toml::from_str(&text).with_context(|| format!("the config {}", p.display()))?
         }
         None => File::default(),
     };
@@ -254,7 +257,7 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     cfg.allow_gids = file.allow_gids;
     cfg.allow_gids.extend(&args.allow_gids);
     if let Some(c) = args.uid_cap.as_ref().or(file.uid_cap.as_ref()) {
-        cfg.uid_cap = Some(parse_size(c)?);
+        cfg.uid_cap = Some(parse_size(c).context("uid cap")?);
     }
     if let Some(v) = args.verify.as_ref().or(file.verify.as_ref()) {
         cfg.verify = verify(v)?;
@@ -270,7 +273,7 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
         cfg.reuse = match r.as_str() {
             "same-uid" => Reuse::SameUid,
             "fresh" => Reuse::Fresh,
-            _ => return Err(format!("reuse '{r}': expected same-uid or fresh")),
+            _ => bail!("reuse '{r}': expected same-uid or fresh"),
         };
     }
     if let Some(n) = args.max_conns_per_uid.or(file.max_conns_per_uid) {
@@ -281,21 +284,17 @@ fn config(args: &Args) -> Result<ServerConfig, String> {
     if let Some(secs) = args.metrics_interval.or(file.metrics_interval) {
         let most = prezero::service::MAX_METRICS_INTERVAL.as_secs_f64();
         if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
-            return Err(format!(
-                "metrics interval {secs}: expected seconds, from 0.01 to {most}"
-            ));
+            bail!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
         }
         cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
     }
     Ok(cfg)
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let cfg = config(args)?;
     // Before any hugetlb page is reserved for it: every pool placed on a node.
-    let placed = cfg
-        .placed_pools(&prezero::numa::Topology::read())
-        .map_err(|e| e.to_string())?;
+    let placed = cfg.placed_pools(&prezero::numa::Topology::read())?;
     for p in &placed {
         let node = match p.node {
             PoolNode::Node(n) => n.to_string(),
@@ -315,13 +314,13 @@ pub fn run(args: &Args) -> Result<(), String> {
     } else {
         Vec::new()
     };
-    let server = Server::start(cfg).map_err(|e| e.to_string())?;
-    server.run().map_err(|e| e.to_string())
+    let server = Server::start(cfg)?;
+    Ok(server.run()?)
 }
 
 /// Grows each node's hugetlb pool so every pool placed on it fits its cap:
 /// one reservation per page size, for all its pools on all nodes.
-fn reserve(placed: &[PoolConfig]) -> Result<Vec<HugetlbReservation>, String> {
+fn reserve(placed: &[PoolConfig]) -> Result<Vec<HugetlbReservation>> {
     let mut pages_of: BTreeMap<usize, (PageKind, BTreeMap<u32, usize>)> = BTreeMap::new();
     for p in placed {
         let PoolNode::Node(node) = p.node else {
@@ -356,7 +355,7 @@ fn reserve(placed: &[PoolConfig]) -> Result<Vec<HugetlbReservation>, String> {
                 }
                 r => r,
             }
-            .map_err(|e| format!("--reserve {kind}: {e}"))
+            .with_context(|| format!("--reserve {kind}"))
         })
         .collect()
 }
@@ -398,13 +397,13 @@ mod tests {
         assert!(parse_pool_flag("2MB:node=-1").is_err());
         assert!(parse_pool_flag("2MB:node=one").is_err());
         assert!(verify("sample:0").is_err());
-        assert_eq!(verify("sample:8"), Ok(Verify::Sampled { one_in: 8 }));
+        assert_eq!(verify("sample:8").unwrap(), Verify::Sampled { one_in: 8 });
     }
 
     #[test]
     fn a_pools_node_in_the_file_is_an_id_or_all() {
-        let nodes = |text: &str| -> Result<Vec<PoolNode>, String> {
-            let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let nodes = |text: &str| -> Result<Vec<PoolNode>> {
+            let f: File = toml::from_str(text)?;
             f.pools
                 .iter()
                 .map(|p| {

@@ -440,36 +440,54 @@ fn on_path(name: &str) -> Option<PathBuf> {
     })
 }
 
-/// A QMP connection: one command, its answer (events skipped).
-struct Qmp(BufReader<UnixStream>);
+/// A QMP connection: one command, its answer (events skipped). A failed
+/// exchange shows QEMU's stderr (`log`), which says why it went away.
+struct Qmp(BufReader<UnixStream>, PathBuf, u32);
 
 impl Qmp {
-    fn connect(path: &Path, qemu: &mut Child) -> Qmp {
+    fn connect(path: &Path, qemu: &mut Child, log: &Path) -> Qmp {
         let t = Instant::now();
         let s = loop {
             if let Ok(s) = UnixStream::connect(path) {
                 break s;
             }
             if let Some(status) = qemu.try_wait().unwrap() {
-                panic!("QEMU exited ({status})");
+                panic!("QEMU exited ({status}): {}", read_log(log));
             }
             assert!(t.elapsed() < Duration::from_secs(60), "no QMP socket");
             std::thread::sleep(Duration::from_millis(10));
         };
         s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut q = Qmp(BufReader::new(s));
+        let mut q = Qmp(BufReader::new(s), log.to_owned(), qemu.id());
         let mut greeting = String::new();
         q.0.read_line(&mut greeting).unwrap();
-        assert!(greeting.contains("QMP"), "{greeting}");
+        assert!(greeting.contains("QMP"), "{greeting}: {}", read_log(log));
         q.cmd(serde_json::json!({"execute": "qmp_capabilities"}));
         q
     }
 
     fn cmd(&mut self, c: serde_json::Value) -> serde_json::Value {
-        writeln!(self.0.get_mut(), "{c}").unwrap();
+        let gone = |e: &dyn std::fmt::Display| -> ! {
+            // Time for QEMU to finish writing why it left.
+            std::thread::sleep(Duration::from_millis(500));
+            panic!(
+                "QMP {c}: {e}; QEMU: {}; its stderr: {}",
+                exit_of(self.2),
+                read_log(&self.1)
+            )
+        };
+        // One write: QEMU parses a command as soon as its JSON closes, so a
+        // newline written after a `quit` met a closed monitor (EPIPE).
+        if let Err(e) = self.0.get_mut().write_all(format!("{c}\n").as_bytes()) {
+            gone(&e);
+        }
         loop {
             let mut line = String::new();
-            assert!(self.0.read_line(&mut line).unwrap() > 0, "QMP closed");
+            match self.0.read_line(&mut line) {
+                Ok(0) => gone(&"QEMU closed the monitor"),
+                Err(e) => gone(&e),
+                Ok(_) => {}
+            }
             let v: serde_json::Value = serde_json::from_str(&line).unwrap();
             if let Some(r) = v.get("return") {
                 return r.clone();
@@ -483,6 +501,32 @@ impl Qmp {
                                              "arguments": {"command-line": line}}));
         r.as_str().unwrap().to_owned()
     }
+}
+
+/// How child `pid` ended, left to be reaped, or that it runs.
+fn exit_of(pid: u32) -> String {
+    // SAFETY: siginfo_t is plain data; waitid writes it.
+    let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a child of this process; WNOWAIT leaves it to be reaped.
+    let r = unsafe {
+        libc::waitid(
+            libc::P_PID,
+            pid,
+            &mut info,
+            libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
+        )
+    };
+    // SAFETY: filled in by waitid for an exited child (pid 0 otherwise).
+    let (who, code) = unsafe { (info.si_pid(), info.si_status()) };
+    match (r, who) {
+        (0, 0) => "still running".into(),
+        (0, _) => format!("exited, si_code {} status {code}", info.si_code),
+        _ => format!("waitid: {}", std::io::Error::last_os_error()),
+    }
+}
+
+fn read_log(log: &Path) -> String {
+    std::fs::read_to_string(log).unwrap_or_else(|e| format!("({}: {e})", log.display()))
 }
 
 /// The descriptors of process `pid` that are prezero memfds.
@@ -531,6 +575,7 @@ fn qemu_boots_on_service_memory_that_is_hugetlb_zero_and_quarantined_while_it_ru
     d.wait_all_ready();
     let dir = scratch("qemu");
     let qmp = dir.join("qmp.sock");
+    let qemu_log = dir.join("qemu.err");
     let child = exec_cmd(
         &d.socket,
         &[
@@ -559,13 +604,13 @@ fn qemu_boots_on_service_memory_that_is_hugetlb_zero_and_quarantined_while_it_ru
         ],
     )
     .stdout(Stdio::null())
-    .stderr(Stdio::piped())
+    .stderr(std::fs::File::create(&qemu_log).unwrap())
     .spawn()
     .unwrap();
     // `client exec` became QEMU: the same pid.
     let mut qemu_proc = Reaped(child);
     let pid = qemu_proc.0.id();
-    let mut q = Qmp::connect(&qmp, &mut qemu_proc.0);
+    let mut q = Qmp::connect(&qmp, &mut qemu_proc.0, &qemu_log);
     assert_eq!(
         q.cmd(serde_json::json!({"execute": "query-status"}))["status"],
         "prelaunch"
@@ -612,10 +657,13 @@ fn qemu_boots_on_service_memory_that_is_hugetlb_zero_and_quarantined_while_it_ru
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stats_cli(&d.socket), (0, 0, 1));
 
-    q.cmd(serde_json::json!({"execute": "quit"}));
+    // QEMU may close the monitor before it answers: its exit status is the
+    // answer.
+    q.0.get_mut()
+        .write_all(b"{\"execute\": \"quit\"}\n")
+        .unwrap();
     let status = wait_exit(&mut qemu_proc.0, Duration::from_secs(30));
-    let mut err = String::new();
-    std::io::Read::read_to_string(qemu_proc.0.stderr.as_mut().unwrap(), &mut err).unwrap();
+    let err = read_log(&qemu_log);
     assert!(status.success(), "{status}: {err}");
     assert!(err.contains("64M on 2MB pages from prezero serve"), "{err}");
     wait_for(

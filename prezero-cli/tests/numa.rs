@@ -270,13 +270,59 @@ fn serve_hands_each_node_its_own_pages() {
         assert!(p.all_on(n), "node {n}: [{}]", show(&p));
         common::assert_all_zero(&m);
     }
-    // A node with no pool, and one that does not exist.
+    // A node that does not exist; other nodes allowed with no node asked.
     let far = AllocOptions {
         node: NodeChoice::Node(9999),
         ..common::NO_FALLBACK
     };
     let e = c.alloc_with(2 * MB, PageKind::Huge2M, far).err().unwrap();
     assert!(e.to_string().contains("9999"), "{e}");
+    let anywhere = AllocOptions {
+        node: NodeChoice::Any,
+        other_nodes: true,
+        ..common::NO_FALLBACK
+    };
+    assert!(c.alloc_with(2 * MB, PageKind::Huge2M, anywhere).is_err());
+}
+
+/// A daemon with a pool on one node only: a request for another node is
+/// refused, unless it allows others: then the nearest node's, said so.
+#[test]
+fn a_node_without_a_pool_is_served_by_the_nearest_when_allowed() {
+    let nodes = match nodes() {
+        Ok(n) => n,
+        Err(why) => return skip(&format!("another node's pool ({why})")),
+    };
+    let (has, lacks) = (nodes[0], nodes[1]);
+    let pages = match HugetlbReservation::ensure_free_on_nodes(PAGE, &[(has, 16)]) {
+        Ok(r) => r,
+        Err(e) => return skip(&format!("cannot reserve 2 MiB pages on node {has}: {e}")),
+    };
+    let pool = format!("target=8M,cap=16M,segment=8M,node={has}");
+    let d = Daemon::start_with(PageKind::Huge2M, &[&pool], &[], pages);
+    let c = d.client();
+    let want = |other_nodes| AllocOptions {
+        node: NodeChoice::Node(lacks),
+        other_nodes,
+        ..common::NO_FALLBACK
+    };
+    let e = c
+        .alloc_with(8 * MB, PageKind::Huge2M, want(false))
+        .err()
+        .unwrap();
+    assert!(e.to_string().contains(&format!("node {lacks}")), "{e}");
+    let m = common::from_service_opts(&c, 8 * MB, want(true));
+    assert!(
+        matches!(m.source(), Source::Service { node: Some(x), .. } if *x == has),
+        "{:?}",
+        m.source()
+    );
+    let p = placement(m.as_ptr(), m.len(), PAGE).unwrap();
+    println!(
+        "node {lacks} without a pool, others allowed: [{}]",
+        show(&p)
+    );
+    assert!(p.all_on(has), "[{}]", show(&p));
 }
 
 #[test]
@@ -388,4 +434,39 @@ fn bench_mmap_populates_each_part_on_its_node() {
         .unwrap();
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("9999"));
+}
+
+/// A thread on a node of CPUs only (no memory: its pages come from the
+/// nearest node that has) asks the service for its own node's memory and
+/// gets the nearest node's, or local memory there: never a refusal.
+#[test]
+fn a_thread_on_a_node_without_memory_gets_the_nearest_nodes() {
+    let t = Topology::read();
+    let Some(cpu_only) = t.nodes.iter().find(|n| !n.has_memory && !n.cpus.is_empty()) else {
+        // Only the numa3m guest has one; no other test environment requires it.
+        return eprintln!("skipped: no NUMA node with CPUs and no memory here");
+    };
+    let nearest = t
+        .nearest_memory_node(cpu_only.id)
+        .expect("a node with memory");
+    let nodes = t.memory_nodes();
+    let Some(d) = numa_daemon(&nodes) else { return };
+    let c = d.client();
+    let (id, t2) = (cpu_only.id, t.clone());
+    let (source, placed) = std::thread::spawn(move || {
+        run_on_node(&t2, id).unwrap();
+        let m = c
+            .alloc_with(8 * MB, PageKind::Huge2M, common::NO_FALLBACK)
+            .unwrap();
+        let p = placement(m.as_ptr(), m.len(), PAGE).unwrap();
+        (m.source().clone(), p)
+    })
+    .join()
+    .unwrap();
+    println!("CPU-only node {id}: {source:?}, [{}]", show(&placed));
+    assert!(
+        placed.all_on(nearest),
+        "node {nearest}: [{}]",
+        show(&placed)
+    );
 }

@@ -139,18 +139,16 @@ fn a_forked_child_holding_the_segment_keeps_it_out_of_reuse() {
 /// socket only when told (`go`), then holds it until `release` closes.
 fn pass_to_third_process(fd: libc::c_int) -> (libc::pid_t, OwnedFd, OwnedFd) {
     let mut sv = [0; 2];
-    // SAFETY: socketpair fills a local array.
-    assert_eq!(
-        unsafe {
-            libc::socketpair(
-                libc::AF_UNIX,
-                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
-                0,
-                sv.as_mut_ptr(),
-            )
-        },
-        0
-    );
+    // SAFETY: socketpair writes two descriptors into sv, a local array of two.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0);
     let mut go = [0; 2];
     let mut rel = [0; 2];
     // SAFETY: pipe2 fills local arrays.

@@ -24,9 +24,11 @@
 //! * `lazy/`: the lazy mode (`PREZERO_LAZY=1`): large blocks populated on
 //!   their first touch by a fault handler that moves pre-zeroed huge pages
 //!   in from a reserve, and the program's own large mappings with them.
-//! * `config.rs`: the `PREZERO_*` environment; `stats.rs`: the counters.
+//! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
+//!   `stats.rs`: the counters.
 //! * `sys.rs`: every call into libc, none of which allocates; `uffd.rs` the
-//!   lazy mode's (userfaultfd, pagemap, futex, signal mask).
+//!   lazy mode's (userfaultfd, pagemap, futex, signal mask); `fault.rs`
+//!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
@@ -38,9 +40,12 @@
 mod blocks;
 mod cache;
 mod config;
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod lazy;
 mod next;
 mod nodes;
+mod size;
 mod stats;
 mod sys;
 mod uffd;

@@ -4,11 +4,14 @@
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
-//! buffers only.
+//! buffers only; `spawn` alone allocates (std's thread creation), outside
+//! the cache's lock.
 //!
 //! A wrapper is safe unless a wrong argument could break memory or a
 //! descriptor still in use; then it is an `unsafe fn` and its `pre:` line is
 //! the obligation. Addresses are numbers (`usize`), as the cache keeps them.
+//! In a test build (`fault-injection`) the calls that can fail can be made
+//! to (`fault.rs`).
 
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
@@ -16,6 +19,19 @@ use std::ffi::{c_int, c_void, CStr};
 /// A failed call's errno.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Errno(pub c_int);
+
+/// Returns the failure the test build's plan injects into this call
+/// (`fault.rs`: the call is not made, the errno is the kernel's for it);
+/// nothing in a normal build.
+macro_rules! inject {
+    ($kind:ident, $errno:expr) => {
+        #[cfg(feature = "fault-injection")]
+        if crate::fault::fails(crate::fault::Kind::$kind) {
+            set_errno($errno);
+            return Err(Errno($errno));
+        }
+    };
+}
 
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
@@ -101,6 +117,7 @@ pub unsafe fn madvise_raw(addr: usize, len: usize, advice: c_int) -> Result<(), 
 /// pre: no `MAP_FIXED` in `flags` (the callers below pass none): without it
 /// the kernel takes a free range, which aliases nothing.
 fn map_anon(len: usize, prot: c_int, flags: c_int) -> Result<usize, Errno> {
+    inject!(Mmap, libc::ENOMEM);
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
     // SAFETY: a fresh mapping at an address the kernel picks (no MAP_FIXED).
     unsafe { mmap_raw(0, len, prot, flags, -1, 0) }
@@ -140,6 +157,7 @@ pub fn map_zeroes(len: usize) -> Result<usize, Errno> {
 /// pre: `[addr, addr + len)` is a mapping of the caller's, and nothing uses
 /// its contents (they become untouched zero pages).
 pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Mmap, libc::ENOMEM);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
     // SAFETY: the range is the caller's and unused (pre).
@@ -151,6 +169,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
 /// # Safety
 /// pre: the range is a mapping this crate made, and nothing uses it any more.
 pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Munmap, libc::EINVAL);
     // SAFETY: the range is ours and unused (pre).
     unsafe { munmap_raw(addr, len) }
 }
@@ -162,6 +181,7 @@ pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
 /// could take execute permission from code, or open memory meant to stay
 /// read-only to writes.
 pub unsafe fn make_writable(addr: usize, len: usize) -> Result<(), Errno> {
+    inject!(Mprotect, libc::ENOMEM);
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     // SAFETY: the range is our reservation's (pre).
     if unsafe { libc::mprotect(addr as *mut c_void, len, prot) } != 0 {
@@ -189,6 +209,7 @@ pub enum Advice {
 /// pre: none: the kernel checks the range, and neither advice changes a
 /// byte, so a wrong range is an error, never undefined behaviour.
 pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
+    inject!(Madvise, libc::ENOMEM);
     let advice = match advice {
         Advice::HugePage => libc::MADV_HUGEPAGE,
         Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
@@ -208,6 +229,8 @@ pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
 /// made, and nothing else reads or writes it while this runs (its contents
 /// vanish).
 pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
+    // What the kernel says of mlock'd memory.
+    inject!(Madvise, libc::EINVAL);
     // SAFETY: the range is ours and no one else's meanwhile (pre).
     unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED) }
 }
@@ -221,6 +244,7 @@ pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
 /// pre: both ranges are the caller's, in private anonymous mappings this
 /// crate made, disjoint, and nothing else uses either while this runs.
 pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno> {
+    inject!(Mremap, libc::ENOMEM);
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
     match unsafe { mremap_raw(from, len, len, flags, to) } {
@@ -228,6 +252,19 @@ pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno
         Ok(_) => Err(Errno(libc::EINVAL)),
         Err(e) => Err(e),
     }
+}
+
+/// Starts a thread named `name` running `f`, detached (`pthread_create`
+/// through std, which allocates: its small blocks go to the next allocator).
+///
+/// pre: none.
+pub fn spawn(name: &str, f: fn()) -> Result<(), Errno> {
+    inject!(Thread, libc::EAGAIN);
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map(drop)
+        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))
 }
 
 /// Whether this process's address space is unlimited (`RLIMIT_AS`, what
@@ -485,6 +522,11 @@ pub fn thread_policy() -> Policy {
         )
     };
     let nodes: u32 = mask.iter().map(|w| w.count_ones()).sum();
+    // A mask relative to the cpuset's nodes (MPOL_F_RELATIVE_NODES) names
+    // no node by itself: spread.
+    if r == 0 && mode & (1 << 14) != 0 {
+        return Policy::Spread;
+    }
     // The high bits of the mode are flags (static or relative nodes).
     match (r, mode & 0xff, nodes) {
         (0, libc::MPOL_BIND | libc::MPOL_PREFERRED | 5, 1) => {

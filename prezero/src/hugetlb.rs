@@ -61,9 +61,24 @@ fn node_dir(node: u32, page_size: usize) -> String {
     )
 }
 
+/// Where the size of `node`'s pool of `page_size` pages is written: its own
+/// file, or on a kernel without NUMA sysfs (one node) the machine's.
+pub(crate) fn nr_path(node: u32, page_size: usize) -> String {
+    let own = format!("{}/nr_hugepages", node_dir(node, page_size));
+    if std::path::Path::new(&own).exists() || node != 0 || std::path::Path::new(NODES).exists() {
+        own
+    } else {
+        HugetlbPool::nr_path(page_size)
+    }
+}
+
+const NODES: &str = "/sys/devices/system/node";
+
 /// The pool of one node (`Some`) or the machine's (`None`): where it is
-/// written, and its pages now.
+/// written, and its pages now. On a kernel without NUMA sysfs node 0's pool
+/// is the machine's.
 fn pool_of(node: Option<u32>, page_size: usize) -> Result<(String, HugetlbPool)> {
+    let node = node.filter(|&n| n != 0 || std::path::Path::new(NODES).exists());
     let Some(node) = node else {
         return Ok((HugetlbPool::nr_path(page_size), pool(page_size)?));
     };

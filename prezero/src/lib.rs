@@ -24,7 +24,6 @@
 //! client: pre-zeroed hugetlb memory for the whole machine), and [`ffi`] (the C
 //! ABI). See `docs/ARCHITECTURE.md`.
 
-#![deny(unsafe_op_in_unsafe_fn)]
 #![warn(missing_docs)]
 
 pub mod clear;
@@ -32,7 +31,13 @@ pub mod cpu;
 mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hugetlb;
+#[cfg(any(test, feature = "interleavings"))]
+#[doc(hidden)]
+pub mod interleavings;
 mod json;
 pub mod numa;
 pub mod pool;
@@ -57,7 +62,7 @@ pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_on_nodes, prefault_raw};
 pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};
-pub use size::{fmt_size, parse_size};
+pub use size::{fmt_size, human_size, parse_size, size_label};
 pub use template::{
     active_template_profile, drain, stream_copy, stream_copy_nodrain, template_fill,
     template_fill_grouped, template_fill_words, template_fill_words_grouped, CopyKernel, Record,

@@ -36,7 +36,8 @@ pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
 /// base pages.
 ///
 /// Errors: a range not entirely mapped (ENOMEM), not writable or otherwise refused
-/// (EFAULT/EINVAL/EPERM), `threads == 0`, or memory exhausted. With the touch fallback
+/// (EFAULT/EINVAL/EPERM), one running past the end of the address space,
+/// `threads == 0`, or memory exhausted. With the touch fallback
 /// the range is first checked against `/proc/self/maps`, so an unmapped or read-only
 /// range is an error there too, never a crash.
 ///
@@ -46,7 +47,13 @@ pub fn prefault(region: &Region, threads: usize) -> Result<usize> {
 pub unsafe fn prefault_raw(ptr: *mut u8, len: usize, threads: usize) -> Result<usize> {
     let base = crate::cpu::cpu().page_size;
     let start = ptr as usize & !(base - 1);
-    let len = (ptr as usize + len).next_multiple_of(base) - start;
+    let end = (ptr as usize)
+        .checked_add(len)
+        .and_then(|e| e.checked_next_multiple_of(base))
+        .ok_or_else(|| {
+            Error::invalid("prefault: the range runs past the end of the address space")
+        })?;
+    let len = end - start;
     // SAFETY: the caller's contract, for the range rounded out to base pages.
     unsafe {
         prefault_as(
@@ -71,7 +78,7 @@ pub(crate) unsafe fn prefault_as(
     threads: usize,
     hugetlb: bool,
 ) -> Result<usize> {
-    let granule = if len >= threads.max(1) * (2 << 20) {
+    let granule = if len >= threads.max(1).saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -128,15 +135,24 @@ pub fn prefault_on_nodes(region: &Region, nodes: &[u32], threads: usize) -> Resu
     let parts = node_parts(base, region.len(), region.kind().page_size(), nodes);
     let per_part = (threads / parts.len()).max(1);
     let mut pieces = Vec::new();
+    let mut cpus_of = Vec::with_capacity(parts.len());
     for part in &parts {
         let at = base + part.offset;
         numa::bind(at as *mut u8, part.len, part.node, false)?;
-        // A node without CPUs (memory only) is placed by the policy alone.
-        let cpus = topology.node(part.node).map_or(&[][..], |n| &n.cpus[..]);
+        cpus_of.push(topology.usable_cpus(part.node));
+    }
+    for (part, cpus) in parts.iter().zip(&cpus_of) {
+        // A node without CPUs (memory only), or none this thread may use (a
+        // cpuset): placed by the policy alone.
         pieces.extend(
-            split(at, part.len, region.kind().page_size(), per_part)
-                .into_iter()
-                .map(|(at, len)| Piece { at, len, cpus }),
+            split(
+                base + part.offset,
+                part.len,
+                region.kind().page_size(),
+                per_part,
+            )
+            .into_iter()
+            .map(|(at, len)| Piece { at, len, cpus }),
         );
     }
     populate_pieces(&pieces, region.kind().is_hugetlb())?;
@@ -176,7 +192,7 @@ pub(crate) unsafe fn prefault_from(
     if threads == 0 {
         return Err(Error::invalid("prefault: threads must be at least 1"));
     }
-    let granule = if len >= threads * (2 << 20) {
+    let granule = if len >= threads.saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -200,8 +216,10 @@ struct Piece<'a> {
 fn populate_pieces(pieces: &[Piece<'_>], hugetlb: bool) -> Result<()> {
     let honoured = populate_write_honoured();
     let run = |piece: &Piece<'_>| -> Result<()> {
+        // Refused (a cpuset that changed meanwhile), the piece is populated
+        // from wherever: the mapping's policy still places its pages.
         if !piece.cpus.is_empty() {
-            sys::set_thread_affinity(piece.cpus).map_err(|e| Error::os("sched_setaffinity", e))?;
+            let _ = sys::set_thread_affinity(piece.cpus);
         }
         populate_one(piece.at as *mut u8, piece.len, hugetlb, honoured)
     };
@@ -250,6 +268,9 @@ pub(crate) fn split(
 ) -> Vec<(usize, usize)> {
     let end = start + len;
     let first = start & !(granule - 1);
+    // No more parts than granules: a thread count from C (SIZE_MAX) must not
+    // become a loop of that many turns.
+    let threads = threads.min((end - first).div_ceil(granule)).max(1);
     let per = (end - first).div_ceil(granule).div_ceil(threads) * granule;
     (0..threads)
         .map(|i| {
@@ -374,11 +395,10 @@ mod tests {
         // here (these are base pages) populates them.
         populate_one(r.as_ptr(), r.len(), true, false).unwrap();
         // A range that is not mapped writable is refused, not touched.
-        // SAFETY: r's pages are ours; from here on they are read-only.
-        assert_eq!(
-            unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
-            0
-        );
+        // SAFETY: r's mapping is ours and nothing borrows it here; from here on
+        // it is read-only, and only populate_one (which must refuse) looks at it.
+        let rc = unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) };
+        assert_eq!(rc, 0);
         let e = populate_one(r.as_ptr(), r.len(), false, false).unwrap_err();
         assert_eq!(e.errno(), libc::ENOMEM, "{e}");
         assert!(populate_one(0x1000 as *mut u8, 4096, false, false).is_err());

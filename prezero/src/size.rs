@@ -1,8 +1,22 @@
-//! Byte sizes as people and sysfs write them: 4K, 64KiB, 2MB, 1G (binary
-//! multiples). The one parser and formatter of the workspace: the library
-//! reads cache sizes with it, the `prezero` command its flags.
+//! Byte sizes as text, both ways: the one parser and the one formatter of the
+//! workspace (the preload keeps a parser of its own that cannot allocate, held
+//! to this one by a test). Sizes are binary multiples, written three ways:
+//!
+//! | function | 4096 | 1536 MiB | 1000 | for |
+//! |---|---|---|---|---|
+//! | [`fmt_size`] | `4K` | `1536M` | `1000` | flags, the config, logs: exact, and [`parse_size`] reads it back |
+//! | [`size_label`] | `4KiB` | `1536MiB` | `1000B` | Prometheus label values: exact, one token with its unit |
+//! | [`human_size`] | `4 KiB` | `1.5 GiB` | `1000 B` | figures for a reader (tables, the report): three significant figures |
 
 use crate::error::{Error, Result};
+
+/// The binary units, largest first: shift, short name, IEC name.
+const UNITS: [(u32, &str, &str); 4] = [
+    (40, "T", "TiB"),
+    (30, "G", "GiB"),
+    (20, "M", "MiB"),
+    (10, "K", "KiB"),
+];
 
 /// Parses "4096", "4K", "4KB", "4KiB", "2M", "1G", "1T" (any case) into bytes.
 /// Zero is refused: no size a caller asks for means nothing.
@@ -35,14 +49,59 @@ pub fn parse_size(s: &str) -> Result<usize> {
         .ok_or_else(|| Error::invalid(format!("'{s}' is zero or too large")))
 }
 
-/// The shortest exact binary form: 4096 -> "4K", 3 << 30 -> "3G", 1000 -> "1000".
+/// The shortest exact form, as flags take it: 4096 -> "4K", 3 << 30 -> "3G",
+/// 1000 -> "1000".
 pub fn fmt_size(n: usize) -> String {
-    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
-            return format!("{}{unit}", n >> shift);
-        }
+    match whole_unit(n) {
+        Some((count, unit, _)) => format!("{count}{unit}"),
+        None => n.to_string(),
     }
-    n.to_string()
+}
+
+/// The exact form with an IEC unit, as one token (a Prometheus label value):
+/// 2 << 20 -> "2MiB", 4 << 30 -> "4GiB", 3145729 -> "3145729B".
+pub fn size_label(n: usize) -> String {
+    match whole_unit(n) {
+        Some((count, _, unit)) => format!("{count}{unit}"),
+        None => format!("{n}B"),
+    }
+}
+
+/// The largest unit `n` is a whole number of: (how many, short name, IEC name).
+fn whole_unit(n: usize) -> Option<(usize, &'static str, &'static str)> {
+    UNITS
+        .iter()
+        .find(|&&(shift, ..)| n >= 1 << shift && n.is_multiple_of(1 << shift))
+        .map(|&(shift, short, iec)| (n >> shift, short, iec))
+}
+
+/// For a reader: the largest binary unit `n` reaches, exact where the figure
+/// is (4096 -> "4 KiB", 30 << 30 -> "30 GiB", 1536 << 20 -> "1.5 GiB"), else
+/// three significant figures (47453132 -> "45.3 MiB").
+pub fn human_size(n: usize) -> String {
+    const NAMES: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let k = (1..NAMES.len()).take_while(|&k| n >> (10 * k) > 0).count();
+    let v = n as f64 / (1u64 << (10 * k)) as f64;
+    let shown = if v.fract() == 0.0 {
+        v.to_string()
+    } else {
+        three_figures(v)
+    };
+    format!("{shown} {}", NAMES[k])
+}
+
+/// `v` (at least 1) rounded to three significant figures, trailing zeros
+/// dropped: 45.34 -> "45.3", 1023.9 -> "1020", 9.996 -> "10".
+fn three_figures(v: f64) -> String {
+    let digits = |x: f64| x.log10().floor() as i32 + 1;
+    let step = 10f64.powi(digits(v) - 3);
+    let r = (v / step).round() * step;
+    let t = format!("{r:.*}", (3 - digits(r)).max(0) as usize);
+    if t.contains('.') {
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        t
+    }
 }
 
 #[cfg(test)]
@@ -60,6 +119,29 @@ mod tests {
         assert!(parse_size("4X").is_err());
         assert!(parse_size("").is_err());
         assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn labels_are_exact_with_their_unit() {
+        assert_eq!(size_label(2 << 20), "2MiB");
+        assert_eq!(size_label(4 << 30), "4GiB");
+        assert_eq!(size_label(1536 << 20), "1536MiB");
+        assert_eq!(size_label(4096), "4KiB");
+        assert_eq!(size_label(3145729), "3145729B");
+        assert_eq!(size_label(0), "0B");
+    }
+
+    #[test]
+    fn human_sizes_are_three_figures_and_a_unit() {
+        assert_eq!(human_size(4096), "4 KiB");
+        assert_eq!(human_size(47453132), "45.3 MiB");
+        assert_eq!(human_size(32212254720), "30 GiB");
+        assert_eq!(human_size(1000), "1000 B");
+        assert_eq!(human_size(0), "0 B");
+        assert_eq!(human_size(1536 << 20), "1.5 GiB");
+        assert_eq!(human_size(256 << 20), "256 MiB");
+        assert_eq!(human_size((1 << 30) - 1), "1020 MiB");
+        assert_eq!(human_size(1 << 40), "1 TiB");
     }
 
     #[test]

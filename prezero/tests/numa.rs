@@ -160,3 +160,33 @@ fn a_pool_hands_a_thread_only_chunks_of_its_node() {
         }),
     );
 }
+
+/// Bad input to the calls that place memory: an error that leaves the
+/// buffer as it was, an empty buffer is nothing to do, and a thread count no
+/// machine has is as many as the pages (it once spun for good).
+#[test]
+fn placing_calls_take_garbage_calmly() {
+    let mut buf = vec![0xaau8; 8192];
+    assert!(prezero::clear_parallel_on_nodes(&mut buf, &[9999], 1).is_err());
+    assert!(
+        buf.iter().all(|&b| b == 0xaa),
+        "an error cleared the buffer"
+    );
+    let node = nodes()[0];
+    assert_eq!(
+        prezero::clear_parallel_on_nodes(&mut [], &[node], 1).unwrap(),
+        vec![]
+    );
+    let t = std::time::Instant::now();
+    prezero::clear_parallel_on_nodes(&mut buf, &[node], usize::MAX).unwrap();
+    assert!(buf.iter().all(|&b| b == 0));
+    let region = Region::new(4 * MB2, PageKind::Base).unwrap();
+    prezero::prefault_on_nodes(&region, &[node], usize::MAX).unwrap();
+    // SAFETY: the region's own range.
+    unsafe { prezero::prefault_raw(region.as_ptr(), region.len(), usize::MAX) }.unwrap();
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+}

@@ -193,17 +193,26 @@ fn prefault_of_unmapped_or_protected_memory_is_an_error() {
     let e = unsafe { prezero::prefault_raw(0x1000 as *mut u8, 4 * 4096, 2) }.unwrap_err();
     assert!(matches!(e, Error::Os { .. }), "{e:?}");
     let r = Region::new(4 * 4096, PageKind::Base).unwrap();
-    // SAFETY: r's pages are ours; after this they are read-only.
-    assert_eq!(
-        unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) },
-        0
-    );
+    // SAFETY: r's mapping is ours and nothing borrows it mutably; after this
+    // it is read-only, and nothing writes to it.
+    let rc = unsafe { libc::mprotect(r.as_ptr().cast(), r.len(), libc::PROT_READ) };
+    assert_eq!(rc, 0);
     // SAFETY: the range is mapped (read-only); prefault must refuse, not crash.
     assert!(unsafe { prezero::prefault_raw(r.as_ptr(), r.len(), 1) }.is_err());
     assert!(matches!(
         prezero::prefault(&r, 0),
         Err(Error::InvalidArgument(_))
     ));
+    // Found by the fuzz target `ffi` (pz_prefault): a length running past the
+    // end of the address space overflowed the rounding to whole pages (a
+    // panic, stopped at the C boundary as -ENOTRECOVERABLE).
+    for len in [usize::MAX, usize::MAX - r.as_ptr() as usize + 1] {
+        // SAFETY: refused before the kernel sees it.
+        let e = unsafe { prezero::prefault_raw(r.as_ptr(), len, 1) }.unwrap_err();
+        assert!(matches!(e, Error::InvalidArgument(_)), "{len}: {e:?}");
+    }
+    // SAFETY: as above, or refused by the kernel (not mapped).
+    assert!(unsafe { prezero::prefault_raw(r.as_ptr(), 1 << 63, 1) }.is_err());
 }
 
 #[test]

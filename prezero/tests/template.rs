@@ -117,9 +117,10 @@ fn words(s: Streamer) {
         // Aligned (the register path on AVX-512) and misaligned (the general path).
         for misalign in [0usize, 8] {
             let mut v = vec![Rec64([0; 8]); count + 1];
-            // SAFETY: shifting by 8 bytes keeps 8-byte alignment, enough for u64 reads
-            // through the byte view below; we only view it as bytes/words.
             let base = v.as_mut_ptr() as usize + misalign;
+            // SAFETY: v holds count + 1 records, so count of them from 8 bytes in
+            // stay inside it; [u64; 8] needs only the 8-byte alignment the shift
+            // keeps; v is not touched while dst lives.
             let dst: &mut [[u64; 8]] =
                 unsafe { std::slice::from_raw_parts_mut(base as *mut [u64; 8], count) };
             s.fill_words(dst, &t64.0, [0, 24, 56], |i| {

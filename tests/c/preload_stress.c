@@ -31,6 +31,10 @@
  *   starve                  calloc latency while spinning threads take every core
  *   vmas ITERS              realloc churn; prints mappings before and after
  *   mremap-race SECS        realloc by mremap on one thread, mmap/munmap on two
+ *   checker ITERS SEED      calloc/malloc/realloc/free on one thread, every answer
+ *                           checked: calloc zero, contents kept, NULL only with
+ *                           ENOMEM (a failed realloc keeps its block): the
+ *                           program of the preload's fault matrix
  *
  * Failures print "FAIL: ..." and exit 3; the harness prints stdout/stderr. */
 #define _GNU_SOURCE
@@ -1172,6 +1176,58 @@ static int mode_mremap_race(int argc, char **argv) {
   return 0;
 }
 
+/* ---- checker: each answer checked, NULL allowed with ENOMEM ----------- */
+
+static int mode_checker(int argc, char **argv) {
+  long iters = argc > 2 ? atol(argv[2]) : 2000;
+  uint64_t s = argc > 3 ? strtoull(argv[3], NULL, 0) : 1;
+  struct blk live[16] = {0};
+  long nulls = 0;
+  for (long it = 0; it < iters; it++) {
+    uint64_t r = next(&s);
+    struct blk *b = &live[(r >> 4) % 16];
+    uint64_t tag = (uint64_t)it * 0x100000001b3ull ^ r;
+    size_t n = random_size(&s);
+    if (!b->p) {
+      int zeroed = (r >> 12) % 2;
+      errno = 0;
+      void *p = zeroed ? calloc(1, n) : malloc(n);
+      if (!p) {
+        if (errno != ENOMEM) fail("%s(%zu) returned NULL with errno %d", zeroed ? "calloc" : "malloc", n, errno);
+        nulls++;
+        continue;
+      }
+      adopt(b, p, n, tag, zeroed ? "calloc" : "malloc", zeroed, 0);
+    } else if ((r >> 12) % 3 == 0) {
+      verify(b, "before realloc");
+      reg_del(b->p);
+      errno = 0;
+      unsigned char *q = realloc(b->p, n);
+      if (!q) {
+        if (errno != ENOMEM) fail("realloc(%p, %zu) returned NULL with errno %d", b->p, n, errno);
+        reg_add(b->p, b->u);
+        verify(b, "after a failed realloc");
+        nulls++;
+        continue;
+      }
+      size_t keep = b->n < n ? b->n : n;
+      size_t at = check(q, keep, b->tag);
+      if (at != keep) fail("realloc(%p (%zu), %zu) = %p lost byte %zu", b->p, b->n, n, q, at);
+      adopt(b, q, n, tag, "realloc", 0, 0);
+    } else {
+      drop(b);
+    }
+    if (it % 64 == 0)
+      for (int k = 0; k < 16; k++)
+        if (live[k].p) verify(&live[k], "a live block");
+  }
+  for (int k = 0; k < 16; k++)
+    if (live[k].p) drop(&live[k]);
+  if (reg_n) fail("%zu blocks still registered", reg_n);
+  printf("checker: %ld operations, %ld NULL with ENOMEM\n", iters, nulls);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   PAGE = (size_t)sysconf(_SC_PAGESIZE);
   /* the sizes are chosen around this; PRELOAD_TEST_T: around another */
@@ -1199,6 +1255,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "vmas")) return mode_vmas(argc, argv);
   if (!strcmp(m, "starve")) return mode_starve();
   if (!strcmp(m, "mremap-race")) return mode_mremap_race(argc, argv);
+  if (!strcmp(m, "checker")) return mode_checker(argc, argv);
   fail("unknown mode %s", m);
   return 2;
 }

@@ -6,6 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use anyhow::{bail, Context, Result};
 use serde_json::{json, Value};
 
 use prezero::Kernel;
@@ -361,7 +362,7 @@ fn shorten(reason: &str) -> String {
     }
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if args.reserve && !root {
@@ -372,7 +373,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         (_, true) => Scale::Smoke,
         _ => Scale::Full,
     };
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this program: {e}"))?;
+    let exe = std::env::current_exe().context("cannot find this program")?;
     let steps = steps(scale, args.reserve && root);
     let mut progress = Progress::new(steps.len() as u64);
     let outcomes: Vec<Outcome> = steps
@@ -401,13 +402,16 @@ pub fn run(args: &Args) -> Result<(), String> {
             .collect();
         match std::fs::write(path, text) {
             Ok(()) => eprintln!("prezero: wrote {measured} rows to {}", path.display()),
-            Err(e) => errors.push(format!("{}: {e}", path.display())),
+            Err(e) => errors.push(format!("cannot write the rows to {}: {e}", path.display())),
         }
     }
     if let Some(path) = &args.report {
         match std::fs::write(path, crate::report::render(&info, &rows)) {
             Ok(()) => eprintln!("prezero: wrote the report to {}", path.display()),
-            Err(e) => errors.push(format!("{}: {e}", path.display())),
+            Err(e) => errors.push(format!(
+                "cannot write the report to {}: {e}",
+                path.display()
+            )),
         }
     }
     if args.json_out.is_none() && args.report.is_none() {
@@ -418,7 +422,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     if errors.is_empty() {
         Ok(())
     } else {
-        Err(errors.join("; "))
+        bail!(errors.join("; "))
     }
 }
 

@@ -11,6 +11,7 @@
 use std::ops::ControlFlow;
 use std::time::Instant;
 
+use anyhow::{bail, Context, Result};
 use prezero::{Kernel, PageKind, Region, Strategy, Temperature};
 
 use super::memory::verify_zero;
@@ -129,7 +130,7 @@ fn chunked(buf: &mut [u8], s: Strategy, chunk: usize) -> prezero::Result<()> {
     prezero::clear_bounded_with(buf, s, chunk, |_| ControlFlow::Continue(())).map(drop)
 }
 
-fn parse_methods(names: &[String]) -> Result<Vec<Method>, String> {
+fn parse_methods(names: &[String]) -> Result<Vec<Method>> {
     let all = Method::all();
     if names.is_empty() {
         return Ok(all);
@@ -137,13 +138,16 @@ fn parse_methods(names: &[String]) -> Result<Vec<Method>, String> {
     names
         .iter()
         .map(|n| {
-            all.iter().copied().find(|m| m.name() == *n).ok_or_else(|| {
-                let known: Vec<_> = all.iter().map(|m| m.name()).collect();
-                format!(
-                    "unknown or unavailable strategy '{n}' (here: {})",
-                    known.join(", ")
-                )
-            })
+            all.iter()
+                .copied()
+                .find(|m| m.name() == *n)
+                .with_context(|| {
+                    let known: Vec<_> = all.iter().map(|m| m.name()).collect();
+                    format!(
+                        "unknown or unavailable strategy '{n}' (here: {})",
+                        known.join(", ")
+                    )
+                })
         })
         .collect()
 }
@@ -155,7 +159,7 @@ pub(crate) struct Figure {
     pub(crate) stats: Stats,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let sizes = parse_sizes(&args.sizes)?;
     let methods = parse_methods(&args.strategies)?;
     let modes: &[&'static str] = match args.mode.as_str() {
@@ -184,9 +188,9 @@ pub(crate) fn collect(
     methods: &[Method],
     reps: usize,
     mut each: impl FnMut(&Figure),
-) -> Result<Vec<Figure>, String> {
+) -> Result<Vec<Figure>> {
     if reps == 0 {
-        return Err("--reps must be at least 1".into());
+        bail!("--reps must be at least 1");
     }
     warm_up();
     let mut progress = Progress::new((modes.len() * sizes.len() * reps) as u64);
@@ -253,7 +257,7 @@ impl Bench {
         Bench::Hot { region: None }
     }
 
-    fn cold(sizes: &[usize]) -> Result<Bench, String> {
+    fn cold(sizes: &[usize]) -> Result<Bench> {
         let max = sizes.iter().copied().max().unwrap_or(0);
         let want = (8 * prezero::cpu().llc()).max(4 * max);
         // Touching gigabytes for the first time is slow on a VM (host faults):
@@ -262,7 +266,7 @@ impl Bench {
         if let Some(region) = cached.filter(|r| r.len() >= want) {
             return Ok(Bench::Cold { region, cursor: 0 });
         }
-        let mut region = Region::new(want, PageKind::Thp).map_err(|e| e.to_string())?;
+        let mut region = Region::new(want, PageKind::Thp)?;
         eprintln!(
             "prezero: cold region {} (8x LLC or 4x the largest size), touching it once",
             fmt_size(region.len())
@@ -271,10 +275,10 @@ impl Bench {
         Ok(Bench::Cold { region, cursor: 0 })
     }
 
-    fn prepare(&mut self, size: usize) -> Result<(), String> {
+    fn prepare(&mut self, size: usize) -> Result<()> {
         if let Bench::Hot { region } = self {
             *region = None;
-            let mut r = Region::new(size, PageKind::Thp).map_err(|e| e.to_string())?;
+            let mut r = Region::new(size, PageKind::Thp)?;
             r.as_mut_slice().fill(DIRTY);
             *region = Some(r);
         }
@@ -285,7 +289,7 @@ impl Bench {
     /// with ordinary stores (so it is in cache and non-zero), then cleared
     /// `inner` times; checked zero after the last repetition. Cold: one untimed
     /// clear, then `inner` slices; every slice is checked zero and dirtied again.
-    fn rep(&mut self, size: usize, m: Method, last: bool) -> Result<f64, String> {
+    fn rep(&mut self, size: usize, m: Method, last: bool) -> Result<f64> {
         match self {
             Bench::Hot { region } => {
                 let r = region.as_mut().expect("prepared");

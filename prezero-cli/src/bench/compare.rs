@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
+use anyhow::Result;
 use serde_json::Value;
 
+use crate::report::read_rows;
 use crate::table::Table;
 
 #[derive(clap::Args)]
@@ -28,14 +30,6 @@ const MEASURES: [&str; 10] = [
     "kernel",
     "scrubbed_bytes_during",
 ];
-
-fn rows(path: &PathBuf) -> Result<Vec<Value>, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    text.lines()
-        .filter(|l| l.trim_start().starts_with('{'))
-        .map(|l| serde_json::from_str(l).map_err(|e| format!("{}: {e}", path.display())))
-        .collect()
-}
 
 fn key(v: &Value) -> String {
     let mut parts: Vec<String> = v
@@ -69,8 +63,8 @@ fn figure(v: &Value) -> Option<(f64, bool)> {
     None
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
-    let (a, b) = (rows(&args.a)?, rows(&args.b)?);
+pub fn run(args: &Args) -> Result<()> {
+    let (a, b) = (read_rows(&args.a)?, read_rows(&args.b)?);
     let mut shown = 0;
     // The last column marks a change beyond the noise.
     let table = Table::new(" ")

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context, Result};
 use prezero::service::{AllocOptions, Client, ServiceMemory, ServiceStats};
 use prezero::PageKind;
 
@@ -28,7 +29,7 @@ impl Daemon {
         kind: PageKind,
         target: usize,
         reserve: bool,
-    ) -> Result<Daemon, String> {
+    ) -> Result<Daemon> {
         Daemon::open_shaped(
             socket,
             kind,
@@ -46,7 +47,7 @@ impl Daemon {
         target: usize,
         segment: usize,
         reserve: bool,
-    ) -> Result<Daemon, String> {
+    ) -> Result<Daemon> {
         let private = match socket {
             Some(_) => None,
             None => Some(PrivateDaemon::start(kind, target, segment, reserve)?),
@@ -55,9 +56,9 @@ impl Daemon {
             || private.as_ref().expect("started").socket.clone(),
             Path::to_path_buf,
         );
-        let client = Client::connect(&socket).map_err(|e| e.to_string())?;
+        let client = Client::connect(&socket)?;
         if !client.is_connected() {
-            return Err(format!("no prezero serve at {}", socket.display()));
+            bail!("no prezero serve at {}", socket.display());
         }
         Ok(Daemon {
             client,
@@ -90,7 +91,7 @@ impl PrivateDaemon {
         target: usize,
         segment: usize,
         reserve: bool,
-    ) -> Result<PrivateDaemon, String> {
+    ) -> Result<PrivateDaemon> {
         let target = target.next_multiple_of(segment);
         // A new directory of our own (0700; refused if the name exists), so no
         // other user can plant a socket or a symlink for the log: this runs as
@@ -103,10 +104,12 @@ impl PrivateDaemon {
         std::fs::DirBuilder::new()
             .mode(0o700)
             .create(&dir)
-            .map_err(|e| format!("{}: {e}", dir.display()))?;
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let socket = dir.join("s.sock");
-        let log = std::fs::File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let log_path = dir.join("daemon.log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("cannot create {}", log_path.display()))?;
+        let exe = std::env::current_exe().context("cannot find this program")?;
         let mut cmd = Command::new(exe);
         cmd.args(["serve", "--socket"])
             .arg(&socket)
@@ -126,17 +129,15 @@ impl PrivateDaemon {
         if reserve {
             cmd.arg("--reserve");
         }
-        let child = cmd
-            .spawn()
-            .map_err(|e| format!("starting prezero serve: {e}"))?;
+        let child = cmd.spawn().context("cannot start prezero serve")?;
         let mut d = PrivateDaemon { child, dir, socket };
         let t = Instant::now();
         while !d.socket.exists() {
             if let Ok(Some(status)) = d.child.try_wait() {
-                return Err(format!("prezero serve exited ({status}): {}", d.log()));
+                bail!("prezero serve exited ({status}): {}", d.log());
             }
             if t.elapsed() > Duration::from_secs(300) {
-                return Err(format!("prezero serve did not start: {}", d.log()));
+                bail!("prezero serve did not start: {}", d.log());
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -167,17 +168,17 @@ pub fn ready(s: &ServiceStats, kind: PageKind) -> usize {
 
 /// Waits (untimed) until `bytes` are ready, or until the pool is quiet (nothing
 /// in quarantine or scrubbing) and that is all there is.
-pub fn wait_ready(c: &Client, kind: PageKind, bytes: usize) -> Result<usize, String> {
+pub fn wait_ready(c: &Client, kind: PageKind, bytes: usize) -> Result<usize> {
     let t = Instant::now();
     loop {
-        let s = c.stats().map_err(|e| e.to_string())?;
+        let s = c.stats()?;
         let r = ready(&s, kind);
         let busy = s.pools.iter().any(|p| p.quarantined + p.scrubbing > 0);
         if r >= bytes || (!busy && t.elapsed() > Duration::from_millis(500)) {
             return Ok(r);
         }
         if t.elapsed() > Duration::from_secs(120) {
-            return Err("the service's memory did not come back within 120 s".into());
+            bail!("the service's memory did not come back within 120 s");
         }
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -185,11 +186,10 @@ pub fn wait_ready(c: &Client, kind: PageKind, bytes: usize) -> Result<usize, Str
 
 /// `size` bytes of `kind` from the service or an error, never local memory;
 /// populated with every CPU (as a VMM would).
-pub fn alloc(c: &Client, size: usize, kind: PageKind) -> Result<ServiceMemory, String> {
+pub fn alloc(c: &Client, size: usize, kind: PageKind) -> Result<ServiceMemory> {
     let service_only = AllocOptions {
         fallback: false,
         ..AllocOptions::default()
     };
-    c.alloc_with(size, kind, service_only)
-        .map_err(|e| e.to_string())
+    Ok(c.alloc_with(size, kind, service_only)?)
 }

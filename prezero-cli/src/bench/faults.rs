@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Result};
 use prezero::{PageKind, Region};
 
 use super::hugetlb::hugetlb_for_run;
@@ -63,16 +64,14 @@ struct Row {
     faults: usize,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let size = parse_size(&args.size)?;
     if args.reps == 0 {
-        return Err("--reps must be at least 1".into());
+        bail!("--reps must be at least 1");
     }
     let nproc = prezero::cpu().logical_cpus;
     for kind_name in &args.pages {
-        let kind: PageKind = kind_name
-            .parse()
-            .map_err(|e: prezero::Error| e.to_string())?;
+        let kind: PageKind = kind_name.parse()?;
         let size = size.next_multiple_of(kind.page_size());
         let _reservation = hugetlb_for_run(kind, size, args.reserve)?;
         let mut rows: Vec<(usize, usize)> = (1..=nproc).map(|t| (t, 1)).collect();
@@ -94,8 +93,8 @@ pub fn run(args: &Args) -> Result<(), String> {
             }
             let mut kept = match source {
                 Source::Prezero => {
-                    let r = Region::new(size, kind).map_err(|e| e.to_string())?;
-                    prezero::prefault(&r, nproc).map_err(|e| e.to_string())?;
+                    let r = Region::new(size, kind)?;
+                    prezero::prefault(&r, nproc)?;
                     Some(r)
                 }
                 Source::Kernel => None,
@@ -132,7 +131,7 @@ fn measure(
     threads: usize,
     lines: usize,
     mut kept: Option<&mut Region>,
-) -> Result<Row, String> {
+) -> Result<Row> {
     let (u0, s0) = cpu_times();
     let mut wall = Duration::ZERO;
     for _ in 0..reps {
@@ -141,7 +140,7 @@ fn measure(
         let buf = match (source, kept.as_deref_mut()) {
             (Source::Prezero, Some(r)) => r.as_mut_slice(),
             _ => {
-                fresh = Region::new(size, kind).map_err(|e| e.to_string())?;
+                fresh = Region::new(size, kind)?;
                 fresh.as_mut_slice()
             }
         };

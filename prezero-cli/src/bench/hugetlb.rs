@@ -1,6 +1,7 @@
 //! Hugetlb pages for a bench run: checked free, or reserved for the run and
 //! given back afterwards, also on Ctrl-C.
 
+use anyhow::{bail, Context, Result};
 use prezero::{HugetlbReservation, PageKind};
 
 /// For a hugetlb page kind, checks that `bytes` worth of pages are free, or with
@@ -10,7 +11,7 @@ pub fn hugetlb_for_run(
     kind: PageKind,
     bytes: usize,
     reserve: bool,
-) -> Result<Option<HugetlbReservation>, String> {
+) -> Result<Option<HugetlbReservation>> {
     if !kind.is_hugetlb() {
         return Ok(None);
     }
@@ -19,14 +20,14 @@ pub fn hugetlb_for_run(
     if !reserve {
         let free = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.free);
         if free < pages {
-            return Err(format!(
+            bail!(
                 "page {kind}: {pages} hugetlb pages needed, {free} free; rerun with --reserve (as root) or: echo {pages} > {}",
                 prezero::cpu::HugetlbPool::nr_path(page)
-            ));
+            );
         }
         return Ok(None);
     }
-    let r = HugetlbReservation::ensure_free(page, pages).map_err(|e| format!("--reserve: {e}"))?;
+    let r = HugetlbReservation::ensure_free(page, pages).context("--reserve")?;
     interrupt::restore_on_interrupt(
         &prezero::cpu::HugetlbPool::nr_path(page),
         r.previous_total(),

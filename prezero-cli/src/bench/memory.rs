@@ -1,6 +1,8 @@
 //! What the benches do to the memory they measure: touch it, the way a
 //! program would, and check that what was to be zero is.
 
+use anyhow::{anyhow, Result};
+
 /// Writes `byte` to the first byte of every `stride` bytes: one demand fault
 /// per page when `stride` is the page size.
 pub fn touch_pages(buf: &mut [u8], stride: usize, byte: u8) {
@@ -22,12 +24,12 @@ pub fn touch_lines(buf: &mut [u8], lines: usize) {
 
 /// Fails loudly if `buf` is not all zero: a benchmark figure only counts if the
 /// memory it claims to have cleared is clear.
-pub fn verify_zero(buf: &[u8], what: &str) -> Result<(), String> {
+pub fn verify_zero(buf: &[u8], what: &str) -> Result<()> {
     if prezero::is_zero(buf) {
         return Ok(());
     }
     let at = prezero::first_nonzero(buf).unwrap_or(0);
-    Err(format!(
+    Err(anyhow!(
         "VERIFY FAILED: {what} left byte {at} of {} non-zero ({:#04x})",
         buf.len(),
         buf[at]

@@ -4,6 +4,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context, Result};
 use prezero::numa::NodePart;
 use prezero::{PageKind, Region};
 
@@ -144,7 +145,7 @@ fn pool_chunk(kind: PageKind) -> usize {
 /// The `pool` function: a pool holding `size` bytes, prefilled (populated and
 /// zero); each loop takes all of it as zeroed chunks (timed), gives it back,
 /// and waits, untimed, for the scrubber to zero it again.
-fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>, String> {
+fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>> {
     let chunk = pool_chunk(kind);
     let n = size.div_ceil(chunk);
     let pool = prezero::Pool::builder()
@@ -153,15 +154,13 @@ fn pool_loops(size: usize, kind: PageKind, loops: usize) -> Result<Vec<f64>, Str
         .capacity(n * chunk)
         .prefill(n)
         .hot_window(0)
-        .build()
-        .map_err(|e| e.to_string())?;
+        .build()?;
     let mut samples = Vec::with_capacity(loops);
     for _ in 0..loops {
         let t = Instant::now();
         let held = (0..n)
             .map(|_| pool.alloc_zeroed())
-            .collect::<prezero::Result<Vec<_>>>()
-            .map_err(|e| e.to_string())?;
+            .collect::<prezero::Result<Vec<_>>>()?;
         let d = t.elapsed();
         drop(held);
         samples.push(gbps(n * chunk, d));
@@ -180,11 +179,9 @@ fn service_loops(
     loops: usize,
     socket: Option<&std::path::Path>,
     reserve: bool,
-) -> Result<Vec<f64>, String> {
+) -> Result<Vec<f64>> {
     if !kind.is_hugetlb() {
-        return Err(format!(
-            "-f service: page {kind}: the service serves 2MB or 1GB pages"
-        ));
+        bail!("-f service: page {kind}: the service serves 2MB or 1GB pages");
     }
     let daemon = Daemon::open(socket, kind, size, reserve)?;
     let c = &daemon.client;
@@ -193,11 +190,11 @@ fn service_loops(
         let ready = wait_ready(c, kind, size)?;
         if ready < size {
             let log = daemon.log();
-            return Err(format!(
+            bail!(
                 "-f service: the service has {} ready, {} needed (rerun with --reserve, or reserve more hugetlb pages){log}",
                 fmt_size(ready),
                 fmt_size(size)
-            ));
+            );
         }
         let t = Instant::now();
         let mut m = alloc(c, size, kind)?;
@@ -211,17 +208,16 @@ fn service_loops(
 
 /// Every page of each part of `r` (what `prefault_on_nodes` made) is on its
 /// node: a figure for memory on the wrong node is no figure.
-fn check_placed(r: &Region, parts: &[NodePart]) -> Result<(), String> {
+fn check_placed(r: &Region, parts: &[NodePart]) -> Result<()> {
     for part in parts {
         // SAFETY: the part lies inside the region.
         let at = unsafe { r.as_ptr().add(part.offset) };
-        let p = prezero::numa::placement(at, part.len, r.kind().page_size())
-            .map_err(|e| e.to_string())?;
+        let p = prezero::numa::placement(at, part.len, r.kind().page_size())?;
         if !p.all_on(part.node) {
-            return Err(format!(
+            bail!(
                 "populate-parallel --nodes: the part for node {} is not all there: {:?} pages per node, {} absent",
                 part.node, p.on, p.absent
-            ));
+            );
         }
     }
     Ok(())
@@ -236,12 +232,12 @@ fn touch_stride(kind: PageKind) -> usize {
     }
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let size = parse_size(&args.size)?;
     let kinds = args
         .pages
         .iter()
-        .map(|p| p.parse::<PageKind>().map_err(|e| e.to_string()))
+        .map(|p| p.parse::<PageKind>())
         .collect::<Result<Vec<_>, _>>()?;
     let functions = if args.functions.is_empty() {
         Function::ALL[..4].to_vec()
@@ -249,18 +245,18 @@ pub fn run(args: &Args) -> Result<(), String> {
         args.functions
                 .iter()
                 .map(|n| {
-                    Function::ALL.into_iter().find(|f| f.name() == n).ok_or_else(|| {
+                    Function::ALL.into_iter().find(|f| f.name() == n).with_context(|| {
                     format!("unknown function '{n}' (known: demand, populate, populate-parallel, pool, service)")
                 })
                 })
                 .collect::<Result<Vec<_>, _>>()?
     };
     if args.loops == 0 {
-        return Err("--nr_loops must be at least 1".into());
+        bail!("--nr_loops must be at least 1");
     }
     let threads = args.threads.unwrap_or(prezero::cpu().logical_cpus);
     if threads == 0 {
-        return Err("--threads must be at least 1".into());
+        bail!("--threads must be at least 1");
     }
     let host = if args.host_cold.is_some() {
         "cold"
@@ -279,11 +275,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         }
         if args.host_cold.is_none() {
             // Host-warm: make sure the guest's memory is backed by the host before timing.
-            drop(
-                Function::PopulateParallel
-                    .map_and_populate(size, kind, threads, &args.nodes)
-                    .map_err(|e| e.to_string())?,
-            );
+            drop(Function::PopulateParallel.map_and_populate(size, kind, threads, &args.nodes)?);
         }
         for &f in &functions {
             let mut samples = Vec::with_capacity(args.loops);
@@ -299,9 +291,7 @@ pub fn run(args: &Args) -> Result<(), String> {
                     std::thread::sleep(Duration::from_secs(secs));
                 }
                 let t = Instant::now();
-                let (r, parts) = f
-                    .map_and_populate(size, kind, threads, &args.nodes)
-                    .map_err(|e| e.to_string())?;
+                let (r, parts) = f.map_and_populate(size, kind, threads, &args.nodes)?;
                 let d = t.elapsed();
                 check_placed(&r, &parts)?;
                 drop(r);

@@ -5,6 +5,8 @@
 //! (touching and checking it), `progress`; statistics in `crate::stats`,
 //! tables in `crate::table`.
 
+use anyhow::Result;
+
 mod all;
 pub(crate) mod clear;
 mod compare;
@@ -42,7 +44,7 @@ pub enum Which {
     All(all::Args),
 }
 
-pub fn run(which: Which) -> Result<(), String> {
+pub fn run(which: Which) -> Result<()> {
     match which {
         Which::Clear(a) => clear::run(&a),
         Which::Mmap(a) => mmap::run(&a),

@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Result};
 use prezero::{Chunk, PageKind, Pool, Region, ScrubPriority};
 
 use super::hugetlb::hugetlb_for_run;
@@ -17,7 +18,7 @@ use super::memory::touch_lines;
 use super::rows::{self, PoolCase, Row};
 use crate::stats::{gbps, round3, Sorted, Stats};
 use crate::table::Table;
-use crate::units::{fmt_size, parse_size};
+use crate::units::{fmt_size, human_size, parse_size};
 
 const CHUNK: usize = 2 << 20;
 /// Quantiles of the hand-out latency reported in `--json` (for the report's CDF).
@@ -121,7 +122,7 @@ struct Maker {
 }
 
 impl Maker {
-    fn new(source: Source, capacity_chunks: usize) -> Result<Maker, String> {
+    fn new(source: Source, capacity_chunks: usize) -> Result<Maker> {
         let pool = match source {
             Source::PoolWarm | Source::PoolScrub | Source::PoolNoScrub => {
                 let b = Pool::builder()
@@ -133,26 +134,22 @@ impl Maker {
                     Source::PoolWarm => b.prefill(capacity_chunks).hot_window(0),
                     _ => b,
                 };
-                Some(b.build().map_err(|e| e.to_string())?)
+                Some(b.build()?)
             }
             _ => None,
         };
         Ok(Maker { source, pool })
     }
 
-    fn make(&self) -> Result<Item, String> {
+    fn make(&self) -> Result<Item> {
         Ok(match self.source {
-            Source::MmapThp => {
-                Item::Region(Region::new(CHUNK, PageKind::Thp).map_err(|e| e.to_string())?)
-            }
-            Source::MmapHugetlb => {
-                Item::Region(Region::new(CHUNK, PageKind::Huge2M).map_err(|e| e.to_string())?)
-            }
+            Source::MmapThp => Item::Region(Region::new(CHUNK, PageKind::Thp)?),
+            Source::MmapHugetlb => Item::Region(Region::new(CHUNK, PageKind::Huge2M)?),
             Source::Calloc => {
                 // SAFETY: plain calloc; null is checked.
                 let p = unsafe { libc::calloc(1, CHUNK) }.cast::<u8>();
                 if p.is_null() {
-                    return Err("calloc failed".into());
+                    bail!("calloc failed");
                 }
                 Item::Calloc(p)
             }
@@ -160,18 +157,17 @@ impl Maker {
                 self.pool
                     .as_ref()
                     .expect("pool sources have a pool")
-                    .alloc_zeroed()
-                    .map_err(|e| e.to_string())?,
+                    .alloc_zeroed()?,
             ),
         })
     }
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let volume = parse_size(&args.volume)?;
     let backlog = parse_size(&args.backlog)?.div_ceil(CHUNK);
     if !(args.foreground > 0.0 && args.foreground.is_finite()) {
-        return Err("--foreground must be a positive number of seconds".into());
+        bail!("--foreground must be a positive number of seconds");
     }
     let all = ["handout", "sustained", "interference"];
     let cases: Vec<&str> = if args.cases.is_empty() {
@@ -180,7 +176,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         args.cases.iter().map(String::as_str).collect()
     };
     if let Some(bad) = cases.iter().find(|c| !all.contains(c)) {
-        return Err(format!("unknown case '{bad}' (known: {})", all.join(", ")));
+        bail!("unknown case '{bad}' (known: {})", all.join(", "));
     }
     let max_w = args.inflight.iter().copied().max().unwrap_or(1);
     let hugetlb_pages = (max_w + 8).max(args.samples.min(64));
@@ -189,7 +185,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         Ok(r) => Some(r),
         Err(e) => {
             if wants_hugetlb {
-                eprintln!("prezero: hugetlb rows skipped: {e}");
+                eprintln!("prezero: hugetlb rows skipped: {}", crate::message(&e));
             }
             None
         }
@@ -219,7 +215,7 @@ pub fn run(args: &Args) -> Result<(), String> {
     Ok(())
 }
 
-fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
+fn handout(args: &Args, sources: &[Source]) -> Result<()> {
     let table = Table::new(" ").left(14).right(9).right(9).right(9);
     if !args.json {
         println!(
@@ -284,9 +280,9 @@ fn handout(args: &Args, sources: &[Source]) -> Result<(), String> {
 }
 
 /// Populates a kernel item for writing (the pool's chunks are populated already).
-fn populate(item: &mut Item) -> Result<(), String> {
+fn populate(item: &mut Item) -> Result<()> {
     match item {
-        Item::Region(r) => prezero::prefault(r, 1).map(drop).map_err(|e| e.to_string()),
+        Item::Region(r) => Ok(prezero::prefault(r, 1).map(drop)?),
         Item::Calloc(_) => {
             touch_lines(item.bytes(), 1);
             Ok(())
@@ -304,7 +300,7 @@ pub(super) fn wait_scrubbed(pool: &Pool, n: usize, at_most: Duration) {
     }
 }
 
-fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), String> {
+fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<()> {
     let ops = (volume / CHUNK).max(1);
     let table = args
         .lines
@@ -369,9 +365,9 @@ fn sustained(args: &Args, volume: usize, sources: &[Source]) -> Result<(), Strin
 
 /// `ops` hand-outs through a FIFO ring of `w` items after `warm` untimed ones;
 /// returns GB/s over the whole run and the spread between its fifths.
-fn ring(maker: &Maker, k: usize, w: usize, ops: usize, warm: usize) -> Result<(f64, f64), String> {
+fn ring(maker: &Maker, k: usize, w: usize, ops: usize, warm: usize) -> Result<(f64, f64)> {
     let mut ring: VecDeque<Item> = VecDeque::with_capacity(w + 1);
-    let step = |ring: &mut VecDeque<Item>| -> Result<(), String> {
+    let step = |ring: &mut VecDeque<Item>| -> Result<()> {
         let mut item = maker.make()?;
         touch_lines(item.bytes(), k);
         ring.push_back(item);
@@ -420,7 +416,7 @@ fn foreground(threads: usize, iterations: u64) -> Duration {
 }
 
 /// The foreground alone and beside a scrubber holding `backlog_chunks` dirty chunks.
-fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
+fn interference(args: &Args, backlog_chunks: usize) -> Result<()> {
     let threads = prezero::cpu().logical_cpus;
     let t = Instant::now();
     std::hint::black_box(spin(10_000_000));
@@ -456,12 +452,11 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
             .capacity(backlog_chunks * CHUNK)
             .hot_window(0)
             .scrub_priority(priority)
-            .build()
-            .map_err(|e| e.to_string())?;
+            .build()?;
         // Take the whole capacity, dirty it, and free it at once: a backlog.
         let mut held = Vec::with_capacity(backlog_chunks);
         for _ in 0..backlog_chunks {
-            let mut c = pool.alloc_zeroed().map_err(|e| e.to_string())?;
+            let mut c = pool.alloc_zeroed()?;
             c.fill(0x5a);
             held.push(c);
         }
@@ -484,7 +479,10 @@ fn interference(args: &Args, backlog_chunks: usize) -> Result<(), String> {
                 name.to_string(),
                 format!("{with:.3}"),
                 format!("{slowdown:.1}%"),
-                format!("({} MiB scrubbed meanwhile)", scrubbed_during >> 20),
+                format!(
+                    "({} scrubbed meanwhile)",
+                    human_size(scrubbed_during as usize)
+                ),
             ]);
         }
     }

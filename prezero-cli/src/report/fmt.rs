@@ -1,6 +1,7 @@
 //! Numbers as a reader takes them in: at most three significant figures, with
-//! a unit (SI prefixes for rates and times, binary ones for bytes), never an
-//! exponent. And the two bits of HTML every section writes: escaping and tables.
+//! a unit (SI prefixes for rates and times; bytes are `prezero::human_size`'s),
+//! never an exponent. And the two bits of HTML every section writes: escaping
+//! and tables.
 
 use std::fmt::Write;
 
@@ -62,24 +63,6 @@ pub fn ms(x: f64) -> String {
 /// A duration in microseconds.
 pub fn us(x: f64) -> String {
     secs(x / 1e6)
-}
-
-/// Bytes with a binary prefix: exact where the size is a whole number of its
-/// unit (4096 -> "4 KiB", 30 << 30 -> "30 GiB"), else three figures
-/// (47453132 -> "45.3 MiB").
-pub fn bytes(n: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
-    let mut k = 0;
-    while k + 1 < UNITS.len() && n.abs() >= 1024f64.powi(k as i32 + 1) {
-        k += 1;
-    }
-    let v = n / 1024f64.powi(k as i32);
-    let shown = if v.fract() == 0.0 {
-        format!("{v}")
-    } else {
-        sig3(v)
-    };
-    format!("{shown} {}", UNITS[k])
 }
 
 /// A count: exact up to 9999, then SI (65536 -> "65.5 k").
@@ -149,10 +132,6 @@ mod tests {
         assert_eq!(us(0.195), "195 ns");
         assert_eq!(us(1158.428), "1.16 ms");
         assert_eq!(ms(1256.45), "1.26 s");
-        assert_eq!(bytes(4096.0), "4 KiB");
-        assert_eq!(bytes(47453132.0), "45.3 MiB");
-        assert_eq!(bytes(32212254720.0), "30 GiB");
-        assert_eq!(bytes(1000.0), "1000 B");
         assert_eq!(count(65536.0), "65.5 k");
         assert_eq!(count(20.0), "20");
         assert_eq!(pct(36.02), "36 %");

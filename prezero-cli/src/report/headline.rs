@@ -4,8 +4,9 @@
 
 use std::fmt::Write;
 
-use super::fmt::{bytes, count, esc, gbps, ms, times, us};
+use super::fmt::{count, esc, gbps, ms, times, us};
 use super::rows::{Class, Info, Rows};
+use crate::units::human_size;
 
 /// One measurement and what made it (a strategy, a source, a path).
 struct Figure {
@@ -75,7 +76,10 @@ fn clear(r: &Rows, mode: &str, largest: bool) -> Option<Line> {
         "not in cache"
     };
     Some(Line {
-        what: format!("clear {} ({mode}: {temperature})", bytes(at.size as f64)),
+        what: format!(
+            "clear {} ({mode}: {temperature})",
+            human_size(at.size as usize)
+        ),
         show: gbps,
         higher_is_better: true,
         prezero: Figure {
@@ -123,7 +127,7 @@ fn first_touch(r: &Rows) -> Option<Line> {
     Some(Line {
         what: format!(
             "first touch of {} in {page} pages ({lines} line/page)",
-            bytes(size as f64)
+            human_size(size as usize)
         ),
         show: gbps,
         higher_is_better: true,
@@ -142,7 +146,7 @@ fn populate(r: &Rows) -> Option<Line> {
     Some(Line {
         what: format!(
             "mmap + populate {} of {page} pages ({} threads)",
-            bytes(ours.size as f64),
+            human_size(ours.size as usize),
             ours.threads
         ),
         show: gbps,
@@ -216,7 +220,7 @@ fn vm_boot(r: &Rows) -> Option<Line> {
     Some(Line {
         what: format!(
             "VM boot: {} of guest memory ready (host-{host})",
-            bytes(ours.size as f64)
+            human_size(ours.size as usize)
         ),
         show: ms,
         higher_is_better: false,
@@ -238,7 +242,7 @@ fn vm_boot(r: &Rows) -> Option<Line> {
 fn qemu(r: &Rows) -> Option<Line> {
     let ours = r.vmm.iter().find(|v| v.path.starts_with("prezero"))?;
     Some(Line {
-        what: format!("QEMU ready with {} of RAM", bytes(ours.size as f64)),
+        what: format!("QEMU ready with {} of RAM", human_size(ours.size as usize)),
         show: ms,
         higher_is_better: false,
         prezero: Figure {
@@ -325,7 +329,7 @@ pub fn render(info: &Info, r: &Rows) -> String {
 fn classes(cs: &[Class]) -> String {
     cs.iter()
         .map(|c| match c.below {
-            Some(b) => format!("{} &lt; {}", esc(&c.kernel), bytes(b as f64)),
+            Some(b) => format!("{} &lt; {}", esc(&c.kernel), human_size(b as usize)),
             None => esc(&c.kernel),
         })
         .collect::<Vec<_>>()
@@ -341,7 +345,7 @@ fn machine(info: &Info, r: &Rows) -> String {
         return h;
     };
     let caches: Vec<String> = (cpu.caches.iter())
-        .map(|c| format!("L{} {}", c.level, bytes(c.size as f64)))
+        .map(|c| format!("L{} {}", c.level, human_size(c.size as usize)))
         .collect();
     let on = |m: &std::collections::BTreeMap<String, bool>| -> Vec<String> {
         m.iter()

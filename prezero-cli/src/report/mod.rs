@@ -4,20 +4,23 @@
 //! drawn by plotters as inline SVG (chart.rs) and every number in a table
 //! (fmt.rs: three significant figures and a unit), the raw JSON at the end.
 //! The rows are read into the types the benches write them from
-//! (`bench/rows/`), gathered by kind in rows.rs.
+//! (`bench/rows/`), gathered by kind in rows.rs, which also reads a file of
+//! them (here and for `bench compare`).
 
 mod chart;
-pub(crate) mod fmt;
+mod fmt;
 mod headline;
 mod rows;
 mod sections;
 
 use std::fmt::Write;
 
+use anyhow::{Context, Result};
 use serde_json::Value;
 
 use crate::bench::rows::{AllRun, Status};
 use fmt::esc;
+pub(crate) use rows::read_rows;
 use rows::{Info, Rows};
 
 /// `prezero report`: the HTML report again, from a `bench all --json-out` file.
@@ -30,23 +33,15 @@ pub struct Args {
     out: std::path::PathBuf,
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
-    let text =
-        std::fs::read_to_string(&args.from).map_err(|e| format!("{}: {e}", args.from.display()))?;
-    let mut rows = text
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| {
-            serde_json::from_str::<Value>(l).map_err(|e| format!("{}: {e}", args.from.display()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+pub fn run(args: &Args) -> Result<()> {
+    let mut rows = read_rows(&args.from)?;
     let at = rows
         .iter()
         .position(|r| r["bench"] == "info")
-        .ok_or("no `info` row: use a `bench all --json-out` file")?;
+        .context("no `info` row: use a `bench all --json-out` file")?;
     let info = rows.remove(at);
     std::fs::write(&args.out, render(&info, &rows))
-        .map_err(|e| format!("{}: {e}", args.out.display()))?;
+        .with_context(|| format!("cannot write the report to {}", args.out.display()))?;
     eprintln!("prezero: wrote the report to {}", args.out.display());
     Ok(())
 }
@@ -196,7 +191,7 @@ mod tests {
         match key {
             "faults_per_wall_s" | "flt_per_cpu_s" => si(x, "/s"),
             "x_best_kernel" | "x_service" | "ratio" => times(x),
-            "size" | "bytes" | "scrubbed_bytes_during" => bytes(x),
+            "size" | "bytes" | "scrubbed_bytes_during" => crate::units::human_size(x as usize),
             "threads" | "lines" | "reps" | "runs" | "records" | "inflight" | "faults" => count(x),
             k if k.ends_with("gbps") || k.starts_with("gbps") => gbps(x),
             k if k.ends_with("_pct") => pct(x),

@@ -5,7 +5,9 @@
 //! (serde skips them).
 
 use std::collections::BTreeMap;
+use std::path::Path;
 
+use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -13,6 +15,21 @@ use crate::bench::rows::{
     AllRun, Clear, Faults, Interference, Mmap, PoolCase, PoolHandout, PoolSustained, Row, Run,
     Scrub, ServiceHandout, ServiceTable, Template, VmBoot, Vmm,
 };
+
+/// Every row of a file of `prezero bench ... --json` lines (what is not a JSON
+/// object, such as a line a shell added, is passed over).
+pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the rows {}", path.display()))?;
+    text.lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with('{'))
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}: line {} is not a JSON row", path.display(), i + 1))
+        })
+        .collect()
+}
 
 /// `prezero info --json`. Everything may be missing: a run whose `info` step
 /// failed still has a report, under an unknown machine.

@@ -2,15 +2,16 @@
 //! table (three significant figures; the raw data at the end has every digit).
 
 use super::chart::{bar_chart, line_chart, Axis, BarChart, LineChart, Series};
-use super::fmt::{bytes, count, gbps, ms, pct, secs, si, sig3, table, times, us};
+use super::fmt::{count, gbps, ms, pct, secs, si, sig3, table, times, us};
 use super::rows::{distinct, Rows};
+use crate::units::human_size;
 
 /// A byte-size axis with ticks at the sizes measured.
 fn size_axis() -> Axis {
     Axis {
         desc: "bytes",
         log: true,
-        label: bytes,
+        label: |x| human_size(x as usize),
         at_data: true,
     }
 }
@@ -64,7 +65,7 @@ pub fn clear(r: &Rows) -> String {
             rs.iter().map(|c| {
                 vec![
                     c.mode.clone(),
-                    bytes(c.size as f64),
+                    human_size(c.size as usize),
                     c.strategy.clone(),
                     gbps(c.gbps),
                     pct(c.stdev_pct),
@@ -115,7 +116,7 @@ pub fn mmap(r: &Rows) -> String {
                 m.page.clone(),
                 m.function.clone(),
                 count(m.threads as f64),
-                bytes(m.size as f64),
+                human_size(m.size as usize),
                 gbps(m.gbps),
                 pct(m.stdev_pct),
                 m.host.clone(),
@@ -175,7 +176,7 @@ pub fn faults(r: &Rows) -> String {
             vec![
                 f.page.clone(),
                 f.source.clone(),
-                bytes(f.size as f64),
+                human_size(f.size as usize),
                 count(f.reps as f64),
                 count(f.threads as f64),
                 count(f.lines as f64),
@@ -283,7 +284,7 @@ pub fn pool(r: &Rows) -> String {
                     secs(i.alone_s),
                     secs(i.with_s),
                     pct(i.slowdown_pct),
-                    bytes(i.scrubbed_bytes_during as f64),
+                    human_size(i.scrubbed_bytes_during as usize),
                 ]
             }),
         );
@@ -357,7 +358,7 @@ pub fn service(r: &Rows) -> String {
             r.service_handout.iter().map(|s| {
                 vec![
                     s.page.clone(),
-                    bytes(s.size as f64),
+                    human_size(s.size as usize),
                     count(s.reps as f64),
                     us(s.p50_us),
                     us(s.p99_us),
@@ -382,7 +383,7 @@ pub fn service(r: &Rows) -> String {
             r.scrub.iter().map(|s| {
                 vec![
                     s.page.clone(),
-                    bytes(s.bytes as f64),
+                    human_size(s.bytes as usize),
                     gbps(s.scrub_gbps),
                     gbps(s.verify_gbps),
                     gbps(s.scrub_verify_gbps),
@@ -433,7 +434,7 @@ pub fn service(r: &Rows) -> String {
                 vec![
                     b.host.clone(),
                     b.path.clone(),
-                    bytes(b.size as f64),
+                    human_size(b.size as usize),
                     ms(b.ms),
                     pct(b.stdev_pct),
                     gbps(b.gbps),
@@ -459,7 +460,7 @@ pub fn service(r: &Rows) -> String {
             r.vmm.iter().map(|v| {
                 vec![
                     v.path.clone(),
-                    bytes(v.size as f64),
+                    human_size(v.size as usize),
                     v.accel.clone(),
                     count(v.runs as f64),
                     ms(v.ms),
@@ -507,7 +508,7 @@ pub fn run(r: &Rows) -> String {
         r.run.iter().map(|p| {
             // The `_ms` fields hold mebibytes for a memory figure.
             let value = |v: f64| match p.unit.as_deref() {
-                Some("MiB") => bytes(v * (1u64 << 20) as f64),
+                Some("MiB") => human_size((v * (1u64 << 20) as f64) as usize),
                 _ => ms(v),
             };
             let or_blank = |v: Option<String>| v.unwrap_or_default();
@@ -525,11 +526,12 @@ pub fn run(r: &Rows) -> String {
                 or_blank(p.lazy_stdev_pct.map(pct)),
                 or_blank(p.lazy_speedup.map(times)),
                 goal(&p.lazy_goal, p.lazy_goal_met),
-                bytes(p.plain_peak_rss_bytes as f64),
-                bytes(p.prezero_peak_rss_bytes as f64),
-                or_blank(p.lazy_peak_rss_bytes.map(|b| bytes(b as f64))),
-                (p.prezero_held_beyond_use_gib)
-                    .map_or_else(String::new, |g| bytes(g * (1u64 << 30) as f64)),
+                human_size(p.plain_peak_rss_bytes as usize),
+                human_size(p.prezero_peak_rss_bytes as usize),
+                or_blank(p.lazy_peak_rss_bytes.map(|b| human_size(b as usize))),
+                (p.prezero_held_beyond_use_gib).map_or_else(String::new, |g| {
+                    human_size((g * (1u64 << 30) as f64) as usize)
+                }),
             ]
         }),
     );

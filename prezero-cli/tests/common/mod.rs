@@ -34,7 +34,32 @@ pub struct Daemon {
     pub free_before: usize,
     /// Everything after `serve`, for [`Daemon::restart`].
     args: Vec<OsString>,
+    /// The daemon's environment beyond the test's.
+    env: Vec<(OsString, OsString)>,
     _pages: HugetlbReservation,
+}
+
+/// The hugetlb pages a daemon with a pool of `page` pages for each of `pools`
+/// needs, reserved (or `None`, said why, when they cannot be).
+fn reserve_for(page: PageKind, pools: &[&str]) -> Option<HugetlbReservation> {
+    let cap: usize = pools
+        .iter()
+        .map(|pool| {
+            pool.split(',')
+                .find_map(|kv| kv.strip_prefix("cap="))
+                .map(|v| v.trim_end_matches('M').parse::<usize>().unwrap() * MB)
+                .expect("tests give cap in M")
+        })
+        .sum();
+    // Room for the daemon's cap plus local fallbacks the tests make (2 MiB).
+    let slack = if page == PageKind::Huge2M { 64 } else { 0 };
+    match HugetlbReservation::ensure_free(page.page_size(), cap / page.page_size() + slack) {
+        Ok(r) => Some(r),
+        Err(e) => {
+            eprintln!("skipped: cannot reserve {page} hugetlb pages: {e}");
+            None
+        }
+    }
 }
 
 /// The kernel may free a dead process's hugetlb pages a moment after wait()
@@ -68,27 +93,20 @@ impl Daemon {
 
     /// A daemon with a pool of `page` pages for each of `pools`.
     pub fn start_pools(page: PageKind, pools: &[&str], extra: &[&str]) -> Option<Daemon> {
-        let cap: usize = pools
-            .iter()
-            .map(|pool| {
-                pool.split(',')
-                    .find_map(|kv| kv.strip_prefix("cap="))
-                    .map(|v| v.trim_end_matches('M').parse::<usize>().unwrap() * MB)
-                    .expect("tests give cap in M")
-            })
-            .sum();
-        // Room for the daemon's cap plus local fallbacks the tests make (2 MiB).
-        let slack = if page == PageKind::Huge2M { 64 } else { 0 };
-        let pages =
-            match HugetlbReservation::ensure_free(page.page_size(), cap / page.page_size() + slack)
-            {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("skipped: cannot reserve {page} hugetlb pages: {e}");
-                    return None;
-                }
-            };
+        let pages = reserve_for(page, pools)?;
         Some(Daemon::start_with(page, pools, extra, pages))
+    }
+
+    /// A daemon with one 2 MiB pool, its process given `env` (and its restarts).
+    pub fn start_env(pool: &str, extra: &[&str], env: &[(&str, &str)]) -> Option<Daemon> {
+        let pages = reserve_for(PageKind::Huge2M, &[pool])?;
+        Some(Daemon::start_full(
+            PageKind::Huge2M,
+            &[pool],
+            extra,
+            env,
+            pages,
+        ))
     }
 
     /// A daemon with a pool of `page` pages for each of `pools`, on the
@@ -97,6 +115,16 @@ impl Daemon {
         page: PageKind,
         pools: &[&str],
         extra: &[&str],
+        pages: HugetlbReservation,
+    ) -> Daemon {
+        Daemon::start_full(page, pools, extra, &[], pages)
+    }
+
+    fn start_full(
+        page: PageKind,
+        pools: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
         pages: HugetlbReservation,
     ) -> Daemon {
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -122,11 +150,15 @@ impl Daemon {
             socket,
             free_before,
             args,
+            env: env.iter().map(|&(k, v)| (k.into(), v.into())).collect(),
             _pages: pages,
         };
         d.spawn();
         let t = Instant::now();
-        while !d.socket.exists() {
+        // The socket file exists from bind(), before listen(): a connection
+        // that succeeds says the daemon accepts clients.
+        while !Client::connect(&d.socket).is_ok_and(|c| c.is_connected()) {
+            assert!(d.is_running(), "daemon exited at start-up: {}", d.log());
             assert!(
                 t.elapsed() < Duration::from_secs(60),
                 "daemon did not start: {}",
@@ -139,7 +171,8 @@ impl Daemon {
 
     /// Starts `prezero serve` with this daemon's arguments; its log is
     /// appended to daemon.log, so that a restart keeps both instances' lines.
-    fn spawn(&mut self) {
+    /// Returns at once (see [`Daemon::restart`] for a daemon that serves).
+    pub fn spawn(&mut self) {
         assert!(self.child.is_none(), "one instance at a time");
         let log = std::fs::OpenOptions::new()
             .create(true)
@@ -149,6 +182,7 @@ impl Daemon {
         let child = Command::new(bin())
             .arg("serve")
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stderr(log)
             .spawn()
             .unwrap();
@@ -470,4 +504,51 @@ impl Raw {
             }
         }
     }
+}
+
+/// The daemon's ledger file read strictly: the `(dev, ino)` of every segment
+/// it lists, or what is wrong with it (a half-written file is).
+pub fn ledger_files(path: &Path) -> Result<std::collections::HashSet<(u64, u64)>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut lines = text.lines();
+    let header = lines
+        .next()
+        .and_then(|h| h.strip_prefix("prezero-ledger 1"));
+    // The boot it was written in: a 36-character id.
+    let boot_ok = header.is_some_and(|b| b.is_empty() || b.len() == 37 && b.starts_with(' '));
+    if !boot_ok || !text.ends_with('\n') {
+        return Err(format!("not a whole ledger file: {text:?}"));
+    }
+    lines
+        .map(|line| {
+            let f: Vec<u64> = line
+                .split(' ')
+                .map(|x| x.parse().map_err(|_| format!("line {line:?}")))
+                .collect::<Result<_, _>>()?;
+            match f[..] {
+                [dev, ino, page] if page == PAGE as u64 || page == 1 << 30 => Ok((dev, ino)),
+                _ => Err(format!("line {line:?}")),
+            }
+        })
+        .collect()
+}
+
+/// The `(dev, ino)` of each of `m`'s segments: their names in the ledger file.
+pub fn files_of(m: &ServiceMemory) -> Vec<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    m.segments()
+        .iter()
+        .map(|s| {
+            let f = std::fs::File::from(s.fd.try_clone_to_owned().unwrap());
+            let md = f.metadata().unwrap();
+            (md.dev(), md.ino())
+        })
+        .collect()
+}
+
+/// The ledger file of a daemon that keeps it beside its socket (the default).
+pub fn ledger_path(d: &Daemon) -> PathBuf {
+    let mut p = d.socket.clone().into_os_string();
+    p.push(".ledger");
+    PathBuf::from(p)
 }

@@ -40,6 +40,7 @@ mod split;
 mod tests;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(Hash))]
 pub enum Kind {
     InUse,
     Dirty,
@@ -59,6 +60,7 @@ impl Kind {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(Hash))]
 pub struct Block {
     pub start: usize,
     pub len: usize,
@@ -159,6 +161,33 @@ impl Blocks {
     #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         &self.list[..self.n]
+    }
+
+    /// Blocks as `blocks` and `top` say, in `list`: the cache's interleaving
+    /// model keeps a copy of them per state, and works on them in one list.
+    #[cfg(test)]
+    pub fn restore(
+        base: usize,
+        limit: usize,
+        top: usize,
+        blocks: &[Block],
+        list: &'static mut [Block],
+    ) -> Blocks {
+        let mut b = Blocks::new(base, limit, list);
+        b.list[..blocks.len()].copy_from_slice(blocks);
+        b.list[blocks.len()..].fill(EMPTY);
+        b.n = blocks.len();
+        b.top = top;
+        for blk in blocks {
+            *b.bytes.of(blk.kind) += blk.len;
+        }
+        b
+    }
+
+    /// The list back, for [`Blocks::restore`].
+    #[cfg(test)]
+    pub fn into_list(self) -> &'static mut [Block] {
+        self.list
     }
 
     /// The index of the block starting at `start`.

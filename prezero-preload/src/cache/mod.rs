@@ -8,7 +8,9 @@
 //! either state, and a request that would need a Busy block waits on `LOCK`'s
 //! condition variable, which every end of Busy signals, for 2 ms at most
 //! (the scrubber is at `SCHED_IDLE`: with every core busy its step can take
-//! most of a second), then takes the best run around the Busy blocks.
+//! most of a second), then takes the best run around the Busy blocks. The
+//! threads' steps (requests, frees over the cap, the scrubber, fork) are
+//! checked in every interleaving in `interleavings.rs`.
 //!
 //! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
 //! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
@@ -36,6 +38,8 @@
 //! * `fork.rs`: the `pthread_atfork` handlers.
 
 mod fork;
+#[cfg(test)]
+mod interleavings;
 mod range;
 mod requests;
 mod scrubber;
@@ -93,10 +97,11 @@ static SHARED: Shared = Shared {
 };
 
 /// The range, readable without the lock (fixed once set): `[BASE, BASE + SPAN)`,
-/// lane `i` at `BASE + i * LANE_SPAN`.
+/// lane `i` at `BASE + (i << LANE_SHIFT)`.
 static BASE: AtomicUsize = AtomicUsize::new(0);
 static SPAN: AtomicUsize = AtomicUsize::new(0);
-static LANE_SPAN: AtomicUsize = AtomicUsize::new(1);
+/// log2 of a lane's length (lanes are powers of two long).
+static LANE_SHIFT: AtomicUsize = AtomicUsize::new(0);
 /// Each lane's writable end (`Lane::writable`), readable without the lock:
 /// the lazy mode's fault handler moves huge pages only below it, and takes
 /// no lock a faulting thread might hold.
@@ -203,7 +208,7 @@ pub fn start(cfg: Config) -> bool {
         })
     };
     BASE.store(base, Ordering::Release);
-    LANE_SPAN.store(lane_len, Ordering::Release);
+    LANE_SHIFT.store(lane_len.trailing_zeros() as usize, Ordering::Release);
     SPAN.store(lane_len * n_lanes, Ordering::Release);
     STARTED.store(true, Ordering::Release);
     drop(g);
@@ -244,9 +249,10 @@ pub fn writable_end(p: usize) -> Option<usize> {
     (p < end).then_some(end)
 }
 
-/// The lane `p` (in the range) lies in.
+/// The lane `p` (in the range) lies in: one shift (0 with one lane, whose
+/// offsets are all below its length).
 fn lane_of(p: usize) -> usize {
-    (p - BASE.load(Ordering::Relaxed)) / LANE_SPAN.load(Ordering::Relaxed)
+    (p - BASE.load(Ordering::Relaxed)) >> LANE_SHIFT.load(Ordering::Relaxed)
 }
 
 /// The node lane `lane` is bound to, if it is a node's (never on a machine

@@ -16,12 +16,17 @@ const PROTECT_STEP: usize = 64 << 20;
 /// Most blocks: 64K descriptors (2 MiB of list, touched as used).
 const MAX_BLOCKS: usize = 1 << 16;
 
-/// Reserves the range for `lanes` lanes of equal length, 2 MiB-aligned: the
-/// reservation (for [`unreserve`]), the range's start and the length of a
-/// lane; `None` if the kernel refuses.
+/// Reserves the range for `lanes` lanes of equal length, a power of two (a
+/// pointer's lane is then one shift), 2 MiB-aligned: the reservation (for
+/// [`unreserve`]), the range's start and the length of a lane; `None` if the
+/// kernel refuses. The lanes share what one lane had (twice the memory):
+/// an address-space limit judges the range as before.
 pub(super) fn reserve(lanes: usize) -> Option<(usize, usize, usize)> {
     let mem = crate::config::mem_total().unwrap_or(16 << 30);
-    let mut len = (2 * mem).clamp(64 << 30, 1 << 40);
+    let whole = (2 * mem).clamp(64 << 30, 1 << 40);
+    let per_lane = whole / lanes;
+    // The largest power of two not above it, 1 GiB at least.
+    let mut len = (1usize << (usize::BITS - 1 - per_lane.leading_zeros())).max(1 << 30);
     // An address-space limit (ulimit -v) is the program's: a reservation that
     // does not fit goes to the next allocator whole rather than eat into it.
     // Without one, a refusal comes from something that cannot place that
@@ -92,14 +97,19 @@ impl Lane {
 /// Gives back (MADV_DONTNEED) one chunk of the oldest free memory freed at or
 /// before `before`; false if there is none. Unlocks while the kernel works.
 pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
-    // The oldest over every lane.
+    // The oldest over every lane (with one lane no extra walk of its list).
     let c = g.cache();
-    let Some(lane) = (0..c.n_lanes)
-        .filter_map(|i| Some((c.lane(i).blocks.oldest_free(before)?, i)))
-        .min()
-        .map(|(_, i)| i)
-    else {
-        return false;
+    let lane = if c.n_lanes == 1 {
+        0
+    } else {
+        let Some(lane) = (0..c.n_lanes)
+            .filter_map(|i| Some((c.lane(i).blocks.oldest_free(before)?, i)))
+            .min()
+            .map(|(_, i)| i)
+        else {
+            return false;
+        };
+        lane
     };
     let Some((s, l)) = c.lane(lane).blocks.release_take(before, RELEASE_CHUNK) else {
         return false;

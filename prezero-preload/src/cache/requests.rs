@@ -34,8 +34,10 @@ pub(super) fn take(
 ) -> *mut c_void {
     let mut waited = false;
     let mut since: Option<std::time::Instant> = None;
+    // Held from a wake-up to the look after it: the scrubber, which starts no
+    // step while a request waits, cannot start one in between either.
+    let mut g = lock();
     let granted = loop {
-        let mut g = lock();
         let c = g.cache();
         let (thp, spare, cap) = (c.cfg.thp, c.cfg.spare, c.cfg.cap);
         let l = c.lane(lane);
@@ -97,6 +99,7 @@ pub(super) fn take(
             Alloc::Full => return std::ptr::null_mut(),
         }
     };
+    drop(g);
     let (start, len, pieces, n) = granted;
     let mut populated = 0u64;
     for &(s, l, kind) in &pieces[..n] {

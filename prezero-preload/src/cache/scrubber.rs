@@ -31,10 +31,7 @@ pub(super) fn ensure_scrubber() {
         }
         g.cache().scrubber = true;
     }
-    let spawned = std::thread::Builder::new()
-        .name("prezero-scrub".into())
-        .spawn(scrub);
-    if spawned.is_err() {
+    if sys::spawn("prezero-scrub", scrub).is_err() {
         // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
         lock().cache().scrubber = false;
     }
@@ -66,9 +63,13 @@ fn scrub() {
         // The oldest Dirty block of any lane, cleared where it is: its pages
         // stay on their node.
         let c = g.cache();
-        let dirtiest = (0..c.n_lanes)
-            .filter_map(|i| Some((c.lane(i).blocks.oldest_dirty()?, i)))
-            .min();
+        let dirtiest = if c.n_lanes == 1 {
+            Some((0, 0))
+        } else {
+            (0..c.n_lanes)
+                .filter_map(|i| Some((c.lane(i).blocks.oldest_dirty()?, i)))
+                .min()
+        };
         if let Some((s, l, lane)) = dirtiest.and_then(|(_, i)| {
             Some(c.lane(i).blocks.scrub_take(SCRUB_CHUNK)?).map(|(s, l)| (s, l, i))
         }) {
@@ -125,7 +126,10 @@ fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
     let c = g.cache();
     let free_cap = c.cfg.cap.saturating_sub(c.held());
     let thp = c.cfg.thp;
-    for lane in 0..c.n_lanes {
+    // Not in the unbound lane of several: populated by this thread its pages
+    // would follow this thread's policy, not the program's threads'.
+    let lanes = if c.n_lanes == 1 { 1 } else { c.n_lanes - 1 };
+    for lane in 0..lanes {
         let l = c.lane(lane);
         // No spare wanted (the usual case): no walk of the block list.
         if l.spare == 0 {

@@ -169,9 +169,9 @@ impl Handler {
             reserve::set(slot, READY);
             return MoveIn::Unavailable;
         }
+        let mode = if demand { 0 } else { uffd::MOVE_DONT_WAKE };
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
-        let mode = if demand { 0 } else { uffd::MOVE_DONT_WAKE };
         let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, mode) };
         match r {
             Ok(()) => reserve::set(slot, EMPTY),

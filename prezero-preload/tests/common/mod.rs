@@ -1,9 +1,22 @@
-//! What the preload's integration tests share: the shared object, built
-//! for them, and the C compiler that builds their programs.
+//! What the preload's tests share: building the shared object and the C
+//! test programs, running a program with or without the preload, and reading
+//! what it printed (the `PREZERO_STATS=1` line among it).
+#![allow(dead_code)]
 
+use std::io::Read;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::{Mutex, MutexGuard};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+/// The shared object and the compiled programs.
+pub struct Built {
+    pub so: PathBuf,
+    pub stress: PathBuf,
+    pub dl: PathBuf,
+    pub dir: PathBuf,
+}
 
 /// One test at a time: they measure resident memory and time, and the
 /// machines that run them have two cores.
@@ -33,10 +46,20 @@ pub fn profile_dir() -> PathBuf {
 /// rebuild prezero over each other's (the cdylib's file name has no hash).
 /// `scripts/preload-suites.sh` uses the same dir.
 pub fn shared_object() -> PathBuf {
+    shared_object_in("preload", &[])
+}
+
+/// The .so built as [`shared_object`] builds it, with `features`, in
+/// `<target>/<name>` (a build with other features in the same dir would
+/// replace the other's file).
+pub fn shared_object_in(name: &str, features: &[&str]) -> PathBuf {
     let dir = profile_dir();
     let profile = dir.file_name().and_then(|n| n.to_str()).unwrap_or("debug");
     let mut cmd = Command::new(env!("CARGO"));
     cmd.args(["build", "-p", "prezero-preload"]);
+    if !features.is_empty() {
+        cmd.arg("--features").arg(features.join(","));
+    }
     match profile {
         "debug" => {}
         "release" => {
@@ -56,7 +79,7 @@ pub fn shared_object() -> PathBuf {
         (false, Some(triple), Some(top)) => (top.to_path_buf(), Some(triple.to_owned())),
         _ => (up, None),
     };
-    let own = target.join("preload");
+    let own = target.join(name);
     let mut so = own.clone();
     if let Some(t) = &triple {
         cmd.arg("--target").arg(t);
@@ -90,4 +113,309 @@ pub fn gcc(args: &[&str]) -> Result<(), String> {
             String::from_utf8_lossy(&out.stderr)
         ))
     }
+}
+
+/// Builds everything once; `None` (with the reason printed) without gcc.
+pub fn built() -> Option<&'static Built> {
+    static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
+    let b = BUILT.get_or_init(|| {
+        if Command::new("gcc").arg("--version").output().is_err() {
+            return Err("no gcc to build the C test programs".into());
+        }
+        let dir = profile_dir().join("preload-c");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let src = sources();
+        let stress = dir.join("preload_stress");
+        let dl = dir.join("libpreload_dl.so");
+        gcc(&[
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-pthread",
+            src.join("preload_stress.c").to_str().unwrap(),
+            "-o",
+            stress.to_str().unwrap(),
+            "-ldl",
+        ])
+        .expect("compile preload_stress.c");
+        gcc(&[
+            "-O2",
+            "-g",
+            "-Wall",
+            "-Wextra",
+            "-shared",
+            "-fPIC",
+            "-pthread",
+            src.join("preload_dl.c").to_str().unwrap(),
+            "-o",
+            dl.to_str().unwrap(),
+        ])
+        .expect("compile preload_dl.c");
+        Ok(Built {
+            so: shared_object(),
+            stress,
+            dl,
+            dir,
+        })
+    });
+    match b {
+        Ok(b) => Some(b),
+        Err(why) => {
+            println!("skipped: {why}");
+            None
+        }
+    }
+}
+
+/// What a run left behind.
+pub struct Run {
+    /// Exit code, or None if a signal ended it.
+    pub code: Option<i32>,
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub what: String,
+}
+
+impl Run {
+    pub fn ok(&self) -> &Self {
+        assert!(
+            self.code == Some(0),
+            "{}: exit {:?} signal {:?}\nstdout:\n{}\nstderr:\n{}",
+            self.what,
+            self.code,
+            self.signal,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    /// The PREZERO_STATS=1 line, parsed.
+    pub fn stats(&self) -> Stats {
+        let lines: Vec<&str> = self
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("prezero-preload: pid "))
+            .collect();
+        assert!(
+            !lines.is_empty(),
+            "{}: no stats line in stderr:\n{}",
+            self.what,
+            self.stderr
+        );
+        // The last one is the process's own (exec'd children print theirs).
+        Stats::parse(lines[lines.len() - 1])
+            .unwrap_or_else(|e| panic!("{}: stats line does not parse: {e}", self.what))
+    }
+}
+
+/// Runs the stress program in `mode`, with the preload or without, with
+/// `env` on top of a clean environment (no PREZERO_* or LD_PRELOAD from ours).
+pub fn run_with(
+    b: &Built,
+    prefix: &[&str],
+    args: &[&str],
+    env: &[(&str, &str)],
+    preload: bool,
+    timeout: Duration,
+) -> Run {
+    let (prog, rest): (PathBuf, Vec<String>) = if prefix.is_empty() {
+        (
+            b.stress.clone(),
+            args.iter().map(|s| s.to_string()).collect(),
+        )
+    } else {
+        let mut rest: Vec<String> = prefix[1..].iter().map(|s| s.to_string()).collect();
+        rest.push(b.stress.to_str().unwrap().to_string());
+        rest.extend(args.iter().map(|s| s.to_string()));
+        (PathBuf::from(prefix[0]), rest)
+    };
+    let mut cmd = Command::new(&prog);
+    // Its own process group: a timeout kills the forked children too (they
+    // hold the output pipes open).
+    cmd.process_group(0);
+    cmd.args(&rest)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, _) in std::env::vars() {
+        if k.starts_with("PREZERO_") || k == "LD_PRELOAD" || k.starts_with("MALLOC_") {
+            cmd.env_remove(k);
+        }
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if preload {
+        cmd.env("LD_PRELOAD", &b.so);
+    }
+    let what = format!(
+        "{}{} {}{}",
+        env.iter()
+            .map(|(k, v)| format!("{k}={v} "))
+            .collect::<String>(),
+        if preload {
+            "LD_PRELOAD=prezero"
+        } else {
+            "(glibc)"
+        },
+        prefix.join(" "),
+        args.join(" ")
+    );
+    let start = Instant::now();
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
+    let mut out = child.stdout.take().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let t_out = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let t_err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let status = loop {
+        if let Some(st) = child.try_wait().expect("wait") {
+            break st;
+        }
+        if start.elapsed() > timeout {
+            // SAFETY: kill(2) of the process group this test made.
+            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "{what}: still running after {timeout:?} (a deadlock?)\nstdout:\n{}\nstderr:\n{}",
+                t_out.join().unwrap(),
+                t_err.join().unwrap()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    use std::os::unix::process::ExitStatusExt;
+    let run = Run {
+        code: status.code(),
+        signal: status.signal(),
+        stdout: t_out.join().unwrap(),
+        stderr: t_err.join().unwrap(),
+        what,
+    };
+    println!(
+        "{} ({:.1} s): exit {:?} signal {:?}\n{}",
+        run.what,
+        start.elapsed().as_secs_f64(),
+        run.code,
+        run.signal,
+        run.stdout.trim_end()
+    );
+    run
+}
+
+pub fn run(b: &Built, args: &[&str], env: &[(&str, &str)], preload: bool) -> Run {
+    run_with(b, &[], args, env, preload, Duration::from_secs(120))
+}
+
+pub const LOW: (&str, &str) = ("PREZERO_THRESHOLD", "64K");
+pub const STATS: (&str, &str) = ("PREZERO_STATS", "1");
+
+/// The summary line: every number, by name.
+#[derive(Debug)]
+pub struct Stats {
+    pub served: u64,
+    pub served_gib: f64,
+    pub populated_gib: f64,
+    pub faults_avoided: u64,
+    pub cleared_gib: f64,
+    pub scrubbed_gib: f64,
+    pub spare_gib: f64,
+    pub gave_back_gib: f64,
+    pub peak_held_gib: f64,
+    pub peak_in_use_gib: f64,
+    pub fallbacks: u64,
+    pub remaps: u64,
+    pub bad_frees: u64,
+}
+
+impl Stats {
+    const TEMPLATE: &'static str = "prezero-preload: pid #: # large blocks served (# GiB, # GiB \
+        from the cache populated: ~# page faults avoided; # GiB cleared by calloc itself), \
+        scrubbed # GiB at # GB/s, populated # GiB spare, gave back # GiB, peak held # GiB beyond \
+        # GiB in use, # to the next allocator, # realloc by mremap, # bad frees";
+
+    pub fn parse(line: &str) -> Result<Stats, String> {
+        let mut shape = String::new();
+        let mut nums = Vec::new();
+        let mut chars = line.chars().peekable();
+        while let Some(&c) = chars.peek() {
+            if c.is_ascii_digit() {
+                let mut n = String::new();
+                while let Some(&d) = chars.peek() {
+                    if d.is_ascii_digit() || d == '.' {
+                        n.push(d);
+                        chars.next();
+                    } else {
+                        break;
+                    }
+                }
+                nums.push(n.parse::<f64>().map_err(|e| format!("{n}: {e}"))?);
+                shape.push('#');
+            } else {
+                shape.push(c);
+                chars.next();
+            }
+        }
+        if shape != Self::TEMPLATE {
+            return Err(format!(
+                "the line\n  {line}\nhas the shape\n  {shape}\nnot\n  {}",
+                Self::TEMPLATE
+            ));
+        }
+        let n = |i: usize| nums[i];
+        let s = Stats {
+            served: n(1) as u64,
+            served_gib: n(2),
+            populated_gib: n(3),
+            faults_avoided: n(4) as u64,
+            cleared_gib: n(5),
+            scrubbed_gib: n(6),
+            spare_gib: n(8),
+            gave_back_gib: n(9),
+            peak_held_gib: n(10),
+            peak_in_use_gib: n(11),
+            fallbacks: n(12) as u64,
+            remaps: n(13) as u64,
+            bad_frees: n(14) as u64,
+        };
+        // what the numbers promise of each other (two decimals printed)
+        let gib = |pages: u64| (pages * 4096) as f64 / (1u64 << 30) as f64;
+        if s.populated_gib > s.served_gib + 0.01
+            || s.cleared_gib > s.populated_gib + 0.01
+            || (gib(s.faults_avoided) - s.populated_gib).abs() > 0.01
+            || s.scrubbed_gib < 0.0
+        {
+            return Err(format!("inconsistent: {s:?}"));
+        }
+        Ok(s)
+    }
+}
+
+pub fn lines_with<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    text.lines().filter(|l| l.starts_with(prefix)).collect()
+}
+
+pub fn number_after(text: &str, key: &str) -> f64 {
+    let at = text
+        .find(key)
+        .unwrap_or_else(|| panic!("no {key:?} in {text}"));
+    let rest = &text[at + key.len()..];
+    let num: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
+    num.parse()
+        .unwrap_or_else(|_| panic!("no number after {key:?} in {text}"))
 }

@@ -286,8 +286,10 @@ pub fn clear_parallel_with(
 /// they are. A buffer too small for every node has fewer parts. Returns the
 /// parts.
 ///
-/// Errors: no nodes; `threads == 0`; a node that is not online or has no
-/// CPUs. The buffer is zero on every return but the first two.
+/// Errors (the buffer untouched): no nodes; `threads == 0`; a node that is
+/// not online or has no CPUs this thread may run on. A CPU affinity refused
+/// midway (a cpuset changed meanwhile) is an error too, but the buffer is
+/// cleared all the same.
 pub fn clear_parallel_on_nodes(
     buf: &mut [u8],
     nodes: &[u32],
@@ -300,19 +302,24 @@ pub fn clear_parallel_on_nodes(
         return Err(Error::invalid("clear_parallel: threads must be at least 1"));
     }
     let topology = crate::numa::Topology::read();
+    let mut cpus_of = Vec::with_capacity(nodes.len());
     for &n in nodes {
-        match topology.node(n) {
-            Some(node) if !node.cpus.is_empty() => {}
-            Some(_) => {
-                return Err(Error::invalid(format!(
-                    "NUMA node {n} has no CPUs to clear from (bind the memory to it instead)"
-                )))
-            }
-            None => topology.memory_node(n).map(|_| ())?,
+        if topology.node(n).is_none() {
+            topology.memory_node(n)?;
         }
+        let cpus = topology.usable_cpus(n);
+        if cpus.is_empty() {
+            return Err(Error::invalid(format!(
+                "NUMA node {n} has no CPUs this thread may run on to clear from (bind the memory to it instead)"
+            )));
+        }
+        cpus_of.push((n, cpus));
+    }
+    if buf.is_empty() {
+        return Ok(Vec::new());
     }
     let k = Strategy::default().kernel_for(buf.len())?;
-    let granule = if buf.len() >= nodes.len() * (2 << 20) {
+    let granule = if buf.len() >= nodes.len().saturating_mul(2 << 20) {
         2 << 20
     } else {
         crate::cpu::cpu().page_size
@@ -334,11 +341,12 @@ pub fn clear_parallel_on_nodes(
         for &(len, node) in &pieces {
             let (piece, tail) = rest.split_at_mut(len);
             rest = tail;
-            let topology = &topology;
+            let cpus = &cpus_of.iter().find(|(n, _)| *n == node).expect("checked").1;
             handles.push(s.spawn(move || -> Result<()> {
-                // Refused (a cpuset narrower than the node), the piece is
-                // still cleared: the error tells only of its placement.
-                let placed = crate::numa::run_on_node(topology, node);
+                // Refused (a cpuset changed meanwhile), the piece is still
+                // cleared: the error tells only of its placement.
+                let placed = crate::sys::set_thread_affinity(cpus)
+                    .map_err(|e| Error::os("sched_setaffinity", e));
                 k.clear(piece);
                 placed
             }));

@@ -10,7 +10,8 @@ use std::sync::OnceLock;
 
 use crate::sys;
 
-mod mask;
+// The crate's, for the fuzz target `cpu_mask` (`crate::fuzzing`).
+pub(crate) mod mask;
 
 /// Instruction-set features that decide which clearing kernels can run.
 ///

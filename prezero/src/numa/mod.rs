@@ -20,5 +20,5 @@ mod policy;
 mod topology;
 
 pub use placement::{bind, placement, NodePart, Placement};
-pub use policy::{caller_node, current_node, home_node, run_on_node, MemPolicy};
+pub use policy::{caller_node, current_node, home_node, is_multi_node, run_on_node, MemPolicy};
 pub use topology::{Node, NodeHugetlb, Topology};

@@ -24,10 +24,10 @@ pub struct Placement {
     pub on: Vec<(u32, usize)>,
     /// Pages not present (never touched, or given back).
     pub absent: usize,
-    /// Pages present whose node the kernel would not say: before 6.x,
-    /// `move_pages` cannot see a page NUMA balancing has marked for a hinting
-    /// fault (it answers as for a hole), so where such a page is is unknown
-    /// until it is touched again.
+    /// Pages mapped whose node the kernel would not say: the shared zero
+    /// page (read, never written: no page of its own yet), and before 6.x a
+    /// page NUMA balancing has marked for a hinting fault (`move_pages`
+    /// answers for both as for a hole).
     pub hidden: usize,
 }
 
@@ -72,7 +72,22 @@ pub fn placement(ptr: *const u8, len: usize, page_size: usize) -> Result<Placeme
         .step_by(page_size)
         .map(|a| a as *const u8)
         .collect();
-    let status = sys::page_nodes(&pages).map_err(|e| Error::os("move_pages", e))?;
+    let status = match sys::page_nodes(&pages) {
+        Ok(s) => s,
+        // A kernel without NUMA: every page there is is on node 0.
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => pages
+            .iter()
+            .map(|&p| {
+                let present = sys::resident_pages(p as *mut u8, 1).is_ok_and(|n| n == 1);
+                if present {
+                    0
+                } else {
+                    -libc::ENOENT
+                }
+            })
+            .collect(),
+        Err(e) => return Err(Error::os("move_pages", e)),
+    };
     let mut p = Placement::default();
     for (s, &page) in status.into_iter().zip(&pages) {
         match s {
@@ -105,14 +120,18 @@ pub fn placement(ptr: *const u8, len: usize, page_size: usize) -> Result<Placeme
 /// (other nodes when `node` is short, as local allocation falls back), or
 /// with `strict`, bound (`MPOL_BIND`: never another node, a shortage is an
 /// allocation failure). Pages present already stay where they are. The range
-/// must be page-aligned and mapped.
+/// must be page-aligned and mapped. On a kernel without NUMA, nothing.
 pub fn bind(ptr: *mut u8, len: usize, node: u32, strict: bool) -> Result<()> {
     let mode = if strict {
         libc::MPOL_BIND
     } else {
         libc::MPOL_PREFERRED
     };
-    sys::mbind(ptr, len, mode, &[node], false).map_err(|e| Error::os("mbind", e))
+    match sys::mbind(ptr, len, mode, &[node], false) {
+        // A kernel without NUMA has one node: nothing to bind.
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Ok(()),
+        r => r.map_err(|e| Error::os("mbind", e)),
+    }
 }
 
 #[cfg(test)]

@@ -31,8 +31,22 @@ impl MemPolicy {
         let Ok((mode, mask)) = sys::thread_mempolicy() else {
             return MemPolicy::Local;
         };
-        let nodes = sys::nodes_of(&mask);
-        match mode {
+        let mut nodes = sys::nodes_of(&mask);
+        if mode & sys::MPOL_F_RELATIVE_NODES != 0 {
+            // The mask is relative to the cpuset's nodes: bit i is the i-th
+            // allowed node (cyclically), as the kernel folds it.
+            let allowed = layout().memory_nodes();
+            if allowed.is_empty() {
+                return MemPolicy::Local;
+            }
+            nodes = nodes
+                .iter()
+                .map(|&i| allowed[i as usize % allowed.len()])
+                .collect();
+            nodes.sort_unstable();
+            nodes.dedup();
+        }
+        match mode & sys::MPOL_MODE_MASK {
             libc::MPOL_BIND => MemPolicy::Bind(nodes),
             // An empty preferred mask is the old spelling of local allocation.
             libc::MPOL_PREFERRED | sys::MPOL_PREFERRED_MANY if !nodes.is_empty() => {
@@ -66,11 +80,14 @@ pub fn home_node() -> Option<u32> {
     if policy != MemPolicy::Local {
         return None;
     }
-    let topology = Topology::read();
+    let topology = layout();
     let cpus = sys::thread_affinity().ok()?;
     let mut nodes = cpus.iter().map(|&c| topology.node_of_cpu(c));
     let first = nodes.next()??;
-    nodes.all(|n| n == Some(first)).then_some(first)
+    // A node of CPUs only: its memory comes from the nearest node that has.
+    nodes
+        .all(|n| n == Some(first))
+        .then(|| topology.nearest_memory_node(first))?
 }
 
 /// The node the calling thread's next fresh page would come from: its
@@ -78,14 +95,45 @@ pub fn home_node() -> Option<u32> {
 /// on now; `None` where its policy spreads pages.
 pub fn caller_node() -> Option<u32> {
     match MemPolicy::of_thread() {
-        MemPolicy::Local => current_node(),
+        // A node of CPUs only: its memory comes from the nearest that has.
+        MemPolicy::Local => layout().nearest_memory_node(current_node()?),
         p => p.single_node(),
     }
 }
 
-/// The node of the CPU the calling thread runs on now (it may move after).
+/// Whether this process may place memory on more than one node: read once
+/// (node hot-plug aside, it does not change), so asking costs a load.
+pub fn is_multi_node() -> bool {
+    layout().memory_nodes().len() > 1
+}
+
+/// The topology as it was first read: for its shape (which nodes, their
+/// CPUs, the distances), which the calls made on every allocation ask, not
+/// for its free memory. Reading sysfs costs ~0.3 ms.
+fn layout() -> &'static Topology {
+    static LAYOUT: std::sync::OnceLock<Topology> = std::sync::OnceLock::new();
+    LAYOUT.get_or_init(Topology::read)
+}
+
+/// The node of the CPU the calling thread runs on now (it may move after):
+/// no system call, where the C library answers `sched_getcpu` without one.
 pub fn current_node() -> Option<u32> {
-    sys::getcpu().ok().map(|(_, node)| node)
+    static NODE_OF_CPU: std::sync::OnceLock<Vec<Option<u32>>> = std::sync::OnceLock::new();
+    let map = NODE_OF_CPU.get_or_init(|| {
+        let t = layout();
+        let most = t
+            .nodes
+            .iter()
+            .flat_map(|n| n.cpus.iter())
+            .max()
+            .map_or(0, |&c| c + 1);
+        (0..most).map(|cpu| t.node_of_cpu(cpu)).collect()
+    });
+    match sys::current_cpu().and_then(|cpu| map.get(cpu).copied().flatten()) {
+        Some(node) => Some(node),
+        // A CPU brought online since: ask the kernel.
+        None => sys::getcpu().ok().map(|(_, node)| node),
+    }
 }
 
 /// Lets the calling thread run only on `node`'s CPUs, so that memory it
@@ -119,6 +167,8 @@ mod tests {
         assert!(t.node(now).is_some(), "node {now} not in {t:?}");
     }
 
+    /// Its home is that node, or for a node of CPUs only the nearest node
+    /// with memory.
     #[test]
     fn a_thread_run_on_a_node_runs_there_and_its_home_is_that_node() {
         let t = Topology::read();
@@ -129,7 +179,9 @@ mod tests {
                 run_on_node(&t, id).unwrap();
                 assert_eq!(current_node(), Some(id));
                 if MemPolicy::of_thread() == MemPolicy::Local {
-                    assert_eq!(home_node(), Some(id));
+                    let home = t.nearest_memory_node(id);
+                    assert_eq!(home_node(), home);
+                    assert_eq!(caller_node(), home);
                 }
             })
             .join()

@@ -47,6 +47,9 @@ pub struct Topology {
     /// Ids the kernel could bring online (`possible`): an id in here but not in
     /// `nodes` is offline, any other does not exist.
     pub possible: Vec<u32>,
+    /// The nodes this process may take memory from (`Mems_allowed` of its
+    /// cpuset); `None` where the kernel does not say (then all).
+    pub allowed: Option<Vec<u32>>,
 }
 
 impl Topology {
@@ -60,11 +63,16 @@ impl Topology {
         self.nodes.iter().find(|n| n.id == id)
     }
 
-    /// The node a request may name: online and with memory. A clear error
-    /// otherwise: no such node, offline, or one without memory (CPU-only).
+    /// The node a request may name: online, with memory, and in this
+    /// process's cpuset. A clear error otherwise: no such node, offline, one
+    /// without memory (CPU-only), or one the cpuset leaves out.
     pub fn memory_node(&self, id: u32) -> Result<&Node> {
         let online: Vec<u32> = self.nodes.iter().map(|n| n.id).collect();
         match self.node(id) {
+            Some(n) if n.has_memory && !self.is_allowed(id) => Err(Error::invalid(format!(
+                "NUMA node {id} is outside this process's cpuset (nodes it may use: {})",
+                list(self.memory_nodes().into_iter())
+            ))),
             Some(n) if n.has_memory => Ok(n),
             Some(_) => Err(Error::invalid(format!(
                 "NUMA node {id} has no memory (nodes with memory: {})",
@@ -96,13 +104,43 @@ impl Topology {
         self.node(from)?.distances.get(at).copied()
     }
 
-    /// Ids of the nodes with memory, ascending.
+    /// Ids of the nodes with memory this process may use (its cpuset's),
+    /// ascending.
     pub fn memory_nodes(&self) -> Vec<u32> {
         self.nodes
             .iter()
-            .filter(|n| n.has_memory)
+            .filter(|n| n.has_memory && self.is_allowed(n.id))
             .map(|n| n.id)
             .collect()
+    }
+
+    fn is_allowed(&self, id: u32) -> bool {
+        self.allowed.as_ref().is_none_or(|a| a.contains(&id))
+    }
+
+    /// Where memory of a thread on node `id` goes under local allocation:
+    /// `id` if it has memory this process may use, else the nearest node that
+    /// has (the kernel's fallback for a CPU-only node); ties by id.
+    pub fn nearest_memory_node(&self, id: u32) -> Option<u32> {
+        let mem = self.memory_nodes();
+        if mem.contains(&id) {
+            return Some(id);
+        }
+        mem.into_iter()
+            .min_by_key(|&to| (self.distance(id, to).unwrap_or(u32::MAX), to))
+    }
+
+    /// `cpus` of node `id` this thread may run on (its affinity, a cpuset):
+    /// the CPUs to fill the node's memory from; empty where there are none.
+    pub fn usable_cpus(&self, id: u32) -> Vec<usize> {
+        let mine = sys::thread_affinity().unwrap_or_default();
+        self.node(id).map_or(Vec::new(), |n| {
+            n.cpus
+                .iter()
+                .copied()
+                .filter(|c| mine.contains(c))
+                .collect()
+        })
     }
 }
 
@@ -173,7 +211,21 @@ pub(crate) fn read_from(dir: &Path) -> Option<Topology> {
             }
         })
         .collect();
-    Some(Topology { nodes, possible })
+    Some(Topology {
+        nodes,
+        possible,
+        allowed: allowed_nodes(),
+    })
+}
+
+/// `Mems_allowed_list` of `/proc/self/status`: the nodes the cpuset allows.
+fn allowed_nodes() -> Option<Vec<u32>> {
+    let status = sys::read_text("/proc/self/status")?;
+    let line = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Mems_allowed_list:"))?;
+    let v = parse_list(line.trim())?;
+    v.into_iter().map(|i| u32::try_from(i).ok()).collect()
 }
 
 /// `MemTotal` and `MemFree` of a node's `meminfo` ("Node 0 MemTotal: 123 kB").
@@ -242,6 +294,7 @@ fn single_node() -> Topology {
             distances: vec![10],
         }],
         possible: vec![0],
+        allowed: None,
     }
 }
 
@@ -289,8 +342,9 @@ mod tests {
             "node1/meminfo",
             "Node 1 MemTotal: 2048 kB\nNode 1 MemFree: 1024 kB\n",
         );
-        let t = read_from(&dir).unwrap();
+        let mut t = read_from(&dir).unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
+        t.allowed = None;
         assert_eq!(t.nodes.len(), 2);
         assert_eq!(t.nodes[0].cpus, vec![0, 1]);
         assert_eq!(t.nodes[0].mem_total, 1 << 30);
@@ -313,6 +367,18 @@ mod tests {
         assert!(offline.contains("offline"), "{offline}");
         let missing = t.memory_node(7).unwrap_err().to_string();
         assert!(missing.contains("does not exist"), "{missing}");
+        // Node 1 has no CPUs here; a CPU-less view: node 0's nearest is itself,
+        // and an id without memory falls to the nearest that has.
+        assert_eq!(t.nearest_memory_node(0), Some(0));
+        t.nodes[1].has_memory = false;
+        assert_eq!(t.nearest_memory_node(1), Some(0));
+        // A cpuset that leaves node 0 out.
+        t.nodes[1].has_memory = true;
+        t.allowed = Some(vec![1]);
+        assert_eq!(t.memory_nodes(), vec![1]);
+        let outside = t.memory_node(0).unwrap_err().to_string();
+        assert!(outside.contains("cpuset"), "{outside}");
+        assert_eq!(t.nearest_memory_node(0), Some(1));
     }
 
     #[test]

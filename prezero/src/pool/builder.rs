@@ -168,10 +168,13 @@ impl PoolBuilder {
             priority: Mutex::new("none (no scrubber)"),
             scrubber_tids: Mutex::new(Vec::new()),
         });
-        // Populated by this thread, so on its node.
+        // On this thread's node, bound there: the thread may move meanwhile.
         let node = shared.caller_node();
         for _ in 0..self.prefill {
             let r = Region::new(self.chunk_size, self.backing)?;
+            if let Some(n) = node.filter(|&n| n != super::SPREAD) {
+                crate::numa::bind(r.as_ptr(), r.len(), n, false)?;
+            }
             crate::prefault::prefault(&r, 1)?;
             shared.adopt(r, false, node);
         }

@@ -16,7 +16,10 @@
 //! lock: its owner while `InUse`, one scrubber while `Scrubbing`, nobody
 //! otherwise. The invariant `zeroed + dirty + scrubbing + in_use == mapped` is
 //! checked after every change in debug builds, and the transitions are checked
-//! exhaustively in `state.rs`'s tests.
+//! exhaustively in `state.rs`'s tests. `alloc_zeroed_timeout`'s waiters are
+//! counted (SeqCst) and woken after every change that ends exhaustion; the
+//! threads' steps (takers, waiters, frees, the scrubber, trim, shutdown) are
+//! checked in every interleaving in `interleavings.rs`.
 //!
 //! Chunks hold an `Arc` of the pool's shared part, so they stay valid after the
 //! [`Pool`] is dropped; raw chunks (`Chunk::into_raw`) still outstanding at drop
@@ -36,6 +39,8 @@ use crate::error::{Error, Result};
 use crate::region::{PageKind, Region};
 
 mod builder;
+#[cfg(test)]
+mod interleavings;
 mod scrubber;
 mod state;
 mod stats;
@@ -97,10 +102,12 @@ impl Shared {
     }
 
     /// The calling thread's node, where chunks are kept apart by node (no
-    /// system call on a machine of one node).
+    /// system call on a machine of one node): its policy's one node or its
+    /// CPU's, or [`SPREAD`] for a policy that spreads pages (interleave,
+    /// several nodes), whose chunks go only to threads that spread too.
     fn caller_node(&self) -> Option<u32> {
         if self.multi_node {
-            crate::numa::caller_node()
+            Some(crate::numa::caller_node().unwrap_or(SPREAD))
         } else {
             None
         }
@@ -142,9 +149,11 @@ impl Shared {
         Ok(())
     }
 
-    /// Wakes `alloc_zeroed_timeout` callers, if any. A waiter registers before
-    /// it last looks at the lists, so a chunk made available after that look is
-    /// always followed by this wake-up (at worst it costs the waiter a retry).
+    /// Wakes `alloc_zeroed_timeout` callers, if any: after every change that
+    /// ends exhaustion (a free, a scrub done, a grow given up). A waiter
+    /// registers before it looks at the lists, and looks last under the lock
+    /// its wait releases, so a chunk made available after that look is always
+    /// followed by this wake-up, which its wait receives.
     fn wake_waiters(&self) {
         // Ordering: SeqCst pairs with the waiter's SeqCst increment, so either the
         // waiter sees the chunk on its next look or we see the waiter here.
@@ -164,7 +173,7 @@ impl Shared {
             } else {
                 s.take_any(self.hot_chunks, node)
             };
-            let room = s.slots.len() + s.growing < self.max_chunks;
+            let room = s.has_room(self.max_chunks);
             // At capacity with nothing of its node: another node's chunk, whose
             // pages `prepare` drops.
             let t = match (t, node) {
@@ -254,6 +263,8 @@ impl Shared {
             Ok(r) => r,
             Err(e) => {
                 self.lock().growing -= 1;
+                // The room this grow held is free again: a waiter may grow.
+                self.wake_waiters();
                 return Err(e);
             }
         };
@@ -264,6 +275,9 @@ impl Shared {
         Ok((id, ptr))
     }
 }
+
+/// The node key of chunks whose pages a spreading policy placed: no node.
+pub(crate) const SPREAD: u32 = u32::MAX;
 
 /// A pool of pre-zeroed chunks. `Send + Sync`: share it by reference or `Arc`.
 pub struct Pool {
@@ -316,12 +330,15 @@ impl Pool {
         let r = loop {
             match shared.hand_out(true) {
                 Err(Error::Exhausted { .. }) if Instant::now() < deadline => {
+                    // Looked at again under the lock the wait releases: what was
+                    // freed since hand_out looked is taken on the next turn, and
+                    // what is freed after this is followed by a wake-up this wait
+                    // receives (checked in every interleaving: interleavings.rs).
                     let s = shared.lock();
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    // A missed wake-up only costs a retry after 10 ms.
-                    let _ = shared
-                        .chunk_ready
-                        .wait_timeout(s, left.min(Duration::from_millis(10)));
+                    if s.exhausted(shared.max_chunks) {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        let _ = shared.chunk_ready.wait_timeout(s, left);
+                    }
                 }
                 r => break r,
             }

@@ -27,6 +27,7 @@ use std::collections::{HashMap, VecDeque};
 
 /// What a chunk is doing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(test, derive(Hash))]
 pub(crate) enum Phase {
     Zeroed,
     Dirty,
@@ -36,6 +37,7 @@ pub(crate) enum Phase {
 
 /// One chunk's record.
 #[derive(Debug)]
+#[cfg_attr(test, derive(Clone, PartialEq, Eq, Hash))]
 pub(crate) struct Slot {
     pub(crate) addr: usize,
     pub(crate) phase: Phase,
@@ -75,7 +77,9 @@ pub(crate) enum Refused {
     WrongOwner,
 }
 
+// Copied and compared in the tests, which keep a state per sequence explored.
 #[derive(Debug, Default)]
+#[cfg_attr(test, derive(Clone, PartialEq, Eq))]
 pub(crate) struct State {
     pub(crate) slots: Vec<Slot>,
     by_addr: HashMap<usize, usize>,
@@ -96,6 +100,7 @@ pub(crate) struct State {
 
 /// Counts per place, for stats.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(test, derive(Hash))]
 pub(crate) struct Counts {
     pub(crate) zeroed: usize,
     pub(crate) released: usize,
@@ -349,6 +354,22 @@ impl State {
         self.scrub_active && !self.dirty.is_empty()
     }
 
+    /// Whether another chunk may be mapped under a capacity of `max_chunks`
+    /// (the ones being mapped count).
+    pub(crate) fn has_room(&self, max_chunks: usize) -> bool {
+        self.slots.len() + self.growing < max_chunks
+    }
+
+    /// Whether a taker, of any node, would find nothing: no chunk out of use
+    /// (zeroed, released, hot or dirty) and no room to map one.
+    pub(crate) fn exhausted(&self, max_chunks: usize) -> bool {
+        self.zeroed.is_empty()
+            && self.released.is_empty()
+            && self.hot.is_empty()
+            && self.dirty.is_empty()
+            && !self.has_room(max_chunks)
+    }
+
     /// Bytes backed by memory: everything but the released chunks.
     pub(crate) fn backed_chunks(&self) -> usize {
         self.slots.len() - self.released.len()
@@ -538,8 +559,7 @@ mod tests {
             return;
         }
         for &e in evs {
-            // Cheap to rebuild: replay into a copy.
-            let mut copy = clone_state(s);
+            let mut copy = s.clone();
             let mut z = zero.to_vec();
             if apply(&mut copy, e, hot, &mut z) {
                 *visited += 1;
@@ -548,41 +568,22 @@ mod tests {
         }
     }
 
-    fn clone_state(s: &State) -> State {
-        State {
-            slots: s
-                .slots
-                .iter()
-                .map(|x| Slot {
-                    addr: x.addr,
-                    phase: x.phase,
-                    handed_at: x.handed_at,
-                    raw: x.raw,
-                    node: x.node,
-                })
-                .collect(),
-            by_addr: s.by_addr.clone(),
-            zeroed: s.zeroed.clone(),
-            released: s.released.clone(),
-            hot: s.hot.clone(),
-            dirty: s.dirty.clone(),
-            scrubbing: s.scrubbing,
-            in_use: s.in_use,
-            growing: s.growing,
-            handouts: s.handouts,
-            scrub_active: s.scrub_active,
-            shutdown: s.shutdown,
-        }
-    }
+    /// How deep the explorations go, and how many sequences that must reach:
+    /// Miri (scripts/miri.sh) is some thousand times slower than a native run,
+    /// so it explores shorter sequences.
+    const DEPTH: usize = if cfg!(miri) { 4 } else { 10 };
+    const AT_LEAST: usize = if cfg!(miri) { 50 } else { 500_000 };
+    const NODES_DEPTH: usize = if cfg!(miri) { 3 } else { 8 };
+    const NODES_AT_LEAST: usize = if cfg!(miri) { 40 } else { 100_000 };
 
     #[test]
     fn every_sequence_of_transitions_keeps_the_invariant() {
         let evs = events(3);
         for hot in [0, 1, 2] {
             let mut visited = 0;
-            explore(&mut State::default(), 10, hot, &[], &evs, &mut visited);
-            eprintln!("hot window {hot}: {visited} sequences of up to 10 transitions");
-            assert!(visited > 500_000, "explored only {visited} sequences");
+            explore(&mut State::default(), DEPTH, hot, &[], &evs, &mut visited);
+            eprintln!("hot window {hot}: {visited} sequences of up to {DEPTH} transitions");
+            assert!(visited > AT_LEAST, "explored only {visited} sequences");
         }
     }
 
@@ -604,9 +605,19 @@ mod tests {
             evs.extend([Event::Free(i), Event::ScrubFinish(i, true)]);
         }
         let mut visited = 0;
-        explore(&mut State::default(), 8, 1, &[], &evs, &mut visited);
-        eprintln!("{visited} sequences of up to 8 transitions with nodes");
-        assert!(visited > 100_000, "explored only {visited} sequences");
+        explore(
+            &mut State::default(),
+            NODES_DEPTH,
+            1,
+            &[],
+            &evs,
+            &mut visited,
+        );
+        eprintln!("{visited} sequences of up to {NODES_DEPTH} transitions with nodes");
+        assert!(
+            visited > NODES_AT_LEAST,
+            "explored only {visited} sequences"
+        );
     }
 
     #[test]

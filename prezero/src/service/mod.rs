@@ -21,6 +21,8 @@ mod server;
 mod tenant;
 mod worker;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) use client::tile;
 pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
 pub use config::{PoolConfig, PoolNode, Reuse, ServerConfig, MAX_METRICS_INTERVAL};

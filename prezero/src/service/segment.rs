@@ -48,14 +48,13 @@ pub(crate) struct Home {
 }
 
 impl Home {
-    /// `node`'s home in `topology`.
+    /// `node`'s home in `topology`: the node's CPUs this process may run on
+    /// (a cpuset may leave some or all out: then it fills from anywhere, and
+    /// the mapping's binding alone places the pages).
     pub(crate) fn of(topology: &Topology, node: u32) -> Home {
         Home {
             node,
-            cpus: topology
-                .node(node)
-                .map(|n| n.cpus.clone())
-                .unwrap_or_default(),
+            cpus: topology.usable_cpus(node),
         }
     }
 }
@@ -130,6 +129,13 @@ impl Segment {
     /// The CPUs that fill it (empty: any).
     pub(crate) fn cpus(&self) -> &[usize] {
         self.home.as_ref().map_or(&[][..], |h| &h.cpus[..])
+    }
+
+    /// The node most of its present pages are on (a segment taken over from a
+    /// previous instance: which pool it goes back to).
+    pub(crate) fn most_on(&self) -> Option<u32> {
+        let p = numa::placement(self.ptr.as_ptr(), self.len, self.page_size()).ok()?;
+        p.on.iter().max_by_key(|&&(_, n)| n).map(|&(node, _)| node)
     }
 
     /// Ok if every page is present and on the segment's node: checked after
@@ -295,9 +301,8 @@ impl Segment {
                     needed: len / page,
                     free: 0,
                     reserve_cmd: format!(
-                        "echo N > /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages \
-                         (node {node} had no free {} page for the segment)",
-                        page >> 10,
+                        "echo N > {} (node {node} had no free {} page for the segment)",
+                        crate::hugetlb::nr_path(node, page),
                         self.page.name()
                     ),
                 })

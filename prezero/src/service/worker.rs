@@ -333,13 +333,35 @@ fn destroy(seg: Segment) {
     drop(seg);
 }
 
+/// The calling thread on `cpus` until dropped, then on the CPUs it had
+/// (nothing, for no CPUs, or an affinity that could not be read).
+struct Pinned(Option<Vec<usize>>);
+
+impl Pinned {
+    fn to(cpus: &[usize]) -> Pinned {
+        if cpus.is_empty() {
+            return Pinned(None);
+        }
+        let before = sys::thread_affinity().ok();
+        let _ = sys::set_thread_affinity(cpus);
+        Pinned(before)
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(cpus) = &self.0 {
+            let _ = sys::set_thread_affinity(cpus);
+        }
+    }
+}
+
 fn clean(id: u64, seg: Segment, how: Clean, env: &Env<'_>) -> Done {
     let len = seg.len();
     let t = Instant::now();
-    // The scrub in place runs here: from the segment's node, as its fill does.
-    if !seg.cpus().is_empty() {
-        let _ = sys::set_thread_affinity(seg.cpus());
-    }
+    // The scrub in place runs here: from the segment's node, as its fill
+    // does; the worker's own CPUs again once it is done.
+    let _pinned = Pinned::to(seg.cpus());
     if how == Clean::Fresh {
         if let Err(why) = env.at_normal_priority(|| seg.punch()) {
             env.at_normal_priority(|| drop(seg));

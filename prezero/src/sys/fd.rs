@@ -23,6 +23,8 @@ fn off(n: usize) -> io::Result<libc::off_t> {
 ///
 /// pre: none (unknown flags are EINVAL).
 pub(crate) fn memfd_create(name: &CStr, flags: libc::c_uint) -> io::Result<OwnedFd> {
+    #[cfg(debug_assertions)]
+    super::fault::check(super::fault::Kind::MemfdCreate)?;
     // SAFETY: `name` is NUL-terminated; the kernel copies it.
     owned(unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC | flags) })
 }
@@ -136,6 +138,8 @@ pub(crate) fn set_lease(fd: BorrowedFd<'_>, kind: libc::c_int) -> io::Result<()>
 ///
 /// pre: none.
 pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<()> {
+    #[cfg(debug_assertions)]
+    super::fault::check(super::fault::Kind::Fallocate)?;
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
     // SAFETY: fallocate has no memory-safety preconditions.
     check(unsafe { libc::fallocate(fd.as_raw_fd(), mode, off(offset)?, off(len)?) }).map(drop)

@@ -19,7 +19,11 @@
 //! * `sched.rs`: thread ids and scheduling priority;
 //! * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
 //!   the auxiliary vector).
+//!
+//! In debug builds, chosen calls can be made to fail for tests (`fault.rs`).
 
+#[cfg(debug_assertions)]
+mod fault;
 mod fd;
 mod mem;
 mod numa;

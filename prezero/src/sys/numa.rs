@@ -18,6 +18,11 @@ pub(crate) type NodeMask = [u64; MASK_WORDS];
 pub(crate) const MPOL_PREFERRED_MANY: libc::c_int = 5;
 /// Linux 6.9.
 pub(crate) const MPOL_WEIGHTED_INTERLEAVE: libc::c_int = 6;
+/// `get_mempolicy`'s mode flag: the mask is relative to the cpuset's nodes.
+pub(crate) const MPOL_F_RELATIVE_NODES: libc::c_int = 1 << 14;
+/// The mode without its flags (`MPOL_F_STATIC_NODES`, `_RELATIVE_NODES`,
+/// `_NUMA_BALANCING`).
+pub(crate) const MPOL_MODE_MASK: libc::c_int = 0xff;
 /// `mbind` flag: fail where a page already present is on another node.
 const MPOL_MF_STRICT: libc::c_uint = 1;
 
@@ -46,8 +51,9 @@ pub(crate) fn nodes_of(mask: &NodeMask) -> Vec<u32> {
         .collect()
 }
 
-/// The calling thread's memory policy: its mode (`MPOL_*`, flags cleared)
-/// and node mask (empty for the default and local policies).
+/// The calling thread's memory policy: its mode (`MPOL_*`, with its flags:
+/// [`MPOL_MODE_MASK`] takes them off) and node mask (empty for the default
+/// and local policies).
 ///
 /// pre: none.
 pub(crate) fn thread_mempolicy() -> io::Result<(libc::c_int, NodeMask)> {
@@ -68,8 +74,7 @@ pub(crate) fn thread_mempolicy() -> io::Result<(libc::c_int, NodeMask)> {
     if r != 0 {
         return Err(io::Error::last_os_error());
     }
-    // The mode's high bits carry MPOL_F_STATIC_NODES/RELATIVE_NODES/NUMA_BALANCING.
-    Ok((mode & 0xff, mask))
+    Ok((mode, mask))
 }
 
 /// Sets the policy of `[addr, addr+len)` (`mbind`): `mode` over `nodes`.
@@ -156,6 +161,16 @@ pub(crate) fn getcpu() -> io::Result<(u32, u32)> {
         return Err(io::Error::last_os_error());
     }
     Ok((cpu, node))
+}
+
+/// The CPU the calling thread runs on now: `sched_getcpu`, which glibc
+/// answers from the vDSO or rseq without a system call.
+///
+/// pre: none.
+pub(crate) fn current_cpu() -> Option<usize> {
+    // SAFETY: sched_getcpu has no preconditions.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).ok()
 }
 
 /// The CPUs the calling thread may run on, ascending.

@@ -17,8 +17,9 @@
 /// One store unit of an instruction set: what the engine needs from it.
 ///
 /// # Safety
-/// Implementations are only called from a function compiled for (and
-/// dispatched on a CPU with) the instruction set they use.
+/// Every method is only called from a function compiled for (and dispatched
+/// on a CPU with) the instruction set the unit uses; each method's own
+/// `# Safety` adds what it needs of its arguments.
 pub(super) trait Unit: Copy {
     /// Size in bytes (a multiple of 8).
     const BYTES: usize;
@@ -29,24 +30,49 @@ pub(super) trait Unit: Copy {
     /// Selects one 64-bit lane, or none, for [`Unit::insert`].
     type Lane: Copy;
 
-    /// The selector of lane `lane` (< BYTES / 8).
+    /// The selector of lane `lane`.
+    ///
+    /// # Safety
+    /// The unit's instruction set is available; `lane < BYTES / 8`.
     unsafe fn lane(lane: usize) -> Self::Lane;
     /// The selector of no lane: [`Unit::insert`] leaves the unit as it is.
+    ///
+    /// # Safety
+    /// The unit's instruction set is available.
     unsafe fn no_lane() -> Self::Lane;
     /// Reads BYTES bytes from `p` (any alignment).
+    ///
+    /// # Safety
+    /// The unit's instruction set is available; `p` is readable for BYTES.
     unsafe fn load(p: *const u8) -> Self;
     /// This unit with the selected lane zeroed.
+    ///
+    /// # Safety
+    /// The unit's instruction set is available.
     unsafe fn clear(self, lane: Self::Lane) -> Self;
     /// This unit with `word` in the selected lane, which must be zero
     /// (branch-free: the register form inserts every word into every unit,
     /// most of them with no lane, as an and and an or).
+    ///
+    /// # Safety
+    /// The unit's instruction set is available.
     unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self;
     /// The unit whose lanes are `lo` and, if it has a second, `hi`, or-ed
     /// into this one (where `PICK`).
+    ///
+    /// # Safety
+    /// The unit's instruction set is available.
     unsafe fn or_words(self, lo: u64, hi: u64) -> Self;
-    /// A streaming store to `p` (aligned to BYTES).
+    /// A streaming store to `p`.
+    ///
+    /// # Safety
+    /// The unit's instruction set is available; `p` is writable for BYTES
+    /// and aligned to BYTES.
     unsafe fn stream(self, p: *mut u8);
     /// An ordinary store to `p` (any alignment).
+    ///
+    /// # Safety
+    /// The unit's instruction set is available; `p` is writable for BYTES.
     unsafe fn store(self, p: *mut u8);
 }
 
@@ -85,7 +111,8 @@ pub(super) unsafe fn fill<U: Unit, const STREAM: bool, const K: usize>(
     job: &Job<'_, K>,
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
 ) {
-    // SAFETY (all arms): forwarded from the caller.
+    // SAFETY: every arm's function has `fill`'s contract, which our caller
+    // upholds, and the arm's `N` is `job.size / U::BYTES`.
     unsafe {
         match (U::PICK, job.size / U::BYTES) {
             (false, 1) => held::<U, STREAM, K, 1>(job, produce),
@@ -135,6 +162,10 @@ impl Lines {
 
     /// Stores unit `v` at `p`: streamed when `WHOLE` (the record is inside the
     /// whole lines) or `p` is, ordinarily otherwise.
+    ///
+    /// # Safety
+    /// `U`'s instruction set is available; `p` is a unit-sized slot of the
+    /// job's destination, aligned to `U::BYTES` when `STREAM`.
     #[inline(always)]
     unsafe fn put<U: Unit, const STREAM: bool, const WHOLE: bool>(&self, v: U, p: *mut u8) {
         // SAFETY: the caller passes a unit-sized slot of dst, aligned to the
@@ -168,6 +199,11 @@ impl Groups {
 /// insertion of the words.
 trait Records<U: Unit, const K: usize> {
     /// Stores record `vals` (a head's if `is_head`) at `d`, through `lines`.
+    ///
+    /// # Safety
+    /// `U`'s instruction set is available; `d` is a record of the job's
+    /// destination (`size` writable bytes), aligned to `U::BYTES` when
+    /// `STREAM`; the templates the records were built from are still readable.
     unsafe fn put<const STREAM: bool, const WHOLE: bool>(
         &self,
         lines: &Lines,
@@ -211,6 +247,11 @@ impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Picked<U, K, N> 
     }
 }
 
+/// [`fill`] with [`Picked`] records of `N` units (with [`Held`] ones from 8
+/// words on, more than the slot table holds).
+///
+/// # Safety
+/// As for [`fill`], with `job.size == N * U::BYTES`.
 #[inline(always)]
 unsafe fn picked<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
     job: &Job<'_, K>,
@@ -218,7 +259,7 @@ unsafe fn picked<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
 ) {
     if K >= 8 {
         // The slot table holds at most 7 words and the zero.
-        // SAFETY: forwarded from `fill`'s caller.
+        // SAFETY: `held` has `picked`'s contract, which our caller upholds.
         return unsafe { held::<U, STREAM, K, N>(job, produce) };
     }
     let mut slot = [[K; 2]; N];
@@ -242,13 +283,18 @@ unsafe fn picked<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
         tail: core::array::from_fn(|u| unit(job.tail, u)),
         slot,
     };
-    // SAFETY: forwarded from `fill`'s caller.
+    // SAFETY: `fill`'s contract, which our caller upholds, is `drive`'s; the
+    // records were built from the job's templates.
     unsafe { drive::<U, STREAM, K>(job, produce, &records) }
 }
 
 /// Runs the records in three stretches (partial lines, whole lines, partial
 /// lines), so the middle one, nearly all of a large fill, streams every unit
 /// without a per-unit test.
+///
+/// # Safety
+/// As for [`fill`]; `records` were built from this job's templates and
+/// store records of `job.size` bytes.
 #[inline(always)]
 unsafe fn drive<U: Unit, const STREAM: bool, const K: usize>(
     job: &Job<'_, K>,
@@ -283,6 +329,10 @@ struct Cursor {
 
 impl Cursor {
     /// Stores records `range`, which must be the next ones.
+    ///
+    /// # Safety
+    /// As for [`drive`], which made this cursor over its job; `range` ends at
+    /// most at the job's `n`.
     #[inline(always)]
     unsafe fn stretch<U: Unit, const STREAM: bool, const WHOLE: bool, const K: usize>(
         &mut self,
@@ -336,6 +386,10 @@ impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Held<U, K, N> {
     }
 }
 
+/// [`fill`] with [`Held`] records of `N` units.
+///
+/// # Safety
+/// As for [`fill`], with `job.size == N * U::BYTES`.
 #[inline(always)]
 unsafe fn held<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
     job: &Job<'_, K>,
@@ -367,7 +421,8 @@ unsafe fn held<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
             lanes,
         }
     };
-    // SAFETY: forwarded from `fill`'s caller.
+    // SAFETY: `fill`'s contract, which our caller upholds, is `drive`'s; the
+    // records were built from the job's templates.
     unsafe { drive::<U, STREAM, K>(job, produce, &records) }
 }
 
@@ -411,6 +466,10 @@ impl<U: Unit, const K: usize> Records<U, K> for Loaded<U, K> {
     }
 }
 
+/// [`fill`] with [`Loaded`] records, for any number of units.
+///
+/// # Safety
+/// As for [`fill`].
 #[inline(always)]
 unsafe fn loaded<U: Unit, const STREAM: bool, const K: usize>(
     job: &Job<'_, K>,
@@ -428,6 +487,7 @@ unsafe fn loaded<U: Unit, const STREAM: bool, const K: usize>(
         // SAFETY: the lanes are below BYTES / 8 since the offsets are 8-aligned.
         lane: core::array::from_fn(|j| unsafe { U::lane(job.offsets[order[j]] % U::BYTES / 8) }),
     };
-    // SAFETY: forwarded from `fill`'s caller.
+    // SAFETY: `fill`'s contract, which our caller upholds, is `drive`'s; the
+    // records were built from the job's templates.
     unsafe { drive::<U, STREAM, K>(job, produce, &records) }
 }

@@ -41,13 +41,15 @@ mod sample;
 use std::ffi::{OsStr, OsString};
 
 use programs::{alloc_programs, goal, python_with_numpy, Arm, Goal, Program, ALL, NUMPY};
-use sample::{mib, own_peak_rss, run_once, Pad, Samples};
+use sample::{own_peak_rss, run_once, Pad, Samples};
 
 use super::progress::Progress;
 use super::rows::{self, Row};
 use crate::run::Settings;
 use crate::stats::{round3, Stats};
 use crate::table::Table;
+use crate::units::human_size;
+use anyhow::{bail, Context, Result};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -96,9 +98,9 @@ fn as_prezero_run_execs(argv: &[OsString]) -> Vec<OsString> {
 
 /// The lazy arm's reserve: `--reserve`, else the preload's default (the
 /// smaller of 1 GiB and 10% of MemAvailable).
-fn reserve_bytes(settings: &Settings) -> Result<usize, String> {
+fn reserve_bytes(settings: &Settings) -> Result<usize> {
     if let Some(r) = &settings.reserve {
-        return crate::units::parse_size(r).map_err(|e| format!("--reserve: {e}"));
+        return crate::units::parse_size(r).context("--reserve");
     }
     let available = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -110,15 +112,15 @@ fn reserve_bytes(settings: &Settings) -> Result<usize, String> {
     Ok(available.map_or(1 << 30, |a| a / 10).min(1 << 30))
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     for n in &args.only {
         if !ALL.iter().any(|p| p.name() == n) {
             let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
-            return Err(format!("unknown program \"{n}\" ({})", names.join(", ")));
+            bail!("unknown program \"{n}\" ({})", names.join(", "));
         }
     }
     if args.reps == 0 {
-        return Err("--reps must be at least 1".into());
+        bail!("--reps must be at least 1");
     }
     let wanted: Vec<Program> = ALL
         .into_iter()
@@ -136,7 +138,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             "prezero: bench run is itself under prezero run: the plain arm runs without LD_PRELOAD"
         );
     }
-    let env_of = |lazy: bool| -> Result<Vec<(OsString, OsString)>, String> {
+    let env_of = |lazy: bool| -> Result<Vec<(OsString, OsString)>> {
         let settings = Settings {
             lazy,
             ..args.settings.clone()
@@ -179,9 +181,9 @@ pub fn run(args: &Args) -> Result<(), String> {
                 argv.push((p, as_prezero_run_execs(&v)));
                 continue;
             }
-            (Program::Numpy, Some(Err(why)), _) => Err(why.clone()),
+            (Program::Numpy, Some(Err(why)), _) => Err(crate::message(why)),
             (_, _, Some(Ok(exe))) => Ok(exe.clone()),
-            (_, _, Some(Err(why))) => Err(why.clone()),
+            (_, _, Some(Err(why))) => Err(crate::message(why)),
             _ => unreachable!("every wanted program has its runner checked"),
         };
         match exe {
@@ -197,7 +199,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         eprintln!("prezero: bench run: no {} row: {why}", p.name());
     }
     if argv.is_empty() {
-        return Err("no program could run here (see above)".into());
+        bail!("no program could run here (see above)");
     }
 
     // Interleaved: each repetition runs every program in every arm, the
@@ -263,9 +265,9 @@ fn print_results(
     if !args.json {
         println!(
             "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
-             the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {:.0} MiB",
+             the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
             args.reps,
-            mib(reserve as u64)
+            human_size(reserve)
         );
         table.print(&[
             "program",
@@ -340,7 +342,7 @@ fn print_results(
                 let unit = if is_memory(fig) { "MiB" } else { "ms" };
                 let cell =
                     |s: &Stats| format!("{:>7.1}{unit} +-{:>3.0}%", s.median / scale, s.stdev_pct);
-                let rss = |bytes: u64| format!("{:.0} MiB", mib(bytes));
+                let rss = |bytes: u64| human_size(bytes as usize);
                 let goals: Vec<String> = [("prez.", &gp, &b), ("lazy", &gl, &c)]
                     .into_iter()
                     .filter_map(|(arm, g, s)| {
@@ -387,10 +389,10 @@ fn print_results(
         println!(
             "# process: the whole process (start, work, exit); held at peak: the most any \
              prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
-             reads at least this bench's own {:.0} MiB (wait4 counts the image a child was \
+             reads at least this bench's own {} (wait4 counts the image a child was \
              spawned from); sparse rss_anon: RssAnon after the touches, the lazy arm's \
              reserve in it",
-            mib(floor)
+            human_size(floor as usize)
         );
         for (p, why) in skipped {
             println!("# no {} row: {why}", p.name());

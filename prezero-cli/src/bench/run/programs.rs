@@ -5,6 +5,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use anyhow::{bail, Context, Result};
+
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Program {
     Numpy,
@@ -146,7 +148,7 @@ sys.exit(1 if bad else 0)
 
 /// The Python with numpy (the interpreter itself, not a shim that would
 /// start a shell first), or why not.
-pub(super) fn python_with_numpy() -> Result<PathBuf, String> {
+pub(super) fn python_with_numpy() -> Result<PathBuf> {
     let out = Command::new("python3")
         .args([
             "-c",
@@ -154,13 +156,11 @@ pub(super) fn python_with_numpy() -> Result<PathBuf, String> {
         ])
         .stdin(Stdio::null())
         .output()
-        .map_err(|e| format!("no python3 ({e})"))?;
+        .context("cannot run python3")?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         let last = err.lines().last().unwrap_or("").trim();
-        return Err(format!(
-            "python3 -c \"import numpy\" failed ({last}); install it with: pip install numpy"
-        ));
+        bail!("python3 -c \"import numpy\" failed ({last}); install it with: pip install numpy");
     }
     let text = String::from_utf8_lossy(&out.stdout);
     let mut lines = text.lines();
@@ -178,7 +178,7 @@ pub(super) fn python_with_numpy() -> Result<PathBuf, String> {
 
 /// `prezero-bench-alloc` in the cache directory, or why not.
 #[cfg(bench_alloc)]
-pub(super) fn alloc_programs() -> Result<PathBuf, String> {
+pub(super) fn alloc_programs() -> Result<PathBuf> {
     static EXE: &[u8] = include_bytes!(env!("PREZERO_BENCH_ALLOC"));
     crate::run::cache_file(
         &format!("prezero-bench-alloc-{}", env!("PREZERO_BENCH_ALLOC_HASH")),
@@ -188,11 +188,11 @@ pub(super) fn alloc_programs() -> Result<PathBuf, String> {
 }
 
 #[cfg(not(bench_alloc))]
-pub(super) fn alloc_programs() -> Result<PathBuf, String> {
-    Err(format!(
+pub(super) fn alloc_programs() -> Result<PathBuf> {
+    bail!(
         "the C programs were {} when prezero was built; install a C compiler and rebuild",
         env!("PREZERO_BENCH_ALLOC")
-    ))
+    )
 }
 
 /// The sparse program's mapping and stride.

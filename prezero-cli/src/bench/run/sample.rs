@@ -7,6 +7,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+use anyhow::{bail, Context, Result};
+
 use super::programs::Program;
 
 /// One process: its figures (nanoseconds), wall time, peak RSS and the
@@ -23,7 +25,7 @@ pub(super) fn run_once(
     env: &[(OsString, OsString)],
     remove: &[&str],
     program: Program,
-) -> Result<Sample, String> {
+) -> Result<Sample> {
     let shown = || {
         argv.iter()
             .map(|a| a.to_string_lossy())
@@ -42,7 +44,7 @@ pub(super) fn run_once(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", shown()))?;
+        .with_context(|| format!("cannot run {}", shown()))?;
     let mut err_pipe = child.stderr.take().expect("piped");
     let err_reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -60,11 +62,7 @@ pub(super) fn run_once(
     let wall = start.elapsed();
     let err = err_reader.join().unwrap_or_default();
     if pid < 0 {
-        return Err(format!(
-            "wait4 for {}: {}",
-            shown(),
-            std::io::Error::last_os_error()
-        ));
+        bail!("wait4 for {}: {}", shown(), std::io::Error::last_os_error());
     }
     let out = String::from_utf8_lossy(&out);
     let err = String::from_utf8_lossy(&err);
@@ -80,15 +78,15 @@ pub(super) fn run_once(
             format!("exit status {}", libc::WEXITSTATUS(status))
         };
         let tail: Vec<&str> = err.lines().rev().take(6).collect();
-        return Err(format!(
+        bail!(
             "VERIFY FAILED or program failed: {} ({how}); stdout: {}; stderr: {}",
             shown(),
             out.trim(),
             tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
-        ));
+        );
     }
     let need =
-        |k: &str| field(k).ok_or_else(|| format!("{}: no {k}= in \"{}\"", shown(), out.trim()));
+        |k: &str| field(k).with_context(|| format!("{}: no {k}= in \"{}\"", shown(), out.trim()));
     let mut figures = match program {
         Program::Numpy => {
             let (z, f, s) = (need("zeros_ns")?, need("first_ns")?, need("second_ns")?);
@@ -185,10 +183,6 @@ pub(super) fn own_peak_rss() -> u64 {
     // SAFETY: fills a local.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     ru.ru_maxrss as u64 * 1024
-}
-
-pub(super) fn mib(b: u64) -> f64 {
-    b as f64 / (1u64 << 20) as f64
 }
 
 #[cfg(test)]

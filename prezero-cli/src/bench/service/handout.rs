@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::Result;
 use prezero::service::Client;
 use prezero::{PageKind, Region, Temperature};
 
@@ -15,11 +16,7 @@ use crate::table::Table;
 use crate::units::fmt_size;
 
 /// The hand-out latency table and the scrub rate, for one page kind.
-pub(super) fn latency_and_scrub(
-    args: &Args,
-    kind: PageKind,
-    sizes: &[usize],
-) -> Result<(), String> {
+pub(super) fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) -> Result<()> {
     let budget = memory_budget();
     let mut fitting: Vec<usize> = sizes
         .iter()
@@ -123,29 +120,29 @@ const SCRUB_ROUNDS: usize = 3;
 /// service's memory back and waits, polling gently, until it is scrubbed and
 /// verified (in place: the segments go back to this process's uid). Rates are
 /// the worker's own timings; medians over the rounds.
-fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<(), String> {
+fn scrub_rate(args: &Args, kind: PageKind, c: &Client, bytes: usize) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
     let half = 1 << 30;
-    let mut cold = Region::new(2 * half, PageKind::Thp).map_err(|e| e.to_string())?;
-    prezero::prefault(&cold, prezero::cpu().logical_cpus).map_err(|e| e.to_string())?;
+    let mut cold = Region::new(2 * half, PageKind::Thp)?;
+    prezero::prefault(&cold, prezero::cpu().logical_cpus)?;
     let (mut engine, mut scrub, mut verify, mut both) = (vec![], vec![], vec![], vec![]);
     let mut scrubbed = 0;
     for round in 0..SCRUB_ROUNDS {
         for i in 0..2 {
             let s = &mut cold.as_mut_slice()[((round + i) % 2) * half..][..half];
             let t = Instant::now();
-            prezero::clear_with(s, Temperature::Cold).map_err(|e| e.to_string())?;
+            prezero::clear_with(s, Temperature::Cold)?;
             engine.push(gbps(half, t.elapsed()));
         }
         wait_ready(c, kind, bytes)?;
         let m = alloc(c, bytes, kind)?;
-        let before = c.stats().map_err(|e| e.to_string())?;
+        let before = c.stats()?;
         drop(m);
         loop {
             std::thread::sleep(Duration::from_millis(20));
-            let s = c.stats().map_err(|e| e.to_string())?;
+            let s = c.stats()?;
             if s.scrubbed_bytes - before.scrubbed_bytes >= bytes as u64
                 && s.pools.iter().all(|p| p.scrubbing + p.quarantined == 0)
             {

@@ -15,6 +15,7 @@ mod vmm;
 
 use std::path::PathBuf;
 
+use anyhow::{bail, Result};
 use prezero::{PageKind, Temperature};
 
 use crate::units::{parse_size_or_zero, parse_sizes};
@@ -80,21 +81,21 @@ fn memory_budget() -> usize {
     avail.saturating_sub(4 << 30)
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     let kinds = args
         .pages
         .iter()
-        .map(|p| p.parse::<PageKind>().map_err(|e| e.to_string()))
+        .map(|p| p.parse::<PageKind>())
         .collect::<Result<Vec<_>, _>>()?;
     if let Some(k) = kinds.iter().find(|k| !k.is_hugetlb()) {
-        return Err(format!("page {k}: the service serves 2MB or 1GB pages"));
+        bail!("page {k}: the service serves 2MB or 1GB pages");
     }
     let mut sizes = parse_sizes(&args.sizes)?;
     sizes.sort_unstable();
     let boot = parse_size_or_zero(&args.boot)?;
     let vmm_size = parse_size_or_zero(&args.vmm_size)?;
     if args.reps == 0 || args.boot_runs == 0 || args.vmm_runs == 0 {
-        return Err("--reps, --boot-runs and --vmm-runs must be at least 1".into());
+        bail!("--reps, --boot-runs and --vmm-runs must be at least 1");
     }
     for kind in kinds {
         latency_and_scrub(args, kind, &sizes)?;

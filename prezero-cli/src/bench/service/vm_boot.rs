@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context, Result};
 use prezero::{PageKind, Region, Temperature};
 
 use super::{memory_budget, Args};
@@ -36,25 +37,27 @@ impl BootPath {
 /// Gives `pages` free hugetlb pages back to the buddy allocator for `secs`
 /// (so a VM's host can reclaim them), then takes them back: the next kernel
 /// run meets host-cold memory, as a VM booting on an idle host does.
-fn cool_hugetlb(kind: PageKind, pages: usize, secs: u64) -> Result<(), String> {
+fn cool_hugetlb(kind: PageKind, pages: usize, secs: u64) -> Result<()> {
     let page = kind.page_size();
     let path = prezero::cpu::HugetlbPool::nr_path(page);
     let total = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
-    let write = |n: usize| std::fs::write(&path, n.to_string()).map_err(|e| format!("{path}: {e}"));
+    let write = |n: usize| {
+        std::fs::write(&path, n.to_string()).with_context(|| format!("cannot write {n} to {path}"))
+    };
     write(total.saturating_sub(pages))?;
     std::thread::sleep(Duration::from_secs(secs));
     write(total)?;
     let now = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
     if now < total {
-        return Err(format!(
+        bail!(
             "could not take back {} hugetlb pages after cooling",
             total - now
-        ));
+        );
     }
     Ok(())
 }
 
-pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(), String> {
+pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<()> {
     let kind = PageKind::Huge2M;
     let size = size
         .next_multiple_of(256 << 20)
@@ -89,8 +92,8 @@ pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(),
     let mut samples: Vec<Vec<f64>> = vec![Vec::new(); paths.len()];
     // Host-warm: back every page once before timing anything.
     if host == Temperature::Hot {
-        let r = Region::new(size, kind).map_err(|e| e.to_string())?;
-        prezero::prefault(&r, threads).map_err(|e| e.to_string())?;
+        let r = Region::new(size, kind)?;
+        prezero::prefault(&r, threads)?;
     }
     for _ in 0..args.boot_runs {
         for (i, &p) in paths.iter().enumerate() {
@@ -104,10 +107,7 @@ pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(),
             let d = match p {
                 BootPath::Service => {
                     if wait_ready(c, kind, size)? < size {
-                        return Err(format!(
-                            "the service has less than {} ready",
-                            fmt_size(size)
-                        ));
+                        bail!("the service has less than {} ready", fmt_size(size));
                     }
                     let t = Instant::now();
                     let m = alloc(c, size, kind)?;
@@ -116,13 +116,13 @@ pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<(),
                     d
                 }
                 _ => {
-                    let mut r = Region::new(size, kind).map_err(|e| e.to_string())?;
+                    let mut r = Region::new(size, kind)?;
                     match p {
                         BootPath::PopulateParallel => {
-                            prezero::prefault(&r, threads).map_err(|e| e.to_string())?;
+                            prezero::prefault(&r, threads)?;
                         }
                         BootPath::Populate => {
-                            prezero::prefault(&r, 1).map_err(|e| e.to_string())?;
+                            prezero::prefault(&r, 1)?;
                         }
                         // Zeros: the check below reads these pages too.
                         _ => touch_pages(r.as_mut_slice(), kind.page_size(), 0),

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context, Result};
 use serde_json::json;
 
 use prezero::PageKind;
@@ -57,22 +58,34 @@ impl Drop for Qemu {
 
 /// One QMP exchange on `q`: the command, then lines until its return (events
 /// skipped); an error answer is an error.
-fn qmp(q: &mut BufReader<UnixStream>, cmd: serde_json::Value) -> Result<serde_json::Value, String> {
-    writeln!(q.get_mut(), "{cmd}").map_err(|e| format!("QMP: {e}"))?;
+fn qmp(q: &mut BufReader<UnixStream>, cmd: serde_json::Value) -> Result<serde_json::Value> {
+    send(q, &cmd)?;
     loop {
         let mut line = String::new();
-        if q.read_line(&mut line).map_err(|e| format!("QMP: {e}"))? == 0 {
-            return Err("QMP: QEMU closed the monitor".into());
+        let read = q
+            .read_line(&mut line)
+            .context("QMP: cannot read QEMU's monitor")?;
+        if read == 0 {
+            bail!("QMP: QEMU closed the monitor");
         }
         let v: serde_json::Value =
-            serde_json::from_str(&line).map_err(|e| format!("QMP: {e}: {line}"))?;
+            serde_json::from_str(&line).with_context(|| format!("QMP: not JSON: {line}"))?;
         if let Some(r) = v.get("return") {
             return Ok(r.clone());
         }
         if v.get("error").is_some() {
-            return Err(format!("QMP {cmd}: {v}"));
+            bail!("QMP {cmd}: {v}");
         }
     }
+}
+
+/// Writes `cmd` and its newline in one write: QEMU parses a command as soon
+/// as its JSON closes, so after a `quit` written in two parts the newline met
+/// a closed monitor (EPIPE) in a few runs in ten.
+fn send(q: &mut BufReader<UnixStream>, cmd: &serde_json::Value) -> Result<()> {
+    q.get_mut()
+        .write_all(format!("{cmd}\n").as_bytes())
+        .context("QMP: cannot write to QEMU's monitor")
 }
 
 /// The first `name` on PATH.
@@ -93,7 +106,7 @@ fn vmm_once(
     size: usize,
     socket: &Path,
     dir: &Path,
-) -> Result<Duration, String> {
+) -> Result<Duration> {
     let qmp_path = dir.join("qmp.sock");
     let _ = std::fs::remove_file(&qmp_path);
     let threads = prezero::cpu().logical_cpus;
@@ -126,9 +139,11 @@ fn vmm_once(
     .iter()
     .map(|s| s.to_string())
     .collect();
-    let log = std::fs::File::create(dir.join("qemu.log")).map_err(|e| e.to_string())?;
+    let log_path = dir.join("qemu.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("cannot create {}", log_path.display()))?;
     let mut cmd = if p == VmmPath::Service {
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe().context("cannot find this program")?;
         let mut c = Command::new(exe);
         c.args(["client", "exec", "--no-fallback", "--quiet", "--socket"])
             .arg(socket)
@@ -149,7 +164,7 @@ fn vmm_once(
     let t = Instant::now();
     let mut child = Qemu(
         cmd.spawn()
-            .map_err(|e| format!("{}: {e}", qemu.display()))?,
+            .with_context(|| format!("cannot run {}", qemu.display()))?,
     );
     let log = || std::fs::read_to_string(dir.join("qemu.log")).unwrap_or_default();
     let stream = loop {
@@ -157,28 +172,51 @@ fn vmm_once(
             break s;
         }
         if let Ok(Some(status)) = child.0.try_wait() {
-            return Err(format!("{}: QEMU exited ({status}): {}", p.name(), log()));
+            bail!("{}: QEMU exited ({status}): {}", p.name(), log());
         }
         if t.elapsed() > Duration::from_secs(300) {
-            return Err(format!("{}: no QMP socket within 300 s", p.name()));
+            bail!("{}: no QMP socket within 300 s", p.name());
         }
         std::thread::sleep(Duration::from_micros(500));
     };
+    // A failed exchange is most often QEMU gone (a shortage of hugetlb pages
+    // at prealloc, say): its exit status and log say why, not the pipe.
+    let took = qmp_session(p, stream, t).map_err(|e| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = child.0.try_wait() {
+                return e.context(format!("QEMU exited ({status}): {}", log().trim_end()));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        e
+    })?;
+    let status = child.0.wait().context("cannot wait for QEMU")?;
+    if !status.success() {
+        bail!("{}: QEMU exited {status}: {}", p.name(), log());
+    }
+    Ok(took)
+}
+
+/// The QMP side of [`vmm_once`]: greeting, `query-status` (timed from `t`),
+/// the zero check of a sample of guest RAM, `quit`.
+fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<Duration> {
     stream
         .set_read_timeout(Some(Duration::from_secs(300)))
-        .map_err(|e| e.to_string())?;
+        .context("QMP: cannot set a timeout on QEMU's monitor")?;
     let mut q = BufReader::new(stream);
     let mut greeting = String::new();
-    q.read_line(&mut greeting)
-        .map_err(|e| format!("QMP greeting: {e}"))?;
+    if q.read_line(&mut greeting)
+        .context("QMP: no greeting from QEMU")?
+        == 0
+    {
+        bail!("{}: QEMU closed its monitor before its greeting", p.name());
+    }
     qmp(&mut q, json!({"execute": "qmp_capabilities"}))?;
     let status = qmp(&mut q, json!({"execute": "query-status"}))?;
     let took = t.elapsed();
     if status["status"] != "prelaunch" {
-        return Err(format!(
-            "{}: QEMU is not ready and stopped: {status}",
-            p.name()
-        ));
+        bail!("{}: QEMU is not ready and stopped: {status}", p.name());
     }
     // A sample of guest RAM (the tests read all of it): 4 KiB at 1 MiB, above
     // the ROMs q35 lays over 0xc0000-0xfffff at reset.
@@ -194,22 +232,20 @@ fn vmm_once(
         .flat_map(|l| l.split_once(':').map_or("", |(_, w)| w).split_whitespace())
         .collect();
     if words.len() != 512 || words.iter().any(|w| *w != "0x0000000000000000") {
-        return Err(format!(
+        bail!(
             "VERIFY FAILED: {}: guest RAM at 1 MiB is not zero: {xp}",
             p.name()
-        ));
+        );
     }
-    qmp(&mut q, json!({"execute": "quit"}))?;
-    let status = child.0.wait().map_err(|e| e.to_string())?;
-    if !status.success() {
-        return Err(format!("{}: QEMU exited {status}: {}", p.name(), log()));
-    }
+    // Its answer may not come before QEMU closes the monitor: QEMU's exit
+    // status, which the caller checks, is the answer.
+    send(&mut q, &json!({"execute": "quit"}))?;
     Ok(took)
 }
 
 /// QEMU ready (spawned, guest RAM allocated and populated, QMP answering)
 /// on service memory against QEMU's own preallocation, in the same run.
-pub(super) fn vmm(args: &Args, size: usize) -> Result<(), String> {
+pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
     let Some(qemu) = on_path("qemu-system-x86_64") else {
         println!(
             "# vmm: skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
@@ -244,15 +280,12 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<(), String> {
     let daemon = Daemon::open_shaped(args.socket.as_deref(), kind, size, size, args.reserve)?;
     let (c, socket) = (&daemon.client, &daemon.socket);
     if wait_ready(c, kind, size)? < size {
-        return Err(format!(
-            "vmm: the service has less than {} ready",
-            fmt_size(size)
-        ));
+        bail!("vmm: the service has less than {} ready", fmt_size(size));
     }
     // QEMU's own hugetlb pages, reserved once the daemon holds its own.
     let _pages = hugetlb_for_run(kind, size, args.reserve)?;
     let dir = std::env::temp_dir().join(format!("prezero-bench-vmm-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let paths = [
         VmmPath::Service,
         VmmPath::MemfdAll,
@@ -271,10 +304,10 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<(), String> {
             // The daemon scrubs and verifies the segment QEMU let go: done
             // before the next row, so its work never overlaps a timed run.
             if p == VmmPath::Service && wait_ready(c, kind, size)? < size {
-                return Err(format!(
+                bail!(
                     "vmm: the service's segment did not come back ({} ready)",
-                    fmt_size(ready(&c.stats().map_err(|e| e.to_string())?, kind))
-                ));
+                    fmt_size(ready(&c.stats()?, kind))
+                );
             }
         }
         Ok(())

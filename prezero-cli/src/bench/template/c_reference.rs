@@ -28,10 +28,10 @@ extern "C" {
 
 /// The variant this CPU (as `PREZERO_CPU` leaves it) runs and how it was
 /// built, or why there is none.
-pub fn variant() -> Result<String, String> {
+pub fn variant() -> Result<String, &'static str> {
     let built = env!("PREZERO_TEMPLATE_REFERENCE");
     if !cfg!(template_reference) {
-        return Err(built.to_string());
+        return Err(built);
     }
     let f = &prezero::cpu().features;
     if f.avx2 {
@@ -39,7 +39,7 @@ pub fn variant() -> Result<String, String> {
     } else if f.sse2 {
         Ok(format!("sse2, {built}"))
     } else {
-        Err("the CPU in use has neither AVX2 nor SSE2".into())
+        Err("the CPU in use has neither AVX2 nor SSE2")
     }
 }
 

@@ -21,6 +21,7 @@ mod stores;
 
 use std::time::Instant;
 
+use anyhow::{bail, Result};
 use prezero::{CopyKernel, PageKind, Region, Streamer};
 
 use super::progress::Progress;
@@ -135,7 +136,7 @@ fn run_method(m: Method, layout: Layout, dst: &mut [Page]) {
 }
 
 /// Checks a sample of records field by field.
-fn verify(m: Method, layout: Layout, dst: &[Page]) -> Result<(), String> {
+fn verify(m: Method, layout: Layout, dst: &[Page]) -> Result<()> {
     let base = dst.as_ptr() as usize;
     let n = dst.len();
     let samples = (0..n).step_by(9973).chain([
@@ -150,21 +151,21 @@ fn verify(m: Method, layout: Layout, dst: &[Page]) -> Result<(), String> {
             expected(layout, base, i)
         };
         if dst[i] != want {
-            return Err(format!(
+            bail!(
                 "VERIFY FAILED: {} {} record {i}: got {:x?}, want {:x?}",
                 layout.name(),
                 m.name(),
                 dst[i],
                 want
-            ));
+            );
         }
     }
     Ok(())
 }
 
-pub fn run(args: &Args) -> Result<(), String> {
+pub fn run(args: &Args) -> Result<()> {
     if args.reps == 0 || args.records == 0 {
-        return Err("--reps and --records must be at least 1".into());
+        bail!("--reps and --records must be at least 1");
     }
     if args.stores {
         let sizes = parse_sizes(&args.sizes)?;
@@ -182,7 +183,7 @@ pub fn run(args: &Args) -> Result<(), String> {
             .chain(ALL_METHODS.iter().map(|m| m.name()))
             .any(|k| k == n);
         if !known {
-            return Err(format!("unknown layout or method \"{n}\""));
+            bail!("unknown layout or method \"{n}\"");
         }
     }
     let wanted = |m: &str| args.method.is_empty() || args.method.iter().any(|n| n == m);
@@ -208,7 +209,7 @@ pub fn run(args: &Args) -> Result<(), String> {
         );
     }
     let bytes = args.records * 64;
-    let mut region = Region::new(bytes, PageKind::Thp).map_err(|e| e.to_string())?;
+    let mut region = Region::new(bytes, PageKind::Thp)?;
     // First touch (a VM pays a host fault here), not part of any figure.
     region.as_mut_slice().fill(0xcd);
     let dst = pages(&mut region, args.records);

@@ -4,6 +4,7 @@
 
 use std::time::Instant;
 
+use anyhow::{bail, Result};
 use prezero::{CopyKernel, PageKind, Region, Streamer};
 
 use super::model::{pages, templates, varying, Layout, Page, WORDS};
@@ -33,12 +34,9 @@ const STORE_REP_BYTES: usize = 256 << 20;
 /// `template_fill_words` (the bench's 4k records) with every template kernel
 /// this CPU has, at every size, hot (one buffer filled again and again) and
 /// cold (consecutive slices of a region of 8x LLC, as `bench clear` does).
-pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigure>, String> {
+pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigure>> {
     if reps == 0 || sizes.iter().any(|&s| s < 64 || !s.is_multiple_of(64)) {
-        return Err(
-            "--reps must be at least 1 and every size a multiple of 64 bytes (whole records)"
-                .into(),
-        );
+        bail!("--reps must be at least 1 and every size a multiple of 64 bytes (whole records)");
     }
     let kernels: Vec<CopyKernel> = CopyKernel::ALL
         .into_iter()
@@ -46,7 +44,7 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
         .collect();
     let max = sizes.iter().copied().max().unwrap_or(64);
     let cold_len = (8 * prezero::cpu().llc()).max(4 * max);
-    let mut cold = Region::new(cold_len, PageKind::Thp).map_err(|e| e.to_string())?;
+    let mut cold = Region::new(cold_len, PageKind::Thp)?;
     cold.as_mut_slice().fill(0xcd);
     let mut progress = Progress::new((2 * sizes.len() * reps) as u64);
     let mut figs = Vec::new();
@@ -54,7 +52,7 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
         let mut cursor = 0;
         for &size in sizes {
             let records = size / 64;
-            let mut hot = Region::new(size, PageKind::Thp).map_err(|e| e.to_string())?;
+            let mut hot = Region::new(size, PageKind::Thp)?;
             hot.as_mut_slice().fill(0xcd);
             let mut samples = vec![Vec::with_capacity(reps); kernels.len()];
             for rep in 0..reps {

@@ -18,8 +18,9 @@ pub(crate) mod rep_stosb;
 #[inline(always)]
 pub(crate) unsafe fn clear_below_64(ptr: *mut u8, len: usize) {
     debug_assert!(len < 64);
-    // SAFETY (all arms): every store lies within [ptr, ptr+len) because each arm's
-    // offsets are bounded by its length condition; unaligned stores need no alignment.
+    // SAFETY: in every arm each store lies within [ptr, ptr+len), which the caller
+    // gave as writable: each arm's offsets are bounded by its length condition.
+    // Unaligned stores need no alignment.
     unsafe {
         if len >= 32 {
             ptr.cast::<u128>().write_unaligned(0);

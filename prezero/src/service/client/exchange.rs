@@ -71,6 +71,7 @@ impl Conn {
         }
         let mut replies = Vec::new();
         let mut fds = Vec::new();
+        let mut answer = protocol::AllocAnswer::default();
         loop {
             let got = match protocol::recv(self.sock.as_fd(), &mut buf, 0) {
                 Ok(got) => got,
@@ -115,12 +116,9 @@ impl Conn {
                     first,
                     segments,
                     ..
-                } => {
-                    if segments.len() != n_fds || *first as usize != fds.len() - n_fds {
-                        return Err(broken("segment records and descriptors disagree"));
-                    }
-                    fds.len() < *total as usize
-                }
+                } => answer
+                    .add(*total, *first, segments, n_fds)
+                    .map_err(|protocol::Malformed(m)| broken(m))?,
                 _ => false,
             };
             replies.push(reply);

@@ -73,15 +73,16 @@ pub(super) fn local_file(
 ) -> Result<SegmentFiles> {
     let len = bytes.next_multiple_of(page.page_size());
     let pages = len / page.page_size();
-    let topology = Topology::read();
-    let free = match node {
-        Some(n) => topology
+    // The topology only where a node was asked for: none on one node.
+    let topology = node.map(|_| Topology::read());
+    let free = match (node, &topology) {
+        (Some(n), Some(t)) => t
             .node(n)
             .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == page.page_size()))
             .map_or(0, |h| h.free),
-        None => crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free),
+        _ => crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free),
     };
-    let home = node.map(|n| (n, topology.node(n).map_or(Vec::new(), |n| n.cpus.clone())));
+    let home = node.zip(topology).map(|(n, t)| (n, t.usable_cpus(n)));
     let hugetlb = if free < pages {
         Err(format!("{pages} {page} hugetlb pages needed, {free} free"))
     } else {

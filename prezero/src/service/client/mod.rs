@@ -34,6 +34,8 @@ use segments::{take_segments, Backing, Want};
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
 pub use files::{InheritedFile, SegmentFiles};
 pub use mapping::ServiceMemory;
+#[cfg(feature = "fuzzing")]
+pub(crate) use segments::tile;
 
 /// Options of [`Client::alloc_with`].
 #[derive(Debug, Clone, Copy)]
@@ -78,15 +80,19 @@ pub enum NodeChoice {
     Node(u32),
 }
 
-impl NodeChoice {
-    /// The node to ask for, if any.
-    fn resolve(self) -> Result<Option<u32>> {
-        match self {
+impl AllocOptions {
+    /// The node to ask for, if any (no system call on a machine of one node),
+    /// and an error for options that contradict each other.
+    fn resolve_node(&self) -> Result<Option<u32>> {
+        if self.other_nodes && self.node == NodeChoice::Any {
+            return Err(Error::invalid(
+                "other nodes allowed, but no node asked for (any node already)",
+            ));
+        }
+        match self.node {
             NodeChoice::Any => Ok(None),
             NodeChoice::Node(n) => Topology::read().memory_node(n).map(|_| Some(n)),
-            NodeChoice::Caller if Topology::read().memory_nodes().len() > 1 => {
-                Ok(crate::numa::home_node())
-            }
+            NodeChoice::Caller if crate::numa::is_multi_node() => Ok(crate::numa::home_node()),
             NodeChoice::Caller => Ok(None),
         }
     }
@@ -219,7 +225,7 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<ServiceMemory> {
-        let node = opts.node.resolve()?;
+        let node = opts.resolve_node()?;
         let want = Want {
             node,
             other_nodes: opts.other_nodes,
@@ -251,7 +257,7 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<SegmentFiles> {
-        let node = opts.node.resolve()?;
+        let node = opts.resolve_node()?;
         let want = Want {
             node,
             other_nodes: opts.other_nodes,

@@ -224,13 +224,16 @@ impl<S> Ledger<S> {
     }
 
     /// The pool a segment of `page`-byte pages and `len` bytes, taken over from
-    /// a previous instance, belongs to: the one of that shape, else any pool of
+    /// a previous instance, with most of its pages on `node`, belongs to: the
+    /// one of that shape on that node, else of that shape, else any pool of
     /// the page size (it is destroyed once clean), else none.
-    pub(crate) fn pool_for(&self, page: usize, len: usize) -> Option<usize> {
+    pub(crate) fn pool_for(&self, page: usize, len: usize, node: Option<u32>) -> Option<usize> {
         let of_page = |s: &Shape| s.page == page;
+        let shaped = |s: &Shape| of_page(s) && s.segment == len;
         self.shapes
             .iter()
-            .position(|s| of_page(s) && s.segment == len)
+            .position(|s| shaped(s) && Some(s.node) == node)
+            .or_else(|| self.shapes.iter().position(shaped))
             .or_else(|| self.shapes.iter().position(of_page))
     }
 

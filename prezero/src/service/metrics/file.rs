@@ -57,13 +57,17 @@ impl MetricsFile {
                 for text in rx {
                     // node_exporter's textfile collector reads *.prom files
                     // whole: a reader never sees half of one.
-                    if let Err(e) = replace_file(&path, text.as_bytes(), 0o640, group) {
-                        if !std::mem::replace(&mut told, true) {
-                            log(&format!(
-                                "cannot write the metrics file {} ({e}); still trying",
-                                path.display()
-                            ));
-                        }
+                    match replace_file(&path, text.as_bytes(), 0o640, group) {
+                        Ok(()) if std::mem::replace(&mut told, false) => log(&format!(
+                            "the metrics file {} is written again",
+                            path.display()
+                        )),
+                        Ok(()) => {}
+                        Err(e) if !std::mem::replace(&mut told, true) => log(&format!(
+                            "cannot write the metrics file {} ({e}); still trying",
+                            path.display()
+                        )),
+                        Err(_) => {}
                     }
                 }
             })

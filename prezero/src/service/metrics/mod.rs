@@ -13,6 +13,7 @@ mod file;
 use std::fmt::Write;
 
 use super::protocol::{Histogram, Refusal, ServiceStats};
+use crate::size_label;
 pub(crate) use file::MetricsFile;
 
 /// Upper bounds of the hand-out latency buckets: a hand-out is page-table free
@@ -56,17 +57,6 @@ impl Histogram {
     }
 }
 
-/// A page or segment size as a label value: `2MiB`, `4GiB`, `3145728B`.
-fn size_label(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    for (unit, name) in UNITS {
-        if bytes >= unit && bytes.is_multiple_of(unit) {
-            return format!("{}{name}", bytes / unit);
-        }
-    }
-    format!("{bytes}B")
-}
-
 fn seconds(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
@@ -86,8 +76,8 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         let node = p.node.map_or(String::new(), |n| format!(",node=\"{n}\""));
         format!(
             "page=\"{}\",segment=\"{}\"{node}",
-            size_label(p.page_size),
-            size_label(p.segment_size)
+            size_label(p.page_size as usize),
+            size_label(p.segment_size as usize)
         )
     };
     let mut by_state = Vec::new();

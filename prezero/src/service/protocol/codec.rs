@@ -4,7 +4,7 @@
 use super::{Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, TenantStats};
 use super::{
     ALLOC, ALLOC_NODE, ALLOC_OTHER_NODES, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE,
-    MAX_RELEASE_IDS, RELEASE, REPLY, STATS, VERSION,
+    MAX_POOLS, MAX_RELEASE_IDS, RELEASE, REPLY, STATS, VERSION,
 };
 
 /// Bytes of one pool record this version writes; readers accept 64 (the first
@@ -15,6 +15,10 @@ const NO_NODE: u64 = u64::MAX;
 const MIN_POOL_RECORD_LEN: usize = 8 * 8;
 /// Most latency buckets a reader accepts.
 const MAX_BUCKETS: usize = 64;
+/// Most refusal reasons a reader accepts (version 1 counts 7): with
+/// [`MAX_POOLS`] pools and [`MAX_BUCKETS`] buckets, every answer read encodes
+/// into one message again.
+const MAX_REASONS: usize = 64;
 
 /// Appends little-endian fields to a message under construction.
 struct Writer(Vec<u8>);
@@ -161,10 +165,10 @@ impl Request {
                 let page_size = r.u64()?;
                 let flags = r.u32()?;
                 let node = r.u32()?;
-                // Version 1 reserved the node's place; flags the daemon
-                // refuses by name, unknown ones included.
-                if version == 1 && node != 0 {
-                    return Err(Malformed("reserved field is not zero"));
+                // Version 1 has no flags and reserved the node's place; in
+                // version 2 the daemon refuses unknown flags by name.
+                if version == 1 && (node != 0 || flags != 0) {
+                    return Err(Malformed("flags or reserved field not zero in version 1"));
                 }
                 if version >= 2 && flags & ALLOC_NODE == 0 && node != 0 {
                     return Err(Malformed("a node without ALLOC_NODE"));
@@ -211,12 +215,7 @@ impl Reply {
                 w.u32(*errno as u32);
                 w.u32(0);
                 w.u64(*ready);
-                let room = MAX_MESSAGE - HEADER_LEN - 16;
-                let mut end = message.len().min(room);
-                while !message.is_char_boundary(end) {
-                    end -= 1;
-                }
-                w.0.extend_from_slice(&message.as_bytes()[..end]);
+                w.0.extend_from_slice(fit_message(message).as_bytes());
                 w.finish()
             }
             Reply::Alloc {
@@ -321,7 +320,10 @@ impl Reply {
                 let errno = r.u32()? as i32;
                 r.u32()?;
                 let ready = r.u64()?;
-                let message = String::from_utf8_lossy(r.take(r.0.len())?).into_owned();
+                // Bytes that are not UTF-8 read as U+FFFD, three bytes each:
+                // cut to what one message holds, as the encoder cuts it.
+                let text = String::from_utf8_lossy(r.take(r.0.len())?);
+                let message = fit_message(&text).to_owned();
                 Reply::Error {
                     errno,
                     ready,
@@ -361,6 +363,12 @@ impl Reply {
                 let record = r.u32()? as usize;
                 if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
                     return Err(Malformed("pool records do not fit the message"));
+                }
+                // Past these no daemon's answer goes, and re-encoded (72-byte
+                // pool records, which an older daemon wrote in 64) it would
+                // not fit one message.
+                if n > MAX_POOLS {
+                    return Err(Malformed("more pools than a daemon has"));
                 }
                 let mut pools = Vec::with_capacity(n);
                 for _ in 0..n {
@@ -419,13 +427,24 @@ impl Reply {
     }
 }
 
+/// The longest start of `message` that an `ERROR` answer holds, cut between
+/// characters.
+fn fit_message(message: &str) -> &str {
+    let room = MAX_MESSAGE - HEADER_LEN - 16;
+    let mut end = message.len().min(room);
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    &message[..end]
+}
+
 /// Refusals by reason, latency, fresh-page cleaning and tenants: the part of
 /// a `STATS` answer that follows `uid_cap`.
 fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceStats, Malformed> {
     let n = r.u32()? as usize;
     r.u32()?;
-    if n > MAX_MESSAGE / 8 {
-        return Err(Malformed("more refusal reasons than fit the message"));
+    if n > MAX_REASONS {
+        return Err(Malformed("more refusal reasons than a reader takes"));
     }
     s.refusals_by_reason = (0..n).map(|_| r.u64()).collect::<Result<_, _>>()?;
     let b = r.u32()? as usize;

@@ -2,17 +2,20 @@
 //! `SOCK_SEQPACKET` send/receive calls that carry it. `docs/PROTOCOL.md` is the
 //! reference for other implementations; this folder and that page change
 //! together: the numbers here, the messages in `messages.rs`, their bytes in
-//! `codec.rs`, the socket calls in `transport.rs`.
+//! `codec.rs`, an `ALLOC` answer's split into messages in `answer.rs`, the
+//! socket calls in `transport.rs`.
 //!
 //! Every datagram is one message: a 16-byte header, then `len` bytes of payload.
 //! All integers are little-endian. Decoding checks every length and field and
 //! never trusts a count it has not bounded first.
 
+mod answer;
 mod codec;
 mod messages;
 mod transport;
 
 pub use crate::sys::Received;
+pub use answer::{alloc_messages, AllocAnswer};
 pub use codec::{split, Header};
 pub use messages::{
     Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord, ServiceStats,

@@ -230,6 +230,9 @@ fn only_a_node_makes_version_2_and_version_1_keeps_its_rules() {
     others_alone[HEADER_LEN + 16..HEADER_LEN + 20]
         .copy_from_slice(&ALLOC_OTHER_NODES.to_le_bytes());
     assert!(Request::decode(&others_alone).is_err());
+    let mut v1_flags = any.encode(1);
+    v1_flags[HEADER_LEN + 16..HEADER_LEN + 20].copy_from_slice(&ALLOC_NODE.to_le_bytes());
+    assert!(Request::decode(&v1_flags).is_err(), "no flags in version 1");
     let mut future = any.encode(1);
     future[4] = 3;
     assert!(Request::decode(&future).is_err());
@@ -240,4 +243,148 @@ fn only_a_node_makes_version_2_and_version_1_keeps_its_rules() {
         Reply::decode(&old),
         Ok((_, Reply::Alloc { node: None, .. }))
     ));
+}
+
+/// What the daemon splits into messages the client takes whole, in order.
+#[test]
+fn an_alloc_answer_split_into_messages_is_taken_whole() {
+    for n in [1, MAX_FDS - 1, MAX_FDS, MAX_FDS + 1, 3 * MAX_FDS + 5] {
+        let records: Vec<SegmentRecord> = (0..n as u64)
+            .map(|id| SegmentRecord { id, len: 2 << 20 })
+            .collect();
+        for node in [None, Some(3)] {
+            let mut answer = AllocAnswer::default();
+            let messages: Vec<Reply> = alloc_messages(&records, node).collect();
+            assert_eq!(messages.len(), n.div_ceil(MAX_FDS));
+            let mut back = Vec::new();
+            for (k, m) in messages.iter().enumerate() {
+                let Ok((
+                    _,
+                    Reply::Alloc {
+                        total,
+                        first,
+                        segments,
+                        node: got,
+                    },
+                )) = Reply::decode(&m.encode(1))
+                else {
+                    panic!("{m:?} does not decode");
+                };
+                assert_eq!(got, node);
+                let more = answer.add(total, first, &segments, segments.len());
+                assert_eq!(more, Ok(k + 1 < messages.len()));
+                back.extend(segments);
+            }
+            assert_eq!(back, records);
+        }
+    }
+}
+
+/// Found by the fuzz target `alloc_answer`: messages whose totals disagreed
+/// (a first one of no segments saying 1624264, a second one of none saying
+/// 0) made a whole answer of no segments. Every message must state the one
+/// total, bring a segment, and not pass the total.
+#[test]
+fn an_alloc_answer_holds_exactly_the_segments_it_announces() {
+    let seg = |id| SegmentRecord { id, len: 2 << 20 };
+    let mut a = AllocAnswer::default();
+    assert!(a.add(1_624_264, 0, &[], 0).is_err(), "no segment");
+    let mut a = AllocAnswer::default();
+    assert_eq!(a.add(3, 0, &[seg(1)], 1), Ok(true));
+    assert!(a.add(2, 1, &[seg(2)], 1).is_err(), "another total");
+    let mut a = AllocAnswer::default();
+    assert!(a.add(1, 0, &[seg(1), seg(2)], 2).is_err(), "past its total");
+    let mut a = AllocAnswer::default();
+    assert!(a.add(0, 0, &[], 0).is_err(), "an answer of nothing");
+    let mut a = AllocAnswer::default();
+    assert!(
+        a.add(2, 0, &[seg(1)], 2).is_err(),
+        "records and descriptors"
+    );
+    let mut a = AllocAnswer::default();
+    assert_eq!(a.add(2, 0, &[seg(1)], 1), Ok(true));
+    assert!(
+        a.add(2, 0, &[seg(2)], 1).is_err(),
+        "not where the last ended"
+    );
+}
+
+/// Found by the fuzz target `reply`: an `ERROR` answer whose message is not
+/// UTF-8 read longer than one message holds (each bad byte became U+FFFD,
+/// three bytes), so sent on it came back cut, another message. It is read
+/// cut to what a message holds, as the encoder cuts it.
+#[test]
+fn an_error_message_that_is_not_utf8_reads_as_one_message_holds() {
+    let room = MAX_MESSAGE - HEADER_LEN - 16;
+    let mut msg = Reply::Error {
+        errno: libc::EBUSY,
+        ready: 0,
+        message: String::new(),
+    }
+    .encode(3);
+    msg.extend(std::iter::repeat_n(0xff, room));
+    let len = (msg.len() - HEADER_LEN) as u32;
+    msg[12..16].copy_from_slice(&len.to_le_bytes());
+    let Ok((3, reply @ Reply::Error { .. })) = Reply::decode(&msg) else {
+        panic!("does not decode");
+    };
+    let Reply::Error { message, .. } = &reply else {
+        unreachable!()
+    };
+    assert!(message.len() <= room && message.chars().all(|c| c == '\u{fffd}'));
+    assert_eq!(message.len(), room / 3 * 3);
+    assert_eq!(Reply::decode(&reply.encode(3)), Ok((3, reply)));
+}
+
+/// Found by the fuzz target `reply`: a `STATS` answer of 48 pools in 64-byte
+/// records (an older daemon's length) decoded, and encoded again in 72-byte
+/// records it did not fit one message (a subtraction overflowed while the
+/// tenants were fitted). More pools than a daemon has, or more refusal
+/// reasons than a reader takes, are refused; the largest answer read encodes
+/// into one message.
+#[test]
+fn a_stats_answer_that_reads_encodes_into_one_message() {
+    // As an older daemon writes it: 64-byte pool records, no fresh-page
+    // counters' successors, no tenants.
+    let older = |pools: u32, reasons: u32, buckets: u32| {
+        let mut p = Vec::new();
+        let mut put = |v: &[u8]| p.extend_from_slice(v);
+        put(&pools.to_le_bytes());
+        put(&64u32.to_le_bytes());
+        for _ in 0..pools {
+            put(&[0; 64]);
+        }
+        put(&[0; 9 * 8 + 8 + 16]);
+        put(&reasons.to_le_bytes());
+        put(&[0; 4]);
+        for _ in 0..reasons {
+            put(&[0; 8]);
+        }
+        put(&buckets.to_le_bytes());
+        put(&[0; 4]);
+        for b in 0..u64::from(buckets) {
+            put(&(b + 1).to_le_bytes());
+            put(&[0; 8]);
+        }
+        put(&[0; 4 * 8 + 8]);
+        let mut m = Reply::Released { count: 0 }.encode(1);
+        m[6..8].copy_from_slice(&(REPLY | STATS).to_le_bytes());
+        m.truncate(HEADER_LEN);
+        m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
+        m.extend(p);
+        assert!(m.len() <= MAX_MESSAGE);
+        m
+    };
+    // The fuzzer's: 48 pools of 64 bytes, and buckets enough to fill the
+    // message once the records are 72 bytes.
+    assert!(Reply::decode(&older(48, 7, 30)).is_err(), "48 pools");
+    assert!(Reply::decode(&older(MAX_POOLS as u32 + 1, 7, 30)).is_err());
+    assert!(
+        Reply::decode(&older(MAX_POOLS as u32, 65, 0)).is_err(),
+        "65 reasons"
+    );
+    let Ok((1, most)) = Reply::decode(&older(MAX_POOLS as u32, 64, 64)) else {
+        panic!("the largest answer a reader takes does not decode");
+    };
+    assert!(most.encode(1).len() <= MAX_MESSAGE);
 }

@@ -214,26 +214,18 @@ impl Server {
         self.worker
             .stand_back(Duration::from_micros(500 + ((n * segment) >> 20) as u64));
         let sock = self.conns[&conn].sock.as_fd();
-        for (k, (ids, fds)) in grant
+        let records: Vec<SegmentRecord> = grant
             .ids
-            .chunks(MAX_FDS)
-            .zip(files.chunks(MAX_FDS))
-            .enumerate()
-        {
-            let reply = Reply::Alloc {
-                total: n as u32,
-                first: (k * MAX_FDS) as u32,
-                segments: ids
-                    .iter()
-                    .map(|&id| SegmentRecord {
-                        id,
-                        len: segment as u64,
-                    })
-                    .collect(),
-                // Said to a client that named a node (in version 2): the one
-                // it got, which differs only where it allowed that.
-                node: named.then_some(served_on),
-            };
+            .iter()
+            .map(|&id| SegmentRecord {
+                id,
+                len: segment as u64,
+            })
+            .collect();
+        // Said to a client that named a node (in version 2): the one it got,
+        // which differs only where it allowed that.
+        let node = named.then_some(served_on);
+        for (reply, fds) in protocol::alloc_messages(&records, node).zip(files.chunks(MAX_FDS)) {
             let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
             if protocol::send(sock, &reply.encode(seq), &borrowed).is_err() {
                 // Leased segments go to quarantine with the connection.

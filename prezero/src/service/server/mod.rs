@@ -12,7 +12,8 @@
 //!   destroyed, never handed out.
 //! * Every segment is in the ledger file, so that a restarted daemon finds the
 //!   ones still held (start-up only: [`adopt`]), takes them over as
-//!   `Quarantined`, and charges their holders' uids.
+//!   `Quarantined`, and charges their holders' uids. A segment the file cannot
+//!   be made to list (a full disk) is destroyed, never handed out.
 //!
 //! Here the [`Server`], its start-up and its loop; accepting connections in
 //! `accept.rs`, answering requests in `handle.rs`, the pools' upkeep (the
@@ -30,10 +31,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::config::{PoolConfig, ServerConfig};
-use super::ledger::{adopt, write_ledger, Ledger};
+use super::ledger::{adopt, write_ledger, Ledger, State};
 use super::listen::{bind, refuse_if_served, restrict_socket};
 use super::log;
 use super::metrics::MetricsFile;
@@ -42,6 +43,7 @@ use super::segment::{check_leases_work, Home, Segment};
 use super::worker::{Done, Worker};
 use crate::error::{Error, Result};
 use crate::numa::Topology;
+use crate::size::fmt_size;
 use crate::sys::{self, UnixAddr};
 use stats::Counters;
 
@@ -93,6 +95,8 @@ pub struct Server {
     told_no_escalation: bool,
     /// Segments could not be lent to a tenant's uid once already (logged then).
     told_no_chown: bool,
+    /// The ledger file could not be written the last time (logged then).
+    ledger_unwritten: bool,
     /// The metrics file's writer, and when it is next due.
     metrics: Option<(MetricsFile, Instant)>,
     /// Per node with pools: the other nodes with pools, nearest first (what a
@@ -100,20 +104,12 @@ pub struct Server {
     nearest: HashMap<u32, Vec<u32>>,
 }
 
-fn mib(bytes: usize) -> String {
-    if bytes >= 1 << 30 && bytes.is_multiple_of(1 << 30) {
-        format!("{} GiB", bytes >> 30)
-    } else {
-        format!("{} MiB", bytes >> 20)
-    }
-}
-
 /// A placed pool's name in the log: page, segment and node.
 fn pool_name(p: &PoolConfig) -> String {
     format!(
         "{}/{} on node {}",
         p.page.name(),
-        mib(p.segment_size),
+        fmt_size(p.segment_size),
         p.placed_node()
     )
 }
@@ -159,7 +155,9 @@ impl Server {
         let shapes = cfg.pools.iter().map(PoolConfig::shape).collect();
         let mut ledger = Ledger::new(shapes, cfg.uid_cap);
         for (mut seg, uid) in adopt(&ledger_file, &cfg.pools) {
-            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len()) else {
+            // Back to the pool of the node its pages are on: its cleaning with
+            // fresh pages then takes them from that node's hugetlb pages.
+            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len(), seg.most_on()) else {
                 continue;
             };
             // Cleaned with fresh pages before anyone has it: bound first, they
@@ -173,7 +171,7 @@ impl Server {
             log(&format!(
                 "segment of {} from a previous instance is still held by uid {uid}: \
                  taken over in quarantine and charged to that uid",
-                mib(seg.len())
+                fmt_size(seg.len())
             ));
             let (len, file) = (seg.len(), (seg.dev, seg.ino));
             ledger.adopt(pool, seg, len, file, uid);
@@ -201,8 +199,13 @@ impl Server {
                         got += 1;
                     }
                     // The node's own pages ran out (the mapping is bound to it:
-                    // the fault fails rather than take another node's).
-                    Err(e @ Error::HugetlbShortage { .. }) => {
+                    // the fault fails rather than take another node's), or
+                    // memory or descriptors did: a smaller pool, which grows
+                    // toward its target while serving.
+                    Err(e)
+                        if matches!(e, Error::HugetlbShortage { .. })
+                            || matches!(e.errno(), libc::ENOMEM | libc::EMFILE | libc::ENFILE) =>
+                    {
                         shortage = Some(e);
                         break;
                     }
@@ -210,12 +213,16 @@ impl Server {
                 }
             }
             let name = pool_name(p);
-            let s = mib(p.segment_size);
+            let s = fmt_size(p.segment_size);
             match shortage {
                 None => log(&format!(
                     "pool {name}: {got} segments of {s} ready ({}) in {:.2} s",
-                    mib(got * p.segment_size),
+                    fmt_size(got * p.segment_size),
                     t.elapsed().as_secs_f64()
+                )),
+                Some(e) if !matches!(e, Error::HugetlbShortage { .. }) => log(&format!(
+                    "pool {name}: {got} of {want} segments of {s} ready ({e}); it grows toward \
+                     its target while serving"
                 )),
                 Some(_) => {
                     let page = p.page.page_size();
@@ -227,18 +234,39 @@ impl Server {
                     let more = (want - got) * (p.segment_size / page);
                     log(&format!(
                         "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
-                         {free} free {} pages on node {node}; reserve more with: echo {} > \
-                         /sys/devices/system/node/node{node}/hugepages/hugepages-{}kB/nr_hugepages",
-                        mib(got * p.segment_size),
-                        mib(p.target),
+                         {free} free {} pages on node {node}; reserve more with: echo {} > {}",
+                        fmt_size(got * p.segment_size),
+                        fmt_size(p.target),
                         p.page.name(),
                         total + more,
-                        page >> 10
+                        crate::hugetlb::nr_path(node, page)
                     ));
                 }
             }
         }
-        write_ledger(&ledger_file, &ledger);
+        // A segment the ledger file does not list, handed out, would not be
+        // found by a restart: without the file, the segments made here go,
+        // and the pools grow once it can be written.
+        let ledger_unwritten = match write_ledger(&ledger_file, &ledger) {
+            Ok(()) => false,
+            Err(e) => {
+                let made: Vec<u64> = ledger
+                    .entries()
+                    .filter(|(_, e)| matches!(e.state, State::Ready { .. }))
+                    .map(|(id, _)| id)
+                    .collect();
+                for id in made {
+                    drop(ledger.remove(id));
+                }
+                log(&format!(
+                    "cannot write the ledger {} ({e}): the segments made are destroyed, \
+                     never handed out; the pools grow once it can be written",
+                    ledger_file.display()
+                ));
+                true
+            }
+        };
+        let retry_at = ledger_unwritten.then(|| Instant::now() + Duration::from_secs(5));
         let nearest = nearest_nodes(&topology, &cfg.pools);
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
@@ -256,7 +284,7 @@ impl Server {
                     cfg,
                     home,
                     creating: false,
-                    retry_at: None,
+                    retry_at,
                     handouts: 0,
                 })
                 .collect(),
@@ -277,6 +305,7 @@ impl Server {
             ledger_file,
             told_no_escalation: false,
             told_no_chown: false,
+            ledger_unwritten,
             metrics,
             nearest,
         })
@@ -379,15 +408,18 @@ impl Server {
     }
 }
 
-/// For each node with pools, the other nodes with pools by distance (the
-/// kernel's table), nearest first, ties by id.
+/// For each online node (one without a pool too: a request may name it and
+/// allow others), the other nodes with pools by distance (the kernel's
+/// table), nearest first, ties by id.
 fn nearest_nodes(topology: &Topology, pools: &[PoolConfig]) -> HashMap<u32, Vec<u32>> {
     let mut with_pools: Vec<u32> = pools.iter().map(PoolConfig::placed_node).collect();
     with_pools.sort_unstable();
     with_pools.dedup();
-    with_pools
+    topology
+        .nodes
         .iter()
-        .map(|&from| {
+        .map(|n| n.id)
+        .map(|from| {
             let mut others: Vec<u32> = with_pools.iter().copied().filter(|&n| n != from).collect();
             others.sort_by_key(|&to| (topology.distance(from, to).unwrap_or(u32::MAX), to));
             (from, others)

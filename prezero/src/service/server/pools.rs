@@ -100,10 +100,54 @@ impl Server {
     }
 
     fn destroy_segment(&mut self, seg: Option<Segment>) {
+        self.discard(seg);
+        // Unwritten, the file lists a segment that is gone: a restart finds
+        // nobody holding it.
+        self.record();
+    }
+
+    /// Frees a segment's pages in the worker.
+    fn discard(&self, seg: Option<Segment>) {
         if let (Some(seg), Some(jobs)) = (seg, &self.worker.jobs) {
             let _ = jobs.send(Job::Destroy(seg));
         }
-        write_ledger(&self.ledger_file, &self.ledger);
+    }
+
+    /// Writes the ledger file; false if it cannot be written (said once, and
+    /// again once it can be).
+    fn record(&mut self) -> bool {
+        let path = self.ledger_file.display();
+        match write_ledger(&self.ledger_file, &self.ledger) {
+            Ok(()) => {
+                if std::mem::replace(&mut self.ledger_unwritten, false) {
+                    log(&format!("the ledger {path} is written again"));
+                }
+                true
+            }
+            Err(e) => {
+                if !std::mem::replace(&mut self.ledger_unwritten, true) {
+                    log(&format!(
+                        "cannot write the ledger {path} ({e}): new segments are destroyed, \
+                         never handed out, until it can be (a restart finds only what it lists)"
+                    ));
+                }
+                false
+            }
+        }
+    }
+
+    /// A new segment joins `pool`'s ready ones once the ledger file lists
+    /// it: one it does not list, handed out, would not be found by a restart
+    /// (its holder uncharged), so it is destroyed instead.
+    fn add_recorded(&mut self, pool: usize, seg: Segment) -> Result<(), String> {
+        let (len, file) = (seg.len(), (seg.dev, seg.ino));
+        let id = self.ledger.add_ready(pool, seg, len, file);
+        if self.record() {
+            return Ok(());
+        }
+        let seg = self.ledger.remove(id);
+        self.discard(seg);
+        Err("a new segment would not be in the ledger file, which cannot be written".into())
     }
 
     pub(super) fn collect_done(&mut self) {
@@ -157,15 +201,14 @@ impl Server {
                     self.ledger.remove(id);
                 }
                 Done::Created { pool, seg } => {
+                    self.pools[pool].creating = false;
+                    let added = match seg {
+                        Ok(seg) => self.add_recorded(pool, seg),
+                        Err(e) => Err(e.to_string()),
+                    };
                     let p = &mut self.pools[pool];
-                    p.creating = false;
-                    match seg {
-                        Ok(seg) => {
-                            p.retry_at = None;
-                            let (len, file) = (seg.len(), (seg.dev, seg.ino));
-                            self.ledger.add_ready(pool, seg, len, file);
-                            write_ledger(&self.ledger_file, &self.ledger);
-                        }
+                    match added {
+                        Ok(()) => p.retry_at = None,
                         Err(e) => {
                             if p.retry_at.is_none() {
                                 log(&format!(

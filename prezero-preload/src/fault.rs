@@ -1,0 +1,140 @@
+//! Injected failures, for tests: built only with the feature `fault-injection`
+//! (off by default), which `tests/faults.rs` builds into a shared object of
+//! its own. `PREZERO_FAULT` names the calls of `sys.rs` to fail:
+//!
+//! * `KIND:N[,KIND:N...]`: the Nth call of each kind in this process fails
+//!   as the kernel would fail it (`sys.rs` gives the errno), without being
+//!   made. Kinds: `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`,
+//!   `thread` (the scrubber's creation).
+//! * `count` (alone, or among those): nothing more fails.
+//!
+//! Either way each kind's calls are counted and printed at exit, so a test
+//! knows which N a real run reaches, and whether the one it named came.
+//!
+//! The variable is read at the first call of any kind, with `getenv` and
+//! without allocating, as everything here runs inside `malloc`. A forked
+//! child counts on from its parent's numbers.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+
+use crate::sys;
+
+/// The calls a fault can be injected into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Mmap,
+    Madvise,
+    Mremap,
+    Munmap,
+    Mprotect,
+    Thread,
+}
+
+const KINDS: [(Kind, &[u8]); 6] = [
+    (Kind::Mmap, b"mmap"),
+    (Kind::Madvise, b"madvise"),
+    (Kind::Mremap, b"mremap"),
+    (Kind::Munmap, b"munmap"),
+    (Kind::Mprotect, b"mprotect"),
+    (Kind::Thread, b"thread"),
+];
+
+/// Calls made of each kind, in `KINDS`' order.
+static CALLS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+/// The call of each kind that fails (0: none).
+static FAIL_AT: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+
+const UNREAD: u8 = 0;
+const READING: u8 = 1;
+const READ: u8 = 2;
+static PLAN: AtomicU8 = AtomicU8::new(UNREAD);
+
+/// Whether this call of `kind` is to fail; counts it.
+pub fn fails(kind: Kind) -> bool {
+    read_plan();
+    let i = kind as usize;
+    let n = CALLS[i].fetch_add(1, Relaxed) + 1;
+    n == FAIL_AT[i].load(Relaxed)
+}
+
+/// Reads `PREZERO_FAULT` once. A thread that comes while another reads it
+/// waits: no call of its may be counted before the plan is known.
+fn read_plan() {
+    match PLAN.compare_exchange(UNREAD, READING, Acquire, Acquire) {
+        Ok(_) => {}
+        Err(READ) => return,
+        Err(_) => {
+            while PLAN.load(Acquire) != READ {
+                std::hint::spin_loop();
+            }
+            return;
+        }
+    }
+    // SAFETY: nothing in this process changes PREZERO_FAULT.
+    let text = unsafe { sys::getenv(c"PREZERO_FAULT") }.unwrap_or(b"");
+    if !text.is_empty() {
+        sys::atexit(print_counts);
+    }
+    for item in text.split(|&b| b == b',') {
+        if let Some((i, n)) = parse(item) {
+            FAIL_AT[i].store(n, Relaxed);
+        }
+    }
+    // Release: a thread that sees READ sees FAIL_AT.
+    PLAN.store(READ, Release);
+}
+
+/// `KIND:N` as the index of the kind and N (at least 1).
+fn parse(item: &[u8]) -> Option<(usize, u64)> {
+    let colon = item.iter().position(|&b| b == b':')?;
+    let (name, num) = (&item[..colon], &item[colon + 1..]);
+    let i = KINDS.iter().position(|(_, k)| *k == name)?;
+    if num.is_empty() || !num.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = num.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    (n > 0).then_some((i, n))
+}
+
+/// The line printed at exit: `prezero-preload: pid P: calls: mmap A madvise
+/// B mremap C munmap D mprotect E thread F`.
+extern "C" fn print_counts() {
+    use std::io::Write;
+    let mut buf = [0u8; 256];
+    let mut w = &mut buf[..];
+    let _ = write!(w, "prezero-preload: pid {}: calls:", sys::getpid());
+    for (i, (_, name)) in KINDS.iter().enumerate() {
+        let name = std::str::from_utf8(name).unwrap_or("?");
+        let _ = write!(w, " {name} {}", CALLS[i].load(Relaxed));
+    }
+    let _ = writeln!(w);
+    let used = 256 - w.len();
+    sys::write_stderr(&buf[..used]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn a_plan_names_a_kind_and_a_call() {
+        assert_eq!(parse(b"mmap:1"), Some((0, 1)));
+        assert_eq!(parse(b"thread:12"), Some((5, 12)));
+        for bad in [
+            &b"mmap"[..],
+            b"mmap:",
+            b"mmap:0",
+            b"mmap:-1",
+            b"mmap:1x",
+            b"brk:1",
+            b":3",
+            b"mmap:99999999999999999999999",
+        ] {
+            assert_eq!(parse(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+    }
+}

@@ -1,0 +1,178 @@
+//! libprezero_preload.so under injected failures (issue 30). Built with the
+//! feature `fault-injection` (`src/fault.rs`, in a target dir of its own), it
+//! fails the Nth `mmap`, `madvise`, `mremap`, `munmap`, `mprotect` or thread
+//! creation of a run, for every N that run reaches (counted first with
+//! `PREZERO_FAULT=count`; `munmap` comes only after a failed start-up, so its
+//! runs fail the second `mmap` too).
+//!
+//! The programs are tests/c/preload_stress.c's `checker` (calloc, malloc,
+//! realloc and free on one thread, with a cap so small and an idle time so
+//! short that memory goes back all the time) and `mix` (random traffic on two
+//! threads, with a prefill, the spare and huge pages asked for), and `fork`
+//! (children forked, and one exec'd, while threads allocate). They check
+//! every answer: calloc's memory zero, every live block's contents kept, no
+//! two live blocks overlapping, NULL only with ENOMEM (a failed realloc
+//! keeping its block); a failure prints `FAIL:` and exits 3. So each run must
+//! end as it would without the fault: exit 0, its last line printed. What a
+//! failed call costs the program is the speed-up (the next allocator serves),
+//! never a crash, a byte or a block.
+//!
+//! The whole matrix (some 300 runs, minutes) is `#[ignore]`d and run by
+//! `scripts/fuzz.sh MINUTES`; the ordinary suite runs the first, second,
+//! middle and last call of each kind.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const KINDS: [&str; 6] = ["mmap", "madvise", "mremap", "munmap", "mprotect", "thread"];
+
+/// A program run, and the line that says it ran to its end.
+struct Workload {
+    args: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    done: &'static str,
+}
+
+const WORKLOADS: [Workload; 3] = [
+    Workload {
+        args: &["checker", "1500", "7"],
+        env: &[
+            ("PREZERO_THRESHOLD", "64K"),
+            ("PREZERO_CAP", "8M"),
+            ("PREZERO_IDLE_SECS", "0"),
+        ],
+        done: "checker: 1500 operations",
+    },
+    Workload {
+        args: &["mix", "2", "300", "3"],
+        env: &[
+            ("PREZERO_THRESHOLD", "64K"),
+            ("PREZERO_PREFILL", "16M"),
+            ("PREZERO_SPARE", "1"),
+            ("PREZERO_THP", "1"),
+        ],
+        done: "mix: 2 threads x 300 ops",
+    },
+    Workload {
+        args: &["fork", "2", "3"],
+        env: &[("PREZERO_THRESHOLD", "64K")],
+        done: "fork: 2 children without exec, 1 with, all clean",
+    },
+];
+
+/// The programs with the fault-injecting shared object; `None` without gcc.
+fn faulty() -> Option<Built> {
+    let b = built()?;
+    Some(Built {
+        so: shared_object_in("preload-fault", &["fault-injection"]),
+        stress: b.stress.clone(),
+        dl: b.dl.clone(),
+        dir: b.dir.clone(),
+    })
+}
+
+/// Runs `w` with `PREZERO_FAULT=plan`.
+fn run_plan(b: &Built, w: &Workload, plan: &str) -> Run {
+    let mut env = w.env.to_vec();
+    env.push(("PREZERO_FAULT", plan));
+    run_with(b, &[], w.args, &env, true, Duration::from_secs(60))
+}
+
+/// Calls of each kind the run made (its `calls:` line), in `KINDS`' order.
+fn calls(r: &Run) -> [u64; 6] {
+    let line = r
+        .stderr
+        .lines()
+        .rfind(|l| l.starts_with("prezero-preload: pid ") && l.contains(": calls:"))
+        .unwrap_or_else(|| panic!("{}: no calls line in\n{}", r.what, r.stderr));
+    let words: Vec<&str> = line
+        .split(": calls:")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    std::array::from_fn(|i| {
+        let at = words
+            .iter()
+            .position(|w| *w == KINDS[i])
+            .expect("every kind");
+        words[at + 1].parse().expect("a count")
+    })
+}
+
+/// Why a run is not one that survived its fault, if it is not.
+fn wrong(r: &Run, w: &Workload) -> Option<String> {
+    let ended = r.code == Some(0) && r.stdout.lines().any(|l| l.starts_with(w.done));
+    (!ended || r.stderr.contains("FAIL")).then(|| {
+        format!(
+            "{}: exit {:?} signal {:?}\nstdout:\n{}\nstderr:\n{}",
+            r.what, r.code, r.signal, r.stdout, r.stderr
+        )
+    })
+}
+
+/// Every kind's calls failed in turn (`all`), or the first, second, middle
+/// and last of them: each run must survive. Prints what was run.
+fn matrix(all: bool) {
+    let Some(b) = faulty() else { return };
+    let _s = serial();
+    let mut failures = Vec::new();
+    let mut summary = Vec::new();
+    for w in &WORKLOADS {
+        for (k, kind) in KINDS.iter().enumerate() {
+            // munmap gives back the reservation when the block list cannot
+            // be mapped (the second mmap): only then.
+            let prior = if *kind == "munmap" { "mmap:2," } else { "" };
+            let counted = run_plan(&b, w, &format!("{prior}count"));
+            if let Some(why) = wrong(&counted, w) {
+                failures.push(why);
+                continue;
+            }
+            let reached = calls(&counted)[k];
+            let ns: Vec<u64> = if all {
+                (1..=reached).collect()
+            } else {
+                let mut ns = vec![1, 2, reached.div_ceil(2), reached];
+                ns.retain(|&n| n >= 1 && n <= reached);
+                ns.dedup();
+                ns.sort_unstable();
+                ns.dedup();
+                ns
+            };
+            let mut fired = 0;
+            for &n in &ns {
+                let r = run_plan(&b, w, &format!("{prior}{kind}:{n}"));
+                match wrong(&r, w) {
+                    Some(why) => failures.push(why),
+                    None => fired += u32::from(calls(&r)[k] >= n),
+                }
+            }
+            summary.push(format!(
+                "{} {kind}: {reached} calls, {} failed in turn, {fired} of them reached",
+                w.args[0],
+                ns.len()
+            ));
+        }
+    }
+    println!("fault matrix:\n  {}", summary.join("\n  "));
+    assert!(
+        failures.is_empty(),
+        "{} runs did not survive their fault:\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn the_first_second_middle_and_last_call_of_each_kind_fail_in_turn() {
+    matrix(false);
+}
+
+#[test]
+#[ignore = "minutes: scripts/fuzz.sh MINUTES runs it"]
+fn every_call_a_real_run_makes_fails_in_turn() {
+    matrix(true);
+}
