@@ -26,8 +26,8 @@
 //!   in from a reserve, and the program's own large mappings with them.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
-//! * `sys.rs`: every call into libc, none of which allocates; `uffd.rs` the
-//!   lazy mode's (userfaultfd, pagemap, futex, signal mask); `fault.rs`
+//! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
+//!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `fault.rs`
 //!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
@@ -48,7 +48,6 @@ mod nodes;
 mod size;
 mod stats;
 mod sys;
-mod uffd;
 
 #[cfg(not(test))]
 mod entry;

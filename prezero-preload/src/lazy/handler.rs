@@ -33,8 +33,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{fd, is_empty, is_huge, stats, touch_active, PopGuard, FILL, HUGE, PAGE, ZEROES};
+use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
-use crate::uffd::{self, Msg};
 
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;

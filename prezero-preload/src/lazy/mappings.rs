@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::table::Range;
 use super::{active, ensure_started, fd, recycle, stats, threshold, PopGuard, HUGE};
+use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
-use crate::uffd;
 
 /// Every registered range lies in `[LO, HI)` (widened, never narrowed): a
 /// `munmap` or `madvise` elsewhere is forwarded without the lock.

@@ -54,8 +54,8 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use crate::config::Config;
+use crate::sys::uffd;
 use crate::sys::{self, Errno};
-use crate::uffd;
 
 pub use recycle::recycle;
 
@@ -240,15 +240,15 @@ impl Why {
                 w,
                 "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
                  give the user access to /dev/userfaultfd, or CAP_SYS_PTRACE)",
-                strerror(r.device),
-                strerror(r.syscall)
+                sys::strerror(r.device),
+                sys::strerror(r.syscall)
             ),
             Why::NoMove(e) => write!(
                 w,
                 "the kernel has no UFFDIO_MOVE (Linux 6.8 or later; {})",
-                strerror(*e)
+                sys::strerror(*e)
             ),
-            Why::Failed(what, e) => write!(w, "{what}: {}", strerror(*e)),
+            Why::Failed(what, e) => write!(w, "{what}: {}", sys::strerror(*e)),
         };
         let _ = writeln!(w, "; running as prezero run does");
         let used = 512 - w.len();
@@ -256,28 +256,13 @@ impl Why {
     }
 }
 
-fn strerror(e: Errno) -> &'static str {
-    // SAFETY: glibc's strerror returns a string of its static table for every
-    // errno it knows (the ones here); it is only read.
-    let p = unsafe { libc::strerror(e.0) };
-    if p.is_null() {
-        return "unknown error";
-    }
-    // SAFETY: a NUL-terminated string that lives as long as the process.
-    unsafe { std::ffi::CStr::from_ptr(p) }
-        .to_str()
-        .unwrap_or("unknown error")
-}
-
 /// Moves `fd` to a high number: a program that opens and closes many files
 /// is less likely to close ours by mistake (the handler would read another
 /// file's bytes).
 fn high(fd: i32) -> i32 {
-    // SAFETY: fcntl duplicates a descriptor of ours; the old one is closed.
-    let hi = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 512) };
-    if hi < 0 {
+    let Ok(hi) = sys::dup_above(fd, 512) else {
         return fd;
-    }
+    };
     uffd::close(fd);
     hi
 }
@@ -337,7 +322,7 @@ fn start() -> Result<(), Why> {
 /// handler run on it could touch registered memory and wait on itself.
 fn spawn(name: &str, f: fn()) -> bool {
     let old = uffd::block_signals();
-    let r = std::thread::Builder::new().name(name.into()).spawn(f);
+    let r = sys::spawn(name, f);
     uffd::restore_signals(&old);
     r.is_ok()
 }

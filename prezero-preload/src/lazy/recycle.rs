@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, INCOMING};
 use super::{active, fd, stats, touch_active, HUGE, PAGEMAP};
-use crate::uffd::{self, Region};
+use crate::sys::uffd::{self, Region};
 
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
 /// A no-op where the lazy mode does not run in this process.

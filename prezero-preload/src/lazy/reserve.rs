@@ -29,8 +29,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
 use super::{is_huge, stats, HUGE};
+use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
-use crate::uffd;
 
 pub const EMPTY: u8 = 0;
 pub const FILLING: u8 = 1;

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{now_ms, stats, FILL, IDLE_MS, LAST_ACTIVE};
-use crate::uffd;
+use crate::sys::uffd;
 
 /// After a fill the kernel refused (no memory), the filler waits this long
 /// before it tries again.

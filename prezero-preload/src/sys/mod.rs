@@ -1,6 +1,7 @@
 //! The preload's OS layer: every call it makes into libc, each a small
 //! function with its precondition on a `pre:` line, as the library's `sys/`
-//! has them. That layer cannot serve here: it is the library's own
+//! has them (the lazy mode's userfaultfd, pagemap, futex and signal-mask
+//! calls in `uffd.rs`). That layer cannot serve here: it is the library's own
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
@@ -22,20 +23,26 @@ pub struct Errno(pub c_int);
 
 /// Returns the failure the test build's plan injects into this call
 /// (`fault.rs`: the call is not made, the errno is the kernel's for it);
-/// nothing in a normal build.
+/// nothing in a normal build. With a third argument, that value is the
+/// failure returned.
 macro_rules! inject {
     ($kind:ident, $errno:expr) => {
+        inject!($kind, $errno, Err(crate::sys::Errno($errno)))
+    };
+    ($kind:ident, $errno:expr, $failure:expr) => {
         #[cfg(feature = "fault-injection")]
         if crate::fault::fails(crate::fault::Kind::$kind) {
-            set_errno($errno);
-            return Err(Errno($errno));
+            crate::sys::set_errno($errno);
+            return $failure;
         }
     };
 }
 
+pub mod uffd;
+
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
-    fn last() -> Errno {
+    pub fn last() -> Errno {
         // SAFETY: the calling thread's errno, always valid to read.
         Errno(unsafe { *libc::__errno_location() })
     }
@@ -426,6 +433,38 @@ pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: the descriptor opened above, used by no one else.
     unsafe { libc::close(fd) };
     read
+}
+
+/// The C library's text for `e` ("Operation not permitted"), for the one
+/// line a failure prints.
+///
+/// pre: none.
+pub fn strerror(e: Errno) -> &'static str {
+    // SAFETY: glibc's strerror returns a string of its static table for every
+    // errno it knows (the kernel's, which are the ones printed here); it is
+    // only read.
+    let p = unsafe { libc::strerror(e.0) };
+    if p.is_null() {
+        return "unknown error";
+    }
+    // SAFETY: a NUL-terminated string that lives as long as the process.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .unwrap_or("unknown error")
+}
+
+/// A copy of descriptor `fd` numbered `min` or above, close-on-exec
+/// (`fcntl(F_DUPFD_CLOEXEC)`).
+///
+/// pre: none (a new descriptor; `fd` stays open).
+pub fn dup_above(fd: c_int, min: c_int) -> Result<c_int, Errno> {
+    // SAFETY: fcntl duplicates a descriptor into a new one; nothing else
+    // changes.
+    let r = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(r)
 }
 
 /// Writes `buf` to standard error, as much as one `write` takes.

@@ -1,4 +1,4 @@
-//! The lazy mode's OS layer, beside `sys.rs` and in its manner (numbers in,
+//! The lazy mode's part of the OS layer, in its manner (numbers in,
 //! numbers out, no allocation, each call's precondition on a `pre:` line):
 //! userfaultfd (opening one, its API handshake, registering ranges, the
 //! ioctls that fill or move pages, reading fault messages), the pagemap scan
@@ -6,11 +6,20 @@
 //! signal mask. The C headers of the machines that build this predate
 //! `UFFDIO_MOVE` (6.8) and `PAGEMAP_SCAN` (6.7): the numbers are the kernel's
 //! uapi, written out.
+//!
+//! A test build fails chosen calls here as `sys`'s (`fault.rs`): opening a
+//! userfaultfd or its handshake (`userfaultfd`), registering a range
+//! (`uffd_register`), filling pages (`uffd_copy`: `UFFDIO_COPY` and
+//! `UFFDIO_ZEROPAGE`), moving them (`uffd_move`), and opening or scanning
+//! the pagemap (`pagemap`). Not `UFFDIO_WAKE`, `UFFDIO_UNREGISTER` or the
+//! read of fault messages: the kernel fails those only for a bad argument or
+//! a descriptor gone, and a failed wake would leave a thread waiting forever,
+//! not test a path the handler has.
 
 use std::ffi::c_int;
 use std::sync::atomic::AtomicU32;
 
-use crate::sys::Errno;
+use super::Errno;
 
 /// `_IOC(dir, type, nr, size)` of the kernel's uapi.
 const fn ioc(dir: u64, ty: u64, nr: u64, size: usize) -> u64 {
@@ -90,14 +99,9 @@ fn ioctl(fd: c_int, req: u64, arg: *mut u8) -> Result<(), Errno> {
     // SAFETY: every caller passes a request of this file and a pointer to the
     // argument struct that request's number says, sized as it says.
     if unsafe { libc::ioctl(fd, req as libc::c_ulong, arg) } != 0 {
-        return Err(last());
+        return Err(Errno::last());
     }
     Ok(())
-}
-
-fn last() -> Errno {
-    // SAFETY: the calling thread's errno, always valid to read.
-    Errno(unsafe { *libc::__errno_location() })
 }
 
 /// Why no userfaultfd could be had: the device's answer and the system
@@ -115,19 +119,28 @@ pub struct Refused {
 ///
 /// pre: none.
 pub fn open() -> Result<c_int, Refused> {
+    // What a user without access to either gets.
+    inject!(
+        Userfaultfd,
+        libc::EPERM,
+        Err(Refused {
+            device: Errno(libc::EACCES),
+            syscall: Errno(libc::EPERM),
+        })
+    );
     // SAFETY: open reads the NUL-terminated path; the descriptor is new.
     let dev = unsafe { libc::open(c"/dev/userfaultfd".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
     let device = if dev >= 0 {
         // SAFETY: the device's one ioctl, whose argument is the new file's flags.
         let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW as libc::c_ulong, libc::O_CLOEXEC) };
-        let e = last();
+        let e = Errno::last();
         close(dev);
         if fd >= 0 {
             return Ok(fd);
         }
         e
     } else {
-        last()
+        Errno::last()
     };
     // Not UFFD_USER_MODE_ONLY: a kernel access would fail with EFAULT.
     // SAFETY: userfaultfd(2) takes flags only.
@@ -137,7 +150,7 @@ pub fn open() -> Result<c_int, Refused> {
     }
     Err(Refused {
         device,
-        syscall: last(),
+        syscall: Errno::last(),
     })
 }
 
@@ -146,6 +159,8 @@ pub fn open() -> Result<c_int, Refused> {
 ///
 /// pre: `fd` is a userfaultfd not yet through its handshake.
 pub fn handshake(fd: c_int) -> Result<(), Errno> {
+    // What a kernel before 6.8 answers.
+    inject!(Userfaultfd, libc::EINVAL);
     let mut api = [UFFD_API, UFFD_FEATURE_MOVE, 0u64];
     ioctl(fd, UFFDIO_API, api.as_mut_ptr().cast())?;
     if api[1] & UFFD_FEATURE_MOVE == 0 {
@@ -161,6 +176,7 @@ pub fn handshake(fd: c_int) -> Result<(), Errno> {
 /// `fd` reports (until the range is unregistered or `fd` closed): the
 /// faulting thread waits for that answer.
 pub unsafe fn register(fd: c_int, start: usize, len: usize, mode: Mode) -> Result<(), Errno> {
+    inject!(UffdRegister, libc::ENOMEM);
     let m: u64 = match mode {
         Mode::Missing => 1,
         Mode::WriteProtect => 2,
@@ -194,6 +210,7 @@ pub fn wake(fd: c_int, start: usize, len: usize) -> Result<(), Errno> {
 /// # Safety
 /// pre: `[src, src + len)` is readable.
 pub unsafe fn copy(fd: c_int, dst: usize, src: usize, len: usize) -> Result<usize, Errno> {
+    inject!(UffdCopy, libc::ENOMEM);
     let mut arg = [dst as u64, src as u64, len as u64, 0, 0];
     let r = ioctl(fd, UFFDIO_COPY, arg.as_mut_ptr().cast());
     filled(r, arg[4], len)
@@ -204,6 +221,7 @@ pub unsafe fn copy(fd: c_int, dst: usize, src: usize, len: usize) -> Result<usiz
 ///
 /// pre: none (a missing page reads zero either way).
 pub fn zeropage(fd: c_int, dst: usize, len: usize) -> Result<usize, Errno> {
+    inject!(UffdCopy, libc::ENOMEM);
     let mut arg = [dst as u64, len as u64, 0, 0];
     let r = ioctl(fd, UFFDIO_ZEROPAGE, arg.as_mut_ptr().cast());
     filled(r, arg[3], len)
@@ -242,6 +260,8 @@ pub unsafe fn move_pages(
     len: usize,
     mode: u64,
 ) -> (usize, Result<(), Errno>) {
+    // What a page shared with a child gives, before any moved.
+    inject!(UffdMove, libc::EBUSY, (0, Err(Errno(libc::EBUSY))));
     let mut arg = [dst as u64, src as u64, len as u64, mode, 0];
     let r = ioctl(fd, UFFDIO_MOVE, arg.as_mut_ptr().cast());
     let moved = arg[4] as i64;
@@ -259,7 +279,7 @@ pub fn read(fd: c_int, buf: &mut [Msg]) -> Result<usize, Errno> {
     // SAFETY: read writes at most the buffer's bytes, whole messages.
     let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), std::mem::size_of_val(buf)) };
     if n < 0 {
-        return Err(last());
+        return Err(Errno::last());
     }
     Ok(n as usize / size)
 }
@@ -268,6 +288,7 @@ pub fn read(fd: c_int, buf: &mut [Msg]) -> Result<usize, Errno> {
 ///
 /// pre: none.
 pub fn open_pagemap() -> Result<c_int, Errno> {
+    inject!(Pagemap, libc::EACCES);
     // SAFETY: open reads the NUL-terminated path.
     let fd = unsafe {
         libc::open(
@@ -276,7 +297,7 @@ pub fn open_pagemap() -> Result<c_int, Errno> {
         )
     };
     if fd < 0 {
-        return Err(last());
+        return Err(Errno::last());
     }
     Ok(fd)
 }
@@ -295,6 +316,7 @@ pub fn scan(
     ret: u64,
     out: &mut [Region],
 ) -> Result<(usize, usize), Errno> {
+    inject!(Pagemap, libc::ENOMEM);
     let mut arg = ScanArg {
         size: std::mem::size_of::<ScanArg>() as u64,
         flags: 0,
@@ -313,7 +335,7 @@ pub fn scan(
     // the argument says.
     let n = unsafe { libc::ioctl(pagemap, PAGEMAP_SCAN as libc::c_ulong, &mut arg) };
     if n < 0 {
-        return Err(last());
+        return Err(Errno::last());
     }
     Ok((n as usize, arg.walk_end as usize))
 }
