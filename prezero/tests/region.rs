@@ -27,15 +27,17 @@ fn resident(ptr: *mut u8, len: usize) -> usize {
     v.iter().filter(|&&b| b & 1 != 0).count()
 }
 
-/// Serialises the tests that read or change hugetlb pool counts.
-static HUGETLB: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Serialises this file's tests: those that read or change hugetlb pool
+/// counts, and those that check an address is unmapped after a drop (another
+/// test's mapping could take the address meanwhile: seen in a 3-node guest).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn hugetlb_lock() -> std::sync::MutexGuard<'static, ()> {
-    HUGETLB.lock().unwrap_or_else(|e| e.into_inner())
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Reserves `pages` hugetlb pages for the test, or says why not (also when
-/// they could not be mapped anyway). Call with `hugetlb_lock` held.
+/// they could not be mapped anyway). Call with `serial` held.
 fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
     if prezero::cpu::hugetlb_pool(page_size).is_some() {
         if let Some(why) = common::hugetlb_unmappable(page_size) {
@@ -87,6 +89,7 @@ fn check_region(kind: PageKind, size: usize, rounded: usize) {
 
 #[test]
 fn base_and_thp_regions() {
+    let _serial = serial();
     check_region(PageKind::Base, 1, 4096);
     check_region(PageKind::Base, 4096 * 3 + 1, 4096 * 4);
     check_region(PageKind::Thp, 1, MB2);
@@ -95,7 +98,7 @@ fn base_and_thp_regions() {
 
 #[test]
 fn hugetlb_2m_regions() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let Some(_r) = reserve(MB2, 3) else { return };
     check_region(PageKind::Huge2M, 1, MB2);
     check_region(PageKind::Huge2M, 2 * MB2 + 1, 3 * MB2);
@@ -103,13 +106,14 @@ fn hugetlb_2m_regions() {
 
 #[test]
 fn hugetlb_1g_regions() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let Some(_r) = reserve(GB1, 1) else { return };
     check_region(PageKind::Huge1G, 12345, GB1);
 }
 
 #[test]
 fn bad_sizes_are_errors() {
+    let _serial = serial();
     for kind in PageKind::ALL {
         assert!(
             matches!(Region::new(0, kind), Err(Error::InvalidArgument(_))),
@@ -121,7 +125,7 @@ fn bad_sizes_are_errors() {
 
 #[test]
 fn hugetlb_shortage_is_a_clear_error_and_leaks_nothing() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     for kind in [PageKind::Huge2M, PageKind::Huge1G] {
         let Some(pool) = prezero::cpu::hugetlb_pool(kind.page_size()) else {
             eprintln!("skipped: no hugetlb pool for {kind}");
@@ -157,6 +161,7 @@ fn hugetlb_shortage_is_a_clear_error_and_leaks_nothing() {
 
 #[test]
 fn prefault_populates_every_page_with_any_thread_count() {
+    let _serial = serial();
     for threads in 1..=4 {
         for pages in [1, 7, 37, 1001] {
             let r = Region::new(pages * 4096, PageKind::Base).unwrap();
@@ -177,6 +182,7 @@ fn prefault_populates_every_page_with_any_thread_count() {
 
 #[test]
 fn prefault_raw_keeps_contents_and_covers_partial_pages() {
+    let _serial = serial();
     let mut r = Region::new(20 * 4096, PageKind::Base).unwrap();
     r.as_mut_slice()[5 * 4096 + 9] = 7;
     // SAFETY: the range lies inside the region.
@@ -188,6 +194,7 @@ fn prefault_raw_keeps_contents_and_covers_partial_pages() {
 
 #[test]
 fn prefault_of_unmapped_or_protected_memory_is_an_error() {
+    let _serial = serial();
     // Below mmap_min_addr nothing can ever be mapped.
     // SAFETY: the kernel validates the range; nothing is written.
     let e = unsafe { prezero::prefault_raw(0x1000 as *mut u8, 4 * 4096, 2) }.unwrap_err();
@@ -217,7 +224,7 @@ fn prefault_of_unmapped_or_protected_memory_is_an_error() {
 
 #[test]
 fn prefault_hugetlb_2m() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let Some(_r) = reserve(MB2, 5) else { return };
     for threads in 1..=3 {
         let r = Region::new(5 * MB2, PageKind::Huge2M).unwrap();
@@ -229,7 +236,7 @@ fn prefault_hugetlb_2m() {
 
 #[test]
 fn a_reservation_is_restored_even_when_the_work_fails() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
         eprintln!("skipped: no 2 MiB hugetlb pool");
         return;
@@ -265,6 +272,7 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
 #[test]
 #[ignore = "the second process of reservations_of_two_processes_do_not_undo_each_other"]
 fn other_process_holding_a_reservation() {
+    let _serial = serial();
     if std::env::var_os("PREZERO_TEST_HOLD_HUGETLB").is_none() {
         return;
     }
@@ -280,7 +288,7 @@ fn other_process_holding_a_reservation() {
 #[test]
 fn reservations_of_two_processes_do_not_undo_each_other() {
     use std::io::BufRead;
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
         eprintln!("skipped: no 2 MiB hugetlb pool");
         return;
@@ -335,7 +343,7 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
 /// pages mapped under a thread on the node come from it; all goes back.
 #[test]
 fn a_reservation_on_every_node_grows_each_nodes_pool_and_gives_it_back() {
-    let _serial = hugetlb_lock();
+    let _serial = serial();
     let topology = prezero::numa::Topology::read();
     let nodes: Vec<u32> = topology.memory_nodes();
     let before: Vec<_> = nodes

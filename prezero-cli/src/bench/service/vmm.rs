@@ -181,7 +181,7 @@ fn vmm_once(
     };
     // A failed exchange is most often QEMU gone (a shortage of hugetlb pages
     // at prealloc, say): its exit status and log say why, not the pipe.
-    let took = qmp_session(p, stream, t).map_err(|e| {
+    let (took, _monitor) = qmp_session(p, stream, t).map_err(|e| {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = child.0.try_wait() {
@@ -199,8 +199,10 @@ fn vmm_once(
 }
 
 /// The QMP side of [`vmm_once`]: greeting, `query-status` (timed from `t`),
-/// the zero check of a sample of guest RAM, `quit`.
-fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<Duration> {
+/// the zero check of a sample of guest RAM, `quit`; the connection comes
+/// back, to be closed once QEMU has exited (closed at once, QEMU dropped the
+/// `quit` it had not yet read).
+fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<(Duration, UnixStream)> {
     stream
         .set_read_timeout(Some(Duration::from_secs(300)))
         .context("QMP: cannot set a timeout on QEMU's monitor")?;
@@ -240,7 +242,7 @@ fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<Duration> {
     // Its answer may not come before QEMU closes the monitor: QEMU's exit
     // status, which the caller checks, is the answer.
     send(&mut q, &json!({"execute": "quit"}))?;
-    Ok(took)
+    Ok((took, q.into_inner()))
 }
 
 /// QEMU ready (spawned, guest RAM allocated and populated, QMP answering)
