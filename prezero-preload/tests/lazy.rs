@@ -1,5 +1,6 @@
 //! The preload's lazy mode (`PREZERO_LAZY=1`, issue 28) against C programs:
 //! tests/c/lazy_stress.c (one mode per run: see its header), tests/c/
+//! lazy_review.c (what a hostile review found, a mode each), tests/c/
 //! preload_stress.c's modes run again under the lazy mode, tests/c/
 //! uffd_probe.c (the kernel's side of it), and a JVM when there is one.
 //!
@@ -28,6 +29,7 @@ struct Built {
     so: PathBuf,
     lazy: PathBuf,
     stress: PathBuf,
+    review: PathBuf,
     probe: Option<PathBuf>,
 }
 
@@ -53,6 +55,7 @@ fn built() -> Option<&'static Built> {
             so: shared_object(),
             lazy: build("lazy_stress", &[]).expect("compile lazy_stress.c"),
             stress: build("preload_stress", &["-ldl"]).expect("compile preload_stress.c"),
+            review: build("lazy_review", &[]).expect("compile lazy_review.c"),
             // x86_64 only (streaming stores from immintrin.h).
             probe: cfg!(target_arch = "x86_64")
                 .then(|| build("uffd_probe", &[]).expect("compile uffd_probe.c")),
@@ -116,6 +119,7 @@ struct Lazy {
     recycled: u64,
     filled: u64,
     scrubbed: u64,
+    gave_back: u64,
     mappings: u64,
 }
 
@@ -157,6 +161,7 @@ impl Lazy {
             recycled: nums[8],
             filled: nums[9],
             scrubbed: nums[11],
+            gave_back: nums[12],
             mappings: nums[13],
         })
     }
@@ -433,6 +438,34 @@ fn a_jvm_with_a_pretouched_heap() {
     assert!(s.mappings > 0 && s.faults > 0, "{s:?}");
 }
 
+/// Runs lazy_review.c's `args` with `env`.
+fn review(b: &Built, args: &[&str], env: &[(&str, &str)]) -> Run {
+    let exe = b.review.to_str().unwrap();
+    run_as(b, exe, args, env, Duration::from_secs(120))
+}
+
+/// Found by a hostile review: under `mlockall` the reserve's give-back
+/// failed (EINVAL), and the slots were marked empty with the program's
+/// freed bytes still in them, which a fill kept and handed out.
+#[test]
+fn a_give_back_under_mlockall_hands_out_no_old_bytes() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    let env = [
+        ("PREZERO_RESERVE", "256M"),
+        ("PREZERO_IDLE_SECS", "1"),
+        ("PREZERO_CAP", "0"),
+    ];
+    let r = review(b, &["lockdrop", "256"], &env);
+    r.ok();
+    if !r.stdout.contains("skipped") {
+        let s = r.lazy();
+        assert!(s.recycled > 0, "nothing waited in the reserve: {s:?}");
+        // MADV_DONTNEED_LOCKED gave the locked slots back.
+        assert!(s.gave_back > 0, "{s:?}");
+    }
+}
+
 #[test]
 fn the_fallback_says_why_once_and_the_program_runs() {
     let Some(b) = built() else { return };
@@ -464,8 +497,8 @@ fn the_lazy_line_parses() {
     .unwrap();
     assert_eq!((s.faults, s.moved, s.ahead, s.small), (10, 9, 3, 512));
     assert_eq!(
-        (s.recycled, s.filled, s.scrubbed, s.mappings),
-        (4, 20, 4, 1)
+        (s.recycled, s.filled, s.scrubbed, s.gave_back, s.mappings),
+        (4, 20, 4, 0, 1)
     );
     assert!(Lazy::parse("prezero-preload: lazy: pid 7: nothing").is_err());
 }

@@ -53,7 +53,9 @@ pub fn recycle(start: usize, len: usize) {
                         moved += 1;
                     }
                     Err(_) if m == 0 => reserve::set(slot, EMPTY),
-                    Err(_) => reserve::drop_pages(slot),
+                    Err(_) => {
+                        reserve::drop_pages(slot);
+                    }
                 }
                 b += HUGE;
             }

@@ -15,20 +15,24 @@
 //! Each slot's state is one atomic, changed by compare-and-swap: the handler
 //! never waits on a lock (a thread holding one might be waiting on the
 //! handler's answer to its own fault). `held` counts the slots with pages.
+//! A slot is EMPTY only once the kernel dropped its pages (a locked reserve,
+//! under `mlockall`, takes `MADV_DONTNEED_LOCKED`); one it kept is DIRTY,
+//! and a fill looks before it populates: populating keeps the bytes of
+//! pages present.
 //!
 //! | state     | pages                          | who moves it on              |
 //! |-----------|--------------------------------|------------------------------|
 //! | EMPTY     | none                           | the worker, the recycler     |
 //! | FILLING   | being populated                | the worker                   |
 //! | INCOMING  | a freed page being moved in    | the recycler                 |
-//! | DIRTY     | a freed page, contents unknown | worker or handler (scrub)    |
+//! | DIRTY     | any, contents unknown          | worker or handler (scrub)    |
 //! | SCRUBBING | being cleared                  | whoever took it              |
 //! | READY     | zeroed pages                   | the handler (moves them out) |
 //! | TAKEN     | being moved out                | the handler                  |
 
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 
-use super::{is_huge, stats, HUGE};
+use super::{is_empty, is_huge, stats, HUGE};
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -152,18 +156,33 @@ pub fn wake_worker() {
     uffd::futex_wake(&WORK);
 }
 
-/// Drops slot `i`'s pages (the caller took it); it is EMPTY after.
-pub fn drop_pages(i: usize) {
+/// Drops slot `i`'s pages (the caller took it): EMPTY after, and true; or,
+/// where the kernel kept them, DIRTY (scrubbed before it is handed out: an
+/// EMPTY slot with pages would be filled around the bytes it holds) and
+/// false.
+pub fn drop_pages(i: usize) -> bool {
+    let dropped = discard(i);
+    set(i, if dropped { EMPTY } else { DIRTY });
+    dropped
+}
+
+/// Whether the kernel dropped slot `i`'s pages (the caller took it).
+fn discard(i: usize) -> bool {
     // SAFETY: the slot is the caller's (taken), nothing reads it.
-    let _ = unsafe { sys::discard(slot_addr(i), HUGE) };
-    set(i, EMPTY);
+    unsafe { sys::discard_even_locked(slot_addr(i), HUGE) }.is_ok()
 }
 
 /// Populates slot `i` (taken, FILLING) with pages the kernel zeroes, one
 /// huge page where it has one to give, else small ones: READY, or (the
-/// kernel refused) EMPTY and false.
+/// kernel refused) EMPTY and false. A slot not seen empty (pages a drop
+/// left, whose bytes the population would keep; or the kernel could not
+/// say) is DIRTY instead, and false.
 pub fn fill(i: usize) -> bool {
     let at = slot_addr(i);
+    if !is_empty(at, HUGE) {
+        set(i, DIRTY);
+        return false;
+    }
     let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
     if ok {
         let kind = if is_huge(at) {
@@ -180,12 +199,14 @@ pub fn fill(i: usize) -> bool {
 }
 
 /// Clears slot `i` (taken, SCRUBBING): READY after, if it is still one huge
-/// page (else dropped: a split page is not worth moving). `hot`: the
-/// program is about to use it (the handler scrubs for a waiting fault).
+/// page (else dropped; cleared all the same if the kernel keeps its pages).
+/// `hot`: the program is about to use it (the handler scrubs for a waiting
+/// fault).
 pub fn scrub(i: usize, hot: bool) -> bool {
     let at = slot_addr(i);
-    if !is_huge(at) {
-        drop_pages(i);
+    // A split page is not worth moving, unless the kernel would not drop it.
+    if !is_huge(at) && discard(i) {
+        set(i, EMPTY);
         return false;
     }
     let t = if hot {
@@ -193,8 +214,10 @@ pub fn scrub(i: usize, hot: bool) -> bool {
     } else {
         prezero::Temperature::Cold
     };
-    // SAFETY: the slot is the caller's (taken), mapped read-write, its
-    // pages present: no one else reads or writes it until it is READY.
+    // SAFETY: the slot is the caller's (taken), mapped read-write (a page
+    // not present faults in: the reserve's registration is for
+    // write-protection faults, which nothing arms): no one else reads or
+    // writes it until it is READY.
     let _ = unsafe { prezero::clear_raw_with(at as *mut u8, HUGE, t) };
     stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
     set(i, READY);

@@ -11,24 +11,29 @@ use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{now_ms, stats, FILL, IDLE_MS, LAST_ACTIVE};
 use crate::sys::uffd;
 
-/// After a fill the kernel refused (no memory), the filler waits this long
-/// before it tries again.
+/// After a fill or a give-back the kernel refused (no memory, locked
+/// memory), the worker waits this long before it tries again.
 const BACKOFF_MS: u64 = 5000;
 
 pub fn run() {
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut backoff_until = 0;
+    let mut release_from = 0;
     loop {
         let seen = reserve::WORK.load(Ordering::Acquire);
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
             >= IDLE_MS.load(Ordering::Relaxed);
-        if idle {
+        if idle && now >= release_from {
             // Ready pages first, then the ones still to scrub.
             if let Some(i) = reserve::take(READY, TAKEN).or_else(|| reserve::take(DIRTY, SCRUBBING))
             {
-                reserve::drop_pages(i);
-                stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+                if reserve::drop_pages(i) {
+                    stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    // Kept (DIRTY now): the kernel would keep the others too.
+                    release_from = now + BACKOFF_MS;
+                }
                 continue;
             }
         }

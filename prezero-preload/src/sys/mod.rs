@@ -242,6 +242,24 @@ pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
     unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED) }
 }
 
+/// [`discard`], also where the program locked the range (`mlock`,
+/// `mlockall`: EINVAL), with `MADV_DONTNEED_LOCKED` (Linux 5.18): the
+/// lazy mode's reserve, whose pages must go when it says they went.
+///
+/// # Safety
+/// As [`discard`].
+pub unsafe fn discard_even_locked(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the caller's range, as discard takes it (pre).
+    match unsafe { discard(addr, len) } {
+        Err(Errno(libc::EINVAL)) => {
+            inject!(Madvise, libc::EINVAL);
+            // SAFETY: as above.
+            unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED_LOCKED) }
+        }
+        r => r,
+    }
+}
+
 /// Moves the pages of `[from, from + len)` over `[to, to + len)`, replacing
 /// what was mapped there in the same call (`mremap` with `MREMAP_MAYMOVE |
 /// MREMAP_FIXED | MREMAP_DONTUNMAP`); `from` stays mapped, with no pages

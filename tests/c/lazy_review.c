@@ -1,0 +1,217 @@
+/* The preload's lazy mode (issue 28) against what a hostile review of it
+ * found, run by prezero-preload/tests/lazy.rs under PREZERO_LAZY=1: one mode
+ * per finding, each the review's reproducer made a test. One mode per run:
+ *
+ *   lockdrop MB  with the reserve (MB) full and its worker stopped (ptrace:
+ *                as if starved), a calloc'd block faulted in, written and
+ *                freed (its huge pages wait in the reserve unscrubbed), then
+ *                mlockall locks them; the program idles, the worker resumed
+ *                gives the reserve back; after munlockall new memory reads
+ *                zero (run with PREZERO_IDLE_SECS=1 PREZERO_CAP=0)
+ *
+ * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
+ * "skipped: ..." and exits 0. */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MB (1UL << 20)
+#define PAGE 4096UL
+
+static void fail(const char *what, ...) __attribute__((noreturn, format(printf, 1, 2)));
+static void fail(const char *what, ...) {
+    va_list ap;
+    va_start(ap, what);
+    printf("FAIL: ");
+    vprintf(what, ap);
+    printf("\n");
+    fflush(stdout);
+    va_end(ap);
+    _exit(3);
+}
+
+static void *map(size_t len) {
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+        fail("mmap %zu: %s", len, strerror(errno));
+    return p;
+}
+
+/* Every byte of p[0..len) is zero. */
+static void check_zero(const char *what, const unsigned char *p, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (p[i])
+            fail("%s: byte %zu of %zu is %#x, not zero", what, i, len, p[i]);
+}
+
+/* Every byte of p[0..len) is v. */
+static void check_fill(const char *what, const unsigned char *p, size_t len, unsigned char v) {
+    for (size_t i = 0; i < len; i++)
+        if (p[i] != v)
+            fail("%s: byte %zu of %zu is %#x, not %#x", what, i, len, p[i], v);
+}
+
+static void touch(unsigned char *p, size_t len, unsigned char v) {
+    for (size_t i = 0; i < len; i += PAGE)
+        ((volatile unsigned char *)p)[i] = v;
+}
+
+/* The thread of this process named `name`, waited for (a new thread names
+ * itself when it first runs). */
+static pid_t thread_named(const char *name) {
+    for (int tries = 0; tries < 1000; tries++) {
+        DIR *d = opendir("/proc/self/task");
+        struct dirent *e;
+        pid_t found = 0;
+        while (d && (e = readdir(d))) {
+            char path[300], comm[64] = "";
+            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
+            FILE *f = fopen(path, "r");
+            if (f && fgets(comm, sizeof comm, f) && !strncmp(comm, name, strlen(name)))
+                found = atoi(e->d_name);
+            if (f)
+                fclose(f);
+        }
+        if (d)
+            closedir(d);
+        if (found)
+            return found;
+        usleep(1000);
+    }
+    fail("no %s thread (is the lazy mode on?)", name);
+}
+
+/* Stops thread `tid` of this process (a child traces it: the thread alone
+ * stops, as if starved), until resume(). */
+static pid_t stop_thread(pid_t tid) {
+    int ready[2], go[2];
+    if (pipe(ready) || pipe(go))
+        fail("pipe: %s", strerror(errno));
+    prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+    pid_t k = fork();
+    if (k < 0)
+        fail("fork: %s", strerror(errno));
+    if (k == 0) {
+        char c = 0;
+        close(go[1]);
+        if (ptrace(PTRACE_SEIZE, tid, 0, 0) || ptrace(PTRACE_INTERRUPT, tid, 0, 0))
+            c = 1;
+        else
+            waitpid(tid, NULL, __WALL);
+        if (write(ready[1], &c, 1) != 1 || c)
+            _exit(1);
+        /* Until the parent says so; the thread runs on once we exit. */
+        (void)!read(go[0], &c, 1);
+        ptrace(PTRACE_DETACH, tid, 0, 0);
+        _exit(0);
+    }
+    char c = 1;
+    if (read(ready[0], &c, 1) != 1 || c) {
+        /* Not allowed here (Yama's ptrace_scope 3, a container's seccomp). */
+        printf("skipped: no ptrace of thread %d allowed\n", tid);
+        exit(0);
+    }
+    close(ready[0]);
+    close(ready[1]);
+    close(go[0]);
+    return go[1];
+}
+
+static void resume(pid_t go) {
+    close(go);
+    wait(NULL);
+}
+
+/* The resident bytes of the mapping of `len` bytes (the first), or -1. */
+static long resident(size_t len) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    long found = -1, rss;
+    int in = 0;
+    unsigned long a, b;
+    while (f && fgets(line, sizeof line, f)) {
+        if (sscanf(line, "%lx-%lx ", &a, &b) == 2)
+            in = found < 0 && b - a == len;
+        else if (in && sscanf(line, "Rss: %ld kB", &rss) == 1)
+            found = rss * 1024;
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* A fault of one small page (in a block populated already: the reserve
+ * gives nothing) that keeps the lazy mode from going idle, in `r`, a
+ * mapping of 4 MiB whose first page was touched. */
+static void fault_one(unsigned char *r) {
+    madvise(r + PAGE, PAGE, MADV_DONTNEED);
+    r[PAGE] = 1;
+}
+
+/* Waits until the reserve of `mb` MiB is full (the worker fills it at
+ * SCHED_IDLE: slowly on a busy machine, and only while the program is not
+ * idle). */
+static void reserve_full(size_t mb, unsigned char *r) {
+    /* A mapping of its own (its advice splits it from the margin that
+     * aligned it). */
+    size_t len = mb * MB;
+    for (int i = 0; i < 600; i++) {
+        if (resident(len) >= (long)(mb * MB))
+            return;
+        usleep(100000);
+        fault_one(r);
+    }
+    fail("the reserve (%zu MiB) never filled: %ld bytes resident", mb, resident(len));
+}
+
+static void mode_lockdrop(size_t reserve_mb) {
+    unsigned char *r = map(4 * MB);
+    r[0] = 1;
+    reserve_full(reserve_mb, r);
+    /* Stopped before the faults, so the slots they empty stay empty. */
+    int go = stop_thread(thread_named("prezero-reserve"));
+    size_t n = 128 * MB;
+    unsigned char *p = calloc(1, n);
+    if (!p)
+        fail("calloc");
+    touch(p, n, 1);
+    memset(p, 0xab, n);
+    check_fill("the block written", p, n, 0xab);
+    /* Its huge pages move into the reserve, to be scrubbed by the worker. */
+    free(p);
+    if (mlockall(MCL_CURRENT | MCL_ONFAULT))
+        fail("mlockall: %s", strerror(errno));
+    sleep(2); /* idle: the worker, resumed, gives the reserve back */
+    resume(go);
+    sleep(2);
+    munlockall();
+    /* Active again: the worker fills the reserve, the handler hands it out. */
+    reserve_full(reserve_mb, r);
+    n = 512 * MB;
+    unsigned char *q = map(n);
+    check_zero("new memory after a give-back under mlockall", q, n);
+    printf("lockdrop: ok\n");
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "lockdrop") && argc > 2)
+        mode_lockdrop(atol(argv[2]));
+    else {
+        fprintf(stderr, "usage: %s lockdrop RESERVE_MB\n", argv[0]);
+        return 2;
+    }
+    return 0;
+}
