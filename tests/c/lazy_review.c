@@ -8,12 +8,16 @@
  *                mlockall locks them; the program idles, the worker resumed
  *                gives the reserve back; after munlockall new memory reads
  *                zero (run with PREZERO_IDLE_SECS=1 PREZERO_CAP=0)
+ *   vmsplice MB  (the reserve's size) a mapping's pages given to a pipe
+ *                (vmsplice), the mapping unmapped, new memory written: the
+ *                pipe delivers what the program wrote before
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -23,6 +27,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -204,13 +209,60 @@ static void mode_lockdrop(size_t reserve_mb) {
     printf("lockdrop: ok\n");
 }
 
+/* A pipe given the pages of a mapping (vmsplice: references, not pins),
+ * then the mapping unmapped and new memory written: the pipe delivers the
+ * bytes first written. With the reserve full and its worker stopped, so
+ * that the mapping's huge pages are the reserve's and it has room for them
+ * back: a page moved back while the pipe held it would be scrubbed and
+ * handed to the new memory. */
+static void mode_vmsplice(size_t reserve_mb) {
+    unsigned char *r = map(4 * MB);
+    r[0] = 1;
+    reserve_full(reserve_mb, r);
+    int go = stop_thread(thread_named("prezero-reserve"));
+    size_t n = reserve_mb / 2 * MB;
+    unsigned char *p = map(n);
+    memset(p, 0x77, n);
+    /* 64 KiB of each of 8 whole blocks. */
+    enum { PARTS = 8, PART = 64 * 1024 };
+    unsigned char *base = (unsigned char *)(((uintptr_t)p + 2 * MB - 1) & ~(2 * MB - 1));
+    struct iovec iov[PARTS];
+    for (int i = 0; i < PARTS; i++)
+        iov[i] = (struct iovec){base + i * 2 * MB + PAGE, PART};
+    int pfd[2];
+    if (pipe(pfd))
+        fail("pipe: %s", strerror(errno));
+    if (fcntl(pfd[1], F_SETPIPE_SZ, (int)MB) < 0)
+        fail("F_SETPIPE_SZ: %s", strerror(errno));
+    ssize_t given = vmsplice(pfd[1], iov, PARTS, 0);
+    if (given != PARTS * PART)
+        fail("vmsplice gave %zd of %d bytes: %s", given, PARTS * PART, strerror(errno));
+    if (munmap(p, n))
+        fail("munmap: %s", strerror(errno));
+    unsigned char *q = map(2 * n);
+    memset(q, 0x99, 2 * n);
+    resume(go);
+    static unsigned char buf[PARTS * PART];
+    size_t got = 0;
+    while (got < sizeof buf) {
+        ssize_t k = read(pfd[0], buf + got, sizeof buf - got);
+        if (k <= 0)
+            fail("read from the pipe: %s", k ? strerror(errno) : "end of file");
+        got += k;
+    }
+    check_fill("what the pipe delivered", buf, sizeof buf, 0x77);
+    printf("vmsplice: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
     if (!strcmp(mode, "lockdrop") && argc > 2)
         mode_lockdrop(atol(argv[2]));
+    else if (!strcmp(mode, "vmsplice") && argc > 2)
+        mode_vmsplice(atol(argv[2]));
     else {
-        fprintf(stderr, "usage: %s lockdrop RESERVE_MB\n", argv[0]);
+        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB\n", argv[0]);
         return 2;
     }
     return 0;

@@ -11,15 +11,19 @@
 //! `PROT_NONE` reservation (a JVM's heap, reserved at `-Xmx`) is not; the
 //! read-write mappings a runtime commits over it with `MAP_FIXED` are.
 //!
-//! The program's unmaps and drops first move the registered ranges' huge
-//! pages back into the reserve (they are the program's to drop), then the
-//! table forgets what went, then the kernel does the call. `MADV_HUGEPAGE`
-//! on a registered range is done, then undone there (`MADV_NOHUGEPAGE`).
+//! The program's unmaps and drops (`munmap`, `MADV_DONTNEED`, `MADV_FREE`,
+//! `MADV_REMOVE`, `mmap(MAP_FIXED)` over, a shrinking `mremap`) leave its
+//! pages to the kernel: none moves into the reserve, though a fault is
+//! served from it as before. The kernel may still hold references to them
+//! that the program cannot see and a move does not refuse (a pipe's, after
+//! `vmsplice`: it must deliver the bytes written, not the next owner's);
+//! the kernel frees a page only once the last is gone. `MADV_HUGEPAGE` on a
+//! registered range is done, then undone there (`MADV_NOHUGEPAGE`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::table::Range;
-use super::{active, ensure_started, fd, recycle, stats, threshold, PopGuard, HUGE};
+use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE};
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -76,11 +80,8 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
     stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Takes `[start, end)` out of the table, its huge pages into the reserve
-/// first (the caller's call is about to drop them).
+/// Takes `[start, end)` out of the table.
 fn forget(g: &mut PopGuard, start: usize, end: usize) {
-    g.table()
-        .each_within(start, end, |r| recycle(r.start, r.end - r.start));
     if let Some(lost) = g.table().remove(start, end) {
         // No room to keep tracking it: the kernel serves it from now on.
         let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
@@ -202,32 +203,17 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno>
     let end = addr.saturating_add(len);
     let cache = crate::cache::owns(addr) || crate::cache::owns(end.saturating_sub(1));
     let ours = cache || maybe_registered(addr, end);
-    match advice {
-        libc::MADV_DONTNEED | libc::MADV_FREE | libc::MADV_DONTNEED_LOCKED
-            if ours && len >= HUGE && active() =>
-        {
-            if cache {
-                recycle(addr, len);
-            }
-            let mut g = PopGuard::program();
-            g.table()
-                .each_within(addr, end, |r| recycle(r.start, r.end - r.start));
+    // SAFETY: as madvise(2) (the caller's contract).
+    unsafe { sys::madvise_raw(addr, len, advice) }?;
+    if advice == libc::MADV_HUGEPAGE && ours && active() {
+        let mut g = PopGuard::program();
+        g.table().each_within(addr, end, |r| {
+            let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+        });
+        if let Some((base, span)) = crate::cache::range().filter(|_| cache) {
+            let (s, e) = (addr.max(base), end.min(base + span));
+            let _ = sys::madvise(s, e - s, Advice::NoHugePage);
         }
-        libc::MADV_HUGEPAGE if ours && active() => {
-            // SAFETY: as madvise(2): the advice keeps contents.
-            unsafe { sys::madvise_raw(addr, len, advice) }?;
-            let mut g = PopGuard::program();
-            g.table().each_within(addr, end, |r| {
-                let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
-            });
-            if let Some((base, span)) = crate::cache::range().filter(|_| cache) {
-                let (s, e) = (addr.max(base), end.min(base + span));
-                let _ = sys::madvise(s, e - s, Advice::NoHugePage);
-            }
-            return Ok(());
-        }
-        _ => {}
     }
-    // SAFETY: as madvise(2).
-    unsafe { sys::madvise_raw(addr, len, advice) }
+    Ok(())
 }

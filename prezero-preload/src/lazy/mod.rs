@@ -1,8 +1,10 @@
 //! The lazy mode (`PREZERO_LAZY=1`, `prezero run --lazy`): large blocks are
 //! not populated; their first touch is a page fault that a handler thread of
 //! this process serves by moving a pre-zeroed 2 MiB huge page in from a
-//! reserve (`UFFDIO_MOVE`, Linux 6.8), and freed huge pages move back into
-//! the reserve to be scrubbed with streaming stores instead of faulted anew.
+//! reserve (`UFFDIO_MOVE`, Linux 6.8), and the huge pages of blocks freed to
+//! the cache move back into the reserve to be scrubbed with streaming stores
+//! instead of faulted anew (the program's own unmaps leave theirs to the
+//! kernel: `recycle.rs`).
 //!
 //! What is registered with the userfaultfd (missing-page faults), each part
 //! `MADV_NOHUGEPAGE` (in a range the kernel may fault huge pages into, it
@@ -13,7 +15,7 @@
 //! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
 //! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
 //! * `worker.rs`: the `SCHED_IDLE` thread that does that in the background;
-//! * `recycle.rs`: freed huge pages back into the reserve;
+//! * `recycle.rs`: the huge pages of freed blocks back into the reserve;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges; `interpose.rs` the C entry points;
 //! * `table.rs`: the registered mappings (pure).

@@ -1,11 +1,17 @@
-//! Freed memory's huge pages back into the reserve: where the cache gives
-//! memory back (the cap, idle) and where the program unmaps or drops
-//! (`MADV_DONTNEED`, `MADV_FREE`) a registered mapping, its whole
-//! PMD-mapped huge pages move into empty slots (a page-table entry each, no
-//! copy), to be scrubbed there (about a third of what the kernel's fault of
-//! a fresh one costs here), before the caller drops the rest. A huge page
-//! that is split, shared with a child (`EBUSY`), or finds the reserve full
-//! is left to the caller's call.
+//! Freed memory's huge pages back into the reserve: where the cache gives a
+//! freed block back (the cap, idle), its whole PMD-mapped huge pages move
+//! into empty slots (a page-table entry each, no copy), to be scrubbed there
+//! (about a third of what the kernel's fault of a fresh one costs here),
+//! before the cache drops the rest. A huge page that is split, shared with a
+//! child (`EBUSY`), or finds the reserve full is left to the cache's drop.
+//!
+//! Only from the cache's `free`: a move refuses pages pinned, not pages the
+//! kernel holds a reference to (a pipe's, after `vmsplice`), which then see
+//! the next owner's bytes. Any allocator reuses freed memory, and `prezero
+//! run` without `--lazy` already does: a program may not `vmsplice` a block
+//! and free it before the reader is done. It may unmap its own mapping
+//! then, and the kernel keeps the page for the pipe; so the program's
+//! `munmap` and `madvise` leave its pages to the kernel (`mappings.rs`).
 
 use std::sync::atomic::Ordering;
 
@@ -16,9 +22,9 @@ use crate::sys::uffd::{self, Region};
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
 /// A no-op where the lazy mode does not run in this process.
 ///
-/// The caller is about to drop the range's contents (unmap it, or advise it
-/// away, or give it to the kernel): nothing reads them after, so moving them
-/// out first changes nothing it could see.
+/// The caller (the cache, giving a freed block back) is about to drop the
+/// range's contents: nothing reads them after, so moving them out first
+/// changes nothing it could see.
 pub fn recycle(start: usize, len: usize) {
     let lo = start.next_multiple_of(HUGE);
     let hi = (start + len) & !(HUGE - 1);
