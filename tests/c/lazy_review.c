@@ -11,6 +11,10 @@
  *   vmsplice MB  (the reserve's size) a mapping's pages given to a pipe
  *                (vmsplice), the mapping unmapped, new memory written: the
  *                pipe delivers what the program wrote before
+ *   failcalls    mmap(MAP_FIXED), munmap, madvise and mremap that fail
+ *                (EBADF, EACCES, EINVAL, EFAULT) keep the memory they were
+ *                given, written and not, and its faults served a block at
+ *                a time (the lazy line's count)
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
@@ -254,6 +258,76 @@ static void mode_vmsplice(size_t reserve_mb) {
     printf("vmsplice: ok\n");
 }
 
+/* A mapping of n bytes (a multiple of 2 MiB) at a 2 MiB boundary, its
+ * first half written with v (its second half left to fault later): no
+ * edges, so every fault is a block's. */
+static unsigned char *half_written(size_t n, unsigned char v) {
+    unsigned char *raw = map(n + 2 * MB);
+    unsigned char *p = (unsigned char *)(((uintptr_t)raw + 2 * MB - 1) & ~(2 * MB - 1));
+    if (p > raw)
+        munmap(raw, p - raw);
+    if (raw + 2 * MB > p)
+        munmap(p + n, raw + 2 * MB - p);
+    memset(p, v, n / 2);
+    return p;
+}
+
+/* After a call that failed: the written half kept, the rest zero, then
+ * written too (served as before). */
+static void still_whole(const char *what, unsigned char *p, size_t n, unsigned char v) {
+    check_fill(what, p, n / 2, v);
+    check_zero(what, p + n / 2, n - n / 2);
+    memset(p + n / 2, v, n - n / 2);
+    check_fill(what, p, n, v);
+}
+
+/* Calls that fail leave memory as it was: mmap(MAP_FIXED) with a bad
+ * descriptor (EBADF) or of a file open write-only (EACCES), munmap and
+ * madvise(MADV_DONTNEED) of an unaligned start (EINVAL), mremap onto a
+ * target overlapping its source (EINVAL) or from a hole onto data
+ * (EFAULT). */
+static void mode_failcalls(void) {
+    size_t n = 16 * MB;
+    unsigned char *a = half_written(n, 0x11);
+    if (mmap(a, n, PROT_READ, MAP_PRIVATE | MAP_FIXED, 12345, 0) != MAP_FAILED || errno != EBADF)
+        fail("mmap(MAP_FIXED) of a bad descriptor did not fail with EBADF");
+    still_whole("after a failed mmap(MAP_FIXED) (EBADF)", a, n, 0x11);
+
+    char path[] = "/tmp/lazy_review.XXXXXX";
+    int tmp = mkstemp(path);
+    int wo = tmp < 0 ? -1 : open(path, O_WRONLY);
+    if (wo < 0 || ftruncate(wo, n))
+        fail("a write-only file: %s", strerror(errno));
+    unlink(path);
+    unsigned char *b = half_written(n, 0x12);
+    if (mmap(b, n, PROT_READ, MAP_PRIVATE | MAP_FIXED, wo, 0) != MAP_FAILED || errno != EACCES)
+        fail("mmap(MAP_FIXED) of a write-only file did not fail with EACCES");
+    still_whole("after a failed mmap(MAP_FIXED) (EACCES)", b, n, 0x12);
+
+    unsigned char *c = half_written(n, 0x22);
+    if (munmap(c + 1, n - PAGE) == 0 || errno != EINVAL)
+        fail("munmap of an unaligned start did not fail with EINVAL");
+    still_whole("after a failed munmap", c, n, 0x22);
+
+    unsigned char *d = half_written(n, 0x33);
+    if (madvise(d + 1, n - PAGE, MADV_DONTNEED) == 0 || errno != EINVAL)
+        fail("madvise of an unaligned start did not fail with EINVAL");
+    still_whole("after a failed madvise", d, n, 0x33);
+
+    unsigned char *e = half_written(n, 0x44);
+    if (mremap(e, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, e + 4 * MB) != MAP_FAILED || errno != EINVAL)
+        fail("mremap onto an overlapping target did not fail with EINVAL");
+    still_whole("after a failed mremap (overlapping)", e, n, 0x44);
+
+    unsigned char *f = half_written(n, 0x55);
+    unsigned char *hole = map(n);
+    munmap(hole, n);
+    if (mremap(hole, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, f) != MAP_FAILED || errno != EFAULT)
+        fail("mremap from a hole did not fail with EFAULT");
+    still_whole("the target of a failed mremap (from a hole)", f, n, 0x55);
+    printf("failcalls: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -261,8 +335,10 @@ int main(int argc, char **argv) {
         mode_lockdrop(atol(argv[2]));
     else if (!strcmp(mode, "vmsplice") && argc > 2)
         mode_vmsplice(atol(argv[2]));
+    else if (!strcmp(mode, "failcalls"))
+        mode_failcalls();
     else {
-        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB\n", argv[0]);
+        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls\n", argv[0]);
         return 2;
     }
     return 0;

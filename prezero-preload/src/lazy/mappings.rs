@@ -11,19 +11,21 @@
 //! `PROT_NONE` reservation (a JVM's heap, reserved at `-Xmx`) is not; the
 //! read-write mappings a runtime commits over it with `MAP_FIXED` are.
 //!
-//! The program's unmaps and drops (`munmap`, `MADV_DONTNEED`, `MADV_FREE`,
-//! `MADV_REMOVE`, `mmap(MAP_FIXED)` over, a shrinking `mremap`) leave its
-//! pages to the kernel: none moves into the reserve, though a fault is
-//! served from it as before. The kernel may still hold references to them
-//! that the program cannot see and a move does not refuse (a pipe's, after
-//! `vmsplice`: it must deliver the bytes written, not the next owner's);
-//! the kernel frees a page only once the last is gone. `MADV_HUGEPAGE` on a
-//! registered range is done, then undone there (`MADV_NOHUGEPAGE`).
+//! The table follows a call once it succeeded (a failed one changes no
+//! mapping). The program's unmaps and drops (`munmap`, `MADV_DONTNEED`,
+//! `MADV_FREE`, `MADV_REMOVE`, `mmap(MAP_FIXED)` over, a shrinking
+//! `mremap`) leave its pages to the kernel: none moves into the reserve,
+//! though a fault is served from it as before. The kernel may still hold
+//! references to them that the program cannot see and a move does not
+//! refuse (a pipe's, after `vmsplice`: it must deliver the bytes written,
+//! not the next owner's); the kernel frees a page only once the last is
+//! gone. `MADV_HUGEPAGE` on a registered range is done, then undone there
+//! (`MADV_NOHUGEPAGE`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::table::Range;
-use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE};
+use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE, PAGE};
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -80,8 +82,12 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
     stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Takes `[start, end)` out of the table.
+/// Takes `[start, end)` (to its last page: what a call of that length
+/// unmapped) out of the table, once the call succeeded: a failed one
+/// changed nothing, and a range forgotten before it would be served with
+/// small pages from then on.
 fn forget(g: &mut PopGuard, start: usize, end: usize) {
+    let end = end.checked_next_multiple_of(PAGE).unwrap_or(usize::MAX);
     if let Some(lost) = g.table().remove(start, end) {
         // No room to keep tracking it: the kernel serves it from now on.
         let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
@@ -105,9 +111,9 @@ pub unsafe fn mmap(
     let end = addr.saturating_add(len);
     if fixed && active() && maybe_registered(addr, end) {
         let mut g = PopGuard::program();
-        forget(&mut g, addr, end);
         // SAFETY: as mmap(2) (the caller's contract).
         let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+        forget(&mut g, addr, end);
         if wanted {
             register(&mut g, at, len);
         }
@@ -137,9 +143,10 @@ pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
         return unsafe { sys::munmap_raw(addr, len) };
     }
     let mut g = PopGuard::program();
-    forget(&mut g, addr, end);
     // SAFETY: as munmap(2).
-    unsafe { sys::munmap_raw(addr, len) }
+    unsafe { sys::munmap_raw(addr, len) }?;
+    forget(&mut g, addr, end);
+    Ok(())
 }
 
 /// `mremap`, once the lazy mode was asked for. Registration does not follow
@@ -165,15 +172,15 @@ pub unsafe fn mremap(
         return unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) };
     }
     let mut g = PopGuard::program();
+    // SAFETY: as mremap(2).
+    let at = unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) }?;
     if new_len < old_len {
-        // The tail goes whatever else happens.
+        // The tail went, whether the rest moved or not.
         forget(&mut g, old + new_len, old_end);
     }
     if fixed {
         forget(&mut g, to, to.saturating_add(new_len));
     }
-    // SAFETY: as mremap(2).
-    let at = unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) }?;
     let was = g.table().overlaps(old, old_end);
     if flags & libc::MREMAP_DONTUNMAP == 0 {
         if let Some(lost) = g.table().remove(old, old_end) {
