@@ -497,6 +497,19 @@ fn calls_that_fail_keep_the_memory_and_its_registration() {
     assert!(s.faults < 512, "{s:?}");
 }
 
+/// Found by a hostile review: after the program closed every descriptor
+/// (`close_range`) and opened a pipe at the userfaultfd's number, the
+/// handler read the pipe's bytes; with /dev/null there it spun on its end.
+/// The handler looks at the descriptor before each read and stops the lazy
+/// mode when it is not the userfaultfd any more.
+#[test]
+fn a_descriptor_the_program_reuses_is_not_read() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    review(b, &["closefds"], &[]).ok();
+    review(b, &["devnull"], &[]).ok();
+}
+
 #[test]
 fn the_fallback_says_why_once_and_the_program_runs() {
     let Some(b) = built() else { return };

@@ -15,6 +15,11 @@
  *                (EBADF, EACCES, EINVAL, EFAULT) keep the memory they were
  *                given, written and not, and its faults served a block at
  *                a time (the lazy line's count)
+ *   closefds     every descriptor above 2 closed (close_range), a pipe
+ *                opened at the userfaultfd's number: the pipe's bytes stay
+ *                the program's, memory is served (by the kernel) as before
+ *   devnull      /dev/null put at the userfaultfd's number (dup2): no
+ *                thread spins on its end
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
@@ -30,6 +35,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/ptrace.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -328,6 +335,87 @@ static void mode_failcalls(void) {
     printf("failcalls: ok\n");
 }
 
+/* The number of this process's userfaultfd (the lazy mode's), or fail. */
+static int uffd_number(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int found = -1;
+    while (d && (e = readdir(d))) {
+        char path[300], link[128] = "";
+        snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+        if (readlink(path, link, sizeof link - 1) > 0 && strstr(link, "userfaultfd"))
+            found = atoi(e->d_name);
+    }
+    if (d)
+        closedir(d);
+    if (found < 0)
+        fail("no userfaultfd among the descriptors (is the lazy mode on?)");
+    return found;
+}
+
+/* A daemon's start: every descriptor above 2 closed, then a pipe of its own
+ * at the number the userfaultfd had. Faults after it are the kernel's;
+ * the pipe's bytes are the program's alone. */
+static void mode_closefds(void) {
+    size_t n = 64 * MB;
+    unsigned char *p = map(n);
+    touch(p, 8 * MB, 1);
+    int at = uffd_number();
+    if (syscall(SYS_close_range, 3, ~0U, 0))
+        fail("close_range: %s", strerror(errno));
+    int pfd[2];
+    if (pipe(pfd))
+        fail("pipe: %s", strerror(errno));
+    if (dup2(pfd[0], at) != at || dup2(pfd[1], at + 1) != at + 1)
+        fail("dup2: %s", strerror(errno));
+    fcntl(at, F_SETFL, O_NONBLOCK);
+    /* The handler's read, waiting since before the close, returns. */
+    touch(p + 8 * MB, 8 * MB, 2);
+    usleep(200000);
+    const char msg[] = "the program's own bytes, for the program alone";
+    if (write(at + 1, msg, sizeof msg) != sizeof msg)
+        fail("write to the pipe: %s", strerror(errno));
+    touch(p + 16 * MB, 8 * MB, 3);
+    usleep(200000);
+    char buf[sizeof msg] = "";
+    ssize_t got = read(at, buf, sizeof buf);
+    if (got != sizeof msg || memcmp(buf, msg, sizeof msg))
+        fail("the pipe gave %zd bytes, not the %zu written", got, sizeof msg);
+    for (size_t i = 0; i < 24 * MB; i += PAGE)
+        if (p[i] != (i < 8 * MB ? 1 : i < 16 * MB ? 2 : 3))
+            fail("byte %zu is %#x", i, p[i]);
+    for (size_t i = 0; i < 24 * MB; i++)
+        if (i % PAGE && p[i])
+            fail("byte %zu is %#x, not zero", i, p[i]);
+    check_zero("untouched after the close", p + 24 * MB, n - 24 * MB);
+    printf("closefds: ok\n");
+}
+
+static double cpu_seconds(void) {
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+/* /dev/null put at the userfaultfd's number (dup2): the process does not
+ * spin reading its end. */
+static void mode_devnull(void) {
+    unsigned char *p = map(64 * MB);
+    p[0] = 1;
+    int null = open("/dev/null", O_RDONLY);
+    if (null < 0 || dup2(null, uffd_number()) < 0)
+        fail("/dev/null: %s", strerror(errno));
+    p[8 * MB] = 1;
+    usleep(200000);
+    double t0 = cpu_seconds();
+    sleep(1);
+    double spent = cpu_seconds() - t0;
+    if (spent > 0.3)
+        fail("%.2f s of CPU over 1 s of sleep", spent);
+    check_zero("after the dup2", p + 1, 8 * MB - 1);
+    printf("devnull: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -337,8 +425,13 @@ int main(int argc, char **argv) {
         mode_vmsplice(atol(argv[2]));
     else if (!strcmp(mode, "failcalls"))
         mode_failcalls();
+    else if (!strcmp(mode, "closefds"))
+        mode_closefds();
+    else if (!strcmp(mode, "devnull"))
+        mode_devnull();
     else {
-        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls\n", argv[0]);
+        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls|closefds|devnull\n",
+                argv[0]);
         return 2;
     }
     return 0;

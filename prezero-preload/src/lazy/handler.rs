@@ -32,7 +32,10 @@
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
-use super::{fd, is_empty, is_huge, stats, touch_active, PopGuard, FILL, HUGE, PAGE, ZEROES};
+use super::{
+    fd, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, FILL, HUGE, PAGE,
+    ZEROES,
+};
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
 
@@ -64,12 +67,22 @@ pub fn run() {
     };
     let mut msgs = [Msg::default(); 16];
     loop {
+        // Looked at before each read: after the program closed the
+        // descriptor and opened another file at its number, a read would
+        // take that file's bytes (a pipe's), or spin (/dev/null's end).
+        if !still_ours() {
+            // The kernel released its ranges with it: their faults are its
+            // own again.
+            stop();
+            return;
+        }
         let n = match uffd::read(h.fd, &mut msgs) {
             Ok(n) => n,
             Err(Errno(libc::EINTR | libc::EAGAIN)) => continue,
-            // The descriptor is gone (the program closed it): the kernel
-            // released its ranges, and their faults are its own again.
-            Err(_) => return,
+            Err(_) => {
+                stop();
+                return;
+            }
         };
         for m in &msgs[..n] {
             if m.event == uffd::UFFD_EVENT_PAGEFAULT {

@@ -76,6 +76,10 @@ const FAILED: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 static UFFD: AtomicI32 = AtomicI32::new(-1);
+/// Which file the descriptor is (device, inode), to tell it from another
+/// the program opened at its number after closing it.
+static UFFD_DEV: AtomicU64 = AtomicU64::new(0);
+static UFFD_INO: AtomicU64 = AtomicU64::new(0);
 static PAGEMAP: AtomicI32 = AtomicI32::new(-1);
 /// HUGE bytes that read as zero: what the handler copies into a block when
 /// the reserve has nothing for it.
@@ -294,6 +298,12 @@ fn start() -> Result<(), Why> {
         uffd::close(pm);
         fail(Why::Failed("the reserve", e))
     })?;
+    let (dev, ino) = uffd::identity(fd).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the userfaultfd's fstat", e))
+    })?;
+    UFFD_DEV.store(dev, Ordering::Relaxed);
+    UFFD_INO.store(ino, Ordering::Relaxed);
     UFFD.store(fd, Ordering::Release);
     PAGEMAP.store(pm, Ordering::Release);
     OWNER.store(sys::getpid(), Ordering::Release);
@@ -318,6 +328,36 @@ fn start() -> Result<(), Why> {
     let _ = spawn("prezero-reserve", worker::run);
     sys::atfork(before_fork, after_fork, in_child);
     Ok(())
+}
+
+/// Whether the descriptor is still the userfaultfd opened at the start (a
+/// program that closes every descriptor it did not open, a daemon's
+/// `close_range`, closes it, and may open another file at its number).
+fn still_ours() -> bool {
+    uffd::identity(fd()).is_ok_and(|(dev, ino)| {
+        dev == UFFD_DEV.load(Ordering::Relaxed) && ino == UFFD_INO.load(Ordering::Relaxed)
+    })
+}
+
+/// Stops the lazy mode for good (the handler, whose descriptor is gone or
+/// failed): the program's later calls go straight to the kernel. Where the
+/// descriptor is still ours, its ranges are unregistered, so no fault waits
+/// on the handler; where the program closed it, the kernel did that when
+/// the last reference went.
+fn stop() {
+    STATE.store(FAILED, Ordering::Release);
+    if !still_ours() {
+        return;
+    }
+    let mut g = PopGuard::own();
+    if let Some((base, len)) = crate::cache::range() {
+        let _ = uffd::unregister(fd(), base, len);
+    }
+    for i in 0..g.table().len() {
+        let r = g.table().get(i);
+        let _ = uffd::unregister(fd(), r.start, r.end - r.start);
+    }
+    g.table().clear();
 }
 
 /// Starts a thread of the lazy mode with every signal blocked: a program's

@@ -271,7 +271,9 @@ pub unsafe fn move_pages(
     }
 }
 
-/// Reads fault messages into `buf`, waiting for one: how many.
+/// Reads fault messages into `buf`, waiting for one: how many. EIO where
+/// the read gave no whole message (no userfaultfd's answer: its end, or
+/// another file's bytes).
 ///
 /// pre: none.
 pub fn read(fd: c_int, buf: &mut [Msg]) -> Result<usize, Errno> {
@@ -281,7 +283,25 @@ pub fn read(fd: c_int, buf: &mut [Msg]) -> Result<usize, Errno> {
     if n < 0 {
         return Err(Errno::last());
     }
-    Ok(n as usize / size)
+    let n = n as usize;
+    if n == 0 || !n.is_multiple_of(size) {
+        return Err(Errno(libc::EIO));
+    }
+    Ok(n / size)
+}
+
+/// Which file `fd` is (its device and inode): a descriptor number the
+/// program closed and opened again names another.
+///
+/// pre: none.
+pub fn identity(fd: c_int) -> Result<(u64, u64), Errno> {
+    // SAFETY: fstat writes the struct it is given, a local.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(Errno::last());
+    }
+    Ok((st.st_dev, st.st_ino))
 }
 
 /// Opens this process's pagemap, for [`scan`].
