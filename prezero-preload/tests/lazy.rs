@@ -510,6 +510,30 @@ fn a_descriptor_the_program_reuses_is_not_read() {
     review(b, &["devnull"], &[]).ok();
 }
 
+/// Found by a hostile review: two hangs on the lock (`POP`) that orders the
+/// handler's look at a block against the program's mapping calls. A thread
+/// whose stack is a registered mapping held it in `munmap` while the kernel
+/// read the call's argument from an untouched block of that stack: a fault
+/// the handler waited on the lock to answer. And the program's fork
+/// handlers, run inside ours (which hold it across `fork`), mapped. The
+/// handler now waits for the lock a millisecond at most, then serves the
+/// page alone; the thread that holds it across `fork` has it.
+#[test]
+fn a_stack_in_registered_memory_and_fork_handlers_that_map_do_not_hang() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    let exe = b.review.to_str().unwrap();
+    run_as(
+        b,
+        exe,
+        &["stack", "0", "4096"],
+        &[],
+        Duration::from_secs(60),
+    )
+    .ok();
+    run_as(b, exe, &["atfork"], &[], Duration::from_secs(30)).ok();
+}
+
 #[test]
 fn the_fallback_says_why_once_and_the_program_runs() {
     let Some(b) = built() else { return };

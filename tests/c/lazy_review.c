@@ -20,13 +20,21 @@
  *                the program's, memory is served (by the kernel) as before
  *   devnull      /dev/null put at the userfaultfd's number (dup2): no
  *                thread spins on its end
+ *   stack FROM TO  threads whose stacks are registered mappings (their
+ *                stack pointer FROM to TO bytes, by 16, above an untouched
+ *                block) map, touch and unmap: no hang
+ *   atfork       fork handlers of the program's that map, touch and unmap,
+ *                registered before the lazy mode starts (it execs itself
+ *                without PREZERO_PREFILL_PID): no hang
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
 #define _GNU_SOURCE
+#include <alloca.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -416,6 +424,90 @@ static void mode_devnull(void) {
     printf("devnull: ok\n");
 }
 
+/* A thread whose stack is a registered mapping of the program's own
+ * (pthread_attr_setstack), its stack pointer `gap` bytes above a block it has
+ * not touched, maps, touches and unmaps a mapping: under the lazy mode's
+ * lock, its calls reach into the untouched block, a fault the handler must
+ * answer without that lock. */
+static unsigned char *stack_map;
+static size_t stack_gap;
+
+__attribute__((noinline)) static void map_touch_unmap(void) {
+    unsigned char *m = map(8 * MB);
+    touch(m, 8 * MB, 1);
+    if (munmap(m, 8 * MB))
+        fail("munmap: %s", strerror(errno));
+}
+
+static void *on_own_stack(void *arg) {
+    (void)arg;
+    unsigned char *sp = __builtin_frame_address(0);
+    size_t down = sp - (stack_map + 2 * MB) - stack_gap;
+    volatile unsigned char *pad = alloca(down);
+    pad[down - 1] = 0;
+    map_touch_unmap();
+    return NULL;
+}
+
+static void mode_stack(size_t from, size_t to) {
+    for (stack_gap = from; stack_gap < to; stack_gap += 16) {
+        stack_map = map(4 * MB);
+        pthread_attr_t at;
+        pthread_t t;
+        pthread_attr_init(&at);
+        pthread_attr_setstack(&at, stack_map, 4 * MB);
+        if (pthread_create(&t, &at, on_own_stack, NULL))
+            fail("pthread_create");
+        pthread_join(t, NULL);
+        munmap(stack_map, 4 * MB);
+    }
+    printf("stack: ok\n");
+}
+
+/* Fork handlers of the program's that map, touch and unmap large memory,
+ * registered before the lazy mode starts (in a process that is not the one
+ * prezero run executes, at its first large block): they run inside the lazy
+ * mode's own, which hold its lock across fork. */
+static unsigned char *before_fork_map;
+
+static void prepare(void) {
+    before_fork_map = map(8 * MB);
+    before_fork_map[0] = 1;
+}
+
+static void parent(void) {
+    munmap(before_fork_map, 8 * MB);
+}
+
+static void child(void) {
+    unsigned char *m = map(8 * MB);
+    m[0] = 1;
+}
+
+static void mode_atfork(void) {
+    if (getenv("PREZERO_PREFILL_PID")) {
+        /* Named as the program prezero run executes, whose lazy mode starts
+         * (and registers its fork handlers) before main: again without. */
+        unsetenv("PREZERO_PREFILL_PID");
+        execl("/proc/self/exe", "lazy_review", "atfork", (char *)NULL);
+        fail("exec: %s", strerror(errno));
+    }
+    pthread_atfork(prepare, parent, child);
+    unsigned char *c = calloc(1, 64 * MB);
+    if (!c)
+        fail("calloc");
+    touch(c, 64 * MB, 1);
+    pid_t k = fork();
+    if (k < 0)
+        fail("fork: %s", strerror(errno));
+    if (k == 0)
+        _exit(0);
+    int st;
+    if (waitpid(k, &st, 0) != k || st != 0)
+        fail("the child ended with status %#x", st);
+    printf("atfork: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -429,8 +521,14 @@ int main(int argc, char **argv) {
         mode_closefds();
     else if (!strcmp(mode, "devnull"))
         mode_devnull();
+    else if (!strcmp(mode, "stack") && argc > 3)
+        mode_stack(atol(argv[2]), atol(argv[3]));
+    else if (!strcmp(mode, "atfork"))
+        mode_atfork();
     else {
-        fprintf(stderr, "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls|closefds|devnull\n",
+        fprintf(stderr,
+                "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls|closefds|devnull|"
+                "stack FROM TO|atfork\n",
                 argv[0]);
         return 2;
     }

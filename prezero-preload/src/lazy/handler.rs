@@ -42,6 +42,10 @@ use crate::sys::{self, Errno};
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;
 
+/// How long a fault waits for `POP` before it gets a small page without it
+/// (its holders make a system call or two: tens of microseconds).
+const POP_WAIT_US: u64 = 1000;
+
 struct Handler {
     fd: i32,
     /// The block a sequential fault would hit next, and the window.
@@ -114,7 +118,13 @@ impl Handler {
         }
         let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
-        let mut g = PopGuard::own();
+        let Some(mut g) = PopGuard::own_within(POP_WAIT_US) else {
+            // The page alone, which needs no lock (a fill stops at a page
+            // present): its holder may be waiting on this fault.
+            self.window = 0;
+            self.small(page, page, page + PAGE, write);
+            return;
+        };
         let Some(end) = self.bounds(&mut g, block) else {
             self.window = 0;
             self.small(page, page, page + PAGE, write);

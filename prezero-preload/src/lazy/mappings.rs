@@ -119,7 +119,9 @@ pub unsafe fn mmap(
         }
         return Ok(at);
     }
-    if !wanted || !ensure_started() {
+    // Not in a child forked meanwhile (the program's fork handlers may run
+    // in it before ours): the descriptor acts on this process's memory.
+    if !wanted || !ensure_started() || !active() {
         // SAFETY: as mmap(2).
         return unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) };
     }

@@ -27,7 +27,12 @@
 //! holds it touches no registered memory and takes no other lock (a thread
 //! waiting on its own fault would wait on the handler, which waits on
 //! `POP`); a program thread holds it with its signals blocked, for the same
-//! reason. The reserve is atomics only.
+//! reason. The kernel may still touch registered memory for its holder (a
+//! call's argument on a stack the program mapped itself), and the program's
+//! fork handlers run while `fork` holds it: the handler waits for it a
+//! millisecond at most, then serves the faulting page alone, which needs no
+//! lock; the thread that holds it across `fork` has it for its own calls.
+//! The reserve is atomics only.
 //!
 //! Starts: in the program `prezero run` executes, at start-up (its reserve
 //! fills from then on); in any other process at its first large block, and
@@ -113,23 +118,55 @@ struct MaskCell(UnsafeCell<Option<libc::sigset_t>>);
 unsafe impl Sync for MaskCell {}
 static FORK_MASK: MaskCell = MaskCell(UnsafeCell::new(None));
 
+/// The thread that holds `POP` across `fork` (`before_fork`), 0 if none: the
+/// program's own fork handlers may run on it, inside ours, and `mmap`.
+static FORK_HOLDER: AtomicI32 = AtomicI32::new(0);
+
 /// `POP` held; signals blocked if the holder is a program thread.
 pub struct PopGuard {
     mask: Option<libc::sigset_t>,
+    /// Held already by this thread, across `fork`: not given back on drop.
+    nested: bool,
 }
 
 impl PopGuard {
-    /// For a program thread: its signals blocked first.
+    /// For a program thread: its signals blocked first. The thread that
+    /// holds it across `fork` (running the program's fork handlers) has it.
     fn program() -> PopGuard {
+        let holder = FORK_HOLDER.load(Ordering::Acquire);
+        if holder != 0 && holder == sys::gettid() {
+            return PopGuard {
+                mask: None,
+                nested: true,
+            };
+        }
         let mask = Some(uffd::block_signals());
         POP.lock();
-        PopGuard { mask }
+        PopGuard {
+            mask,
+            nested: false,
+        }
     }
 
-    /// For the lazy mode's own threads, which run with every signal blocked.
-    fn own() -> PopGuard {
-        POP.lock();
-        PopGuard { mask: None }
+    /// For the fault handler: `None` if `POP` stays taken for `us`
+    /// microseconds. Its holder may be waiting on the very fault the
+    /// handler serves: a thread whose stack is registered memory it has not
+    /// touched yet, or a fork handler of the program's that touches memory
+    /// while `fork` holds `POP`.
+    fn own_within(us: u64) -> Option<PopGuard> {
+        let mut start = None;
+        while !POP.try_lock() {
+            let t = sys::clock_gettime(libc::CLOCK_MONOTONIC);
+            let now = t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1000;
+            if now - *start.get_or_insert(now) >= us {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+        Some(PopGuard {
+            mask: None,
+            nested: false,
+        })
     }
 
     fn table(&mut self) -> &mut table::Table {
@@ -140,6 +177,9 @@ impl PopGuard {
 
 impl Drop for PopGuard {
     fn drop(&mut self) {
+        if self.nested {
+            return;
+        }
         // SAFETY: this guard locked POP.
         unsafe { POP.unlock() };
         if let Some(m) = &self.mask {
@@ -340,24 +380,18 @@ fn still_ours() -> bool {
 }
 
 /// Stops the lazy mode for good (the handler, whose descriptor is gone or
-/// failed): the program's later calls go straight to the kernel. Where the
-/// descriptor is still ours, its ranges are unregistered, so no fault waits
-/// on the handler; where the program closed it, the kernel did that when
-/// the last reference went.
+/// failed): the program's later calls go straight to the kernel, and no
+/// path uses the descriptor's number again (the program's file, if it
+/// opened one there). Where the descriptor is still ours it is closed: the
+/// kernel unregisters its ranges and wakes their faults, as it did when the
+/// program closed it.
 fn stop() {
     STATE.store(FAILED, Ordering::Release);
-    if !still_ours() {
-        return;
+    let ours = still_ours();
+    let fd = UFFD.swap(-1, Ordering::AcqRel);
+    if ours {
+        uffd::close(fd);
     }
-    let mut g = PopGuard::own();
-    if let Some((base, len)) = crate::cache::range() {
-        let _ = uffd::unregister(fd(), base, len);
-    }
-    for i in 0..g.table().len() {
-        let r = g.table().get(i);
-        let _ = uffd::unregister(fd(), r.start, r.end - r.start);
-    }
-    g.table().clear();
 }
 
 /// Starts a thread of the lazy mode with every signal blocked: a program's
@@ -448,13 +482,18 @@ extern "C" fn before_fork() {
         // read it back, still holding it).
         unsafe { *FORK_MASK.0.get() = g.mask };
         std::mem::forget(g);
+        FORK_HOLDER.store(sys::gettid(), Ordering::Release);
     }
 }
 
 fn release_fork_lock() {
+    FORK_HOLDER.store(0, Ordering::Release);
     // SAFETY: `before_fork` took POP in this thread and stored the mask.
     let mask = unsafe { (*FORK_MASK.0.get()).take() };
-    drop(PopGuard { mask });
+    drop(PopGuard {
+        mask,
+        nested: false,
+    });
 }
 
 extern "C" fn after_fork() {

@@ -341,6 +341,14 @@ impl Mutex {
         unsafe { libc::pthread_mutex_lock(self.0.get()) };
     }
 
+    /// Takes the mutex if it is free: whether it did.
+    ///
+    /// pre: none.
+    pub fn try_lock(&self) -> bool {
+        // SAFETY: as in lock.
+        unsafe { libc::pthread_mutex_trylock(self.0.get()) == 0 }
+    }
+
     /// Gives the mutex back.
     ///
     /// # Safety
@@ -411,6 +419,14 @@ pub fn atfork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "
 pub fn atexit(f: extern "C" fn()) {
     // SAFETY: registers a function of the signature atexit calls.
     unsafe { libc::atexit(f) };
+}
+
+/// The calling thread's id.
+///
+/// pre: none.
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
 }
 
 /// This process's id.
