@@ -534,6 +534,16 @@ fn a_stack_in_registered_memory_and_fork_handlers_that_map_do_not_hang() {
     run_as(b, exe, &["atfork"], &[], Duration::from_secs(30)).ok();
 }
 
+/// Found by a hostile review: only a mapping's 2 MiB-aligned interior was
+/// registered and advised, which split a mapping of no multiple of 2 MiB
+/// (or off a boundary) in three, and `mremap` of the whole failed (EFAULT).
+#[test]
+fn mremap_of_a_mapping_with_edges_moves_it_whole() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    review(b, &["mremap-edges"], &[]).ok();
+}
+
 #[test]
 fn the_fallback_says_why_once_and_the_program_runs() {
     let Some(b) = built() else { return };

@@ -26,6 +26,8 @@
  *   atfork       fork handlers of the program's that map, touch and unmap,
  *                registered before the lazy mode starts (it execs itself
  *                without PREZERO_PREFILL_PID): no hang
+ *   mremap-edges mremap of whole mappings of no multiple of 2 MiB, or off a
+ *                2 MiB boundary: grown, moved with DONTUNMAP, contents kept
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
@@ -508,6 +510,41 @@ static void mode_atfork(void) {
     printf("atfork: ok\n");
 }
 
+/* mremap of whole mappings whose size is no multiple of 2 MiB, or whose
+ * start is off a 2 MiB boundary: grown (moved), moved with DONTUNMAP,
+ * contents kept, the rest zero. */
+static void mode_mremap_edges(void) {
+    size_t n = 5 * MB + PAGE;
+    unsigned char *p = map(n);
+    memset(p, 0x5a, n);
+    unsigned char *q = mremap(p, n, 3 * n, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED)
+        fail("mremap to grow a mapping of 5 MiB + 4 KiB: %s", strerror(errno));
+    check_fill("grown", q, n, 0x5a);
+    check_zero("grown, its new part", q + n, 2 * n);
+    n *= 3;
+    memset(q, 0x5b, n);
+    unsigned char *r = mremap(q, n, n, MREMAP_MAYMOVE | MREMAP_DONTUNMAP);
+    if (r == MAP_FAILED)
+        fail("mremap with DONTUNMAP: %s", strerror(errno));
+    check_fill("moved with DONTUNMAP", r, n, 0x5b);
+    check_zero("left by DONTUNMAP", q, n);
+    /* Off a 2 MiB boundary. */
+    unsigned char *raw = map(24 * MB);
+    unsigned char *at = (unsigned char *)((((uintptr_t)raw + 2 * MB - 1) & ~(2 * MB - 1)) + 3 * PAGE);
+    size_t m = 16 * MB;
+    unsigned char *s = mmap(at, m, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+    if (s != at)
+        fail("mmap(MAP_FIXED): %s", strerror(errno));
+    memset(s, 0x5c, m / 2);
+    unsigned char *t = mremap(s, m, 2 * m, MREMAP_MAYMOVE);
+    if (t == MAP_FAILED)
+        fail("mremap to grow a mapping off a 2 MiB boundary: %s", strerror(errno));
+    check_fill("grown off a boundary", t, m / 2, 0x5c);
+    check_zero("grown off a boundary, the rest", t + m / 2, 2 * m - m / 2);
+    printf("mremap-edges: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -525,10 +562,12 @@ int main(int argc, char **argv) {
         mode_stack(atol(argv[2]), atol(argv[3]));
     else if (!strcmp(mode, "atfork"))
         mode_atfork();
+    else if (!strcmp(mode, "mremap-edges"))
+        mode_mremap_edges();
     else {
         fprintf(stderr,
                 "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls|closefds|devnull|"
-                "stack FROM TO|atfork\n",
+                "stack FROM TO|atfork|mremap-edges\n",
                 argv[0]);
         return 2;
     }

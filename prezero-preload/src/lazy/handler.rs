@@ -18,8 +18,8 @@
 //! that reads zero: real pages, no second fault for the write), a read the
 //! shared zero page (`UFFDIO_ZEROPAGE`), from the faulting page to the end of
 //! its block (a block partly populated already: the call stops at the first
-//! page present, and wakes what it filled), or the one page outside whole
-//! blocks (the edges of a mapping). EEXIST (another thread's fault filled it
+//! page present, and wakes what it filled; or an edge of a mapping, outside
+//! its whole blocks: to the mapping's end if that comes first). EEXIST (another thread's fault filled it
 //! first) and any other error end in `UFFDIO_WAKE`: every fault is answered,
 //! or its thread would wait forever; a page that fails twice in a row is
 //! unregistered, so the kernel serves it from then on.
@@ -126,8 +126,14 @@ impl Handler {
             return;
         };
         let Some(end) = self.bounds(&mut g, block) else {
+            // An edge of a mapping: small pages to the end of the block or
+            // the mapping.
+            let to = g
+                .table()
+                .find(page)
+                .map_or(page + PAGE, |r| r.end.min(block + HUGE));
             self.window = 0;
-            self.small(page, page, page + PAGE, write);
+            self.small(page, page, to, write);
             return;
         };
         match self.move_in(block, true) {

@@ -6,8 +6,10 @@
 //! Registered: anonymous private read-write mappings of at least the
 //! threshold (2 MiB at least), without `MAP_POPULATE` (the program wants the
 //! pages now), `MAP_LOCKED` (a move into locked memory is refused),
-//! `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`; only their 2 MiB-aligned
-//! interior (the edges stay the kernel's: a move is of whole blocks). A
+//! `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`, and holding a whole 2 MiB
+//! block: all of it (its edges get small pages: a move is of whole blocks;
+//! a part registered or advised alone would split the mapping, which
+//! `mremap` could not move or grow whole then). A
 //! `PROT_NONE` reservation (a JVM's heap, reserved at `-Xmx`) is not; the
 //! read-write mappings a runtime commits over it with `MAP_FIXED` are.
 //!
@@ -61,11 +63,17 @@ pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
         && len >= threshold()
 }
 
-/// Registers the interior of the new mapping `[at, at + len)` and
-/// remembers it; nothing if the table is full or the kernel refuses.
+/// Registers the new mapping `[at, at + len)`, if it holds a whole block,
+/// and remembers it; nothing if the table is full or the kernel refuses.
+/// The whole mapping, edges too (served with small pages): a registration
+/// or advice of a part would split it, and `mremap` cannot span mappings.
 fn register(g: &mut PopGuard, at: usize, len: usize) {
-    let Some(r) = interior(at, len) else {
+    let (Some(_), Some(end)) = (interior(at, len), at.checked_add(len)) else {
         return;
+    };
+    let r = Range {
+        start: at,
+        end: end.next_multiple_of(PAGE),
     };
     if g.table().len() == super::table::MAX_MAPPINGS {
         return;
