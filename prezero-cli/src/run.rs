@@ -87,8 +87,8 @@ pub struct Settings {
     #[arg(long)]
     pub lazy: bool,
     /// With --lazy: most pre-zeroed memory each process keeps (default: the
-    /// smaller of 1G and 10% of MemAvailable; at least 2M). Sets
-    /// PREZERO_RESERVE.
+    /// smallest of 1G, 10% of MemAvailable and 10% of what its memory cgroup
+    /// has left; at least 2M). Sets PREZERO_RESERVE.
     #[arg(long, value_name = "SIZE")]
     pub reserve: Option<String>,
 }

@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 
+use crate::cgroup;
 use crate::size::parse_size;
 use crate::sys;
 
@@ -45,7 +46,8 @@ pub struct Config {
     /// pages moved in from a reserve (see `lazy/`).
     pub lazy: bool,
     /// Most bytes the lazy mode's reserve holds (`PREZERO_RESERVE`, whole
-    /// 2 MiB pages; default the smaller of 1 GiB and 10% of MemAvailable).
+    /// 2 MiB pages; default the smallest of 1 GiB, 10% of MemAvailable and
+    /// 10% of what the memory cgroup has left).
     pub reserve: usize,
     /// This process is the program `prezero run` executes
     /// (`PREZERO_PREFILL_PID` names it): it prefills, and its reserve fills
@@ -105,7 +107,11 @@ impl Config {
         let size = |name: &CStr| env(name).and_then(size_or_zero);
         let available = meminfo(b"MemAvailable:");
         let default_cap = available.map_or(1 << 30, |m| m / 4).min(8 << 30);
-        let default_reserve = available.map_or(1 << 30, |m| m / 10).min(1 << 30);
+        // Read only when it counts: the lazy mode with no reserve asked for.
+        let default_reserve = || {
+            let room = cgroup::room().map_or(usize::MAX, |r| r / 10);
+            available.map_or(1 << 30, |m| m / 10).min(1 << 30).min(room)
+        };
         let pid = env(c"PREZERO_PREFILL_PID").map(pid);
         let program = pid.is_some_and(|p| p == Some(sys::getpid() as usize));
         let lazy = env(c"PREZERO_LAZY") == Some(b"1");
@@ -128,7 +134,7 @@ impl Config {
             reserve: env(c"PREZERO_RESERVE")
                 .and_then(parse_size)
                 .filter(|&r| r >= MIN_RESERVE)
-                .unwrap_or(default_reserve),
+                .unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
             program,
             no_userfaultfd: env(c"PREZERO_NO_USERFAULTFD") == Some(b"1"),
         }

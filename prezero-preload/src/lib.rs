@@ -39,6 +39,7 @@
 
 mod blocks;
 mod cache;
+mod cgroup;
 mod config;
 #[cfg(feature = "fault-injection")]
 mod fault;

@@ -28,6 +28,8 @@
  *                without PREZERO_PREFILL_PID): no hang
  *   mremap-edges mremap of whole mappings of no multiple of 2 MiB, or off a
  *                2 MiB boundary: grown, moved with DONTUNMAP, contents kept
+ *   memcg        200 MiB used for 3 s while the reserve fills (run in a
+ *                memory cgroup of 512 MiB, the reserve's size the default)
  *
  * Failures print "FAIL: ..." and exit 3; a mode that cannot run here prints
  * "skipped: ..." and exits 0. */
@@ -545,6 +547,19 @@ static void mode_mremap_edges(void) {
     printf("mremap-edges: ok\n");
 }
 
+/* 200 MiB mapped, written, and kept a few seconds while the reserve fills
+ * (run in a memory cgroup of 512 MiB with the default reserve). */
+static void mode_memcg(void) {
+    size_t n = 200 * MB;
+    unsigned char *p = map(n);
+    memset(p, 1, n);
+    for (int i = 0; i < 30; i++) {
+        usleep(100000);
+        p[i * PAGE] = 2;
+    }
+    printf("memcg: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -564,10 +579,12 @@ int main(int argc, char **argv) {
         mode_atfork();
     else if (!strcmp(mode, "mremap-edges"))
         mode_mremap_edges();
+    else if (!strcmp(mode, "memcg"))
+        mode_memcg();
     else {
         fprintf(stderr,
                 "usage: %s lockdrop RESERVE_MB|vmsplice RESERVE_MB|failcalls|closefds|devnull|"
-                "stack FROM TO|atfork|mremap-edges\n",
+                "stack FROM TO|atfork|mremap-edges|memcg\n",
                 argv[0]);
         return 2;
     }
