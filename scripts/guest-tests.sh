@@ -92,6 +92,8 @@ tests=(
   "kernels $(exe prezero test kernels)"
   "template $(exe prezero test template)"
   "lying-daemon $(exe prezero test lying_daemon)"
+  # 6.1 has no UFFDIO_MOVE: prezero run --lazy says so once and runs the program.
+  "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )
 
 # The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.

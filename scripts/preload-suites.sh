@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Two real programs' own test suites, with and without libprezero_preload.so
-# (issue 16): they must pass exactly as they pass without it (the same counts
-# of passed, failed, skipped), and the preload must have served large blocks
-# (its PREZERO_STATS=1 line says how many), at a threshold of 64 KiB so that
-# most of their buffers go through it.
+# (issue 16), and under its lazy mode (issue 28, PREZERO_LAZY=1 as
+# `prezero run --lazy` sets it): they must pass exactly as they pass without it
+# (the same counts of passed, failed, skipped), the preload must have served
+# large blocks (its PREZERO_STATS=1 line says how many), at a threshold of
+# 64 KiB so that most of their buffers go through it, and the lazy mode must
+# have answered page faults (where it cannot run here, its arm says why and
+# is compared all the same).
 #
 #   1. CPython's regrtest on the modules that move big buffers (bytes, array,
 #      mmap, zlib, struct, memoryview, bz2, lzma, hashlib, bigaddrspace).
@@ -11,7 +14,7 @@
 #      the lib functions, with pytest (installed with hypothesis into a venv
 #      that sees the system's numpy; numpy too if there is none).
 #
-# What cannot run prints `skipped: ...` with the reason. About 40 s here.
+# What cannot run prints `skipped: ...` with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,26 +32,38 @@ trap 'rm -rf "$work"' EXIT
 status=0
 threshold=64K
 
-# Runs "$@" plainly and under the preload, at the same time (each is one busy
-# thread, the machines have two cores, and only the results are compared);
-# their outputs go to $work/{plain,preload}.out and the preload's stats lines
-# to $work/stats.
+# Runs "$@" plainly, under the preload and under its lazy mode, at the same
+# time (each is mostly one busy thread, and only the results are compared);
+# their outputs go to $work/{plain,preload,lazy}.out, the preload's stats lines
+# to $work/stats and the lazy mode's to $work/lazy-stats. The lazy arm starts
+# as `prezero run --lazy` starts a program (PREZERO_PREFILL_PID: its reserve
+# fills from start-up).
 both() {
   timeout 600 env -u LD_PRELOAD "$@" >"$work/plain.out" 2>&1 &
   local plain=$!
+  timeout 600 env PREZERO_THRESHOLD=$threshold PREZERO_STATS=1 PREZERO_LAZY=1 LD_PRELOAD="$so" \
+    sh -c 'PREZERO_PREFILL_PID=$$ exec "$@"' sh "$@" >"$work/lazy.out" 2>&1 &
+  local lazy=$!
   timeout 600 env PREZERO_THRESHOLD=$threshold PREZERO_STATS=1 LD_PRELOAD="$so" "$@" \
     >"$work/preload.out" 2>&1 || true
   wait $plain || true
+  wait $lazy || true
   grep -h '^prezero-preload: pid' "$work/preload.out" >"$work/stats" || true
+  grep -h '^prezero-preload: lazy: pid' "$work/lazy.out" >"$work/lazy-stats" || true
 }
 
 # Sums the large blocks served over every stats line (subprocesses print theirs).
 served() { awk '{ for (i = 1; i < NF; i++) if ($(i+1) == "large") s += $i } END { print s + 0 }' "$work/stats"; }
 
-# compare NAME PLAIN_SUMMARY PRELOAD_SUMMARY
+# Sums the faults the lazy mode answered over every lazy line.
+faults() { awk '{ for (i = 1; i < NF; i++) if ($(i+1) == "faults:") s += $i } END { print s + 0 }' "$work/lazy-stats"; }
+
+# compare NAME PLAIN_SUMMARY PRELOAD_SUMMARY LAZY_SUMMARY
 compare() {
-  local name=$1 plain=$2 pre=$3 n
+  local name=$1 plain=$2 pre=$3 lazy=$4 n f why
   n=$(served)
+  f=$(faults)
+  why=$(grep -m1 '^prezero: --lazy: ' "$work/lazy.out" || true)
   if [ -z "$plain" ]; then
     echo "FAIL: $name: no summary from the plain run:"; tail -20 "$work/plain.out"; status=1; return
   fi
@@ -60,8 +75,17 @@ compare() {
   elif [ "$n" -eq 0 ]; then
     echo "FAIL: $name: the preload served no large block (stats: $(cat "$work/stats"))"
     status=1
+  elif [ "$plain" != "$lazy" ]; then
+    echo "FAIL: $name: without the preload:       $plain"
+    echo "      under its lazy mode:            ${lazy:-(no summary)}"
+    tail -40 "$work/lazy.out"
+    status=1
+  elif [ "$f" -eq 0 ] && [ -z "$why" ]; then
+    echo "FAIL: $name: the lazy mode answered no fault (lines: $(cat "$work/lazy-stats"))"
+    status=1
   else
     echo "$name: the same with and without the preload: $plain; $n large blocks from the cache"
+    echo "$name: the same under the lazy mode: ${why:-$f faults answered}"
   fi
 }
 
@@ -76,7 +100,7 @@ else
   both "$py" -m test "${tests[@]}"
   summary() { grep -E '^(Total tests:|Result:|Tests result:)' "$1" | tr '\n' ' ' | sed 's/ *$//'; }
   compare "CPython $("$py" -c 'import platform; print(platform.python_version())') regrtest (${#tests[@]} modules)" \
-    "$(summary "$work/plain.out")" "$(summary "$work/preload.out")"
+    "$(summary "$work/plain.out")" "$(summary "$work/preload.out")" "$(summary "$work/lazy.out")"
 fi
 
 # ---- 2. numpy's tests with pytest -----------------------------------------
@@ -105,7 +129,7 @@ else
       grep -E '^[0-9]+ (passed|failed|error)' "$1" | tail -1 | sed -E 's/ in [0-9.]+s.*//; s/, [0-9]+ warnings?//'
     }
     compare "numpy $("$venv/bin/python" -c 'import numpy; print(numpy.__version__)') pytest (${#files[@]} test modules)" \
-      "$(summary "$work/plain.out")" "$(summary "$work/preload.out")"
+      "$(summary "$work/plain.out")" "$(summary "$work/preload.out")" "$(summary "$work/lazy.out")"
   fi
 fi
 exit $status

@@ -6,8 +6,16 @@
 //!
 //! The library's contract is its environment (`PREZERO_THRESHOLD`,
 //! `PREZERO_CAP`, `PREZERO_PREFILL`, `PREZERO_IDLE_SECS`, `PREZERO_STATS`,
-//! `PREZERO_THP`, `PREZERO_SPARE`): each flag sets one variable, and a variable the caller
-//! already set is kept when its flag is absent.
+//! `PREZERO_THP`, `PREZERO_SPARE`, `PREZERO_LAZY`, `PREZERO_RESERVE`): each
+//! flag sets one variable, and a variable the caller already set is kept when
+//! its flag is absent. Those it keeps are read here as the library reads
+//! them, so a value it would not take is an error before the program runs,
+//! not a default the program silently gets.
+//!
+//! `--lazy`: large blocks and large mappings are populated on first touch
+//! from pre-zeroed huge pages (the library's `lazy/`). Where the program
+//! cannot have a userfaultfd with `UFFDIO_MOVE`, the library says why, once,
+//! in the program itself, and serves it as without `--lazy`.
 //!
 //! Nested runs: a `prezero run` under another adds no second copy (it finds
 //! `libprezero_preload*` in `LD_PRELOAD`, or the path `PREZERO_PRELOADED`
@@ -36,6 +44,8 @@ pub const MARKER: &str = "PREZERO_PRELOADED";
 pub const OVERRIDE: &str = "PREZERO_PRELOAD_LIB";
 /// The smallest threshold the library honours (its `config::MIN_THRESHOLD`).
 const MIN_THRESHOLD: usize = 64 << 10;
+/// The smallest reserve the library takes (its `config::MIN_RESERVE`).
+const MIN_RESERVE: usize = 2 << 20;
 
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct Settings {
@@ -70,6 +80,17 @@ pub struct Settings {
     /// instead. Sets PREZERO_SPARE=1.
     #[arg(long)]
     pub spare: bool,
+    /// Populate large blocks and large mmaps on first touch instead, each
+    /// page fault served by moving in a pre-zeroed huge page from a reserve
+    /// (userfaultfd, Linux 6.8; where it is not allowed, says why and runs
+    /// as without). Sets PREZERO_LAZY=1.
+    #[arg(long)]
+    pub lazy: bool,
+    /// With --lazy: most pre-zeroed memory each process keeps (default: the
+    /// smallest of 1G, 10% of MemAvailable and 10% of what its memory cgroup
+    /// has left; at least 2M). Sets PREZERO_RESERVE.
+    #[arg(long, value_name = "SIZE")]
+    pub reserve: Option<String>,
 }
 
 #[derive(clap::Args)]
@@ -92,20 +113,81 @@ fn size_or_zero(flag: &str, s: &str) -> Result<usize> {
     parse_size_or_zero(s).with_context(|| format!("--{flag}"))
 }
 
+/// A threshold (`--threshold`, `PREZERO_THRESHOLD`): a size of 64K at least.
+fn threshold(s: &str) -> Result<usize> {
+    let t = parse_size(s)?;
+    if t < MIN_THRESHOLD {
+        bail!(
+            "{}: at least {} (below it the C library's own arenas serve better)",
+            fmt_size(t),
+            fmt_size(MIN_THRESHOLD)
+        );
+    }
+    Ok(t)
+}
+
+/// A reserve (`--reserve`, `PREZERO_RESERVE`): a size of 2M at least.
+fn reserve(s: &str) -> Result<usize> {
+    let r = parse_size(s)?;
+    if r < MIN_RESERVE {
+        bail!(
+            "{}: at least {} (one huge page)",
+            fmt_size(r),
+            fmt_size(MIN_RESERVE)
+        );
+    }
+    Ok(r)
+}
+
+/// How the library reads each variable it takes, for [`check_inherited`].
+fn read_as(name: &str, value: &str) -> Option<Result<()>> {
+    let flag = || match value {
+        "0" | "1" => Ok(()),
+        _ => Err(anyhow!("1 or 0")),
+    };
+    let r = match name {
+        "PREZERO_THRESHOLD" => threshold(value).map(drop),
+        "PREZERO_CAP" | "PREZERO_PREFILL" | "PREZERO_IDLE_SECS" => {
+            parse_size_or_zero(value).map(drop)
+        }
+        "PREZERO_RESERVE" => reserve(value).map(drop),
+        "PREZERO_STATS"
+        | "PREZERO_THP"
+        | "PREZERO_SPARE"
+        | "PREZERO_LAZY"
+        | "PREZERO_NO_USERFAULTFD" => flag(),
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// The library's variables the caller set and no flag replaces, read as the
+/// library reads them: one it would not take (and would replace with its
+/// default) is an error here.
+pub fn check_inherited(
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+    set: &[(&'static str, String)],
+) -> Result<()> {
+    for (k, v) in vars {
+        let Some(k) = k.to_str() else { continue };
+        if set.iter().any(|(name, _)| *name == k) {
+            continue;
+        }
+        let value = v.to_string_lossy();
+        if let Some(Err(e)) = read_as(k, &value) {
+            return Err(e.context(format!("{k}={value} in the environment")));
+        }
+    }
+    Ok(())
+}
+
 impl Settings {
     /// The `PREZERO_*` variables the flags set, in bytes (the library's own
     /// parser takes fewer spellings than ours).
     pub fn variables(&self) -> Result<Vec<(&'static str, String)>> {
         let mut v = Vec::new();
         if let Some(t) = &self.threshold {
-            let t = parse_size(t).context("--threshold")?;
-            if t < MIN_THRESHOLD {
-                bail!(
-                    "--threshold {}: at least {} (below it the C library's own arenas serve better)",
-                    fmt_size(t),
-                    fmt_size(MIN_THRESHOLD)
-                );
-            }
+            let t = threshold(t).context("--threshold")?;
             v.push(("PREZERO_THRESHOLD", t.to_string()));
         }
         if let Some(c) = &self.cap {
@@ -125,6 +207,13 @@ impl Settings {
         }
         if self.spare {
             v.push(("PREZERO_SPARE", "1".into()));
+        }
+        if self.lazy {
+            v.push(("PREZERO_LAZY", "1".into()));
+        }
+        if let Some(r) = &self.reserve {
+            let r = reserve(r).context("--reserve")?;
+            v.push(("PREZERO_RESERVE", r.to_string()));
         }
         Ok(v)
     }
@@ -307,8 +396,9 @@ pub fn environment(
     existing: Option<&OsStr>,
     marker: Option<&OsStr>,
 ) -> Result<Vec<(OsString, OsString)>> {
-    let mut env: Vec<(OsString, OsString)> = settings
-        .variables()?
+    let vars = settings.variables()?;
+    check_inherited(std::env::vars_os(), &vars)?;
+    let mut env: Vec<(OsString, OsString)> = vars
         .into_iter()
         .map(|(k, v)| (k.into(), v.into()))
         .collect();
@@ -331,10 +421,11 @@ pub fn run(args: &Args) -> Result<()> {
         std::env::var_os("LD_PRELOAD").as_deref(),
         std::env::var_os(MARKER).as_deref(),
     )?;
-    if args.settings.prefill.is_some() {
-        // The program keeps this pid across the exec: it prefills, the
-        // shells, helpers and programs it starts do not (each would populate
-        // as much again).
+    if args.settings.prefill.is_some() || args.settings.lazy {
+        // The program keeps this pid across the exec: it prefills, and its
+        // lazy reserve fills from start-up; the shells, helpers and programs
+        // it starts do not (each would populate as much again), and only it
+        // says why if the lazy mode cannot run.
         env.push((
             "PREZERO_PREFILL_PID".into(),
             std::process::id().to_string().into(),
@@ -387,6 +478,8 @@ mod tests {
             stats: true,
             thp: true,
             spare: true,
+            lazy: true,
+            reserve: Some("64M".into()),
         };
         assert_eq!(
             s.variables().unwrap(),
@@ -398,6 +491,8 @@ mod tests {
                 ("PREZERO_STATS", "1".into()),
                 ("PREZERO_THP", "1".into()),
                 ("PREZERO_SPARE", "1".into()),
+                ("PREZERO_LAZY", "1".into()),
+                ("PREZERO_RESERVE", "67108864".into()),
             ]
         );
         assert!(Settings::default().variables().unwrap().is_empty());
@@ -411,6 +506,42 @@ mod tests {
             ..Settings::default()
         };
         assert!(format!("{:#}", bad.variables().unwrap_err()).starts_with("--cap:"));
+        let small = Settings {
+            reserve: Some("1M".into()),
+            ..Settings::default()
+        };
+        assert!(format!("{:#}", small.variables().unwrap_err()).contains("at least 2M"));
+    }
+
+    #[test]
+    fn inherited_variables_are_read_as_the_library_reads_them() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(OsString, OsString)> {
+            pairs.iter().map(|(k, v)| (k.into(), v.into())).collect()
+        };
+        let good = env(&[
+            ("PREZERO_CAP", "0"),
+            ("PREZERO_THRESHOLD", "2M"),
+            ("PREZERO_RESERVE", "1G"),
+            ("PREZERO_LAZY", "1"),
+            ("PREZERO_STATS", "0"),
+            ("PREZERO_IDLE_SECS", "10"),
+            ("PREZERO_PRELOADED", "/any/path"),
+            ("HOME", "/root"),
+        ]);
+        check_inherited(good, &[]).unwrap();
+        for (k, v, why) in [
+            ("PREZERO_RESERVE", "lots", "PREZERO_RESERVE=lots"),
+            ("PREZERO_RESERVE", "1M", "at least 2M"),
+            ("PREZERO_THRESHOLD", "0", "PREZERO_THRESHOLD=0"),
+            ("PREZERO_LAZY", "yes", "1 or 0"),
+            ("PREZERO_IDLE_SECS", "-1", "PREZERO_IDLE_SECS=-1"),
+        ] {
+            let e = format!("{:#}", check_inherited(env(&[(k, v)]), &[]).unwrap_err());
+            assert!(e.contains(why), "{k}={v}: {e}");
+        }
+        // A flag replaces the variable: its old value does not matter.
+        let set = [("PREZERO_RESERVE", "4194304".to_string())];
+        check_inherited(env(&[("PREZERO_RESERVE", "x")]), &set).unwrap();
     }
 
     #[test]

@@ -253,3 +253,82 @@ fn stats_print_one_summary_line() {
     assert!(!stderr(&o).contains("prezero-preload"), "{}", stderr(&o));
     std::fs::remove_dir_all(std::path::Path::new(exe).parent().unwrap()).unwrap();
 }
+
+/// The kernel's version, from uname(2).
+fn kernel_version() -> (u32, u32) {
+    // SAFETY: uname fills the struct it is given.
+    let mut u: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::uname(&mut u) };
+    // SAFETY: uname NUL-terminates the release.
+    let release = unsafe { std::ffi::CStr::from_ptr(u.release.as_ptr()) }.to_string_lossy();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
+}
+
+/// `--lazy` runs the program, and where the lazy mode cannot run (forced
+/// here with PREZERO_NO_USERFAULTFD=1; for real on a kernel before 6.8,
+/// which the guest tests boot) the program says why in one line and runs.
+/// The program is this prezero binary itself: dynamically linked, so the
+/// preload loads into it wherever the tests run (the guests' shell is a
+/// static busybox).
+#[test]
+fn lazy_runs_the_program_or_says_once_why_not() {
+    let me = env!("CARGO_BIN_EXE_prezero");
+    let said = |o: &Output| -> Vec<String> {
+        assert!(o.status.success(), "{}", stderr(o));
+        assert!(stdout(o).starts_with("prezero "), "{}", stdout(o));
+        stderr(o)
+            .lines()
+            .filter(|l| l.starts_with("prezero: --lazy: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let o = run(&["--lazy", "--", me, "--version"]);
+    let why = said(&o);
+    println!("{why:?}");
+    if kernel_version() < (6, 8) {
+        assert_eq!(why.len(), 1, "{}", stderr(&o));
+        assert!(why[0].contains("no UFFDIO_MOVE"), "{}", why[0]);
+        assert!(
+            why[0].ends_with("; running as prezero run does"),
+            "{}",
+            why[0]
+        );
+    } else {
+        assert!(why.len() <= 1, "{}", stderr(&o));
+    }
+    let o = prezero()
+        .env("PREZERO_NO_USERFAULTFD", "1")
+        .args(["run", "--lazy", "--reserve", "64M", "--", me, "--version"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        said(&o),
+        ["prezero: --lazy: userfaultfd disabled (PREZERO_NO_USERFAULTFD=1); running as prezero run does"]
+    );
+}
+
+/// A value the library would not take, inherited from the caller, is an
+/// error before the program runs (the library would silently use its default).
+#[test]
+fn bad_inherited_values_stop_the_run() {
+    for (k, v) in [
+        ("PREZERO_RESERVE", "lots"),
+        ("PREZERO_CAP", "1X"),
+        ("PREZERO_LAZY", "yes"),
+    ] {
+        let o = prezero()
+            .env(k, v)
+            .args(["run", "--", "echo", "ran"])
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{k}={v}: ran anyway");
+        assert!(stdout(&o).is_empty(), "{k}={v}: {}", stdout(&o));
+        assert!(stderr(&o).contains(&format!("{k}={v}")), "{}", stderr(&o));
+    }
+    let o = run(&["--reserve", "1M", "--lazy", "--", "true"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("at least 2M"), "{}", stderr(&o));
+}

@@ -3,6 +3,7 @@
 
 use std::ffi::CStr;
 
+use crate::cgroup;
 use crate::size::parse_size;
 use crate::sys;
 
@@ -37,8 +38,24 @@ pub struct Config {
     /// Ask for transparent huge pages on the range (`PREZERO_THP=1`). Off by
     /// default: on a VM whose host backs huge pages lazily, a 2 MiB fault
     /// varied 0.3-2.4 s per GiB against a steady 0.4 s for 4 KiB pages
-    /// (measured here), and glibc does not ask either.
+    /// (measured here), and glibc does not ask either. Off under `lazy`,
+    /// whose ranges must not be eligible (see `lazy/`).
     pub thp: bool,
+    /// The lazy mode (`PREZERO_LAZY=1`): large blocks and the program's
+    /// large mappings are populated on first touch with pre-zeroed huge
+    /// pages moved in from a reserve (see `lazy/`).
+    pub lazy: bool,
+    /// Most bytes the lazy mode's reserve holds (`PREZERO_RESERVE`, whole
+    /// 2 MiB pages; default the smallest of 1 GiB, 10% of MemAvailable and
+    /// 10% of what the memory cgroup has left).
+    pub reserve: usize,
+    /// This process is the program `prezero run` executes
+    /// (`PREZERO_PREFILL_PID` names it): it prefills, and its reserve fills
+    /// from start-up; other processes only once they fault a large block.
+    pub program: bool,
+    /// Testing only (`PREZERO_NO_USERFAULTFD=1`): the lazy mode acts as if
+    /// userfaultfd were refused, and says so.
+    pub no_userfaultfd: bool,
 }
 
 /// The smallest threshold accepted: below it the next allocator's own
@@ -59,6 +76,9 @@ fn size_or_zero(s: &[u8]) -> Option<usize> {
     }
     parse_size(s)
 }
+
+/// The smallest reserve: one huge page.
+pub const MIN_RESERVE: usize = 2 << 20;
 
 /// A pid: digits only (the size parser would read `1K` as 1024).
 fn pid(s: &[u8]) -> Option<usize> {
@@ -85,16 +105,23 @@ pub fn mem_total() -> Option<usize> {
 impl Config {
     pub fn from_env() -> Config {
         let size = |name: &CStr| env(name).and_then(size_or_zero);
-        let default_cap = meminfo(b"MemAvailable:")
-            .map_or(1 << 30, |m| m / 4)
-            .min(8 << 30);
+        let available = meminfo(b"MemAvailable:");
+        let default_cap = available.map_or(1 << 30, |m| m / 4).min(8 << 30);
+        // Read only when it counts: the lazy mode with no reserve asked for.
+        let default_reserve = || {
+            let room = cgroup::room().map_or(usize::MAX, |r| r / 10);
+            available.map_or(1 << 30, |m| m / 10).min(1 << 30).min(room)
+        };
+        let pid = env(c"PREZERO_PREFILL_PID").map(pid);
+        let program = pid.is_some_and(|p| p == Some(sys::getpid() as usize));
+        let lazy = env(c"PREZERO_LAZY") == Some(b"1");
         Config {
             threshold: size(c"PREZERO_THRESHOLD")
                 .unwrap_or(1 << 20)
                 .max(MIN_THRESHOLD),
             cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
-            prefill: match env(c"PREZERO_PREFILL_PID").map(pid) {
-                Some(pid) if pid != Some(sys::getpid() as usize) => 0,
+            prefill: match pid {
+                Some(_) if !program => 0,
                 _ => size(c"PREZERO_PREFILL").unwrap_or(0),
             },
             spare: env(c"PREZERO_SPARE") == Some(b"1"),
@@ -102,7 +129,14 @@ impl Config {
                 .and_then(size_or_zero)
                 .map_or(5, |s| s as u64),
             stats: env(c"PREZERO_STATS") == Some(b"1"),
-            thp: env(c"PREZERO_THP") == Some(b"1"),
+            thp: env(c"PREZERO_THP") == Some(b"1") && !lazy,
+            lazy,
+            reserve: env(c"PREZERO_RESERVE")
+                .and_then(parse_size)
+                .filter(|&r| r >= MIN_RESERVE)
+                .unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
+            program,
+            no_userfaultfd: env(c"PREZERO_NO_USERFAULTFD") == Some(b"1"),
         }
     }
 }

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 use crate::config::Config;
 use crate::next::{self, Next};
 use crate::sys::{self, set_errno};
-use crate::{cache, stats};
+use crate::{cache, lazy, stats};
 
 const UNINIT: u8 = 0;
 /// Finding the next allocator: only the arena serves.
@@ -71,6 +71,13 @@ fn state() -> (Option<&'static Next>, bool) {
     }
 }
 
+/// Start-up, if no call has made it yet: a program may map memory (the
+/// lazy mode's `mmap`) before it allocates any.
+#[inline]
+pub fn boot_once() {
+    let _ = state();
+}
+
 // Once per process: kept out of the entry points' fast paths.
 #[cold]
 #[inline(never)]
@@ -97,11 +104,14 @@ fn boot() -> u8 {
     }
     let cfg = Config::from_env();
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
-    if !cache::start(cfg) {
-        return FORWARD;
-    }
+    let started = cache::start(cfg);
+    // After the cache, whose range it registers; its mappings need no cache.
+    lazy::configure(&cfg);
     if cfg.stats {
         sys::atexit(at_exit);
+    }
+    if !started {
+        return FORWARD;
     }
     STATE.store(READY, Ordering::Release);
     READY
@@ -109,6 +119,7 @@ fn boot() -> u8 {
 
 extern "C" fn at_exit() {
     stats::print();
+    lazy::stats::print();
 }
 
 /// A large block from the cache, else from the next allocator.

@@ -1,11 +1,17 @@
 //! Injected failures, for tests: built only with the feature `fault-injection`
 //! (off by default), which `tests/faults.rs` builds into a shared object of
-//! its own. `PREZERO_FAULT` names the calls of `sys.rs` to fail:
+//! its own. `PREZERO_FAULT` names the calls of `sys/` to fail:
 //!
 //! * `KIND:N[,KIND:N...]`: the Nth call of each kind in this process fails
-//!   as the kernel would fail it (`sys.rs` gives the errno), without being
+//!   as the kernel would fail it (`sys/` gives the errno), without being
 //!   made. Kinds: `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`,
-//!   `thread` (the scrubber's creation).
+//!   `thread` (the creation of the scrubber and of the lazy mode's handler
+//!   and worker), and the lazy mode's (`sys/uffd.rs`): `userfaultfd`
+//!   (opening one, then its handshake), `uffd_register`, `uffd_copy`
+//!   (`UFFDIO_COPY` and `UFFDIO_ZEROPAGE`), `uffd_move`, `pagemap` (opening
+//!   it, then each scan). The program's own `mmap`, `munmap`, `mremap` and
+//!   `madvise`, which the lazy mode passes on, are not the preload's: never
+//!   failed.
 //! * `count` (alone, or among those): nothing more fails.
 //!
 //! Either way each kind's calls are counted and printed at exit, so a test
@@ -30,21 +36,31 @@ pub enum Kind {
     Munmap,
     Mprotect,
     Thread,
+    Userfaultfd,
+    UffdRegister,
+    UffdCopy,
+    UffdMove,
+    Pagemap,
 }
 
-const KINDS: [(Kind, &[u8]); 6] = [
+const KINDS: [(Kind, &[u8]); 11] = [
     (Kind::Mmap, b"mmap"),
     (Kind::Madvise, b"madvise"),
     (Kind::Mremap, b"mremap"),
     (Kind::Munmap, b"munmap"),
     (Kind::Mprotect, b"mprotect"),
     (Kind::Thread, b"thread"),
+    (Kind::Userfaultfd, b"userfaultfd"),
+    (Kind::UffdRegister, b"uffd_register"),
+    (Kind::UffdCopy, b"uffd_copy"),
+    (Kind::UffdMove, b"uffd_move"),
+    (Kind::Pagemap, b"pagemap"),
 ];
 
 /// Calls made of each kind, in `KINDS`' order.
-static CALLS: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static CALLS: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
 /// The call of each kind that fails (0: none).
-static FAIL_AT: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static FAIL_AT: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
 
 const UNREAD: u8 = 0;
 const READING: u8 = 1;
@@ -101,10 +117,10 @@ fn parse(item: &[u8]) -> Option<(usize, u64)> {
 }
 
 /// The line printed at exit: `prezero-preload: pid P: calls: mmap A madvise
-/// B mremap C munmap D mprotect E thread F`.
+/// B ... pagemap K`, each kind and its count in `KINDS`' order.
 extern "C" fn print_counts() {
     use std::io::Write;
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     let mut w = &mut buf[..];
     let _ = write!(w, "prezero-preload: pid {}: calls:", sys::getpid());
     for (i, (_, name)) in KINDS.iter().enumerate() {
@@ -112,7 +128,7 @@ extern "C" fn print_counts() {
         let _ = write!(w, " {name} {}", CALLS[i].load(Relaxed));
     }
     let _ = writeln!(w);
-    let used = 256 - w.len();
+    let used = 512 - w.len();
     sys::write_stderr(&buf[..used]);
 }
 
@@ -124,6 +140,7 @@ mod tests {
     fn a_plan_names_a_kind_and_a_call() {
         assert_eq!(parse(b"mmap:1"), Some((0, 1)));
         assert_eq!(parse(b"thread:12"), Some((5, 12)));
+        assert_eq!(parse(b"uffd_move:3"), Some((9, 3)));
         for bad in [
             &b"mmap"[..],
             b"mmap:",

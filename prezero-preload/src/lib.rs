@@ -21,9 +21,13 @@
 //!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
 //! * `nodes.rs`: the NUMA nodes, and which lane of the cache a request
 //!   belongs to.
+//! * `lazy/`: the lazy mode (`PREZERO_LAZY=1`): large blocks populated on
+//!   their first touch by a fault handler that moves pre-zeroed huge pages
+//!   in from a reserve, and the program's own large mappings with them.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
-//! * `sys.rs`: every call into libc, none of which allocates; `fault.rs`
+//! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
+//!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `fault.rs`
 //!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
@@ -35,9 +39,11 @@
 
 mod blocks;
 mod cache;
+mod cgroup;
 mod config;
 #[cfg(feature = "fault-injection")]
 mod fault;
+mod lazy;
 mod next;
 mod nodes;
 mod size;

@@ -1,15 +1,19 @@
 //! libprezero_preload.so under injected failures (issue 30). Built with the
 //! feature `fault-injection` (`src/fault.rs`, in a target dir of its own), it
-//! fails the Nth `mmap`, `madvise`, `mremap`, `munmap`, `mprotect` or thread
-//! creation of a run, for every N that run reaches (counted first with
-//! `PREZERO_FAULT=count`; `munmap` comes only after a failed start-up, so its
-//! runs fail the second `mmap` too).
+//! fails the Nth `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`, thread
+//! creation, or call of the lazy mode's (opening a userfaultfd and its
+//! handshake, registering, filling and moving pages, the pagemap) of a run,
+//! for every N that run reaches (counted first with `PREZERO_FAULT=count`;
+//! `munmap` comes only after a failed start-up, so its runs fail the second
+//! `mmap` too).
 //!
 //! The programs are tests/c/preload_stress.c's `checker` (calloc, malloc,
 //! realloc and free on one thread, with a cap so small and an idle time so
 //! short that memory goes back all the time) and `mix` (random traffic on two
 //! threads, with a prefill, the spare and huge pages asked for), and `fork`
-//! (children forked, and one exec'd, while threads allocate). They check
+//! (children forked, and one exec'd, while threads allocate), and `checker`
+//! again under the lazy mode (`PREZERO_LAZY=1`, a reserve of 16 MiB that
+//! runs dry, blocks given back into it at every free). They check
 //! every answer: calloc's memory zero, every live block's contents kept, no
 //! two live blocks overlapping, NULL only with ENOMEM (a failed realloc
 //! keeping its block); a failure prints `FAIL:` and exits 3. So each run must
@@ -27,7 +31,19 @@ use std::time::Duration;
 
 use common::*;
 
-const KINDS: [&str; 6] = ["mmap", "madvise", "mremap", "munmap", "mprotect", "thread"];
+const KINDS: [&str; 11] = [
+    "mmap",
+    "madvise",
+    "mremap",
+    "munmap",
+    "mprotect",
+    "thread",
+    "userfaultfd",
+    "uffd_register",
+    "uffd_copy",
+    "uffd_move",
+    "pagemap",
+];
 
 /// A program run, and the line that says it ran to its end.
 struct Workload {
@@ -36,7 +52,7 @@ struct Workload {
     done: &'static str,
 }
 
-const WORKLOADS: [Workload; 3] = [
+const WORKLOADS: [Workload; 4] = [
     Workload {
         args: &["checker", "1500", "7"],
         env: &[
@@ -61,6 +77,16 @@ const WORKLOADS: [Workload; 3] = [
         env: &[("PREZERO_THRESHOLD", "64K")],
         done: "fork: 2 children without exec, 1 with, all clean",
     },
+    Workload {
+        args: &["checker", "1500", "7"],
+        env: &[
+            ("PREZERO_THRESHOLD", "64K"),
+            ("PREZERO_CAP", "0"),
+            ("PREZERO_LAZY", "1"),
+            ("PREZERO_RESERVE", "16M"),
+        ],
+        done: "checker: 1500 operations",
+    },
 ];
 
 /// The programs with the fault-injecting shared object; `None` without gcc.
@@ -82,7 +108,7 @@ fn run_plan(b: &Built, w: &Workload, plan: &str) -> Run {
 }
 
 /// Calls of each kind the run made (its `calls:` line), in `KINDS`' order.
-fn calls(r: &Run) -> [u64; 6] {
+fn calls(r: &Run) -> [u64; KINDS.len()] {
     let line = r
         .stderr
         .lines()
@@ -150,9 +176,11 @@ fn matrix(all: bool) {
                     None => fired += u32::from(calls(&r)[k] >= n),
                 }
             }
+            let lazy = w.env.iter().any(|(k, _)| *k == "PREZERO_LAZY");
             summary.push(format!(
-                "{} {kind}: {reached} calls, {} failed in turn, {fired} of them reached",
+                "{}{} {kind}: {reached} calls, {} failed in turn, {fired} of them reached",
                 w.args[0],
+                if lazy { " (lazy)" } else { "" },
                 ns.len()
             ));
         }

@@ -618,8 +618,9 @@ fn valgrind_memcheck_under_the_preload() {
 }
 
 /// A library preloaded into every program exports the allocator's entry
-/// points and nothing else: not prezero's `pz_*` C API, which rustc's version
-/// script would export from a dependency built with it.
+/// points, the mapping calls the lazy mode takes, and nothing else: not
+/// prezero's `pz_*` C API, which rustc's version script would export from a
+/// dependency built with it.
 #[test]
 fn exports_only_the_allocator() {
     let Some(b) = built() else { return };
@@ -647,9 +648,14 @@ fn exports_only_the_allocator() {
             "aligned_alloc",
             "calloc",
             "free",
+            "madvise",
             "malloc",
             "malloc_usable_size",
             "memalign",
+            "mmap",
+            "mmap64",
+            "mremap",
+            "munmap",
             "posix_memalign",
             "pvalloc",
             "realloc",

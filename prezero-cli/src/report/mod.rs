@@ -369,13 +369,29 @@ mod tests {
             "plain_peak_rss_bytes": 600u64 << 20, "prezero_peak_rss_bytes": 610u64 << 20,
             "prezero_held_beyond_use_gib": 0.5}),
         );
+        // A row with the lazy arm, of a memory figure.
+        rows.push(
+            serde_json::json!({"bench": "run", "program": "sparse", "figure": "rss_anon",
+            "runs": 5, "plain_ms": 512.0, "plain_stdev_pct": 0.0, "prezero_ms": 512.0,
+            "prezero_stdev_pct": 0.0, "speedup": 1.0, "plain_peak_rss_bytes": 600u64 << 20,
+            "prezero_peak_rss_bytes": 610u64 << 20, "unit": "MiB", "lazy_ms": 1536.0,
+            "lazy_stdev_pct": 1.0, "lazy_speedup": 0.333, "lazy_goal": "<= 1690 MiB",
+            "lazy_goal_met": true, "lazy_peak_rss_bytes": 1600u64 << 20}),
+        );
         let html = render(&info, &rows);
         assert!(html.contains("<h2>prezero run: unmodified programs</h2>"));
+        // A row without the lazy arm (recorded before it): its cells blank.
         assert!(html.contains(
             "<td>numpy</td><td>first_pass</td><td>5</td><td>121 ms</td><td>2 %</td><td>40.1 ms</td>\
-             <td>3 %</td><td>3.01×</td><td>&gt;= 2x: met</td><td>600 MiB</td><td>610 MiB</td><td>512 MiB</td>"
+             <td>3 %</td><td>3.01×</td><td>&gt;= 2x: met</td><td></td><td></td><td></td><td></td>\
+             <td>600 MiB</td><td>610 MiB</td><td></td><td>512 MiB</td>"
         ));
-        assert!(!render(&info, &rows[..rows.len() - 1]).contains("prezero run: unmodified"));
+        assert!(html.contains(
+            "<td>sparse</td><td>rss_anon</td><td>5</td><td>512 MiB</td><td>0 %</td><td>512 MiB</td>\
+             <td>0 %</td><td>1×</td><td></td><td>1.5 GiB</td><td>1 %</td><td>0.333×</td>\
+             <td>&lt;= 1690 MiB: met</td><td>600 MiB</td><td>610 MiB</td><td>1.56 GiB</td><td></td>"
+        ));
+        assert!(!render(&info, &rows[..rows.len() - 2]).contains("prezero run: unmodified"));
     }
 
     #[test]

@@ -479,7 +479,12 @@ pub fn run(r: &Rows) -> String {
     if r.run.is_empty() {
         return String::new();
     }
-    let mut h = String::from("<h2>prezero run: unmodified programs</h2>\n<p>The same programs plainly and under <code>prezero run</code>, interleaved in one run; medians, speed-up = plain / prezero. Peak RSS per process (wait4); held: the most the preload kept populated beyond what the program used.</p>\n");
+    let mut h = String::from("<h2>prezero run: unmodified programs</h2>\n<p>The same programs plainly, under <code>prezero run</code> and under <code>prezero run --lazy</code> (where the row has that arm), interleaved in one run; medians, speed-up = plain / the arm (for a memory figure: plain / the arm's, above 1 is less). Peak RSS per process (wait4); held: the most the preload kept populated beyond what the program used.</p>\n");
+    let goal = |g: &Option<String>, met: Option<bool>| match (g, met) {
+        (Some(g), Some(true)) => format!("{g}: met"),
+        (Some(g), _) => format!("{g}: NOT met"),
+        _ => String::new(),
+    };
     h += &table(
         &[
             "program",
@@ -491,28 +496,39 @@ pub fn run(r: &Rows) -> String {
             "stdev",
             "speed-up",
             "goal",
+            "lazy",
+            "stdev",
+            "speed-up",
+            "goal",
             "peak RSS plain",
             "peak RSS prezero",
+            "peak RSS lazy",
             "held",
         ],
         r.run.iter().map(|p| {
-            let goal = match (&p.goal, p.goal_met) {
-                (Some(g), Some(true)) => format!("{g}: met"),
-                (Some(g), _) => format!("{g}: NOT met"),
-                _ => String::new(),
+            // The `_ms` fields hold mebibytes for a memory figure.
+            let value = |v: f64| match p.unit.as_deref() {
+                Some("MiB") => human_size((v * (1u64 << 20) as f64) as usize),
+                _ => ms(v),
             };
+            let or_blank = |v: Option<String>| v.unwrap_or_default();
             vec![
                 p.program.clone(),
                 p.figure.clone(),
                 count(p.runs as f64),
-                ms(p.plain_ms),
+                value(p.plain_ms),
                 pct(p.plain_stdev_pct),
-                ms(p.prezero_ms),
+                value(p.prezero_ms),
                 pct(p.prezero_stdev_pct),
                 times(p.speedup),
-                goal,
+                goal(&p.goal, p.goal_met),
+                or_blank(p.lazy_ms.map(value)),
+                or_blank(p.lazy_stdev_pct.map(pct)),
+                or_blank(p.lazy_speedup.map(times)),
+                goal(&p.lazy_goal, p.lazy_goal_met),
                 human_size(p.plain_peak_rss_bytes as usize),
                 human_size(p.prezero_peak_rss_bytes as usize),
+                or_blank(p.lazy_peak_rss_bytes.map(|b| human_size(b as usize))),
                 (p.prezero_held_beyond_use_gib).map_or_else(String::new, |g| {
                     human_size((g * (1u64 << 30) as f64) as usize)
                 }),

@@ -102,6 +102,10 @@ static BASE: AtomicUsize = AtomicUsize::new(0);
 static SPAN: AtomicUsize = AtomicUsize::new(0);
 /// log2 of a lane's length (lanes are powers of two long).
 static LANE_SHIFT: AtomicUsize = AtomicUsize::new(0);
+/// Each lane's writable end (`Lane::writable`), readable without the lock:
+/// the lazy mode's fault handler moves huge pages only below it, and takes
+/// no lock a faulting thread might hold.
+static WRITABLE: [AtomicUsize; MAX_LANES] = [const { AtomicUsize::new(0) }; MAX_LANES];
 /// The nodes the lanes are for (set before STARTED, read after it).
 static NODES: std::sync::OnceLock<Nodes> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
@@ -186,6 +190,7 @@ pub fn start(cfg: Config) -> bool {
             writable: at,
             spare: 0,
         });
+        WRITABLE[i].store(at, Ordering::Release);
     }
     let prefill = cfg.prefill.min(cfg.cap) / PAGE * PAGE;
     let prefill_lane = crate::nodes::caller_lane(&nodes);
@@ -226,6 +231,22 @@ pub fn start(cfg: Config) -> bool {
 pub fn owns(p: usize) -> bool {
     let span = SPAN.load(Ordering::Acquire);
     p.wrapping_sub(BASE.load(Ordering::Relaxed)) < span
+}
+
+/// The range `[base, base + span)`, once reserved.
+pub fn range() -> Option<(usize, usize)> {
+    let span = SPAN.load(Ordering::Acquire);
+    (span > 0).then(|| (BASE.load(Ordering::Relaxed), span))
+}
+
+/// The writable end of the lane `p` lies in, if `p` is in the range and
+/// below it. Lock-free (see `WRITABLE`).
+pub fn writable_end(p: usize) -> Option<usize> {
+    if !owns(p) {
+        return None;
+    }
+    let end = WRITABLE[lane_of(p)].load(Ordering::Acquire);
+    (p < end).then_some(end)
 }
 
 /// The lane `p` (in the range) lies in: one shift (0 with one lane, whose

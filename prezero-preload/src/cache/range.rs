@@ -4,7 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{now, signal_all, Guard, Lane, SHARED};
+use super::{now, signal_all, Guard, Lane, SHARED, WRITABLE};
 use crate::blocks::{Block, Kind};
 use crate::stats;
 use crate::sys::{self, Advice};
@@ -89,6 +89,7 @@ impl Lane {
             let _ = sys::madvise(at, new - at, Advice::HugePage);
         }
         self.writable = new;
+        WRITABLE[super::lane_of(at)].store(new, Ordering::Release);
         true
     }
 }
@@ -117,6 +118,9 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     // else touches it.
     // SAFETY: `g` holds the mutex; it is taken again below, before `g` is used.
     unsafe { SHARED.mutex.unlock() };
+    // Its huge pages to the lazy mode's reserve first, scrubbed there
+    // instead of faulted anew.
+    crate::lazy::recycle(s, l);
     // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
     let ok = unsafe { sys::discard(s, l) }.is_ok();
     SHARED.mutex.lock();

@@ -16,6 +16,9 @@ use crate::sys::{self, Advice};
 /// calling thread's lane; null if the cache cannot serve (the caller asks
 /// the next allocator).
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
+    // The lazy mode, if asked for, starts with the process's first large
+    // block, before any of its pages is touched.
+    crate::lazy::ensure_started();
     take(caller_lane(), size, align, zeroed, true)
 }
 
@@ -204,6 +207,30 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     // inside it (it could between an mremap that unmaps and an mmap
     // MAP_FIXED that fills the hole again, which then replaced that thread's
     // mapping with ours).
+    // Under the lazy mode the move populates [q, q + old) by other than a
+    // fault: the fault handler must not meanwhile find a block there empty
+    // and drop it. The kernel does not carry the range's registration over
+    // to what the move and the fresh mapping make: registered again below.
+    let populating = crate::lazy::populating();
+    if let Some(g) = populating.as_ref().filter(|_| old <= crate::lazy::MOVE_MAX) {
+        let n = crate::lazy::move_block(g, p, old, q as usize);
+        drop(populating);
+        if n < old {
+            // A page shared with a child stopped the move: the rest copied.
+            // SAFETY: both blocks are this thread's, disjoint, `old` bytes
+            // long at least.
+            unsafe {
+                std::ptr::copy_nonoverlapping((p + n) as *const u8, q.cast::<u8>().add(n), old - n)
+            };
+            free(p);
+            return Some(q);
+        }
+        let mut g = lock();
+        g.cache().lane(lane).blocks.free_fresh(p);
+        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+        signal_all();
+        return Some(q);
+    }
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
     let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
@@ -217,6 +244,10 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
         // still this thread's (InUse until free_fresh below).
         let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
+        if let Some(g) = &populating {
+            crate::lazy::register_cache_again(g);
+        }
+        drop(populating);
         let mut g = lock();
         if again && g.cache().cfg.thp {
             let _ = sys::madvise(p, old, Advice::HugePage);
@@ -230,6 +261,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         signal_all();
         return Some(q);
     }
+    drop(populating);
     // mremap refused: copy.
     // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
     unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };

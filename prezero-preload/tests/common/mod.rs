@@ -18,6 +18,8 @@ pub struct Built {
     pub dir: PathBuf,
 }
 
+/// One test at a time: they measure resident memory and time, and the
+/// machines that run them have two cores.
 pub fn serial() -> MutexGuard<'static, ()> {
     static LOCK: Mutex<()> = Mutex::new(());
     LOCK.lock().unwrap_or_else(|e| e.into_inner())

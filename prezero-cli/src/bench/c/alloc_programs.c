@@ -16,15 +16,29 @@
  *   prezero-bench-alloc realloc-grow ROUNDS MAX_BYTES
  *       from 64 KiB, realloc to 1.5x until MAX, writing the new part each
  *       time and checking samples of the old part survived; ROUNDS times.
+ *   prezero-bench-alloc first-touch COMPUTE_MS BYTES [thp]
+ *       computes for COMPUTE_MS (what a program does before it needs its
+ *       memory), then mmaps BYTES (MADV_HUGEPAGE on it with `thp`) and writes
+ *       one byte per 4 KiB: the work is the mmap and the writes; then every
+ *       word of the mapping is checked (zero but the bytes written).
+ *   prezero-bench-alloc sparse BYTES STRIDE
+ *       mmaps BYTES and writes every 4 KiB page of every STRIDE-th 2 MiB
+ *       block; prints the process's RssAnon (rss_anon=, bytes) after; every
+ *       touched block is checked as above.
+ *   prezero-bench-alloc recycle ROUNDS BYTES
+ *       calloc BYTES, write one byte per 4 KiB (checking the page's last word
+ *       is zero), free; ROUNDS times.
  *
- * Prints "ns=<time of the work> bad=<blocks or bytes found wrong> sum=<...>";
- * exits 1 when anything was wrong, 2 on a usage error or a failed allocation.
+ * Prints "ns=<time of the work> bad=<blocks or bytes found wrong> sum=<...>"
+ * (and rss_anon= for sparse); exits 1 when anything was wrong, 2 on a usage
+ * error or a failed allocation.
  */
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 static uint64_t now_ns(void) {
@@ -155,6 +169,82 @@ static void realloc_grow(long rounds, size_t max) {
     }
 }
 
+/* The work's own clock: first-touch times only the mmap and the writes. */
+static uint64_t work_ns;
+
+static void *must_map(size_t bytes) {
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        fprintf(stderr, "prezero-bench-alloc: mmap of %zu bytes failed\n", bytes);
+        exit(2);
+    }
+    return p;
+}
+
+/* Every word of [p, p + bytes) is zero but the first byte of each page,
+ * which is `tag`. */
+static void check_touched(const unsigned char *p, size_t bytes, unsigned char tag) {
+    for (size_t o = 0; o < bytes; o += 4096) {
+        const uint64_t *w = (const uint64_t *)(p + o);
+        uint64_t other = w[0] & ~(uint64_t)0xff;
+        for (size_t i = 1; i < 512; i++) other |= w[i];
+        if (other || p[o] != tag) {
+            bad++;
+            return;
+        }
+    }
+}
+
+static void first_touch(long compute_ms, size_t bytes, int thp) {
+    uint64_t until = now_ns() + (uint64_t)compute_ms * 1000000u;
+    uint64_t x = 1;
+    while (now_ns() < until)
+        for (int i = 0; i < 10000; i++) x = x * 6364136223846793005u + 1442695040888963407u;
+    sum += x & 1;
+    uint64_t t0 = now_ns();
+    unsigned char *p = must_map(bytes);
+    if (thp) madvise(p, bytes, MADV_HUGEPAGE);
+    for (size_t o = 0; o < bytes; o += 4096) p[o] = 1;
+    work_ns = now_ns() - t0;
+    check_touched(p, bytes, 1);
+    munmap(p, bytes);
+}
+
+/* RssAnon of this process, in bytes (0 if /proc says nothing). */
+static unsigned long long rss_anon(void) {
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "RssAnon: %llu kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return kb * 1024;
+}
+
+static unsigned long long sparse(size_t bytes, long stride) {
+    const size_t block = 2u << 20;
+    unsigned char *p = must_map(bytes);
+    for (size_t b = 0; b + block <= bytes; b += block * (size_t)stride)
+        for (size_t o = 0; o < block; o += 4096) p[b + o] = 2;
+    unsigned long long rss = rss_anon();
+    for (size_t b = 0; b + block <= bytes; b += block * (size_t)stride)
+        check_touched(p + b, block, 2);
+    munmap(p, bytes);
+    return rss;
+}
+
+static void recycle(long rounds, size_t bytes) {
+    for (long r = 0; r < rounds; r++) {
+        unsigned char *p = must(calloc(1, bytes), bytes);
+        for (size_t o = 0; o < bytes; o += 4096) {
+            p[o] = 1;
+            if (((uint64_t *)(p + o))[511]) bad++;
+        }
+        sum += p[bytes / 2];
+        free(p);
+    }
+}
+
 static long arg_long(const char *s) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -167,6 +257,7 @@ static long arg_long(const char *s) {
 
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "";
+    unsigned long long rss = 0;
     uint64_t t0 = now_ns();
     if (!strcmp(mode, "calloc-big") && argc == 5) {
         calloc_big(arg_long(argv[2]), (size_t)arg_long(argv[3]), (size_t)arg_long(argv[4]));
@@ -176,14 +267,24 @@ int main(int argc, char **argv) {
         small(arg_long(argv[2]));
     } else if (!strcmp(mode, "realloc-grow") && argc == 4) {
         realloc_grow(arg_long(argv[2]), (size_t)arg_long(argv[3]));
+    } else if (!strcmp(mode, "first-touch") && (argc == 4 || (argc == 5 && !strcmp(argv[4], "thp")))) {
+        first_touch(arg_long(argv[2]), (size_t)arg_long(argv[3]), argc == 5);
+    } else if (!strcmp(mode, "sparse") && argc == 4) {
+        rss = sparse((size_t)arg_long(argv[2]), arg_long(argv[3]));
+    } else if (!strcmp(mode, "recycle") && argc == 4) {
+        recycle(arg_long(argv[2]), (size_t)arg_long(argv[3]));
     } else {
         fprintf(stderr,
                 "usage: prezero-bench-alloc calloc-big ROUNDS MIN MAX | calloc-mix OPS MAX | "
-                "small OPS | realloc-grow ROUNDS MAX\n");
+                "small OPS | realloc-grow ROUNDS MAX | first-touch COMPUTE_MS BYTES [thp] | "
+                "sparse BYTES STRIDE | recycle ROUNDS BYTES\n");
         return 2;
     }
     uint64_t t1 = now_ns();
-    printf("ns=%llu bad=%llu sum=%llu\n", (unsigned long long)(t1 - t0),
-           (unsigned long long)bad, (unsigned long long)sum);
+    if (!work_ns) work_ns = t1 - t0;
+    printf("ns=%llu bad=%llu sum=%llu", (unsigned long long)work_ns, (unsigned long long)bad,
+           (unsigned long long)sum);
+    if (rss) printf(" rss_anon=%llu", rss);
+    printf("\n");
     return bad ? 1 : 0;
 }

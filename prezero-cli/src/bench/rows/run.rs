@@ -1,4 +1,5 @@
-//! `bench run`'s row: one figure of one program, plainly and under `prezero run`.
+//! `bench run`'s row: one figure of one program, plainly, under `prezero run`
+//! and under `prezero run --lazy`.
 
 use serde::{Deserialize, Serialize};
 
@@ -37,4 +38,22 @@ pub struct Run {
     /// second_pass, the most any allocator can give that loop.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bound_speedup: Option<f64>,
+    /// What the `_ms` fields hold when not milliseconds: "MiB" for a memory
+    /// figure (the sparse program's RssAnon).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// The lazy arm (`prezero run --lazy`), in rows that have one: median,
+    /// spread, plain / lazy, its goal, and its peak RSS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_stdev_pct: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_speedup: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_goal: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_goal_met: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_peak_rss_bytes: Option<u64>,
 }

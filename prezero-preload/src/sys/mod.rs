@@ -1,6 +1,7 @@
 //! The preload's OS layer: every call it makes into libc, each a small
 //! function with its precondition on a `pre:` line, as the library's `sys/`
-//! has them. That layer cannot serve here: it is the library's own
+//! has them (the lazy mode's userfaultfd, pagemap, futex and signal-mask
+//! calls in `uffd.rs`). That layer cannot serve here: it is the library's own
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
@@ -22,20 +23,26 @@ pub struct Errno(pub c_int);
 
 /// Returns the failure the test build's plan injects into this call
 /// (`fault.rs`: the call is not made, the errno is the kernel's for it);
-/// nothing in a normal build.
+/// nothing in a normal build. With a third argument, that value is the
+/// failure returned.
 macro_rules! inject {
     ($kind:ident, $errno:expr) => {
+        inject!($kind, $errno, Err(crate::sys::Errno($errno)))
+    };
+    ($kind:ident, $errno:expr, $failure:expr) => {
         #[cfg(feature = "fault-injection")]
         if crate::fault::fails(crate::fault::Kind::$kind) {
-            set_errno($errno);
-            return Err(Errno($errno));
+            crate::sys::set_errno($errno);
+            return $failure;
         }
     };
 }
 
+pub mod uffd;
+
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
-    fn last() -> Errno {
+    pub fn last() -> Errno {
         // SAFETY: the calling thread's errno, always valid to read.
         Errno(unsafe { *libc::__errno_location() })
     }
@@ -49,6 +56,69 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// A system call's result: its value, or the errno it failed with.
+fn checked(r: libc::c_long) -> Result<usize, Errno> {
+    if r == -1 {
+        return Err(Errno::last());
+    }
+    Ok(r as usize)
+}
+
+/// The kernel's `mmap(2)`, not the C library's: this library exports `mmap`
+/// itself (`lazy/interpose.rs`), and the C library's name would resolve to
+/// that. So do `munmap`, `mremap` and `madvise` below.
+///
+/// # Safety
+/// pre: with `MAP_FIXED` in `flags`, `[addr, addr + len)` is the caller's to
+/// replace (what was mapped there is gone).
+pub unsafe fn mmap_raw(
+    addr: usize,
+    len: usize,
+    prot: c_int,
+    flags: c_int,
+    fd: c_int,
+    off: libc::off_t,
+) -> Result<usize, Errno> {
+    // SAFETY: the kernel checks every argument; MAP_FIXED is the caller's (pre).
+    checked(unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) })
+}
+
+/// The kernel's `munmap(2)` (see [`mmap_raw`]).
+///
+/// # Safety
+/// pre: nothing uses `[addr, addr + len)` any more.
+pub unsafe fn munmap_raw(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the range is unused (pre).
+    checked(unsafe { libc::syscall(libc::SYS_munmap, addr, len) }).map(drop)
+}
+
+/// The kernel's `mremap(2)` (see [`mmap_raw`]); `to` is read only with
+/// `MREMAP_FIXED`.
+///
+/// # Safety
+/// pre: the caller owns `[from, from + old)`, and with `MREMAP_FIXED`
+/// `[to, to + new)` too (what was mapped there is gone).
+pub unsafe fn mremap_raw(
+    from: usize,
+    old: usize,
+    new: usize,
+    flags: c_int,
+    to: usize,
+) -> Result<usize, Errno> {
+    // SAFETY: both ranges are the caller's (pre).
+    checked(unsafe { libc::syscall(libc::SYS_mremap, from, old, new, flags, to) })
+}
+
+/// The kernel's `madvise(2)` (see [`mmap_raw`]).
+///
+/// # Safety
+/// pre: advice that drops contents (`MADV_DONTNEED`, `MADV_FREE`,
+/// `MADV_REMOVE`) only on memory nothing else still reads.
+pub unsafe fn madvise_raw(addr: usize, len: usize, advice: c_int) -> Result<(), Errno> {
+    // SAFETY: the kernel checks the range; dropped contents are unused (pre).
+    checked(unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) }).map(drop)
+}
+
 /// A new private anonymous mapping of `len` bytes where the kernel picks.
 ///
 /// pre: no `MAP_FIXED` in `flags` (the callers below pass none): without it
@@ -56,13 +126,8 @@ pub fn set_errno(e: c_int) {
 fn map_anon(len: usize, prot: c_int, flags: c_int) -> Result<usize, Errno> {
     inject!(Mmap, libc::ENOMEM);
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | flags;
-    // SAFETY: a fresh mapping at an address the kernel picks; a bad length
-    // is an error.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    Ok(p as usize)
+    // SAFETY: a fresh mapping at an address the kernel picks (no MAP_FIXED).
+    unsafe { mmap_raw(0, len, prot, flags, -1, 0) }
 }
 
 /// `len` bytes of address space, inaccessible (`PROT_NONE`), where the kernel
@@ -83,6 +148,14 @@ pub fn map_noreserve(len: usize) -> Result<usize, Errno> {
     map_anon(len, libc::PROT_READ | libc::PROT_WRITE, libc::MAP_NORESERVE)
 }
 
+/// `len` bytes that read as zero and are never written (`PROT_READ`): each
+/// page maps the kernel's shared zero page when first read.
+///
+/// pre: none.
+pub fn map_zeroes(len: usize) -> Result<usize, Errno> {
+    map_anon(len, libc::PROT_READ, libc::MAP_NORESERVE)
+}
+
 /// Maps fresh private read-write memory exactly over `[addr, addr + len)`
 /// (`MAP_FIXED`): what was there is replaced in one step, with no hole
 /// another thread's `mmap` could land in.
@@ -95,11 +168,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED;
     // SAFETY: the range is the caller's and unused (pre).
-    let p = unsafe { libc::mmap(addr as *mut c_void, len, prot, flags, -1, 0) };
-    if p == libc::MAP_FAILED {
-        return Err(Errno::last());
-    }
-    Ok(())
+    unsafe { mmap_raw(addr, len, prot, flags, -1, 0) }.map(drop)
 }
 
 /// Unmaps `[addr, addr + len)`.
@@ -109,10 +178,7 @@ pub unsafe fn map_fresh_over(addr: usize, len: usize) -> Result<(), Errno> {
 pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
     inject!(Munmap, libc::EINVAL);
     // SAFETY: the range is ours and unused (pre).
-    if unsafe { libc::munmap(addr as *mut c_void, len) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    unsafe { munmap_raw(addr, len) }
 }
 
 /// Makes `[addr, addr + len)` readable and writable (`mprotect`).
@@ -136,6 +202,10 @@ pub unsafe fn make_writable(addr: usize, len: usize) -> Result<(), Errno> {
 pub enum Advice {
     /// `MADV_HUGEPAGE`: back the range with transparent huge pages where possible.
     HugePage,
+    /// `MADV_NOHUGEPAGE`: never fault transparent huge pages in.
+    NoHugePage,
+    /// `MADV_DONTFORK`: a forked child does not get the range.
+    DontFork,
     /// `MADV_POPULATE_WRITE`: fault every page in writable, contents unchanged
     /// (EINVAL before Linux 5.14, which does not know it).
     PopulateWrite,
@@ -149,14 +219,13 @@ pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
     inject!(Madvise, libc::ENOMEM);
     let advice = match advice {
         Advice::HugePage => libc::MADV_HUGEPAGE,
+        Advice::NoHugePage => libc::MADV_NOHUGEPAGE,
+        Advice::DontFork => libc::MADV_DONTFORK,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
     };
-    // SAFETY: the kernel validates the range; both values only hint or
-    // populate, leaving every byte as it was.
-    if unsafe { libc::madvise(addr as *mut c_void, len, advice) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
+    // SAFETY: each value only hints, populates or leaves the range out of a
+    // child, leaving every byte as it was.
+    unsafe { madvise_raw(addr, len, advice) }
 }
 
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and read
@@ -170,10 +239,25 @@ pub unsafe fn discard(addr: usize, len: usize) -> Result<(), Errno> {
     // What the kernel says of mlock'd memory.
     inject!(Madvise, libc::EINVAL);
     // SAFETY: the range is ours and no one else's meanwhile (pre).
-    if unsafe { libc::madvise(addr as *mut c_void, len, libc::MADV_DONTNEED) } != 0 {
-        return Err(Errno::last());
+    unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED) }
+}
+
+/// [`discard`], also where the program locked the range (`mlock`,
+/// `mlockall`: EINVAL), with `MADV_DONTNEED_LOCKED` (Linux 5.18): the
+/// lazy mode's reserve, whose pages must go when it says they went.
+///
+/// # Safety
+/// As [`discard`].
+pub unsafe fn discard_even_locked(addr: usize, len: usize) -> Result<(), Errno> {
+    // SAFETY: the caller's range, as discard takes it (pre).
+    match unsafe { discard(addr, len) } {
+        Err(Errno(libc::EINVAL)) => {
+            inject!(Madvise, libc::EINVAL);
+            // SAFETY: as above.
+            unsafe { madvise_raw(addr, len, libc::MADV_DONTNEED_LOCKED) }
+        }
+        r => r,
     }
-    Ok(())
 }
 
 /// Moves the pages of `[from, from + len)` over `[to, to + len)`, replacing
@@ -188,11 +272,11 @@ pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno
     inject!(Mremap, libc::ENOMEM);
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
-    let p = unsafe { libc::mremap(from as *mut c_void, len, len, flags, to as *mut c_void) };
-    if p as usize != to {
-        return Err(Errno::last());
+    match unsafe { mremap_raw(from, len, len, flags, to) } {
+        Ok(p) if p == to => Ok(()),
+        Ok(_) => Err(Errno(libc::EINVAL)),
+        Err(e) => Err(e),
     }
-    Ok(())
 }
 
 /// Starts a thread named `name` running `f`, detached (`pthread_create`
@@ -255,6 +339,14 @@ impl Mutex {
     pub fn lock(&self) {
         // SAFETY: an initialised mutex (new), never moved while in use (a static).
         unsafe { libc::pthread_mutex_lock(self.0.get()) };
+    }
+
+    /// Takes the mutex if it is free: whether it did.
+    ///
+    /// pre: none.
+    pub fn try_lock(&self) -> bool {
+        // SAFETY: as in lock.
+        unsafe { libc::pthread_mutex_trylock(self.0.get()) == 0 }
     }
 
     /// Gives the mutex back.
@@ -329,6 +421,14 @@ pub fn atexit(f: extern "C" fn()) {
     unsafe { libc::atexit(f) };
 }
 
+/// The calling thread's id.
+///
+/// pre: none.
+pub fn gettid() -> libc::pid_t {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() }
+}
+
 /// This process's id.
 ///
 /// pre: none.
@@ -367,6 +467,38 @@ pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: the descriptor opened above, used by no one else.
     unsafe { libc::close(fd) };
     read
+}
+
+/// The C library's text for `e` ("Operation not permitted"), for the one
+/// line a failure prints.
+///
+/// pre: none.
+pub fn strerror(e: Errno) -> &'static str {
+    // SAFETY: glibc's strerror returns a string of its static table for every
+    // errno it knows (the kernel's, which are the ones printed here); it is
+    // only read.
+    let p = unsafe { libc::strerror(e.0) };
+    if p.is_null() {
+        return "unknown error";
+    }
+    // SAFETY: a NUL-terminated string that lives as long as the process.
+    unsafe { CStr::from_ptr(p) }
+        .to_str()
+        .unwrap_or("unknown error")
+}
+
+/// A copy of descriptor `fd` numbered `min` or above, close-on-exec
+/// (`fcntl(F_DUPFD_CLOEXEC)`).
+///
+/// pre: none (a new descriptor; `fd` stays open).
+pub fn dup_above(fd: c_int, min: c_int) -> Result<c_int, Errno> {
+    // SAFETY: fcntl duplicates a descriptor into a new one; nothing else
+    // changes.
+    let r = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, min) };
+    if r < 0 {
+        return Err(Errno::last());
+    }
+    Ok(r)
 }
 
 /// Writes `buf` to standard error, as much as one `write` takes.

@@ -1,0 +1,401 @@
+//! `prezero bench run`: unmodified programs plainly, under `prezero run` and
+//! under `prezero run --lazy`, in one run, interleaved (each repetition runs
+//! every program in every arm, the arm that goes first turning round), each
+//! figure's median and spread per arm and the speed-ups (plain / the arm:
+//! above 1 is faster).
+//!
+//! The programs:
+//! * numpy, the loop of issue 16: `a = np.zeros(64 << 20)` (512 MiB), `a += 1.0`
+//!   (the first pass, where the kernel faults and zeroes every page),
+//!   `a += 1.0` again (resident memory); each a mean of 10 per process. Skipped
+//!   with a reason where `python3 -c "import numpy"` fails.
+//! * `prezero-bench-alloc` (src/bench/c/alloc_programs.c, built by build.rs):
+//!   calloc-big (64-512 MiB blocks calloc'd, checked zero, written, freed),
+//!   calloc-mix (4 KiB-64 MiB, 8 live), small (16-256 B malloc/free/realloc:
+//!   what the preload must not slow down; it runs three times as often, as
+//!   its 3% bound needs) and realloc-grow (64 KiB grown by 1.5x to 1 GiB:
+//!   the preload must stay within 10% of glibc's mremap growth); and for the
+//!   lazy mode (issue 28): first-touch (2 s of computing, then an mmap of
+//!   512 MiB written a byte per 4 KiB: at least 5x under --lazy), the same
+//!   with MADV_HUGEPAGE (3x), sparse (every 16th 2 MiB block of 8 GiB
+//!   touched: RssAnon within 10% of the touched memory and the reserve) and
+//!   recycle (calloc 256 MiB, touch, free, 20 times: 5x).
+//!
+//! The prezero arms get exactly the environment `prezero run` (and with
+//! `--lazy`) would set (`run::environment`), plus `PREZERO_STATS=1`, whose
+//! summary line gives the memory the cache held at peak beyond what the
+//! program used; every arm's process starts through a shell that sets
+//! `PREZERO_PREFILL_PID` to the program's pid and execs it, as `prezero run`
+//! does. Every process gets a variable of random length ([`Pad`]), so the
+//! stack's alignment is luck shared evenly, not one arm's. Every
+//! process's peak RSS comes from `wait4`. A program that finds a calloc
+//! block not zero or a realloc that lost bytes fails the bench.
+//!
+//! This file holds the arguments, the run and its table; the programs and
+//! what each must show are `programs.rs`, one process's run and the
+//! samples of an arm `sample.rs`.
+
+mod programs;
+mod sample;
+
+use std::ffi::{OsStr, OsString};
+
+use programs::{alloc_programs, goal, python_with_numpy, Arm, Goal, Program, ALL, NUMPY};
+use sample::{own_peak_rss, run_once, Pad, Samples};
+
+use super::progress::Progress;
+use super::rows::{self, Row};
+use crate::run::Settings;
+use crate::stats::{round3, Stats};
+use crate::table::Table;
+use crate::units::human_size;
+use anyhow::{bail, Context, Result};
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Repetitions: each program runs this many times in each arm,
+    /// interleaved (the small-allocation program three times as many).
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Only these programs (numpy, calloc-big, calloc-mix, small,
+    /// realloc-grow, first-touch, first-touch-thp, sparse, recycle).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Tiny sizes: checks that every row runs here; the figures mean little.
+    #[arg(long)]
+    smoke: bool,
+    /// The prezero arms run with these (as `prezero run` takes them; the
+    /// first without --lazy whatever is given here, the second with it).
+    #[command(flatten)]
+    settings: Settings,
+    /// One JSON object per figure.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The arms, in the order of their columns.
+const ARMS: [Arm; 3] = [Arm::Plain, Arm::Prezero, Arm::Lazy];
+
+/// How a figure is shown: memory in MiB, else milliseconds.
+fn is_memory(figure: &str) -> bool {
+    figure == "rss_anon"
+}
+
+/// `argv` started through a shell that sets `PREZERO_PREFILL_PID` to the
+/// program's own pid and execs it, as `prezero run` does (the program fills
+/// its lazy reserve from start-up); every arm alike, so a process's time
+/// holds the same shell in each.
+fn as_prezero_run_execs(argv: &[OsString]) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        "PREZERO_PREFILL_PID=$$ exec \"$@\"".into(),
+        "sh".into(),
+    ];
+    v.extend(argv.iter().cloned());
+    v
+}
+
+/// The lazy arm's reserve: `--reserve`, else the preload's default (the
+/// smaller of 1 GiB and 10% of MemAvailable).
+fn reserve_bytes(settings: &Settings) -> Result<usize> {
+    if let Some(r) = &settings.reserve {
+        return crate::units::parse_size(r).context("--reserve");
+    }
+    let available = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
+            line.split_whitespace().nth(1)?.parse::<usize>().ok()
+        })
+        .map(|kib| kib * 1024);
+    Ok(available.map_or(1 << 30, |a| a / 10).min(1 << 30))
+}
+
+pub fn run(args: &Args) -> Result<()> {
+    for n in &args.only {
+        if !ALL.iter().any(|p| p.name() == n) {
+            let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
+            bail!("unknown program \"{n}\" ({})", names.join(", "));
+        }
+    }
+    if args.reps == 0 {
+        bail!("--reps must be at least 1");
+    }
+    let wanted: Vec<Program> = ALL
+        .into_iter()
+        .filter(|p| args.only.is_empty() || args.only.iter().any(|n| n == p.name()))
+        .collect();
+    // The prezero arms: what `prezero run` and `prezero run --lazy` set, and
+    // the summary lines. When this bench itself runs under `prezero run`,
+    // the plain arm drops it.
+    let inherited = std::env::var_os("LD_PRELOAD");
+    let marker = std::env::var_os(crate::run::MARKER);
+    let nested =
+        crate::run::already_preloaded(inherited.as_deref().unwrap_or_default(), marker.as_deref());
+    if nested {
+        eprintln!(
+            "prezero: bench run is itself under prezero run: the plain arm runs without LD_PRELOAD"
+        );
+    }
+    let env_of = |lazy: bool| -> Result<Vec<(OsString, OsString)>> {
+        let settings = Settings {
+            lazy,
+            ..args.settings.clone()
+        };
+        let mut env = crate::run::environment(
+            &settings,
+            if nested { None } else { inherited.as_deref() },
+            if nested { None } else { marker.as_deref() },
+        )?;
+        env.push(("PREZERO_STATS".into(), "1".into()));
+        Ok(env)
+    };
+    let envs = [Vec::new(), env_of(false)?, env_of(true)?];
+    let reserve = reserve_bytes(&args.settings)?;
+    let plain_remove: &[&str] = if nested {
+        &["LD_PRELOAD", crate::run::MARKER]
+    } else {
+        &[]
+    };
+    let preload = envs[1]
+        .iter()
+        .find(|(k, _)| k == OsStr::new("LD_PRELOAD"))
+        .map(|(_, v)| v.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    eprintln!("prezero: the prezero arms preload {preload}");
+
+    // Which programs can run here.
+    let mut argv: Vec<(Program, Vec<OsString>)> = Vec::new();
+    let mut skipped: Vec<(Program, String)> = Vec::new();
+    let python = wanted.contains(&Program::Numpy).then(python_with_numpy);
+    let c = wanted
+        .iter()
+        .any(|&p| p != Program::Numpy)
+        .then(alloc_programs);
+    for &p in &wanted {
+        let exe = match (p, &python, &c) {
+            (Program::Numpy, Some(Ok(py)), _) => {
+                let mut v: Vec<OsString> = vec![py.into(), "-c".into(), NUMPY.into()];
+                v.extend(p.args(args.smoke).into_iter().map(OsString::from));
+                argv.push((p, as_prezero_run_execs(&v)));
+                continue;
+            }
+            (Program::Numpy, Some(Err(why)), _) => Err(crate::message(why)),
+            (_, _, Some(Ok(exe))) => Ok(exe.clone()),
+            (_, _, Some(Err(why))) => Err(crate::message(why)),
+            _ => unreachable!("every wanted program has its runner checked"),
+        };
+        match exe {
+            Ok(exe) => {
+                let mut v: Vec<OsString> = vec![exe.into()];
+                v.extend(p.args(args.smoke).into_iter().map(OsString::from));
+                argv.push((p, as_prezero_run_execs(&v)));
+            }
+            Err(why) => skipped.push((p, why)),
+        }
+    }
+    for (p, why) in &skipped {
+        eprintln!("prezero: bench run: no {} row: {why}", p.name());
+    }
+    if argv.is_empty() {
+        bail!("no program could run here (see above)");
+    }
+
+    // Interleaved: each repetition runs every program in every arm, the
+    // arm that goes first turning round.
+    let total: usize = argv
+        .iter()
+        .map(|(p, _)| ARMS.len() * p.runs_per_rep() * args.reps)
+        .sum();
+    let mut progress = Progress::new(total as u64);
+    let mut arms: Vec<[Samples; 3]> = argv.iter().map(|_| Default::default()).collect();
+    let mut turn = 0;
+    let mut pads = Pad::new();
+    for _ in 0..args.reps {
+        for ((p, v), arm) in argv.iter().zip(&mut arms) {
+            for _ in 0..p.runs_per_rep() {
+                turn += 1;
+                for k in 0..ARMS.len() {
+                    let which = (turn + k) % ARMS.len();
+                    progress.step(format!(
+                        "{} {}",
+                        p.name(),
+                        ["plain", "prezero", "lazy"][which]
+                    ));
+                    let mut env = envs[which].clone();
+                    env.push(pads.next());
+                    let remove = if which == 0 { plain_remove } else { &[] };
+                    arm[which].samples.push(run_once(v, &env, remove, *p)?);
+                }
+            }
+        }
+    }
+    progress.finish();
+    let floor = own_peak_rss();
+    print_results(args, &argv, &arms, &skipped, floor, reserve);
+    Ok(())
+}
+
+/// The table, or one JSON row per figure.
+fn print_results(
+    args: &Args,
+    argv: &[(Program, Vec<OsString>)],
+    arms: &[[Samples; 3]],
+    skipped: &[(Program, String)],
+    floor: u64,
+    reserve: usize,
+) {
+    let table = Table::new(" ")
+        .left(15)
+        .left(16)
+        .right(17)
+        .right(17)
+        .right(17)
+        .right(7)
+        .right(7)
+        .gap("  ")
+        .left(24)
+        .gap("  ")
+        .right(9)
+        .right(9)
+        .right(9)
+        .gap("  ")
+        .right(14);
+    if !args.json {
+        println!(
+            "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
+             the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
+            args.reps,
+            human_size(reserve)
+        );
+        table.print(&[
+            "program",
+            "figure",
+            "plain",
+            "prezero",
+            "lazy",
+            "prez. x",
+            "lazy x",
+            "goal",
+            "RSS plain",
+            "RSS prez.",
+            "RSS lazy",
+            "held at peak",
+        ]);
+    }
+    let mut numpy_bound = None;
+    for ((p, _), [plain, pz, lz]) in argv.iter().zip(arms) {
+        if !args.json {
+            println!("# {}: {}", p.name(), p.what(args.smoke));
+        }
+        let held = pz.peak_held();
+        let figures: Vec<&'static str> = plain.samples[0].figures.iter().map(|f| f.0).collect();
+        // What no allocator can beat while the array is far larger than the
+        // caches: a first pass as fast as a resident one.
+        let bound = (*p == Program::Numpy).then(|| {
+            let m = |fig: &str| Stats::of(&plain.figure(fig)).median;
+            m("first_pass_later") / m("second_pass").max(1.0)
+        });
+        numpy_bound = numpy_bound.or(bound);
+        for fig in figures {
+            let [a, b, c] = [plain, pz, lz].map(|arm| Stats::of(&arm.figure(fig)));
+            let x = |s: &Stats| a.median / s.median.max(1.0);
+            let goal_of = |arm| goal(*p, fig, arm, args.smoke, reserve);
+            let (gp, gl) = (goal_of(Arm::Prezero), goal_of(Arm::Lazy));
+            let met = |g: &Option<Goal>, s: &Stats| g.as_ref().map(|g| g.met(a.median, s.median));
+            // Memory in MiB, time in ms (the row's `_ms` fields, and `unit`).
+            let scale = if is_memory(fig) {
+                (1u64 << 20) as f64
+            } else {
+                1e6
+            };
+            if args.json {
+                Row::Run(rows::Run {
+                    program: p.name().to_string(),
+                    figure: fig.to_string(),
+                    runs: plain.samples.len() as u64,
+                    plain_ms: round3(a.median / scale),
+                    plain_stdev_pct: round3(a.stdev_pct),
+                    prezero_ms: round3(b.median / scale),
+                    prezero_stdev_pct: round3(b.stdev_pct),
+                    speedup: round3(x(&b)),
+                    goal: gp.as_ref().map(|g| g.text().to_string()),
+                    goal_met: met(&gp, &b),
+                    plain_peak_rss_bytes: plain.peak_rss(),
+                    prezero_peak_rss_bytes: pz.peak_rss(),
+                    rss_floor_bytes: Some(floor),
+                    smoke: args.smoke,
+                    prezero_held_beyond_use_gib: held.map(|(held, _)| held),
+                    prezero_peak_in_use_gib: held.map(|(_, in_use)| in_use),
+                    bound_speedup: bound.filter(|_| fig == "first_pass_later").map(round3),
+                    unit: is_memory(fig).then(|| "MiB".to_string()),
+                    lazy_ms: Some(round3(c.median / scale)),
+                    lazy_stdev_pct: Some(round3(c.stdev_pct)),
+                    lazy_speedup: Some(round3(x(&c))),
+                    lazy_goal: gl.as_ref().map(|g| g.text().to_string()),
+                    lazy_goal_met: met(&gl, &c),
+                    lazy_peak_rss_bytes: Some(lz.peak_rss()),
+                })
+                .print();
+            } else {
+                let unit = if is_memory(fig) { "MiB" } else { "ms" };
+                let cell =
+                    |s: &Stats| format!("{:>7.1}{unit} +-{:>3.0}%", s.median / scale, s.stdev_pct);
+                let rss = |bytes: u64| human_size(bytes as usize);
+                let goals: Vec<String> = [("prez.", &gp, &b), ("lazy", &gl, &c)]
+                    .into_iter()
+                    .filter_map(|(arm, g, s)| {
+                        let g = g.as_ref()?;
+                        let ok = if g.met(a.median, s.median) {
+                            "ok"
+                        } else {
+                            "NO"
+                        };
+                        Some(format!("{arm} {} {ok}", g.text()))
+                    })
+                    .collect();
+                table.print(&[
+                    p.name().to_string(),
+                    fig.to_string(),
+                    cell(&a),
+                    cell(&b),
+                    cell(&c),
+                    format!("{:.2}x", x(&b)),
+                    format!("{:.2}x", x(&c)),
+                    goals.join(", "),
+                    rss(plain.peak_rss()),
+                    rss(pz.peak_rss()),
+                    rss(lz.peak_rss()),
+                    held.map_or_else(
+                        || "-".to_string(),
+                        |(h, u)| format!("{:.2}G + {:.2}G", u, h),
+                    ),
+                ]);
+            }
+        }
+    }
+    if !args.json {
+        if let Some(b) = numpy_bound {
+            println!(
+                "# numpy: first_pass_later: the iterations after the first. With an array \
+                 far larger than the last-level cache a first pass cannot beat a pass over \
+                 memory already resident: plain first_pass_later / plain second_pass = \
+                 {b:.2}x (bound_speedup in --json) is the most any allocator can give this \
+                 loop here (a block that fits the cache can beat it: calloc's clear leaves it \
+                 there, as with --smoke)"
+            );
+        }
+        println!(
+            "# process: the whole process (start, work, exit); held at peak: the most any \
+             prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
+             reads at least this bench's own {} (wait4 counts the image a child was \
+             spawned from); sparse rss_anon: RssAnon after the touches, the lazy arm's \
+             reserve in it",
+            human_size(floor as usize)
+        );
+        for (p, why) in skipped {
+            println!("# no {} row: {why}", p.name());
+        }
+    }
+}

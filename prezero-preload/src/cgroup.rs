@@ -1,0 +1,121 @@
+//! The memory the process's memory cgroup has left: its limit less its
+//! usage, the least over it and its ancestors (v2's `memory.max` and
+//! `memory.current`, v1's `memory.limit_in_bytes` and
+//! `memory.usage_in_bytes`, under `/sys/fs/cgroup`), read once at start-up
+//! into stack buffers (this runs inside `malloc`). A program in a container
+//! of 512 MiB must not fill a reserve sized by the host's memory.
+
+use std::ffi::CStr;
+
+use crate::size::parse_size;
+use crate::sys;
+
+/// Where a hierarchy's files are, and the two it has for a limit and usage.
+#[derive(Debug, PartialEq, Eq)]
+struct Hierarchy {
+    root: &'static [u8],
+    limit: &'static [u8],
+    usage: &'static [u8],
+}
+
+const V2: Hierarchy = Hierarchy {
+    root: b"/sys/fs/cgroup",
+    limit: b"memory.max",
+    usage: b"memory.current",
+};
+
+const V1: Hierarchy = Hierarchy {
+    root: b"/sys/fs/cgroup/memory",
+    limit: b"memory.limit_in_bytes",
+    usage: b"memory.usage_in_bytes",
+};
+
+/// A line of `/proc/self/cgroup` (`ID:CONTROLLERS:PATH`): the memory
+/// hierarchy it names, and the cgroup's path in it, if it is one (v2's
+/// line has no controllers; v1's memory line lists `memory`).
+fn memory_line(line: &[u8]) -> Option<(Hierarchy, &[u8])> {
+    let mut parts = line.splitn(3, |&b| b == b':');
+    let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+    if controllers.is_empty() {
+        Some((V2, path))
+    } else if controllers.split(|&b| b == b',').any(|c| c == b"memory") {
+        Some((V1, path))
+    } else {
+        None
+    }
+}
+
+/// The cgroup at `path` and its ancestors, deepest last, each as the length
+/// of `path` that names it (`/a/b`: `/a`, `/a/b`; the root is left out: it
+/// has no limit).
+fn ancestors(path: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let path = path.strip_suffix(b"/").unwrap_or(path);
+    (1..=path.len()).filter(move |&i| i == path.len() || path[i] == b'/')
+}
+
+/// The number in the file `root` `dir` `/` `name` (`None` for `max`, or a
+/// file that is not there).
+fn read_number(root: &[u8], dir: &[u8], name: &[u8]) -> Option<usize> {
+    let mut path = [0u8; 512];
+    let parts = [root, dir, b"/", name, b"\0"];
+    let mut at = 0;
+    for p in parts {
+        path.get_mut(at..at + p.len())?.copy_from_slice(p);
+        at += p.len();
+    }
+    let path = CStr::from_bytes_until_nul(&path).ok()?;
+    let mut buf = [0u8; 64];
+    let n = sys::read_file_start(path, &mut buf).ok()?;
+    parse_size(&buf[..n])
+}
+
+/// The memory the process's cgroups have left, if any has a limit.
+pub fn room() -> Option<usize> {
+    let mut buf = [0u8; 4096];
+    let n = sys::read_file_start(c"/proc/self/cgroup", &mut buf).ok()?;
+    let mut least: Option<usize> = None;
+    for line in buf[..n].split(|&b| b == b'\n') {
+        let Some((h, path)) = memory_line(line) else {
+            continue;
+        };
+        for end in ancestors(path) {
+            let dir = &path[..end];
+            let Some(limit) = read_number(h.root, dir, h.limit) else {
+                continue;
+            };
+            let used = read_number(h.root, dir, h.usage).unwrap_or(0);
+            let room = limit.saturating_sub(used);
+            least = Some(least.map_or(room, |l| l.min(room)));
+        }
+    }
+    least
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_memory_lines_of_both_versions() {
+        assert_eq!(
+            memory_line(b"0::/user.slice/a.scope"),
+            Some((V2, &b"/user.slice/a.scope"[..]))
+        );
+        assert_eq!(memory_line(b"4:memory:/box"), Some((V1, &b"/box"[..])));
+        assert_eq!(
+            memory_line(b"7:cpu,memory,pids:/box"),
+            Some((V1, &b"/box"[..]))
+        );
+        assert_eq!(memory_line(b"3:cpu,cpuacct:/box"), None);
+        assert_eq!(memory_line(b"2:name=systemd:/"), None);
+        assert_eq!(memory_line(b""), None);
+    }
+
+    #[test]
+    fn a_cgroup_and_its_ancestors_not_the_root() {
+        let names = |p: &'static [u8]| ancestors(p).map(|e| &p[..e]).collect::<Vec<_>>();
+        assert_eq!(names(b"/a/b/c"), [&b"/a"[..], b"/a/b", b"/a/b/c"]);
+        assert_eq!(names(b"/a/"), [&b"/a"[..]]);
+        assert!(names(b"/").is_empty());
+    }
+}

@@ -1,0 +1,236 @@
+//! The program's own mappings: which `mmap`s are registered, and what
+//! `munmap`, `mremap`, `mmap(MAP_FIXED)` and `madvise` do to registered
+//! ranges. `interpose.rs` calls these from the C entry points, which have
+//! already forwarded everything while the lazy mode was not asked for.
+//!
+//! Registered: anonymous private read-write mappings of at least the
+//! threshold (2 MiB at least), without `MAP_POPULATE` (the program wants the
+//! pages now), `MAP_LOCKED` (a move into locked memory is refused),
+//! `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`, and holding a whole 2 MiB
+//! block: all of it (its edges get small pages: a move is of whole blocks;
+//! a part registered or advised alone would split the mapping, which
+//! `mremap` could not move or grow whole then). A
+//! `PROT_NONE` reservation (a JVM's heap, reserved at `-Xmx`) is not; the
+//! read-write mappings a runtime commits over it with `MAP_FIXED` are.
+//!
+//! The table follows a call once it succeeded (a failed one changes no
+//! mapping). The program's unmaps and drops (`munmap`, `MADV_DONTNEED`,
+//! `MADV_FREE`, `MADV_REMOVE`, `mmap(MAP_FIXED)` over, a shrinking
+//! `mremap`) leave its pages to the kernel: none moves into the reserve,
+//! though a fault is served from it as before. The kernel may still hold
+//! references to them that the program cannot see and a move does not
+//! refuse (a pipe's, after `vmsplice`: it must deliver the bytes written,
+//! not the next owner's); the kernel frees a page only once the last is
+//! gone. `MADV_HUGEPAGE` on a registered range is done, then undone there
+//! (`MADV_NOHUGEPAGE`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::table::Range;
+use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE, PAGE};
+use crate::sys::uffd;
+use crate::sys::{self, Advice, Errno};
+
+/// Every registered range lies in `[LO, HI)` (widened, never narrowed): a
+/// `munmap` or `madvise` elsewhere is forwarded without the lock.
+static LO: AtomicUsize = AtomicUsize::new(usize::MAX);
+static HI: AtomicUsize = AtomicUsize::new(0);
+
+fn maybe_registered(start: usize, end: usize) -> bool {
+    start < HI.load(Ordering::Acquire) && end > LO.load(Ordering::Acquire)
+}
+
+/// The 2 MiB-aligned interior of `[start, start + len)`, if it holds a block.
+fn interior(start: usize, len: usize) -> Option<Range> {
+    let r = Range {
+        start: start.next_multiple_of(HUGE),
+        end: start.checked_add(len)? & !(HUGE - 1),
+    };
+    (r.start < r.end).then_some(r)
+}
+
+/// Whether a new mapping of these arguments is one to register.
+pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
+    let excluded = libc::MAP_POPULATE
+        | libc::MAP_LOCKED
+        | libc::MAP_HUGETLB
+        | libc::MAP_STACK
+        | libc::MAP_GROWSDOWN;
+    flags & libc::MAP_ANONYMOUS != 0
+        && flags & 0x0f == libc::MAP_PRIVATE
+        && flags & excluded == 0
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && len >= threshold()
+}
+
+/// Registers the new mapping `[at, at + len)`, if it holds a whole block,
+/// and remembers it; nothing if the table is full or the kernel refuses.
+/// The whole mapping, edges too (served with small pages): a registration
+/// or advice of a part would split it, and `mremap` cannot span mappings.
+fn register(g: &mut PopGuard, at: usize, len: usize) {
+    let (Some(_), Some(end)) = (interior(at, len), at.checked_add(len)) else {
+        return;
+    };
+    let r = Range {
+        start: at,
+        end: end.next_multiple_of(PAGE),
+    };
+    if g.table().len() == super::table::MAX_MAPPINGS {
+        return;
+    }
+    // SAFETY: the handler thread runs (the lazy mode is on) and answers
+    // every fault.
+    if unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) }.is_err() {
+        return;
+    }
+    let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+    g.table().insert(r);
+    LO.fetch_min(r.start, Ordering::AcqRel);
+    HI.fetch_max(r.end, Ordering::AcqRel);
+    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Takes `[start, end)` (to its last page: what a call of that length
+/// unmapped) out of the table, once the call succeeded: a failed one
+/// changed nothing, and a range forgotten before it would be served with
+/// small pages from then on.
+fn forget(g: &mut PopGuard, start: usize, end: usize) {
+    let end = end.checked_next_multiple_of(PAGE).unwrap_or(usize::MAX);
+    if let Some(lost) = g.table().remove(start, end) {
+        // No room to keep tracking it: the kernel serves it from now on.
+        let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
+    }
+}
+
+/// `mmap`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `mmap(2)`.
+pub unsafe fn mmap(
+    addr: usize,
+    len: usize,
+    prot: i32,
+    flags: i32,
+    fd: i32,
+    off: libc::off_t,
+) -> Result<usize, Errno> {
+    let fixed = flags & libc::MAP_FIXED != 0 && flags & libc::MAP_FIXED_NOREPLACE == 0;
+    let wanted = candidate(len, prot, flags);
+    let end = addr.saturating_add(len);
+    if fixed && active() && maybe_registered(addr, end) {
+        let mut g = PopGuard::program();
+        // SAFETY: as mmap(2) (the caller's contract).
+        let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+        forget(&mut g, addr, end);
+        if wanted {
+            register(&mut g, at, len);
+        }
+        return Ok(at);
+    }
+    // Not in a child forked meanwhile (the program's fork handlers may run
+    // in it before ours): the descriptor acts on this process's memory.
+    if !wanted || !ensure_started() || !active() {
+        // SAFETY: as mmap(2).
+        return unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) };
+    }
+    // SAFETY: as mmap(2).
+    let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+    // Registered before the program has the address (unless MAP_FIXED, which
+    // it chose: a thread that touches it meanwhile gets the kernel's pages).
+    let mut g = PopGuard::program();
+    register(&mut g, at, len);
+    Ok(at)
+}
+
+/// `munmap`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `munmap(2)`.
+pub unsafe fn munmap(addr: usize, len: usize) -> Result<(), Errno> {
+    let end = addr.saturating_add(len);
+    if !maybe_registered(addr, end) || !active() {
+        // SAFETY: as munmap(2).
+        return unsafe { sys::munmap_raw(addr, len) };
+    }
+    let mut g = PopGuard::program();
+    // SAFETY: as munmap(2).
+    unsafe { sys::munmap_raw(addr, len) }?;
+    forget(&mut g, addr, end);
+    Ok(())
+}
+
+/// `mremap`, once the lazy mode was asked for. Registration does not follow
+/// a mapping the kernel moves or grows: the result is unregistered whole and
+/// its interior registered again, and so is every registered range (the
+/// kernel may have unregistered a neighbour the result merged with).
+///
+/// # Safety
+/// As `mremap(2)`.
+pub unsafe fn mremap(
+    old: usize,
+    old_len: usize,
+    new_len: usize,
+    flags: i32,
+    to: usize,
+) -> Result<usize, Errno> {
+    let fixed = flags & libc::MREMAP_FIXED != 0;
+    let old_end = old.saturating_add(old_len);
+    let hit = maybe_registered(old, old_end)
+        || (fixed && maybe_registered(to, to.saturating_add(new_len)));
+    if !hit || !active() {
+        // SAFETY: as mremap(2).
+        return unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) };
+    }
+    let mut g = PopGuard::program();
+    // SAFETY: as mremap(2).
+    let at = unsafe { sys::mremap_raw(old, old_len, new_len, flags, to) }?;
+    if new_len < old_len {
+        // The tail went, whether the rest moved or not.
+        forget(&mut g, old + new_len, old_end);
+    }
+    if fixed {
+        forget(&mut g, to, to.saturating_add(new_len));
+    }
+    let was = g.table().overlaps(old, old_end);
+    if flags & libc::MREMAP_DONTUNMAP == 0 {
+        if let Some(lost) = g.table().remove(old, old_end) {
+            let _ = uffd::unregister(fd(), lost.start, lost.end - lost.start);
+        }
+    }
+    if was {
+        let _ = uffd::unregister(fd(), at, new_len);
+        register(&mut g, at, new_len);
+    }
+    // The kernel cleared the registration of the whole mapping the result
+    // merged into, which may hold a neighbour's registered range.
+    let n = g.table().len();
+    for i in 0..n {
+        let r = g.table().get(i);
+        // SAFETY: the handler thread runs, and answers every fault.
+        let _ = unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) };
+    }
+    Ok(at)
+}
+
+/// `madvise`, once the lazy mode was asked for.
+///
+/// # Safety
+/// As `madvise(2)`.
+pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno> {
+    let end = addr.saturating_add(len);
+    let cache = crate::cache::owns(addr) || crate::cache::owns(end.saturating_sub(1));
+    let ours = cache || maybe_registered(addr, end);
+    // SAFETY: as madvise(2) (the caller's contract).
+    unsafe { sys::madvise_raw(addr, len, advice) }?;
+    if advice == libc::MADV_HUGEPAGE && ours && active() {
+        let mut g = PopGuard::program();
+        g.table().each_within(addr, end, |r| {
+            let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+        });
+        if let Some((base, span)) = crate::cache::range().filter(|_| cache) {
+            let (s, e) = (addr.max(base), end.min(base + span));
+            let _ = sys::madvise(s, e - s, Advice::NoHugePage);
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,516 @@
+//! The lazy mode (`PREZERO_LAZY=1`, `prezero run --lazy`): large blocks are
+//! not populated; their first touch is a page fault that a handler thread of
+//! this process serves by moving a pre-zeroed 2 MiB huge page in from a
+//! reserve (`UFFDIO_MOVE`, Linux 6.8), and the huge pages of blocks freed to
+//! the cache move back into the reserve to be scrubbed with streaming stores
+//! instead of faulted anew (the program's own unmaps leave theirs to the
+//! kernel: `recycle.rs`).
+//!
+//! What is registered with the userfaultfd (missing-page faults), each part
+//! `MADV_NOHUGEPAGE` (in a range the kernel may fault huge pages into, it
+//! allocates and zeroes one before it reports the fault, then frees it):
+//! the cache's whole range, and the program's own large anonymous private
+//! mappings (`mmap` is interposed: `interpose.rs`, the ranges in `table.rs`).
+//!
+//! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
+//! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
+//! * `worker.rs`: the `SCHED_IDLE` thread that does that in the background;
+//! * `recycle.rs`: the huge pages of freed blocks back into the reserve;
+//! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
+//!   registered ranges; `interpose.rs` the C entry points;
+//! * `table.rs`: the registered mappings (pure).
+//!
+//! Locks: `POP` orders everything that populates or unmaps registered
+//! memory other than by a fault: the handler holds it from its look at a
+//! block to its move, so a block it found empty is still empty when it drops
+//! the block's page table (`MADV_DONTNEED`) and moves a page in. Whoever
+//! holds it touches no registered memory and takes no other lock (a thread
+//! waiting on its own fault would wait on the handler, which waits on
+//! `POP`); a program thread holds it with its signals blocked, for the same
+//! reason. The kernel may still touch registered memory for its holder (a
+//! call's argument on a stack the program mapped itself), and the program's
+//! fork handlers run while `fork` holds it: the handler waits for it a
+//! millisecond at most, then serves the faulting page alone, which needs no
+//! lock; the thread that holds it across `fork` has it for its own calls.
+//! The reserve is atomics only.
+//!
+//! Starts: in the program `prezero run` executes, at start-up (its reserve
+//! fills from then on); in any other process at its first large block, and
+//! its reserve fills only once it has faulted one (a script that starts a
+//! hundred short processes does not populate a hundred reserves). Where it
+//! cannot start (no userfaultfd allowed, no `UFFDIO_MOVE`) the program says
+//! why once and runs as `prezero run` runs it.
+//!
+//! Fork: the child's copies of registered ranges are not registered (no
+//! `UFFD_FEATURE_EVENT_FORK`), so the kernel serves its faults, and the
+//! reserve is not copied (`MADV_DONTFORK`): the child runs without the lazy
+//! mode. Its descriptors are closed: the userfaultfd's moves act on the
+//! parent's memory.
+
+mod handler;
+#[cfg(not(test))]
+mod interpose;
+mod mappings;
+mod recycle;
+mod reserve;
+pub mod stats;
+mod table;
+mod worker;
+
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+use crate::config::Config;
+use crate::sys::uffd;
+use crate::sys::{self, Errno};
+
+pub use recycle::recycle;
+
+/// The huge page, and the block the handler moves whole.
+pub const HUGE: usize = 2 << 20;
+const PAGE: usize = 4096;
+
+/// Not asked for, or a forked child.
+const OFF: u8 = 0;
+/// Asked for, not started yet.
+const WANTED: u8 = 1;
+const STARTING: u8 = 2;
+const ON: u8 = 3;
+/// Could not start: the cache serves as without the lazy mode.
+const FAILED: u8 = 4;
+
+static STATE: AtomicU8 = AtomicU8::new(OFF);
+static UFFD: AtomicI32 = AtomicI32::new(-1);
+/// Which file the descriptor is (device, inode), to tell it from another
+/// the program opened at its number after closing it.
+static UFFD_DEV: AtomicU64 = AtomicU64::new(0);
+static UFFD_INO: AtomicU64 = AtomicU64::new(0);
+static PAGEMAP: AtomicI32 = AtomicI32::new(-1);
+/// HUGE bytes that read as zero: what the handler copies into a block when
+/// the reserve has nothing for it.
+static ZEROES: AtomicUsize = AtomicUsize::new(0);
+/// The process that started it: a child made without `fork`'s handlers
+/// (a raw `clone`, `vfork`) must not use the descriptor, whose moves act on
+/// this process's memory.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+static RESERVE_BYTES: AtomicUsize = AtomicUsize::new(0);
+static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+static IDLE_MS: AtomicU64 = AtomicU64::new(5000);
+/// Whether the reserve fills ahead of demand (the program from start-up;
+/// other processes once they fault).
+static FILL: AtomicBool = AtomicBool::new(false);
+/// When the program last faulted or freed a huge page (coarse ms).
+static LAST_ACTIVE: AtomicU64 = AtomicU64::new(0);
+/// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
+static NO_USERFAULTFD: AtomicBool = AtomicBool::new(false);
+/// Print why, if it cannot start (the program `prezero run` executes).
+static SAY_WHY: AtomicBool = AtomicBool::new(false);
+
+/// The table of registered mappings, under `POP`.
+struct TableCell(UnsafeCell<table::Table>);
+// SAFETY: reached only through `PopGuard::table`, with `POP` held.
+unsafe impl Sync for TableCell {}
+static TABLE: TableCell = TableCell(UnsafeCell::new(table::Table::new()));
+static POP: sys::Mutex = sys::Mutex::new();
+/// A program thread's signal mask while `fork` holds `POP` (see `before_fork`).
+struct MaskCell(UnsafeCell<Option<libc::sigset_t>>);
+// SAFETY: written and read only by the thread that holds `POP`.
+unsafe impl Sync for MaskCell {}
+static FORK_MASK: MaskCell = MaskCell(UnsafeCell::new(None));
+
+/// The thread that holds `POP` across `fork` (`before_fork`), 0 if none: the
+/// program's own fork handlers may run on it, inside ours, and `mmap`.
+static FORK_HOLDER: AtomicI32 = AtomicI32::new(0);
+
+/// `POP` held; signals blocked if the holder is a program thread.
+pub struct PopGuard {
+    mask: Option<libc::sigset_t>,
+    /// Held already by this thread, across `fork`: not given back on drop.
+    nested: bool,
+}
+
+impl PopGuard {
+    /// For a program thread: its signals blocked first. The thread that
+    /// holds it across `fork` (running the program's fork handlers) has it.
+    fn program() -> PopGuard {
+        let holder = FORK_HOLDER.load(Ordering::Acquire);
+        if holder != 0 && holder == sys::gettid() {
+            return PopGuard {
+                mask: None,
+                nested: true,
+            };
+        }
+        let mask = Some(uffd::block_signals());
+        POP.lock();
+        PopGuard {
+            mask,
+            nested: false,
+        }
+    }
+
+    /// For the fault handler: `None` if `POP` stays taken for `us`
+    /// microseconds. Its holder may be waiting on the very fault the
+    /// handler serves: a thread whose stack is registered memory it has not
+    /// touched yet, or a fork handler of the program's that touches memory
+    /// while `fork` holds `POP`.
+    fn own_within(us: u64) -> Option<PopGuard> {
+        let mut start = None;
+        while !POP.try_lock() {
+            let t = sys::clock_gettime(libc::CLOCK_MONOTONIC);
+            let now = t.tv_sec as u64 * 1_000_000 + t.tv_nsec as u64 / 1000;
+            if now - *start.get_or_insert(now) >= us {
+                return None;
+            }
+            std::thread::yield_now();
+        }
+        Some(PopGuard {
+            mask: None,
+            nested: false,
+        })
+    }
+
+    fn table(&mut self) -> &mut table::Table {
+        // SAFETY: POP is held while the guard lives: the only reference.
+        unsafe { &mut *TABLE.0.get() }
+    }
+}
+
+impl Drop for PopGuard {
+    fn drop(&mut self) {
+        if self.nested {
+            return;
+        }
+        // SAFETY: this guard locked POP.
+        unsafe { POP.unlock() };
+        if let Some(m) = &self.mask {
+            uffd::restore_signals(m);
+        }
+    }
+}
+
+fn now_ms() -> u64 {
+    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
+fn touch_active() {
+    LAST_ACTIVE.store(now_ms(), Ordering::Relaxed);
+}
+
+fn fd() -> i32 {
+    UFFD.load(Ordering::Relaxed)
+}
+
+/// Reads the settings at start-up; in the program `prezero run` executes,
+/// starts now.
+pub fn configure(cfg: &Config) {
+    if !cfg.lazy {
+        return;
+    }
+    RESERVE_BYTES.store(cfg.reserve, Ordering::Relaxed);
+    THRESHOLD.store(cfg.threshold.max(HUGE), Ordering::Relaxed);
+    IDLE_MS.store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
+    NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
+    SAY_WHY.store(cfg.program, Ordering::Relaxed);
+    FILL.store(cfg.program, Ordering::Relaxed);
+    STATE.store(WANTED, Ordering::Release);
+    if cfg.program {
+        ensure_started();
+    }
+}
+
+/// Whether the lazy mode was asked for (started or not): `mmap`'s first look.
+#[inline]
+pub fn wanted() -> bool {
+    STATE.load(Ordering::Acquire) != OFF
+}
+
+/// The smallest mapping worth registering.
+pub fn threshold() -> usize {
+    THRESHOLD.load(Ordering::Relaxed)
+}
+
+/// Starts the lazy mode if it was asked for and has not been tried: true if
+/// it runs.
+pub fn ensure_started() -> bool {
+    match STATE.load(Ordering::Acquire) {
+        ON => return true,
+        WANTED => {}
+        _ => return false,
+    }
+    if STATE
+        .compare_exchange(WANTED, STARTING, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        // Another thread starts it; its first requests go without.
+        return STATE.load(Ordering::Acquire) == ON;
+    }
+    match start() {
+        Ok(()) => {
+            STATE.store(ON, Ordering::Release);
+            true
+        }
+        Err(why) => {
+            if SAY_WHY.load(Ordering::Relaxed) {
+                why.print();
+            }
+            STATE.store(FAILED, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// Whether this process's lazy mode runs: a system call (`getpid`) beside
+/// the state, for the paths that use the descriptor from program threads.
+pub fn active() -> bool {
+    STATE.load(Ordering::Acquire) == ON && OWNER.load(Ordering::Relaxed) == sys::getpid()
+}
+
+/// Why it could not start.
+enum Why {
+    Disabled,
+    Refused(uffd::Refused),
+    NoMove(Errno),
+    Failed(&'static str, Errno),
+}
+
+impl Why {
+    fn print(&self) {
+        use std::io::Write;
+        let mut buf = [0u8; 512];
+        let mut w = &mut buf[..];
+        let _ = write!(w, "prezero: --lazy: ");
+        let _ = match self {
+            Why::Disabled => write!(w, "userfaultfd disabled (PREZERO_NO_USERFAULTFD=1)"),
+            Why::Refused(r) => write!(
+                w,
+                "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
+                 give the user access to /dev/userfaultfd, or CAP_SYS_PTRACE)",
+                sys::strerror(r.device),
+                sys::strerror(r.syscall)
+            ),
+            Why::NoMove(e) => write!(
+                w,
+                "the kernel has no UFFDIO_MOVE (Linux 6.8 or later; {})",
+                sys::strerror(*e)
+            ),
+            Why::Failed(what, e) => write!(w, "{what}: {}", sys::strerror(*e)),
+        };
+        let _ = writeln!(w, "; running as prezero run does");
+        let used = 512 - w.len();
+        sys::write_stderr(&buf[..used]);
+    }
+}
+
+/// Moves `fd` to a high number: a program that opens and closes many files
+/// is less likely to close ours by mistake (the handler would read another
+/// file's bytes).
+fn high(fd: i32) -> i32 {
+    let Ok(hi) = sys::dup_above(fd, 512) else {
+        return fd;
+    };
+    uffd::close(fd);
+    hi
+}
+
+fn start() -> Result<(), Why> {
+    if NO_USERFAULTFD.load(Ordering::Relaxed) {
+        return Err(Why::Disabled);
+    }
+    // The clearing kernels' choice, made once: here, not in the handler's
+    // first scrub, where reading the profile could allocate and wait on a
+    // lock a faulting thread holds.
+    let _ = prezero::active_profile();
+    let fd = high(uffd::open().map_err(Why::Refused)?);
+    let fail = |why: Why| {
+        uffd::close(fd);
+        why
+    };
+    uffd::handshake(fd).map_err(|e| fail(Why::NoMove(e)))?;
+    let pm = uffd::open_pagemap().map_err(|e| fail(Why::Failed("/proc/self/pagemap", e)))?;
+    let pm = high(pm);
+    let zeroes = sys::map_zeroes(HUGE).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the zero page mapping", e))
+    })?;
+    ZEROES.store(zeroes, Ordering::Release);
+    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed)).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the reserve", e))
+    })?;
+    let (dev, ino) = uffd::identity(fd).map_err(|e| {
+        uffd::close(pm);
+        fail(Why::Failed("the userfaultfd's fstat", e))
+    })?;
+    UFFD_DEV.store(dev, Ordering::Relaxed);
+    UFFD_INO.store(ino, Ordering::Relaxed);
+    UFFD.store(fd, Ordering::Release);
+    PAGEMAP.store(pm, Ordering::Release);
+    OWNER.store(sys::getpid(), Ordering::Release);
+    touch_active();
+    // Before the cache's range is registered: a fault there needs it.
+    if !spawn("prezero-fault", handler::run) {
+        // Nothing is registered to the descriptor that could wait on it.
+        uffd::close(pm);
+        return Err(fail(Why::Failed(
+            "the fault handler thread",
+            Errno(libc::EAGAIN),
+        )));
+    }
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler thread runs, and answers every fault.
+        if unsafe { uffd::register(fd, base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
+    }
+    // Without it nothing is filled or scrubbed ahead: the handler does it
+    // for each fault, slower.
+    let _ = spawn("prezero-reserve", worker::run);
+    sys::atfork(before_fork, after_fork, in_child);
+    Ok(())
+}
+
+/// Whether the descriptor is still the userfaultfd opened at the start (a
+/// program that closes every descriptor it did not open, a daemon's
+/// `close_range`, closes it, and may open another file at its number).
+fn still_ours() -> bool {
+    uffd::identity(fd()).is_ok_and(|(dev, ino)| {
+        dev == UFFD_DEV.load(Ordering::Relaxed) && ino == UFFD_INO.load(Ordering::Relaxed)
+    })
+}
+
+/// Stops the lazy mode for good (the handler, whose descriptor is gone or
+/// failed): the program's later calls go straight to the kernel, and no
+/// path uses the descriptor's number again (the program's file, if it
+/// opened one there). Where the descriptor is still ours it is closed: the
+/// kernel unregisters its ranges and wakes their faults, as it did when the
+/// program closed it.
+fn stop() {
+    STATE.store(FAILED, Ordering::Release);
+    let ours = still_ours();
+    let fd = UFFD.swap(-1, Ordering::AcqRel);
+    if ours {
+        uffd::close(fd);
+    }
+}
+
+/// Starts a thread of the lazy mode with every signal blocked: a program's
+/// handler run on it could touch registered memory and wait on itself.
+fn spawn(name: &str, f: fn()) -> bool {
+    let old = uffd::block_signals();
+    let r = sys::spawn(name, f);
+    uffd::restore_signals(&old);
+    r.is_ok()
+}
+
+/// Whether `[at, at + HUGE)` is one PMD-mapped huge page.
+fn is_huge(at: usize) -> bool {
+    let mut out = [uffd::Region::default(); 1];
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    matches!(
+        uffd::scan(pm, at, at + HUGE, uffd::PAGE_IS_HUGE, uffd::PAGE_IS_PRESENT, uffd::PAGE_IS_HUGE, &mut out),
+        Ok((1, _)) if out[0].start as usize == at && out[0].end as usize == at + HUGE
+    )
+}
+
+/// Whether no page of `[at, at + len)` is present or swapped out (false if
+/// the kernel cannot say).
+fn is_empty(at: usize, len: usize) -> bool {
+    let mut out = [uffd::Region::default(); 1];
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
+    matches!(
+        uffd::scan(pm, at, at + len, 0, any, any, &mut out),
+        Ok((0, _))
+    )
+}
+
+/// The cache's realloc is about to move pages within its range: `POP` held
+/// until the guard drops, if the lazy mode runs.
+pub fn populating() -> Option<PopGuard> {
+    active().then(PopGuard::program)
+}
+
+/// Blocks up to this size move with `UFFDIO_MOVE` when the cache's
+/// `realloc` moves them under the lazy mode (see [`move_block`]); larger
+/// ones with `mremap`, whose page-table moves cost nothing per page.
+pub const MOVE_MAX: usize = 8 << 20;
+
+/// Moves the pages of the cache's block `[from, from + len)` to the block
+/// at `to` (whose own pages are dropped first: the move fills only missing
+/// ones), with the guard of [`populating`] held: the bytes
+/// moved from the start (all of `len`, or up to a page shared with a forked
+/// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
+/// small page here); `mremap` makes new ones, which the registration then
+/// keeps from merging back (about 25 more per 1000 moves of a realloc churn
+/// here, till vm.max_map_count).
+pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
+    // SAFETY: the block just granted to the caller (the cache's realloc),
+    // whose contents it is about to replace.
+    if unsafe { sys::discard(to, len) }.is_err() {
+        return 0;
+    }
+    // SAFETY: both blocks are the caller's (the program's, and the one just
+    // granted it, now without pages), in the cache's range, registered with
+    // this descriptor.
+    match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
+        (_, Ok(())) => len,
+        (moved, Err(_)) => moved,
+    }
+}
+
+/// Registers the cache's whole range again after `mremap` and
+/// `mmap(MAP_FIXED)` changed its mappings, with the guard of [`populating`]
+/// held. The kernel carries no registration over to the mapping a move
+/// makes, and clears it on the whole mapping that one merges into, which
+/// may take in a neighbour's registered pages: the whole range, then, not
+/// only the two parts that moved (mappings already registered are skipped;
+/// those that are not merge back with their neighbours).
+pub fn register_cache_again(_: &PopGuard) {
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler thread runs, and answers every fault.
+        if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
+    }
+}
+
+extern "C" fn before_fork() {
+    if STATE.load(Ordering::Acquire) == ON {
+        let g = PopGuard::program();
+        // SAFETY: POP is held: the one writer (`after_fork` and `in_child`
+        // read it back, still holding it).
+        unsafe { *FORK_MASK.0.get() = g.mask };
+        std::mem::forget(g);
+        FORK_HOLDER.store(sys::gettid(), Ordering::Release);
+    }
+}
+
+fn release_fork_lock() {
+    FORK_HOLDER.store(0, Ordering::Release);
+    // SAFETY: `before_fork` took POP in this thread and stored the mask.
+    let mask = unsafe { (*FORK_MASK.0.get()).take() };
+    drop(PopGuard {
+        mask,
+        nested: false,
+    });
+}
+
+extern "C" fn after_fork() {
+    if STATE.load(Ordering::Acquire) == ON {
+        release_fork_lock();
+    }
+}
+
+extern "C" fn in_child() {
+    if STATE.load(Ordering::Acquire) != ON {
+        return;
+    }
+    STATE.store(OFF, Ordering::Release);
+    uffd::close(UFFD.swap(-1, Ordering::AcqRel));
+    uffd::close(PAGEMAP.swap(-1, Ordering::AcqRel));
+    // SAFETY: this thread holds POP (before_fork), the child's only thread.
+    unsafe { (*TABLE.0.get()).clear() };
+    stats::reset();
+    release_fork_lock();
+}

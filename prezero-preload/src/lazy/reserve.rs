@@ -1,0 +1,225 @@
+//! The reserve: one anonymous mapping of the process's own, cut in 2 MiB
+//! slots, each holding one transparent huge page (or, where the kernel had
+//! none to give, 512 small pages) or nothing. The handler
+//! moves its zeroed pages into the program's faulting blocks; freed huge
+//! pages move back into empty slots; the worker thread (at `SCHED_IDLE`)
+//! scrubs those with streaming stores, fills empty slots ahead of demand and
+//! gives the reserve back when the process has been idle.
+//!
+//! The mapping is `MADV_HUGEPAGE` (its slots fault in as huge pages),
+//! `MADV_DONTFORK` (a move works only within one process: a child that
+//! shared the pages would make every move fail with EBUSY), and registered
+//! with the userfaultfd in write-protect mode, which arms nothing: a move may
+//! only land in a registered range.
+//!
+//! Each slot's state is one atomic, changed by compare-and-swap: the handler
+//! never waits on a lock (a thread holding one might be waiting on the
+//! handler's answer to its own fault). `held` counts the slots with pages.
+//! A slot is EMPTY only once the kernel dropped its pages (a locked reserve,
+//! under `mlockall`, takes `MADV_DONTNEED_LOCKED`); one it kept is DIRTY,
+//! and a fill looks before it populates: populating keeps the bytes of
+//! pages present.
+//!
+//! | state     | pages                          | who moves it on              |
+//! |-----------|--------------------------------|------------------------------|
+//! | EMPTY     | none                           | the worker, the recycler     |
+//! | FILLING   | being populated                | the worker                   |
+//! | INCOMING  | a freed page being moved in    | the recycler                 |
+//! | DIRTY     | any, contents unknown          | worker or handler (scrub)    |
+//! | SCRUBBING | being cleared                  | whoever took it              |
+//! | READY     | zeroed pages                   | the handler (moves them out) |
+//! | TAKEN     | being moved out                | the handler                  |
+
+use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+
+use super::{is_empty, is_huge, stats, HUGE};
+use crate::sys::uffd;
+use crate::sys::{self, Advice, Errno};
+
+pub const EMPTY: u8 = 0;
+pub const FILLING: u8 = 1;
+pub const INCOMING: u8 = 2;
+pub const DIRTY: u8 = 3;
+pub const SCRUBBING: u8 = 4;
+pub const READY: u8 = 5;
+pub const TAKEN: u8 = 6;
+
+/// Most slots: a reserve of 16 GiB.
+pub const MAX_SLOTS: usize = 8192;
+
+static STATE: [AtomicU8; MAX_SLOTS] = [const { AtomicU8::new(EMPTY) }; MAX_SLOTS];
+static BASE: AtomicUsize = AtomicUsize::new(0);
+static SLOTS: AtomicUsize = AtomicUsize::new(0);
+/// Where the next search for a slot starts: slots are taken round the ring.
+static CURSOR: AtomicUsize = AtomicUsize::new(0);
+/// Slots in each state, for the worker's and the handler's quick looks.
+static READY_N: AtomicUsize = AtomicUsize::new(0);
+static DIRTY_N: AtomicUsize = AtomicUsize::new(0);
+/// Slots with pages (every state but EMPTY and TAKEN's source after a move).
+static HELD: AtomicUsize = AtomicUsize::new(0);
+/// Bumped when there is work for the worker; it sleeps on it.
+pub static WORK: AtomicU32 = AtomicU32::new(0);
+
+/// Maps the reserve for `bytes` (rounded down to slots, at most
+/// [`MAX_SLOTS`]) and registers it with `fd`; its slot count.
+pub fn create(fd: i32, bytes: usize) -> Result<usize, Errno> {
+    let slots = (bytes / HUGE).min(MAX_SLOTS);
+    if slots == 0 {
+        return Ok(0);
+    }
+    let len = slots * HUGE;
+    let raw = sys::map_noreserve(len + HUGE)?;
+    let base = raw.next_multiple_of(HUGE);
+    // Failures of the advice only cost speed: small pages to move (the
+    // filler then finds them not huge and backs off), or a child's copy.
+    let _ = sys::madvise(base, len, Advice::HugePage);
+    let _ = sys::madvise(base, len, Advice::DontFork);
+    // SAFETY: write-protect mode arms nothing: no fault waits on us.
+    if let Err(e) = unsafe { uffd::register(fd, base, len, uffd::Mode::WriteProtect) } {
+        // SAFETY: the mapping just made, which nothing uses.
+        let _ = unsafe { sys::munmap(raw, len + HUGE) };
+        return Err(e);
+    }
+    BASE.store(base, Ordering::Release);
+    SLOTS.store(slots, Ordering::Release);
+    Ok(slots)
+}
+
+pub fn slot_addr(i: usize) -> usize {
+    BASE.load(Ordering::Relaxed) + i * HUGE
+}
+
+fn count(state: u8) -> Option<&'static AtomicUsize> {
+    match state {
+        READY => Some(&READY_N),
+        DIRTY => Some(&DIRTY_N),
+        _ => None,
+    }
+}
+
+/// Takes a slot in state `from` into state `to`: one search round the ring.
+pub fn take(from: u8, to: u8) -> Option<usize> {
+    if count(from).is_some_and(|c| c.load(Ordering::Acquire) == 0) {
+        return None;
+    }
+    let n = SLOTS.load(Ordering::Acquire);
+    let start = CURSOR.load(Ordering::Relaxed);
+    for k in 0..n {
+        let i = (start + k) % n;
+        if STATE[i]
+            .compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            if let Some(c) = count(from) {
+                c.fetch_sub(1, Ordering::AcqRel);
+            }
+            if from == EMPTY {
+                HELD.fetch_add(1, Ordering::Relaxed);
+            }
+            CURSOR.store(i + 1, Ordering::Relaxed);
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Slot `i`, which the caller took, is now in state `to`.
+pub fn set(i: usize, to: u8) {
+    if to == EMPTY {
+        HELD.fetch_sub(1, Ordering::Relaxed);
+    }
+    // Counted before the slot shows the state: a `take` decrements only
+    // after it took the slot, so a count never goes below the slots in it.
+    if let Some(c) = count(to) {
+        c.fetch_add(1, Ordering::AcqRel);
+    }
+    STATE[i].store(to, Ordering::Release);
+    if to == DIRTY || to == EMPTY {
+        wake_worker();
+    }
+}
+
+pub fn ready() -> usize {
+    READY_N.load(Ordering::Acquire)
+}
+
+pub fn held() -> usize {
+    HELD.load(Ordering::Relaxed)
+}
+
+pub fn slots() -> usize {
+    SLOTS.load(Ordering::Acquire)
+}
+
+pub fn wake_worker() {
+    WORK.fetch_add(1, Ordering::Release);
+    uffd::futex_wake(&WORK);
+}
+
+/// Drops slot `i`'s pages (the caller took it): EMPTY after, and true; or,
+/// where the kernel kept them, DIRTY (scrubbed before it is handed out: an
+/// EMPTY slot with pages would be filled around the bytes it holds) and
+/// false.
+pub fn drop_pages(i: usize) -> bool {
+    let dropped = discard(i);
+    set(i, if dropped { EMPTY } else { DIRTY });
+    dropped
+}
+
+/// Whether the kernel dropped slot `i`'s pages (the caller took it).
+fn discard(i: usize) -> bool {
+    // SAFETY: the slot is the caller's (taken), nothing reads it.
+    unsafe { sys::discard_even_locked(slot_addr(i), HUGE) }.is_ok()
+}
+
+/// Populates slot `i` (taken, FILLING) with pages the kernel zeroes, one
+/// huge page where it has one to give, else small ones: READY, or (the
+/// kernel refused) EMPTY and false. A slot not seen empty (pages a drop
+/// left, whose bytes the population would keep; or the kernel could not
+/// say) is DIRTY instead, and false.
+pub fn fill(i: usize) -> bool {
+    let at = slot_addr(i);
+    if !is_empty(at, HUGE) {
+        set(i, DIRTY);
+        return false;
+    }
+    let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
+    if ok {
+        let kind = if is_huge(at) {
+            &stats::FILLED
+        } else {
+            &stats::FILLED_SMALL
+        };
+        kind.fetch_add(1, Ordering::Relaxed);
+        set(i, READY);
+    } else {
+        drop_pages(i);
+    }
+    ok
+}
+
+/// Clears slot `i` (taken, SCRUBBING): READY after, if it is still one huge
+/// page (else dropped; cleared all the same if the kernel keeps its pages).
+/// `hot`: the program is about to use it (the handler scrubs for a waiting
+/// fault).
+pub fn scrub(i: usize, hot: bool) -> bool {
+    let at = slot_addr(i);
+    // A split page is not worth moving, unless the kernel would not drop it.
+    if !is_huge(at) && discard(i) {
+        set(i, EMPTY);
+        return false;
+    }
+    let t = if hot {
+        prezero::Temperature::Hot
+    } else {
+        prezero::Temperature::Cold
+    };
+    // SAFETY: the slot is the caller's (taken), mapped read-write (a page
+    // not present faults in: the reserve's registration is for
+    // write-protection faults, which nothing arms): no one else reads or
+    // writes it until it is READY.
+    let _ = unsafe { prezero::clear_raw_with(at as *mut u8, HUGE, t) };
+    stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
+    set(i, READY);
+    true
+}
