@@ -312,7 +312,11 @@ fn every_byte_a_faulting_program_sees_is_zero() {
     assert!(s.moved > 0, "{s:?}");
     assert!(s.mappings >= 10, "{s:?}");
     // Every request through the cache, and a cap that makes it give back
-    // (into the reserve, to be scrubbed there) at every free.
+    // at every free: into the reserve, to be scrubbed there, where it has
+    // room. Whether it has depends on how far the worker filled it meanwhile
+    // (CI once found it full at every free), so only the bytes are asserted
+    // here; a_give_back_under_mlockall_hands_out_no_old_bytes holds the
+    // recycling itself.
     let s = lazy(
         b,
         &["zero", "2"],
@@ -320,7 +324,7 @@ fn every_byte_a_faulting_program_sees_is_zero() {
     )
     .ok()
     .lazy();
-    assert!(s.moved > 0 && s.recycled > 0 && s.scrubbed > 0, "{s:?}");
+    assert!(s.moved > 0, "{s:?}");
     // The largest reserve a test makes: nothing recycled need wait.
     lazy(b, &["zero", "1"], &[("PREZERO_RESERVE", "1G")]).ok();
 }
