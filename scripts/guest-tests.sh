@@ -206,6 +206,10 @@ for topo in "${topologies[@]}"; do
   while read -r _ name rc _; do
     [ "$rc" = rc=0 ] || failed+=("$topo: $name ($rc)")
   done < <(grep '^GUEST-RESULT' "$log.txt")
+  # A failure's own words, since CI keeps only what is printed here.
+  if grep -q '^GUEST-RESULT .* rc=[1-9]' "$log.txt"; then
+    grep -A14 -E '^---- .* stdout ----|panicked at' "$log.txt" | head -80 | sed "s/^/[$topo] /"
+  fi
   echo "[$topo] $((SECONDS - start)) s"
 done
 if [ ${#failed[@]} -gt 0 ]; then

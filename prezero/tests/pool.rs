@@ -19,8 +19,21 @@ fn balanced(s: &PoolStats) -> bool {
     s.zeroed + s.dirty + s.scrubbing + s.in_use == s.mapped
 }
 
+/// Keeps the calling test's thread on the node it runs on now, for the tests
+/// that count where hand-outs came from: a chunk freed on one node and taken
+/// on another is served fresh (its pages dropped, to be placed anew by the
+/// taker), which a thread the scheduler moves across nodes would see (a
+/// 4-node guest did).
+fn stay_on_this_node() {
+    if let Some(node) = prezero::numa::current_node() {
+        let t = prezero::numa::Topology::read();
+        prezero::numa::run_on_node(&t, node).unwrap();
+    }
+}
+
 #[test]
 fn hands_out_zero_chunks_again_and_again() {
+    stay_on_this_node();
     let pool = small_pool(4).verify(true).build().unwrap();
     for round in 0..50 {
         let mut chunks: Vec<_> = (0..4).map(|_| pool.alloc_zeroed().unwrap()).collect();
@@ -73,6 +86,7 @@ fn capacity_one_and_exhaustion() {
 
 #[test]
 fn no_scrubber_and_zero_watermarks_clear_synchronously() {
+    stay_on_this_node();
     let pool = small_pool(2)
         .scrubbers(0)
         .low_watermark(0)
@@ -94,6 +108,7 @@ fn no_scrubber_and_zero_watermarks_clear_synchronously() {
 
 #[test]
 fn scrubber_prezeroes_freed_chunks() {
+    stay_on_this_node();
     let pool = small_pool(8).hot_window(0).build().unwrap();
     let mut held: Vec<_> = (0..8).map(|_| pool.alloc_zeroed().unwrap()).collect();
     for c in &mut held {
@@ -127,6 +142,7 @@ fn scrubber_prezeroes_freed_chunks() {
 
 #[test]
 fn alloc_prefers_dirty_chunks() {
+    stay_on_this_node();
     let pool = small_pool(2).scrubbers(0).prefill(1).build().unwrap();
     let mut a = pool.alloc().unwrap(); // the prefilled zeroed chunk: nothing dirty yet
     a.fill(3);
@@ -177,6 +193,7 @@ fn raw_chunks_outlive_the_pool() {
 
 #[test]
 fn trim_returns_memory_and_trimmed_chunks_are_not_scrubbed() {
+    stay_on_this_node();
     let pool = small_pool(6).scrubbers(0).build().unwrap();
     let mut held: Vec<_> = (0..6).map(|_| pool.alloc_zeroed().unwrap()).collect();
     for c in &mut held {
