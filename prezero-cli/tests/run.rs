@@ -194,13 +194,28 @@ fn tempdir(what: &str) -> PathBuf {
     d
 }
 
-/// A C program that callocs 64 MiB twice (checking it is zero), built with
-/// `cc` from PATH; None (the test skips) without one.
+/// The C program `source`, built with `cc` from PATH as `name`; None (the
+/// test skips) without one.
+fn c_program(name: &str, source: &str) -> Option<PathBuf> {
+    let dir = tempdir(name);
+    let src = dir.join(format!("{name}.c"));
+    std::fs::write(&src, source).unwrap();
+    let exe = dir.join(name);
+    match Command::new("cc")
+        .args(["-O1", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+    {
+        Ok(s) if s.success() => Some(exe),
+        _ => None,
+    }
+}
+
+/// A C program that callocs 64 MiB twice (checking it is zero).
 fn calloc_twice() -> Option<PathBuf> {
-    let dir = tempdir("calloc");
-    let src = dir.join("calloc_twice.c");
-    std::fs::write(
-        &src,
+    c_program(
+        "calloc_twice",
         r#"#include <stdio.h>
 #include <stdlib.h>
 int main(void) {
@@ -217,17 +232,6 @@ int main(void) {
 }
 "#,
     )
-    .unwrap();
-    let exe = dir.join("calloc_twice");
-    match Command::new("cc")
-        .args(["-O1", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-    {
-        Ok(s) if s.success() => Some(exe),
-        _ => None,
-    }
 }
 
 #[test]
@@ -308,6 +312,66 @@ fn lazy_runs_the_program_or_says_once_why_not() {
         said(&o),
         ["prezero: --lazy: userfaultfd disabled (PREZERO_NO_USERFAULTFD=1); running as prezero run does"]
     );
+}
+
+/// The program `prezero run` executes starts the library when it is loaded:
+/// its prefill and its lazy reserve fill from start-up, while it computes,
+/// not from its first allocation (a program that computed for 2 s before it
+/// mapped anything found an empty reserve). The program counts its threads
+/// before it allocates anything. A process the program starts, which
+/// inherits the environment, starts at its first call, as before.
+#[test]
+fn the_program_starts_the_library_at_load_time() {
+    let Some(exe) = c_program(
+        "threads_at_main",
+        r#"#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(void) {
+    /* No allocation before the count: a stack buffer and system calls. */
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    const char *t = strstr(buf, "Threads:");
+    int threads = 0;
+    if (t) sscanf(t + 8, "%d", &threads);
+    printf("threads %d\n", threads);
+    return 0;
+}
+"#,
+    ) else {
+        eprintln!("skipped: no C compiler (cc) to build the program");
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let threads = |o: &Output| -> u32 {
+        assert!(o.status.success(), "{}", stderr(o));
+        stdout(o).strip_prefix("threads ").unwrap().parse().unwrap()
+    };
+    // The prefill's scrubber runs before main.
+    assert!(threads(&run(&["--prefill", "4M", "--", exe])) >= 2);
+    // Where the lazy mode runs, its handler and its reserve's worker too.
+    let o = run(&["--lazy", "--", exe]);
+    if stderr(&o).contains("prezero: --lazy: ") {
+        println!("the lazy mode does not run here: {}", stderr(&o).trim());
+    } else {
+        assert!(threads(&o) >= 3, "{}", stdout(&o));
+    }
+    // Without either, and in a process the program starts: nothing yet.
+    assert_eq!(threads(&run(&["--", exe])), 1);
+    let o = run(&[
+        "--lazy",
+        "--prefill",
+        "4M",
+        "--",
+        "sh",
+        "-c",
+        &format!("{exe}; true"),
+    ]);
+    assert_eq!(threads(&o), 1, "a child of the program started at load");
+    std::fs::remove_dir_all(std::path::Path::new(exe).parent().unwrap()).unwrap();
 }
 
 /// A value the library would not take, inherited from the caller, is an

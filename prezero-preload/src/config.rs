@@ -97,6 +97,12 @@ fn meminfo(field: &[u8]) -> Option<usize> {
     size_or_zero(&rest[..end])?.checked_mul(1024)
 }
 
+/// Whether this process is the program `prezero run` executed, which keeps
+/// the pid it names in `PREZERO_PREFILL_PID` across the exec.
+pub fn is_program() -> bool {
+    env(c"PREZERO_PREFILL_PID").and_then(pid) == Some(sys::getpid() as usize)
+}
+
 /// The machine's memory.
 pub fn mem_total() -> Option<usize> {
     meminfo(b"MemTotal:")
@@ -113,7 +119,7 @@ impl Config {
             available.map_or(1 << 30, |m| m / 10).min(1 << 30).min(room)
         };
         let pid = env(c"PREZERO_PREFILL_PID").map(pid);
-        let program = pid.is_some_and(|p| p == Some(sys::getpid() as usize));
+        let program = is_program();
         let lazy = env(c"PREZERO_LAZY") == Some(b"1");
         Config {
             threshold: size(c"PREZERO_THRESHOLD")

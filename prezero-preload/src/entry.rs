@@ -6,7 +6,9 @@
 //! Start-up: the first call resolves the next allocator (`dlsym`, which may
 //! call `malloc` again: those calls, and calls from other threads meanwhile,
 //! are served from a static arena), then reads the environment and reserves
-//! the range. Not in a test build: the test harness would allocate with it.
+//! the range; in the program `prezero run` executes, a constructor makes that
+//! call when the library is loaded, so its prefill and lazy reserve fill
+//! from then. Not in a test build: the test harness would allocate with it.
 //!
 //! These functions are the C library's allocator interface, so they name its
 //! types and errno values (`libc::c_int`, `EINVAL`, `ENOMEM`); the calls they
@@ -76,6 +78,21 @@ fn state() -> (Option<&'static Next>, bool) {
 #[inline]
 pub fn boot_once() {
     let _ = state();
+}
+
+/// The program `prezero run` executes starts when it is loaded, not at its
+/// first allocation: its prefill and its lazy reserve fill while it computes.
+/// (A program that computed for 2 s before it mapped anything had filled no
+/// reserve by then: its faults were served by copying zeroes.) Any other
+/// process starts at its first call, as before.
+#[used]
+#[link_section = ".init_array"]
+static START_AT_LOAD: extern "C" fn() = start_at_load;
+
+extern "C" fn start_at_load() {
+    if crate::config::is_program() {
+        boot_once();
+    }
 }
 
 // Once per process: kept out of the entry points' fast paths.
