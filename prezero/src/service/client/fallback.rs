@@ -25,29 +25,38 @@ pub(super) fn local(
     why: String,
     node: Option<u32>,
 ) -> Result<ServiceMemory> {
-    let (region, reason) = match Region::new(bytes, page) {
+    let threads = threads.max(1);
+    let (mut region, mut reason) = match Region::new(bytes, page) {
         Ok(r) => (r, why),
         Err(e @ Error::HugetlbShortage { .. }) => {
-            // No hugetlb pages left here either: transparent huge pages still
-            // give zeroed, populated memory, if the machine has it (populating
-            // more than is available would end in the OOM killer, not an error).
-            let available = crate::sys::mem_available();
-            if bytes > available {
-                return Err(Error::invalid(format!(
-                    "{why}; local {page}: {e}; and {bytes} bytes is more than the {available} \
-                     bytes of memory available for a THP fallback"
-                )));
-            }
-            (
-                Region::new(bytes, PageKind::Thp)?,
-                format!("{why}; local {page}: {e}; used THP"),
-            )
+            let r = thp_instead(bytes, &format!("{why}; local {page}: {e}"))?;
+            (r, format!("{why}; local {page}: {e}; used THP"))
         }
         Err(e) => return Err(e),
     };
     match node {
-        Some(n) => crate::prefault::prefault_on_nodes(&region, &[n], threads.max(1)).map(|_| ())?,
-        None => crate::prefault::prefault(&region, threads.max(1)).map(|_| ())?,
+        Some(n) => {
+            crate::prefault::prefault_on_nodes(&region, &[n], threads)?;
+            // The binding prefers the node: a hugetlb page comes from another
+            // node's pool when this one's has none left (a 4-node guest got
+            // one page from each). Misplaced memory is not handed out (the
+            // daemon destroys such a segment too): THP instead, which the
+            // kernel places as it would the caller's own fault.
+            if region.kind().is_hugetlb() {
+                let at = crate::numa::placement(region.as_ptr(), region.len(), page.page_size())?;
+                if !at.all_on(n) {
+                    let short = format!(
+                        "{reason}; local {page}: node {n}'s pool was short (pages on {:?})",
+                        at.on
+                    );
+                    drop(region);
+                    region = thp_instead(bytes, &short)?;
+                    crate::prefault::prefault_on_nodes(&region, &[n], threads)?;
+                    reason = format!("{short}; used THP");
+                }
+            }
+        }
+        None => crate::prefault::prefault(&region, threads).map(|_| ())?,
     }
     Ok(ServiceMemory {
         ptr: NonNull::new(region.as_ptr()).expect("regions are non-null"),
@@ -56,6 +65,21 @@ pub(super) fn local(
         source: Source::Local { reason },
         backing: Backing::Local(region),
     })
+}
+
+/// A THP region of `bytes` where hugetlb pages could not serve (`why`):
+/// transparent huge pages still give zeroed, populated memory, if the machine
+/// has it (populating more than is available would end in the OOM killer,
+/// not an error).
+fn thp_instead(bytes: usize, why: &str) -> Result<Region> {
+    let available = crate::sys::mem_available();
+    if bytes > available {
+        return Err(Error::invalid(format!(
+            "{why}; and {bytes} bytes is more than the {available} bytes of memory available \
+             for a THP fallback"
+        )));
+    }
+    Region::new(bytes, PageKind::Thp)
 }
 
 /// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
@@ -145,6 +169,22 @@ fn populated_memfd(
     // populating does not change its contents; `huge` says whether it is hugetlb.
     let populated = bound.and_then(|()| unsafe {
         crate::prefault::prefault_from(p.as_ptr(), len, threads.max(1), huge.is_some(), cpus)
+    });
+    // As in `local`: hugetlb pages from another node's pool (this one's was
+    // emptied after its count) are not handed out as this node's.
+    let populated = populated.and_then(|_| match (home, huge) {
+        (Some(&(n, _)), Some(k)) => {
+            let at = crate::numa::placement(p.as_ptr(), len, k.page_size())?;
+            if at.all_on(n) {
+                Ok(())
+            } else {
+                Err(Error::invalid(format!(
+                    "node {n}'s pool was short (pages on {:?})",
+                    at.on
+                )))
+            }
+        }
+        _ => Ok(()),
     });
     // The pages stay in the file; the mapping was only the way to fault them in.
     // SAFETY: our own mapping, unused from here on.

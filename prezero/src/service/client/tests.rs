@@ -204,3 +204,49 @@ fn a_local_fallback_for_a_node_is_on_that_node() {
         assert!(p.all_on(node), "file, node {node}: {p:?}");
     }
 }
+
+/// A node whose hugetlb pool lacks the pages while another's has them: the
+/// kernel, asked to prefer the node, takes them from the other; the local
+/// fallback does not hand those out as the node's memory, but THP on it.
+#[test]
+fn a_local_fallback_never_hands_out_another_nodes_hugetlb_pages() {
+    let t = crate::numa::Topology::read();
+    let nodes = t.memory_nodes();
+    let [elsewhere, wanted, ..] = nodes[..] else {
+        eprintln!("skipped: one memory node");
+        return;
+    };
+    let free = |n: u32| {
+        crate::numa::Topology::read()
+            .node(n)
+            .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == M as usize))
+            .map_or(0, |h| h.free)
+    };
+    let _held = match crate::HugetlbReservation::ensure_free_on_nodes(
+        M as usize,
+        &[(elsewhere, free(elsewhere) + 4)],
+    ) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("skipped: cannot reserve 4 hugetlb pages on node {elsewhere}: {e}");
+            return;
+        }
+    };
+    let short = free(wanted) < 4;
+    let m = local(
+        8 << 20,
+        PageKind::Huge2M,
+        2,
+        "no service".into(),
+        Some(wanted),
+    )
+    .unwrap();
+    let p = crate::numa::placement(m.as_ptr(), m.len(), 4096).unwrap();
+    assert!(p.all_on(wanted), "node {wanted}: {p:?}");
+    let Source::Local { reason } = m.source() else {
+        panic!("not local")
+    };
+    if short {
+        assert!(reason.contains("used THP"), "{reason}");
+    }
+}
