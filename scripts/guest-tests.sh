@@ -208,7 +208,8 @@ for topo in "${topologies[@]}"; do
   done < <(grep '^GUEST-RESULT' "$log.txt")
   # A failure's own words, since CI keeps only what is printed here.
   if grep -q '^GUEST-RESULT .* rc=[1-9]' "$log.txt"; then
-    grep -A14 -E '^---- .* stdout ----|panicked at' "$log.txt" | head -80 | sed "s/^/[$topo] /"
+    # (sed, not head: a reader that stops early would fail the pipe, and the script.)
+    grep -A30 -E '^---- .* stdout ----' "$log.txt" | sed -n "1,120s/^/[$topo] /p"
   fi
   echo "[$topo] $((SECONDS - start)) s"
 done

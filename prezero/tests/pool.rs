@@ -19,22 +19,25 @@ fn balanced(s: &PoolStats) -> bool {
     s.zeroed + s.dirty + s.scrubbing + s.in_use == s.mapped
 }
 
-/// Keeps the calling test's thread on the node it runs on now, for the tests
-/// that count where hand-outs came from: a chunk freed on one node and taken
-/// on another is served fresh (its pages dropped, to be placed anew by the
-/// taker), which a thread the scheduler moves across nodes would see (a
-/// 4-node guest did).
-fn stay_on_this_node() {
+/// Builds the pool, then keeps the calling test's thread on the node it runs
+/// on now, for the tests that count where hand-outs came from: a chunk freed
+/// on one node and taken on another is served fresh (its pages dropped, to be
+/// placed anew by the taker), which a thread the scheduler moves across nodes
+/// would see (a 4-node guest did). After the build: the scrubber it starts
+/// keeps every CPU (pinned beside the test's thread, at SCHED_IDLE, it could
+/// wait behind the other tests' threads).
+fn on_this_node(b: prezero::PoolBuilder) -> Pool {
+    let pool = b.build().unwrap();
     if let Some(node) = prezero::numa::current_node() {
         let t = prezero::numa::Topology::read();
         prezero::numa::run_on_node(&t, node).unwrap();
     }
+    pool
 }
 
 #[test]
 fn hands_out_zero_chunks_again_and_again() {
-    stay_on_this_node();
-    let pool = small_pool(4).verify(true).build().unwrap();
+    let pool = on_this_node(small_pool(4).verify(true));
     for round in 0..50 {
         let mut chunks: Vec<_> = (0..4).map(|_| pool.alloc_zeroed().unwrap()).collect();
         for c in &mut chunks {
@@ -86,13 +89,12 @@ fn capacity_one_and_exhaustion() {
 
 #[test]
 fn no_scrubber_and_zero_watermarks_clear_synchronously() {
-    stay_on_this_node();
-    let pool = small_pool(2)
-        .scrubbers(0)
-        .low_watermark(0)
-        .high_watermark(0)
-        .build()
-        .unwrap();
+    let pool = on_this_node(
+        small_pool(2)
+            .scrubbers(0)
+            .low_watermark(0)
+            .high_watermark(0),
+    );
     for _ in 0..20 {
         let mut a = pool.alloc_zeroed().unwrap();
         let mut b = pool.alloc_zeroed().unwrap();
@@ -108,8 +110,7 @@ fn no_scrubber_and_zero_watermarks_clear_synchronously() {
 
 #[test]
 fn scrubber_prezeroes_freed_chunks() {
-    stay_on_this_node();
-    let pool = small_pool(8).hot_window(0).build().unwrap();
+    let pool = on_this_node(small_pool(8).hot_window(0));
     let mut held: Vec<_> = (0..8).map(|_| pool.alloc_zeroed().unwrap()).collect();
     for c in &mut held {
         c.fill(0xee);
@@ -142,8 +143,7 @@ fn scrubber_prezeroes_freed_chunks() {
 
 #[test]
 fn alloc_prefers_dirty_chunks() {
-    stay_on_this_node();
-    let pool = small_pool(2).scrubbers(0).prefill(1).build().unwrap();
+    let pool = on_this_node(small_pool(2).scrubbers(0).prefill(1));
     let mut a = pool.alloc().unwrap(); // the prefilled zeroed chunk: nothing dirty yet
     a.fill(3);
     let a_ptr = a.as_ptr();
@@ -193,8 +193,7 @@ fn raw_chunks_outlive_the_pool() {
 
 #[test]
 fn trim_returns_memory_and_trimmed_chunks_are_not_scrubbed() {
-    stay_on_this_node();
-    let pool = small_pool(6).scrubbers(0).build().unwrap();
+    let pool = on_this_node(small_pool(6).scrubbers(0));
     let mut held: Vec<_> = (0..6).map(|_| pool.alloc_zeroed().unwrap()).collect();
     for c in &mut held {
         c.fill(9);

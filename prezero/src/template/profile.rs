@@ -23,7 +23,7 @@ impl TemplateProfile {
     /// The built-in choice for `cpu`, checked against every machine recorded
     /// in `machines/` (the `defaults` test): the widest streaming and temporal
     /// kernels, streaming from where a hot fill stops fitting in cache
-    /// ([`Cpu::hot_capacity`], the LLC, on AMD; the L2 elsewhere).
+    /// ([`Cpu::hot_capacity`]; on Intel the L2, see below).
     ///
     /// A fill does not say whether its destination is in cache, so the choice
     /// is the one whose worse case, hot or cold, loses least. Zen 4 under KVM,
@@ -48,10 +48,10 @@ impl TemplateProfile {
             temporal: first(false),
             stream_from: if cold_stores_read_dearly(cpu) {
                 ZEN1_STREAM_FROM
-            } else if cpu.vendor == "AuthenticAMD" {
+            } else if cpu.vendor != "GenuineIntel" {
                 cpu.hot_capacity()
             } else {
-                // Not AMD (an Intel Xeon with AVX-512 and AMX under KVM,
+                // Intel (a Xeon with AVX-512 and AMX under KVM,
                 // `machines/intel-xeon-avx512-amx`): a temporal fill of cold
                 // memory pays the read-for-ownership at every size, and a hot
                 // one runs at cache speed only while it fits the L2. GB/s,
@@ -60,7 +60,8 @@ impl TemplateProfile {
                 // 16 MiB (1.14x), 10.8 / 24.3 at 64 MiB. The worst cases tie
                 // near 2.5x up to 1 MiB; from 4 MiB streaming's is 1.14x and
                 // temporal's 2.6x. So: from the L2's size, not from a quarter
-                // of the LLC (the guest is told 480 MiB).
+                // of the LLC (the guest is told 480 MiB). An x86 store's
+                // read-for-ownership: not assumed of other vendors' cores.
                 cpu.l2()
             },
         }
