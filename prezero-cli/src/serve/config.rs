@@ -51,6 +51,20 @@ enum FileNode {
     Word(String),
 }
 
+impl FilePool {
+    /// The pool a `[[pool]]` table describes, read as its flag would be.
+    fn config(&self) -> Result<PoolConfig> {
+        let node = self.node.as_ref().map(FileNode::text);
+        pool(
+            &self.page,
+            &self.target,
+            self.cap.as_deref(),
+            self.segment.as_deref(),
+            node.as_deref(),
+        )
+    }
+}
+
 impl FileNode {
     fn text(&self) -> String {
         match self {
@@ -78,16 +92,7 @@ impl File {
         } else if !self.pools.is_empty() {
             self.pools
                 .iter()
-                .map(|p| {
-                    let node = p.node.as_ref().map(FileNode::text);
-                    pool(
-                        &p.page,
-                        &p.target,
-                        p.cap.as_deref(),
-                        p.segment.as_deref(),
-                        node.as_deref(),
-                    )
-                })
+                .map(FilePool::config)
                 .collect::<Result<_, _>>()?
         } else {
             vec![parse_pool_flag("2MB:target=1G,cap=4G,segment=256M")?]
@@ -276,15 +281,7 @@ mod tests {
         let f: File = toml::from_str(text).unwrap();
         assert!(!f.pools.is_empty());
         for p in &f.pools {
-            let node = p.node.as_ref().map(FileNode::text);
-            pool(
-                &p.page,
-                &p.target,
-                p.cap.as_deref(),
-                p.segment.as_deref(),
-                node.as_deref(),
-            )
-            .unwrap();
+            p.config().unwrap();
         }
     }
 }
