@@ -16,14 +16,13 @@
 
 mod common;
 
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{gcc, profile_dir, serial, shared_object, sources};
+use common::{finish, gcc, profile_dir, serial, shared_object, sources, Run};
 
 struct Built {
     so: PathBuf,
@@ -70,27 +69,16 @@ fn built() -> Option<&'static Built> {
     }
 }
 
-struct Run {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    what: String,
+/// The lazy mode's lines in a run's output.
+trait LazyLines {
+    /// The lazy mode's lines (one per process that used it).
+    fn lazy_lines(&self) -> Vec<&str>;
+    /// The numbers of the last lazy line (the program's own: children print
+    /// theirs first), by name.
+    fn lazy(&self) -> Lazy;
 }
 
-impl Run {
-    fn ok(&self) -> &Self {
-        assert!(
-            self.code == Some(0),
-            "{}: exit {:?}\nstdout:\n{}\nstderr:\n{}",
-            self.what,
-            self.code,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    /// The lazy mode's lines (one per process that used it).
+impl LazyLines for Run {
     fn lazy_lines(&self) -> Vec<&str> {
         self.stderr
             .lines()
@@ -98,8 +86,6 @@ impl Run {
             .collect()
     }
 
-    /// The numbers of the last lazy line (the program's own: children print
-    /// theirs first), by name.
     fn lazy(&self) -> Lazy {
         let lines = self.lazy_lines();
         let line = lines
@@ -199,50 +185,7 @@ fn run_as(b: &Built, exe: &str, args: &[&str], env: &[(&str, &str)], timeout: Du
             .collect::<String>(),
         args.join(" ")
     );
-    let start = Instant::now();
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let t_out = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let t_err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let status = loop {
-        if let Some(st) = child.try_wait().expect("wait") {
-            break st;
-        }
-        if start.elapsed() > timeout {
-            // SAFETY: kill(2) of the process group this test made.
-            unsafe { libc::kill(-(child.id() as i32), libc::SIGKILL) };
-            let _ = child.wait();
-            panic!(
-                "{what}: still running after {timeout:?} (a fault never answered?)\nstdout:\n{}\nstderr:\n{}",
-                t_out.join().unwrap(),
-                t_err.join().unwrap()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let run = Run {
-        code: status.code(),
-        stdout: t_out.join().unwrap(),
-        stderr: t_err.join().unwrap(),
-        what,
-    };
-    println!(
-        "{} ({:.1} s): exit {:?}\n{}{}",
-        run.what,
-        start.elapsed().as_secs_f64(),
-        run.code,
-        run.stdout,
-        run.stderr
-    );
-    run
+    finish(&mut cmd, what, timeout)
 }
 
 fn lazy(b: &Built, args: &[&str], env: &[(&str, &str)]) -> Run {

@@ -264,6 +264,14 @@ pub fn run_with(
         prefix.join(" "),
         args.join(" ")
     );
+    finish(&mut cmd, what, timeout)
+}
+
+/// Runs `cmd` (its stdout and stderr piped, its own process group) to its
+/// end, or kills the group after `timeout` and fails the test with what it
+/// printed (a timed-out run is a deadlock or a fault never answered).
+pub fn finish(cmd: &mut Command, what: String, timeout: Duration) -> Run {
+    use std::os::unix::process::ExitStatusExt;
     let start = Instant::now();
     let mut child = cmd.spawn().unwrap_or_else(|e| panic!("{what}: {e}"));
     let mut out = child.stdout.take().unwrap();
@@ -288,14 +296,13 @@ pub fn run_with(
             let _ = child.kill();
             let _ = child.wait();
             panic!(
-                "{what}: still running after {timeout:?} (a deadlock?)\nstdout:\n{}\nstderr:\n{}",
+                "{what}: still running after {timeout:?} (a deadlock, or a fault never answered?)\nstdout:\n{}\nstderr:\n{}",
                 t_out.join().unwrap(),
                 t_err.join().unwrap()
             );
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    use std::os::unix::process::ExitStatusExt;
     let run = Run {
         code: status.code(),
         signal: status.signal(),
@@ -304,12 +311,13 @@ pub fn run_with(
         what,
     };
     println!(
-        "{} ({:.1} s): exit {:?} signal {:?}\n{}",
+        "{} ({:.1} s): exit {:?} signal {:?}\n{}{}",
         run.what,
         start.elapsed().as_secs_f64(),
         run.code,
         run.signal,
-        run.stdout.trim_end()
+        run.stdout,
+        run.stderr
     );
     run
 }
