@@ -54,34 +54,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MB (1UL << 20)
-#define PAGE 4096UL
+#include "lazy_common.h"
 
-static void fail(const char *what, ...) __attribute__((noreturn, format(printf, 1, 2)));
-static void fail(const char *what, ...) {
-    va_list ap;
-    va_start(ap, what);
-    printf("FAIL: ");
-    vprintf(what, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    _exit(3);
-}
 
-static void *map(size_t len) {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        fail("mmap %zu: %s", len, strerror(errno));
-    return p;
-}
 
 /* Every byte of p[0..len) is zero. */
-static void check_zero(const char *what, const unsigned char *p, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if (p[i])
-            fail("%s: byte %zu of %zu is %#x, not zero", what, i, len, p[i]);
-}
 
 /* Every byte of p[0..len) is v. */
 static void check_fill(const char *what, const unsigned char *p, size_t len, unsigned char v) {
@@ -97,22 +74,10 @@ static void touch(unsigned char *p, size_t len, unsigned char v) {
 
 /* The thread of this process named `name`, waited for (a new thread names
  * itself when it first runs). */
-static pid_t thread_named(const char *name) {
+/* The lazy mode's thread `name`, waited for (it starts with the mode). */
+static pid_t wait_for_thread(const char *name) {
     for (int tries = 0; tries < 1000; tries++) {
-        DIR *d = opendir("/proc/self/task");
-        struct dirent *e;
-        pid_t found = 0;
-        while (d && (e = readdir(d))) {
-            char path[300], comm[64] = "";
-            snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-            FILE *f = fopen(path, "r");
-            if (f && fgets(comm, sizeof comm, f) && !strncmp(comm, name, strlen(name)))
-                found = atoi(e->d_name);
-            if (f)
-                fclose(f);
-        }
-        if (d)
-            closedir(d);
+        pid_t found = thread_named(name);
         if (found)
             return found;
         usleep(1000);
@@ -208,7 +173,7 @@ static void mode_lockdrop(size_t reserve_mb) {
     r[0] = 1;
     reserve_full(reserve_mb, r);
     /* Stopped before the faults, so the slots they empty stay empty. */
-    int go = stop_thread(thread_named("prezero-reserve"));
+    int go = stop_thread(wait_for_thread("prezero-reserve"));
     size_t n = 128 * MB;
     unsigned char *p = calloc(1, n);
     if (!p)
@@ -242,7 +207,7 @@ static void mode_vmsplice(size_t reserve_mb) {
     unsigned char *r = map(4 * MB);
     r[0] = 1;
     reserve_full(reserve_mb, r);
-    int go = stop_thread(thread_named("prezero-reserve"));
+    int go = stop_thread(wait_for_thread("prezero-reserve"));
     size_t n = reserve_mb / 2 * MB;
     unsigned char *p = map(n);
     memset(p, 0x77, n);

@@ -41,21 +41,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MB (1UL << 20)
-#define PAGE 4096UL
+#include "lazy_common.h"
 
-static void fail(const char *what, ...) __attribute__((noreturn, format(printf, 1, 2)));
-#include <stdarg.h>
-static void fail(const char *what, ...) {
-    va_list ap;
-    va_start(ap, what);
-    printf("FAIL: ");
-    vprintf(what, ap);
-    printf("\n");
-    fflush(stdout);
-    va_end(ap);
-    _exit(3);
-}
 
 static uint64_t rng = 88172645463325252ULL;
 static uint64_t next(void) {
@@ -65,19 +52,8 @@ static uint64_t next(void) {
     return rng;
 }
 
-static void *map(size_t len) {
-    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
-        fail("mmap %zu: %s", len, strerror(errno));
-    return p;
-}
 
 /* Every byte of p[0..len) is zero. */
-static void check_zero(const char *what, const unsigned char *p, size_t len) {
-    for (size_t i = 0; i < len; i++)
-        if (p[i])
-            fail("%s: byte %zu of %zu is %d, not zero", what, i, len, p[i]);
-}
 
 static unsigned char pattern(size_t i, unsigned seed) { return (unsigned char)((i * 131 + seed) % 251 + 1); }
 
@@ -470,23 +446,6 @@ static void *spinner(void *arg) {
 }
 
 /* The thread of this process named `name`, or 0. */
-static pid_t thread_named(const char *name) {
-    DIR *d = opendir("/proc/self/task");
-    struct dirent *e;
-    pid_t found = 0;
-    while (d && (e = readdir(d))) {
-        char path[300], comm[64] = "";
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f && fgets(comm, sizeof comm, f) && !strncmp(comm, name, strlen(name)))
-            found = atoi(e->d_name);
-        if (f)
-            fclose(f);
-    }
-    if (d)
-        closedir(d);
-    return found;
-}
 
 static void mode_starved(void) {
     /* The first large block starts the lazy mode and its threads. */
