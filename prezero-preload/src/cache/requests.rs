@@ -10,7 +10,7 @@ use super::scrubber::ensure_scrubber;
 use super::{caller_lane, lane_node, lane_of, lock, now, signal_all, WAITING};
 use crate::blocks::{Alloc, Kind, PAGE};
 use crate::stats;
-use crate::sys::{self, Advice};
+use crate::sys::{self, Advice, NotMoved};
 
 /// `size` bytes aligned to `align` from the cache, zero if `zeroed`, in the
 /// calling thread's lane; null if the cache cannot serve (the caller asks
@@ -233,8 +233,8 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     }
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
-    let moved = unsafe { sys::move_pages(p, old, q as usize) }.is_ok();
-    if moved {
+    let moved = unsafe { sys::move_pages(p, old, q as usize) };
+    if moved.is_ok() {
         // The vacated part keeps the moved pages' mapping (its offset and
         // flags differ from its neighbours'), which the kernel will not merge:
         // a fresh mapping in its place merges again, or every move would leave
@@ -260,6 +260,23 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         stats::REMAPS.fetch_add(1, Ordering::Relaxed);
         signal_all();
         return Some(q);
+    }
+    match moved {
+        Err(NotMoved::Lost) => {
+            // Part of q is another mapping now: q stays in use for ever
+            // (never handed out, scrubbed or given back), and the caller
+            // copies p to the next allocator.
+            return Some(std::ptr::null_mut());
+        }
+        Err(NotMoved::Remapped) => {
+            if let Some(g) = &populating {
+                crate::lazy::register_cache_again(g);
+            }
+            if let Some(node) = lane_node(lane) {
+                let _ = sys::prefer_node(q as usize, old, node);
+            }
+        }
+        _ => {}
     }
     drop(populating);
     // mremap refused: copy.

@@ -260,22 +260,59 @@ pub unsafe fn discard_even_locked(addr: usize, len: usize) -> Result<(), Errno> 
     }
 }
 
+/// What [`move_pages`] left when it moved nothing.
+#[derive(Debug, PartialEq, Eq)]
+pub enum NotMoved {
+    /// Both ranges are as they were.
+    Refused,
+    /// The kernel unmapped `to` before it refused (6.12 does: `mremap` checks
+    /// the source after it unmaps the destination, and a source that spans
+    /// two mappings is EFAULT), and `to` is a fresh mapping again.
+    Remapped,
+    /// As `Remapped`, but another thread's mapping landed in the hole before
+    /// it was mapped again: `to` is not wholly ours any more, and must never
+    /// be used, handed out or unmapped.
+    Lost,
+}
+
 /// Moves the pages of `[from, from + len)` over `[to, to + len)`, replacing
 /// what was mapped there in the same call (`mremap` with `MREMAP_MAYMOVE |
 /// MREMAP_FIXED | MREMAP_DONTUNMAP`); `from` stays mapped, with no pages
-/// behind it (zero when next touched). Neither range is ever a hole.
+/// behind it (zero when next touched). `from` is never a hole; `to` is not
+/// one either once this returns, unless [`NotMoved::Lost`] says why.
 ///
 /// # Safety
 /// pre: both ranges are the caller's, in private anonymous mappings this
 /// crate made, disjoint, and nothing else uses either while this runs.
-pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), Errno> {
-    inject!(Mremap, libc::ENOMEM);
+pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), NotMoved> {
+    inject!(Mremap, libc::ENOMEM, Err(NotMoved::Refused));
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
-    match unsafe { mremap_raw(from, len, len, flags, to) } {
-        Ok(p) if p == to => Ok(()),
-        Ok(_) => Err(Errno(libc::EINVAL)),
-        Err(e) => Err(e),
+    if let Ok(p) = unsafe { mremap_raw(from, len, len, flags, to) } {
+        return if p == to {
+            Ok(())
+        } else {
+            Err(NotMoved::Refused)
+        };
+    }
+    // SAFETY: MADV_NORMAL drops nothing; ENOMEM says part of it is unmapped.
+    if unsafe { madvise_raw(to, len, libc::MADV_NORMAL) } != Err(Errno(libc::ENOMEM)) {
+        return Err(NotMoved::Refused);
+    }
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+    // SAFETY: NOREPLACE maps only where nothing is mapped: the hole the
+    // failed call left in the caller's range (pre), or nothing.
+    match unsafe { mmap_raw(to, len, prot, flags, -1, 0) } {
+        Ok(p) if p == to => Err(NotMoved::Remapped),
+        Ok(p) => {
+            // A kernel that takes NOREPLACE as a hint (before 4.17) mapped
+            // elsewhere: that mapping is this call's alone.
+            // SAFETY: made just above, used by nothing.
+            let _ = unsafe { munmap_raw(p, len) };
+            Err(NotMoved::Lost)
+        }
+        Err(_) => Err(NotMoved::Lost),
     }
 }
 
