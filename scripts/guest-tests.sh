@@ -1,21 +1,28 @@
 #!/usr/bin/env bash
-# What one machine cannot show, in guests: Debian's packaged kernel
-# (linux-image-amd64, 6.1 on bookworm) under qemu-system-x86_64, in NUMA
-# topologies this host lacks. The initramfs holds busybox, numactl, the test
-# binaries of this build (at their paths here, so the paths compiled into them
-# hold) and the shared libraries they need; scripts/guest/init runs them and
-# prints one line per test, which this side asserts on.
+# What one machine cannot show, in guests: Debian's packaged kernels under
+# qemu-system-x86_64, in NUMA topologies this host lacks. 6.1 is bookworm's
+# linux-image-amd64; 6.12 the LTS of bookworm-backports (fetched through a
+# private apt list under target/guest: the host's sources stay as they are),
+# where the lazy mode runs (UFFDIO_MOVE). The initramfs holds busybox, numactl,
+# the test binaries of this build and the C programs the preload's tests run
+# (at their paths here, so the paths compiled into them hold) and the shared
+# libraries they need; scripts/guest/init runs them and prints one line per
+# test, which this side asserts on.
 #
-#   scripts/guest-tests.sh [TOPOLOGY...]   numa2 (2 nodes x 1 vCPU), numa4 (4 nodes x
-#                                           2 vCPUs, with a distance table), numa3m
-#                                           (2 nodes and a CPU-only one), smp8
-#                                           (1 node x 8 vCPUs); default: all four
+#   scripts/guest-tests.sh [[KERNEL:]TOPOLOGY...]
+#       KERNEL     6.1 or 6.12 (default 6.1)
+#       TOPOLOGY   numa2 (2 nodes x 1 vCPU), numa4 (4 nodes x 2 vCPUs, with a
+#                  distance table), numa3m (2 nodes and a CPU-only one), smp8
+#                  (1 node x 8 vCPUs)
+#       no argument: every topology on both kernels (CI names its own pairs)
 #
-# KVM where a guest boots under it, else TCG (this kernel hangs right after
+# KVM where a guest boots under it, else TCG (these kernels hang right after
 # decompression under nested KVM on the machines seen so far). Without qemu,
-# busybox, numactl or the kernel package it says "skipped: ..." and exits 0;
-# once they are there, any failing test fails it. PREZERO_GUEST_FILTER=pattern
-# runs only the tests whose name matches (grep -E).
+# busybox, numactl or a kernel package it says "skipped: ..." and exits 0;
+# once they are there, any failing test fails it, and so does a test that
+# skips for want of what the guest has: NUMA nodes, and on 6.12 the lazy mode
+# and a memory cgroup (PREZERO_REQUIRE). PREZERO_GUEST_FILTER=pattern runs
+# only the tests whose name matches (grep -E).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -25,8 +32,10 @@ skip() {
   exit 0
 }
 
-topologies=("$@")
-[ ${#topologies[@]} -gt 0 ] || topologies=(numa2 numa4 numa3m smp8)
+pairs=("$@")
+if [ ${#pairs[@]} -eq 0 ]; then
+  for k in 6.1 6.12; do for t in numa2 numa4 numa3m smp8; do pairs+=("$k:$t"); done; done
+fi
 
 # Tools, from Debian's packages.
 need=()
@@ -41,18 +50,57 @@ if [ ${#need[@]} -gt 0 ]; then
     || skip "apt-get could not install ${need[*]}"
 fi
 
-# The kernel: the package linux-image-amd64 depends on, unpacked once.
+# The kernels: the package linux-image-amd64 depends on, of bookworm for 6.1
+# and of bookworm-backports for 6.12, each unpacked once under target/guest.
 work=target/guest
 mkdir -p "$work"
-kpkg=$(apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
-[ -n "$kpkg" ] || skip "apt-cache knows no linux-image-amd64 (not a Debian host?)"
-kdir=$work/$kpkg
-if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
-  rm -rf "$kdir" && mkdir -p "$kdir"
-  (cd "$kdir" && timeout 300 apt-get download "$kpkg" >/dev/null 2>&1) || skip "apt-get could not download $kpkg"
-  dpkg-deb -x "$kdir"/*.deb "$kdir" && rm -f "$kdir"/*.deb
-fi
-kernel=$(ls "$kdir"/boot/vmlinuz-* | head -n 1)
+# apt's options for the backports suite alone, from the same mirror as the
+# host's own sources, with lists and cache of its own.
+backports_apt() {
+  local dir=$PWD/$work/apt-backports uri
+  mkdir -p "$dir/lists/partial" "$dir/cache/archives/partial"
+  if [ ! -s "$dir/sources.list" ]; then
+    uri=$(cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2; exit}')
+    [ -n "$uri" ] || uri=$(awk '$1 == "deb" && $2 !~ /^\[/ {print $2; exit}' /etc/apt/sources.list 2>/dev/null)
+    [ -n "$uri" ] || return 1
+    echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $uri bookworm-backports main" >"$dir/sources.list"
+  fi
+  echo "-o Dir::Etc::SourceList=$dir/sources.list -o Dir::Etc::SourceParts=/dev/null"
+  echo "-o Dir::State::Lists=$dir/lists -o Dir::Cache=$dir/cache"
+}
+fetch_kernel() { # 6.1|6.12 -> path of its vmlinuz, or a line on stderr
+  local opts=() kpkg kdir
+  case "$1" in
+    6.1) ;;
+    6.12)
+      mapfile -t opts < <(backports_apt | tr ' ' '\n') || true
+      [ ${#opts[@]} -gt 0 ] || { echo "no Debian mirror in the host's apt sources" >&2; return 1; }
+      ls "$work"/apt-backports/lists/*backports*Packages >/dev/null 2>&1 \
+        || timeout 300 apt-get "${opts[@]}" update -qq >/dev/null 2>&1 \
+        || { echo "apt-get update of bookworm-backports failed" >&2; return 1; } ;;
+  esac
+  kpkg=$(apt-cache "${opts[@]}" depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}')
+  case "$kpkg" in
+    "linux-image-$1".*) ;;
+    *) echo "linux-image-amd64 depends on '${kpkg:-nothing}', not a $1 kernel (not a bookworm host?)" >&2; return 1 ;;
+  esac
+  kdir=$work/$kpkg
+  if ! ls "$kdir"/boot/vmlinuz-* >/dev/null 2>&1; then
+    rm -rf "$kdir" && mkdir -p "$kdir"
+    (cd "$kdir" && timeout 300 apt-get "${opts[@]}" download "$kpkg" >/dev/null 2>&1) \
+      || { echo "apt-get could not download $kpkg" >&2; return 1; }
+    dpkg-deb -x "$kdir"/*.deb "$kdir" && rm -f "$kdir"/*.deb
+  fi
+  ls "$kdir"/boot/vmlinuz-* | head -n 1
+}
+declare -A kernel_of
+for pair in "${pairs[@]}"; do
+  k=6.1
+  [[ $pair == *:* ]] && k=${pair%%:*}
+  case "$k" in 6.1|6.12) ;; *) echo "guest-tests: unknown kernel $k (6.1, 6.12)" >&2; exit 2 ;; esac
+  [ -n "${kernel_of[$k]:-}" ] && continue
+  kernel_of[$k]=$(fetch_kernel "$k" 2>"$work/why") || skip "the $k kernel: $(cat "$work/why")"
+done
 
 # The test binaries of the workspace build (the one `cargo test --workspace`
 # made: asking for one package would resolve other features and rebuild), and
@@ -92,17 +140,26 @@ tests=(
   "kernels $(exe prezero test kernels)"
   "template $(exe prezero test template)"
   "lying-daemon $(exe prezero test lying_daemon)"
-  # 6.1 has no UFFDIO_MOVE: prezero run --lazy says so once and runs the program.
+  # On 6.1 (no UFFDIO_MOVE) prezero run --lazy says so once and runs the program.
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )
+
+# The preload's lazy mode against its C programs, on 6.12 (6.1 has no
+# UFFDIO_MOVE: cli-lazy checks its fallback), in the 2-node guest (3 minutes
+# under TCG). The host builds the programs here, at the paths the tests look
+# in: the guests have no gcc.
+lazy_tests=$(exe prezero-preload test lazy)
+"$lazy_tests" --exact the_c_test_programs_build -q >/dev/null
+lazy_612_numa2=("preload-lazy $lazy_tests --test-threads=1")
+prebuilt=("$top"/target/debug/lazy-c/* "$top"/target/preload/debug/libprezero_preload.so)
 
 # The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
 smp8_tests=(
   "cli-service $(exe prezero-cli test service) --test-threads=2"
 )
 
-build_initramfs() { # topology -> path of the image
-  local dir=$work/root-$1 image=$work/initramfs-$1.cpio.gz
+build_initramfs() { # kernel topology -> path of the image
+  local dir=$work/root-$1-$2 image=$work/initramfs-$1-$2.cpio.gz
   rm -rf "$dir"
   mkdir -p "$dir"/{bin,sbin,usr/bin,proc,sys,dev,tmp,run,guest,lib64}
   cp /bin/busybox "$dir/bin/"
@@ -112,9 +169,10 @@ build_initramfs() { # topology -> path of the image
   cp scripts/guest/init "$dir/init"
   cp "$(command -v numactl)" "$dir/usr/bin/"
   : >"$dir/guest/tests"
-  local files=("$(command -v numactl)")
+  local files=("$(command -v numactl)" "${prebuilt[@]}")
   local all=("${tests[@]}")
-  [ "$1" = smp8 ] && all+=("${smp8_tests[@]}")
+  [ "$2" = smp8 ] && all+=("${smp8_tests[@]}")
+  [ "$1:$2" = 6.12:numa2 ] && all+=("${lazy_612_numa2[@]}")
   for t in "${all[@]}"; do
     read -r name cmd _ <<<"$t"
     if [ -n "${PREZERO_GUEST_FILTER:-}" ] && ! grep -qE "$PREZERO_GUEST_FILTER" <<<"$name"; then
@@ -127,6 +185,8 @@ build_initramfs() { # topology -> path of the image
   # The recordings some library tests read, at the path compiled into them.
   # (CARGO_MANIFEST_DIR/../machines: the crates' folders must exist too).
   mkdir -p "$dir$top"/{prezero,prezero-cli,prezero-preload} && cp -r "$top/machines" "$dir$top/"
+  # The preload's tests know the target dir by cargo's mark.
+  mkdir -p "$dir$top/target" && cp "$top/target/CACHEDIR.TAG" "$dir$top/target/"
   # Each binary at its own path, without debug info (the image is RAM in the
   # guest), and every library it links.
   local f lib
@@ -141,8 +201,13 @@ build_initramfs() { # topology -> path of the image
     done
   done
   echo 600 >"$dir/guest/limit"
-  # A test that would skip for want of nodes, numactl or pages fails here.
-  [ "$1" = smp8 ] || echo 1 >"$dir/guest/require-numa"
+  # A test that would skip for want of nodes, numactl or pages fails here,
+  # and on 6.12 one that would for want of the lazy mode or a memory cgroup.
+  local require=()
+  [ "$2" = smp8 ] || { echo 1 >"$dir/guest/require-numa"; require+=(numa); }
+  [ "$1" = 6.12 ] && require+=(uffd memcg)
+  { echo "export PREZERO_TEST_PREBUILT=1"
+    echo "export PREZERO_REQUIRE=$(IFS=,; echo "${require[*]}")"; } >"$dir/guest/env"
   (cd "$dir" && find . | cpio -o -H newc 2>/dev/null | gzip -1) >"$image"
   echo "$image"
 }
@@ -171,6 +236,8 @@ qemu_topology() { # topology -> qemu arguments
 }
 
 # KVM if a guest boots under it within seconds, once per run.
+keys=("${!kernel_of[@]}")
+kernel=${kernel_of[${keys[0]}]}
 accel=tcg
 if [ -w /dev/kvm ]; then
   probe=$work/probe
@@ -186,32 +253,35 @@ if [ -w /dev/kvm ]; then
 fi
 cpu=max
 [ $accel = kvm ] && cpu=host
-echo "guest tests: kernel $(basename "$kernel") ($kpkg), accel $accel, topologies ${topologies[*]}"
+echo "guest tests: accel $accel; $(for k in "${!kernel_of[@]}"; do printf '%s: %s; ' "$k" "$(basename "${kernel_of[$k]}")"; done)pairs ${pairs[*]}"
 
 failed=()
-for topo in "${topologies[@]}"; do
-  image=$(build_initramfs "$topo")
-  log=$work/$topo.log
+for pair in "${pairs[@]}"; do
+  k=6.1 topo=$pair
+  [[ $pair == *:* ]] && k=${pair%%:*} topo=${pair#*:}
+  tag=$k:$topo
+  image=$(build_initramfs "$k" "$topo")
+  log=$work/$k-$topo.log
   start=$SECONDS
   # shellcheck disable=SC2046
   timeout 1500 qemu-system-x86_64 -machine q35 -accel $accel -cpu $cpu $(qemu_topology "$topo") \
-    -nographic -no-reboot -kernel "$kernel" -initrd "$image" \
+    -nographic -no-reboot -kernel "${kernel_of[$k]}" -initrd "$image" \
     -append "console=ttyS0 quiet panic=-1 transparent_hugepage=madvise" >"$log" 2>&1 || true
   tr -d '\r' <"$log" >"$log.txt"
-  grep -E '^GUEST-(BOOT|RESULT)|^(test result|skipped)' "$log.txt" | sed "s/^/[$topo] /"
+  grep -E '^GUEST-(BOOT|RESULT)|^(test result|skipped)' "$log.txt" | sed "s/^/[$tag] /"
   if ! grep -q '^GUEST-DONE' "$log.txt"; then
-    echo "[$topo] the guest did not finish (see $log.txt)"
-    failed+=("$topo: did not finish")
+    echo "[$tag] the guest did not finish (see $log.txt)"
+    failed+=("$tag: did not finish")
   fi
   while read -r _ name rc _; do
-    [ "$rc" = rc=0 ] || failed+=("$topo: $name ($rc)")
+    [ "$rc" = rc=0 ] || failed+=("$tag: $name ($rc)")
   done < <(grep '^GUEST-RESULT' "$log.txt")
   # A failure's own words, since CI keeps only what is printed here.
   if grep -q '^GUEST-RESULT .* rc=[1-9]' "$log.txt"; then
     # (sed, not head: a reader that stops early would fail the pipe, and the script.)
-    grep -A30 -E '^---- .* stdout ----' "$log.txt" | sed -n "1,120s/^/[$topo] /p"
+    grep -A30 -E '^---- .* stdout ----' "$log.txt" | sed -n "1,120s/^/[$tag] /p"
   fi
-  echo "[$topo] $((SECONDS - start)) s"
+  echo "[$tag] $((SECONDS - start)) s"
 done
 if [ ${#failed[@]} -gt 0 ]; then
   printf 'guest tests failed: %s\n' "${failed[@]}" >&2

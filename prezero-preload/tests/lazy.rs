@@ -22,7 +22,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{finish, gcc, profile_dir, serial, shared_object, sources, Run};
+use common::{can_build, finish, gcc, profile_dir, serial, shared_object, skip, sources, Run};
 
 struct Built {
     so: PathBuf,
@@ -36,9 +36,7 @@ struct Built {
 fn built() -> Option<&'static Built> {
     static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
     let b = BUILT.get_or_init(|| {
-        if Command::new("gcc").arg("--version").output().is_err() {
-            return Err("no gcc to build the C test programs".into());
-        }
+        can_build()?;
         let dir = profile_dir().join("lazy-c");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let src = sources();
@@ -63,7 +61,7 @@ fn built() -> Option<&'static Built> {
     match b {
         Ok(b) => Some(b),
         Err(why) => {
-            println!("skipped: {why}");
+            skip("cc", why);
             None
         }
     }
@@ -116,6 +114,10 @@ impl Lazy {
         #; # mappings registered";
 
     fn parse(line: &str) -> Result<Lazy, String> {
+        // Before 6.14 (see `the_kernel_moves_huge_pages_whole`).
+        let line = line
+            .strip_suffix("; moved huge pages arrived split: they move a page at a time")
+            .unwrap_or(line);
         let mut shape = String::new();
         let mut nums = Vec::new();
         let mut digits = String::new();
@@ -214,10 +216,18 @@ fn available() -> Option<&'static Built> {
     match why {
         None => Some(b),
         Some(why) => {
-            println!("skipped: the lazy mode does not run here: {why}");
+            skip("uffd", &format!("the lazy mode does not run here: {why}"));
             None
         }
     }
+}
+
+/// Builds the C programs (and the shared object) the other tests run: the
+/// guest harness runs this on the host first, since the guests have no
+/// compiler.
+#[test]
+fn the_c_test_programs_build() {
+    built();
 }
 
 #[test]
@@ -235,15 +245,22 @@ fn the_kernel_moves_huge_pages_whole() {
     let text = String::from_utf8_lossy(&out.stdout);
     println!("{text}{}", String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success());
+    // Before 6.14 MADV_DONTNEED keeps a block's empty page table, and a
+    // huge page moved over it arrives split (the lazy mode says so).
+    let splits = kernel_version() < (6, 14);
     for line in text.lines().filter(|l| l.starts_with("move")) {
         assert!(line.ends_with("ok"), "{line}");
         // A reserve of huge pages gives huge pages; one of small pages, not.
         let small = line.starts_with("move-small");
-        assert!(line.contains("huge 32/32 MiB") != small, "{line}");
+        let whole = line.contains("huge 32/32 MiB");
+        assert!(if small { !whole } else { whole || splits }, "{line}");
     }
-    assert!(text
-        .lines()
-        .any(|l| l.starts_with("back") && l.contains("(huge 32 MiB)")));
+    assert!(
+        splits
+            || text
+                .lines()
+                .any(|l| l.starts_with("back") && l.contains("(huge 32 MiB)"))
+    );
 }
 
 #[test]
@@ -368,7 +385,7 @@ fn the_preload_stress_modes_under_the_lazy_mode() {
 fn a_jvm_with_a_pretouched_heap() {
     let Some(b) = available() else { return };
     if Command::new("java").arg("-version").output().is_err() {
-        println!("skipped: no java");
+        skip("java", "no java");
         return;
     }
     let _s = serial();
@@ -522,7 +539,7 @@ fn the_default_reserve_fits_the_memory_cgroup() {
     let Some(b) = available() else { return };
     let _s = serial();
     let Some((dir, procs)) = memcg(512 << 20) else {
-        println!("skipped: no memory cgroup could be made here (not root?)");
+        skip("memcg", "no memory cgroup could be made here (not root?)");
         return;
     };
     let script = format!("echo $$ > {} && exec \"$0\" memcg", procs.display());
@@ -559,6 +576,14 @@ fn the_fallback_says_why_once_and_the_program_runs() {
     assert!(r.lazy_lines().is_empty(), "{}", r.stderr);
 }
 
+/// The running kernel's (major, minor).
+fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.split(|c: char| !c.is_ascii_digit());
+    let mut next = || parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    (next(), next())
+}
+
 #[test]
 fn the_lazy_line_parses() {
     let s = Lazy::parse(
@@ -573,5 +598,12 @@ fn the_lazy_line_parses() {
         (s.recycled, s.filled, s.scrubbed, s.gave_back, s.mappings),
         (4, 20, 4, 0, 1)
     );
+    let split = Lazy::parse(
+        "prezero-preload: lazy: pid 7: 1 faults: 1 blocks moved in (0 of small pages, 0 ahead of \
+         a fault, 0 scrubbed on demand), 0 blocks copied from zeroes, 0 small pages; 0 moved \
+         back; reserve filled 1 (0 with small pages), scrubbed 0, gave back 0; 1 mappings \
+         registered; moved huge pages arrived split: they move a page at a time",
+    );
+    assert_eq!(split.unwrap().moved, 1);
     assert!(Lazy::parse("prezero-preload: lazy: pid 7: nothing").is_err());
 }

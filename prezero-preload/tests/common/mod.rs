@@ -86,6 +86,14 @@ pub fn shared_object_in(name: &str, features: &[&str]) -> PathBuf {
         so.push(t);
     }
     so.extend([profile, "libprezero_preload.so"]);
+    if prebuilt() {
+        assert!(
+            so.exists(),
+            "{} was not built before (PREZERO_TEST_PREBUILT)",
+            so.display()
+        );
+        return so;
+    }
     let out = cmd
         .env("CARGO_TARGET_DIR", &own)
         .output()
@@ -99,7 +107,46 @@ pub fn shared_object_in(name: &str, features: &[&str]) -> PathBuf {
     so
 }
 
+/// Set by `scripts/guest-tests.sh`: the guests have no cargo and no gcc, so
+/// the shared object and the C programs are the ones the host built at the
+/// same paths (the harness runs `the_c_test_programs_build` first).
+pub fn prebuilt() -> bool {
+    std::env::var_os("PREZERO_TEST_PREBUILT").is_some()
+}
+
+/// Whether the C test programs can be had: compiled here, or prebuilt.
+pub fn can_build() -> Result<(), String> {
+    if prebuilt() || Command::new("gcc").arg("--version").output().is_ok() {
+        Ok(())
+    } else {
+        Err("no gcc to build the C test programs".into())
+    }
+}
+
+/// Prints why a test does not run; a failure where `PREZERO_REQUIRE` (a
+/// comma-separated list of kinds) names `kind`, as in the guests on a kernel
+/// that has what the test needs.
+pub fn skip(kind: &str, why: &str) {
+    let required = std::env::var("PREZERO_REQUIRE").unwrap_or_default();
+    assert!(
+        !required.split(',').any(|k| k == kind),
+        "PREZERO_REQUIRE={required} but the test would skip ({kind}): {why}"
+    );
+    println!("skipped: {why}");
+}
+
+/// Runs gcc, or where the programs are prebuilt checks that the output
+/// (the argument after `-o`) is there.
 pub fn gcc(args: &[&str]) -> Result<(), String> {
+    if prebuilt() {
+        let out = args.iter().skip_while(|a| **a != "-o").nth(1);
+        return match out {
+            Some(o) if Path::new(o).exists() => Ok(()),
+            _ => Err(format!(
+                "{out:?} was not built before (PREZERO_TEST_PREBUILT)"
+            )),
+        };
+    }
     let out = Command::new("gcc")
         .args(args)
         .output()
@@ -119,9 +166,7 @@ pub fn gcc(args: &[&str]) -> Result<(), String> {
 pub fn built() -> Option<&'static Built> {
     static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
     let b = BUILT.get_or_init(|| {
-        if Command::new("gcc").arg("--version").output().is_err() {
-            return Err("no gcc to build the C test programs".into());
-        }
+        can_build()?;
         let dir = profile_dir().join("preload-c");
         std::fs::create_dir_all(&dir).expect("mkdir");
         let src = sources();
@@ -162,7 +207,7 @@ pub fn built() -> Option<&'static Built> {
     match b {
         Ok(b) => Some(b),
         Err(why) => {
-            println!("skipped: {why}");
+            skip("cc", why);
             None
         }
     }
