@@ -4,12 +4,14 @@
 //!
 //! * `KIND:N[,KIND:N...]`: the Nth call of each kind in this process fails
 //!   as the kernel would fail it (`sys/` gives the errno), without being
-//!   made. Kinds: `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`,
+//!   made; `KIND:N+`: the Nth and every call after it (a memory cgroup at
+//!   its limit fails every call that allocates). Kinds: `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`,
 //!   `thread` (the creation of the scrubber and of the lazy mode's handler
 //!   and worker), and the lazy mode's (`sys/uffd.rs`): `userfaultfd`
 //!   (opening one, then its handshake), `uffd_register`, `uffd_copy`
-//!   (`UFFDIO_COPY` and `UFFDIO_ZEROPAGE`), `uffd_move`, `pagemap` (opening
-//!   it, then each scan). The program's own `mmap`, `munmap`, `mremap` and
+//!   (`UFFDIO_COPY` and `UFFDIO_ZEROPAGE`), `uffd_move`, `uffd_wake`
+//!   (`UFFDIO_WAKE` and `UFFDIO_UNREGISTER`), `pagemap` (opening it, then
+//!   each scan). The program's own `mmap`, `munmap`, `mremap` and
 //!   `madvise`, which the lazy mode passes on, are not the preload's: never
 //!   failed.
 //! * `count` (alone, or among those): nothing more fails.
@@ -21,6 +23,7 @@
 //! without allocating, as everything here runs inside `malloc`. A forked
 //! child counts on from its parent's numbers.
 
+use std::sync::atomic::AtomicBool;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
@@ -40,10 +43,11 @@ pub enum Kind {
     UffdRegister,
     UffdCopy,
     UffdMove,
+    UffdWake,
     Pagemap,
 }
 
-const KINDS: [(Kind, &[u8]); 11] = [
+const KINDS: [(Kind, &[u8]); 12] = [
     (Kind::Mmap, b"mmap"),
     (Kind::Madvise, b"madvise"),
     (Kind::Mremap, b"mremap"),
@@ -54,6 +58,7 @@ const KINDS: [(Kind, &[u8]); 11] = [
     (Kind::UffdRegister, b"uffd_register"),
     (Kind::UffdCopy, b"uffd_copy"),
     (Kind::UffdMove, b"uffd_move"),
+    (Kind::UffdWake, b"uffd_wake"),
     (Kind::Pagemap, b"pagemap"),
 ];
 
@@ -61,6 +66,8 @@ const KINDS: [(Kind, &[u8]); 11] = [
 static CALLS: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
 /// The call of each kind that fails (0: none).
 static FAIL_AT: [AtomicU64; KINDS.len()] = [const { AtomicU64::new(0) }; KINDS.len()];
+/// Whether every call of the kind after that one fails too (`KIND:N+`).
+static FAIL_ON: [AtomicBool; KINDS.len()] = [const { AtomicBool::new(false) }; KINDS.len()];
 
 const UNREAD: u8 = 0;
 const READING: u8 = 1;
@@ -72,7 +79,8 @@ pub fn fails(kind: Kind) -> bool {
     read_plan();
     let i = kind as usize;
     let n = CALLS[i].fetch_add(1, Relaxed) + 1;
-    n == FAIL_AT[i].load(Relaxed)
+    let at = FAIL_AT[i].load(Relaxed);
+    n == at || (at != 0 && n > at && FAIL_ON[i].load(Relaxed))
 }
 
 /// Reads `PREZERO_FAULT` once. A thread that comes while another reads it
@@ -94,16 +102,22 @@ fn read_plan() {
         sys::atexit(print_counts);
     }
     for item in text.split(|&b| b == b',') {
-        if let Some((i, n)) = parse(item) {
+        if let Some((i, n, on)) = parse(item) {
             FAIL_AT[i].store(n, Relaxed);
+            FAIL_ON[i].store(on, Relaxed);
         }
     }
     // Release: a thread that sees READ sees FAIL_AT.
     PLAN.store(READ, Release);
 }
 
-/// `KIND:N` as the index of the kind and N (at least 1).
-fn parse(item: &[u8]) -> Option<(usize, u64)> {
+/// `KIND:N` or `KIND:N+` as the index of the kind, N (at least 1) and
+/// whether the calls after the Nth fail too.
+fn parse(item: &[u8]) -> Option<(usize, u64, bool)> {
+    let (item, on) = match item.strip_suffix(b"+") {
+        Some(item) => (item, true),
+        None => (item, false),
+    };
     let colon = item.iter().position(|&b| b == b':')?;
     let (name, num) = (&item[..colon], &item[colon + 1..]);
     let i = KINDS.iter().position(|(_, k)| *k == name)?;
@@ -113,7 +127,7 @@ fn parse(item: &[u8]) -> Option<(usize, u64)> {
     let n = num.iter().try_fold(0u64, |n, &d| {
         n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
     })?;
-    (n > 0).then_some((i, n))
+    (n > 0).then_some((i, n, on))
 }
 
 /// The line printed at exit: `prezero-preload: pid P: calls: mmap A madvise
@@ -138,15 +152,18 @@ mod tests {
 
     #[test]
     fn a_plan_names_a_kind_and_a_call() {
-        assert_eq!(parse(b"mmap:1"), Some((0, 1)));
-        assert_eq!(parse(b"thread:12"), Some((5, 12)));
-        assert_eq!(parse(b"uffd_move:3"), Some((9, 3)));
+        assert_eq!(parse(b"mmap:1"), Some((0, 1, false)));
+        assert_eq!(parse(b"thread:12"), Some((5, 12, false)));
+        assert_eq!(parse(b"uffd_move:3"), Some((9, 3, false)));
+        assert_eq!(parse(b"uffd_wake:8+"), Some((10, 8, true)));
         for bad in [
             &b"mmap"[..],
             b"mmap:",
             b"mmap:0",
             b"mmap:-1",
             b"mmap:1x",
+            b"mmap:+",
+            b"mmap:1++",
             b"brk:1",
             b":3",
             b"mmap:99999999999999999999999",

@@ -19,10 +19,17 @@
 //! shared zero page (`UFFDIO_ZEROPAGE`), from the faulting page to the end of
 //! its block (a block partly populated already: the call stops at the first
 //! page present, and wakes what it filled; or an edge of a mapping, outside
-//! its whole blocks: to the mapping's end if that comes first). EEXIST (another thread's fault filled it
-//! first) and any other error end in `UFFDIO_WAKE`: every fault is answered,
-//! or its thread would wait forever; a page that fails twice in a row is
-//! unregistered, so the kernel serves it from then on.
+//! its whole blocks: to the mapping's end if that comes first). EEXIST
+//! (another thread's fault filled it first) ends in `UFFDIO_WAKE`.
+//!
+//! No fault waits for ever: one the handler cannot serve (ENOMEM in a memory
+//! cgroup at its limit, EPERM under a seccomp filter, anything) is handed to
+//! the kernel: the shared zero page (a write then takes the kernel's own
+//! copy-on-write fault), else the page unregistered (which wakes it). When
+//! that fails too, or faults keep failing ([`MAX_UNSERVED`] in a row), the
+//! lazy mode stops: every range is unregistered and the descriptor closed,
+//! which wakes every waiter and leaves every fault to the kernel, whose
+//! cgroup and OOM behaviour is then the plain program's.
 //!
 //! Readahead: after a fault in the block right after the last one served
 //! (or moved ahead), the handler moves the next blocks too, as many as the
@@ -33,8 +40,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, FILL, HUGE, PAGE,
-    ZEROES,
+    fd, give_up, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, FILL, HUGE,
+    PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -46,13 +53,21 @@ const MAX_WINDOW: usize = 8;
 /// (its holders make a system call or two: tens of microseconds).
 const POP_WAIT_US: u64 = 1000;
 
+/// Pages unregistered in a row (their faults neither served nor given the
+/// zero page) after which the lazy mode stops: each one splits its mapping
+/// in three, and the next fault is likely to fail the same way.
+const MAX_UNREGISTERED: u32 = 16;
+
 struct Handler {
     fd: i32,
     /// The block a sequential fault would hit next, and the window.
     next: usize,
     window: usize,
-    /// The last page that could not be served.
-    failed: usize,
+    /// Pages unregistered since the last fault served (`u32::MAX`: a page
+    /// could not be): the lazy mode stops past [`MAX_UNREGISTERED`].
+    unregistered: u32,
+    /// The last error of a call that could not serve a fault.
+    error: Errno,
     /// Moved huge pages arrive split here: every slot moves a page-table
     /// entry at a time.
     no_huge: bool,
@@ -65,7 +80,8 @@ pub fn run() {
         fd: fd(),
         next: 0,
         window: 0,
-        failed: usize::MAX,
+        unregistered: 0,
+        error: Errno(0),
         no_huge: false,
         checked: false,
     };
@@ -93,6 +109,10 @@ pub fn run() {
                 let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
                 h.serve(m.address as usize, write);
             }
+        }
+        if h.unregistered > MAX_UNREGISTERED {
+            give_up(h.error);
+            return;
         }
     }
 }
@@ -266,22 +286,43 @@ impl Handler {
         match r {
             Ok(filled) => {
                 stats::SMALL.fetch_add((filled / PAGE) as u64, Ordering::Relaxed);
-                self.failed = usize::MAX;
                 // It woke what it filled, which starts at or before the page.
                 if from + filled > page {
+                    self.unregistered = 0;
                     return true;
                 }
             }
-            Err(Errno(libc::EEXIST)) => self.failed = usize::MAX,
-            Err(_) if self.failed == page => {
-                // Twice in a row: the kernel serves it from now on.
-                let _ = uffd::unregister(self.fd, page, PAGE);
-                self.failed = usize::MAX;
+            Err(Errno(libc::EEXIST)) => {}
+            Err(e) => {
+                self.hand_to_kernel(page, e);
+                return false;
             }
-            Err(_) => self.failed = page,
         }
-        let _ = uffd::wake(self.fd, page, PAGE);
+        match uffd::wake(self.fd, page, PAGE) {
+            Ok(()) => self.unregistered = 0,
+            Err(e) => self.hand_to_kernel(page, e),
+        }
         false
+    }
+
+    /// Hands the fault at `page`, which failed with `e`, to the kernel: the
+    /// shared zero page there (which costs no memory, so a memory cgroup at
+    /// its limit allows it, and wakes the fault), else the page unregistered
+    /// (which wakes it too); where neither can be done the lazy mode stops
+    /// after this batch of faults.
+    fn hand_to_kernel(&mut self, page: usize, e: Errno) {
+        stats::UNSERVED.fetch_add(1, Ordering::Relaxed);
+        self.error = e;
+        match uffd::zeropage(self.fd, page, PAGE) {
+            Ok(_) => return,
+            Err(Errno(libc::EEXIST)) if uffd::wake(self.fd, page, PAGE).is_ok() => return,
+            Err(Errno(libc::EEXIST)) => {}
+            Err(e) => self.error = e,
+        }
+        self.unregistered = match uffd::unregister(self.fd, page, PAGE) {
+            Ok(()) => self.unregistered.saturating_add(1),
+            Err(_) => u32::MAX,
+        };
     }
 
     /// `UFFDIO_COPY` of zeroes (a write) or `UFFDIO_ZEROPAGE` (a read) of

@@ -387,11 +387,52 @@ fn still_ours() -> bool {
 /// program closed it.
 fn stop() {
     STATE.store(FAILED, Ordering::Release);
+    // The reserve serves no fault any more: the worker gives it back now
+    // (idle at once, never filling again).
+    FILL.store(false, Ordering::Relaxed);
+    LAST_ACTIVE.store(0, Ordering::Relaxed);
+    reserve::wake_worker();
     let ours = still_ours();
     let fd = UFFD.swap(-1, Ordering::AcqRel);
     if ours {
         uffd::close(fd);
     }
+}
+
+/// Stops the lazy mode because its calls keep failing (`e`, the last error):
+/// the faults it could not serve would otherwise wait for ever. Every range
+/// still registered is unregistered first (which wakes its faults, and
+/// holds where a child's copy of the descriptor keeps it open), then
+/// [`stop`] closes it: from then on the kernel serves every fault. Says so
+/// once.
+fn give_up(e: Errno) {
+    if still_ours() {
+        let fd = fd();
+        if let Some((base, len)) = crate::cache::range() {
+            let _ = uffd::unregister(fd, base, len);
+        }
+        // The table under POP, if it can be had: its holder may wait on a
+        // fault of this thread's to serve; closing wakes those anyway.
+        if let Some(mut g) = PopGuard::own_within(10 * 1000) {
+            let t = g.table();
+            for i in 0..t.len() {
+                let r = t.get(i);
+                let _ = uffd::unregister(fd, r.start, r.end - r.start);
+            }
+        }
+        use std::io::Write;
+        let mut buf = [0u8; 256];
+        let mut w = &mut buf[..];
+        let _ = writeln!(
+            w,
+            "prezero: --lazy stopped: the kernel refuses its calls ({}); the kernel serves \
+             every fault from now on",
+            sys::strerror(e)
+        );
+        let used = 256 - w.len();
+        sys::write_stderr(&buf[..used]);
+    }
+    stop();
 }
 
 /// Starts a thread of the lazy mode with every signal blocked: a program's

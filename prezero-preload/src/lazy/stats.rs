@@ -35,8 +35,10 @@ pub static MAPPINGS: AtomicU64 = AtomicU64::new(0);
 /// A moved huge page arrived split (the kernel kept the block's empty page
 /// table): from then on every slot moves a page-table entry at a time.
 pub static SPLIT: AtomicU64 = AtomicU64::new(0);
+/// Faults the handler could not serve, handed to the kernel.
+pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 14] = [
+const ALL: [&AtomicU64; 15] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -51,6 +53,7 @@ const ALL: [&AtomicU64; 14] = [
     &RELEASED,
     &MAPPINGS,
     &SPLIT,
+    &UNSERVED,
 ];
 
 /// A forked child starts its own account.
@@ -72,7 +75,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          ahead of a fault, {} scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}",
+         mappings registered{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -92,7 +95,20 @@ pub fn print() {
         } else {
             ""
         },
+        Unserved(UNSERVED.load(Relaxed)),
     );
     let used = 512 - w.len();
     crate::sys::write_stderr(&buf[..used]);
+}
+
+/// "; N faults handed to the kernel", where there were any.
+struct Unserved(u64);
+
+impl std::fmt::Display for Unserved {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, "; {n} faults handed to the kernel"),
+        }
+    }
 }

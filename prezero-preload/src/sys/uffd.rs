@@ -189,6 +189,7 @@ pub unsafe fn register(fd: c_int, start: usize, len: usize, mode: Mode) -> Resul
 ///
 /// pre: none (the range's contents stay as they are).
 pub fn unregister(fd: c_int, start: usize, len: usize) -> Result<(), Errno> {
+    inject!(UffdWake, libc::ENOMEM);
     let mut arg = [start as u64, len as u64];
     ioctl(fd, UFFDIO_UNREGISTER, arg.as_mut_ptr().cast())
 }
@@ -198,6 +199,7 @@ pub fn unregister(fd: c_int, start: usize, len: usize) -> Result<(), Errno> {
 ///
 /// pre: none.
 pub fn wake(fd: c_int, start: usize, len: usize) -> Result<(), Errno> {
+    inject!(UffdWake, libc::ENOMEM);
     let mut arg = [start as u64, len as u64];
     ioctl(fd, UFFDIO_WAKE, arg.as_mut_ptr().cast())
 }
