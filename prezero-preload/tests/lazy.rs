@@ -1,6 +1,7 @@
 //! The preload's lazy mode (`PREZERO_LAZY=1`, issue 28) against C programs:
 //! tests/c/lazy_stress.c (one mode per run: see its header), tests/c/
 //! lazy_review.c (what a hostile review found, a mode each), tests/c/
+//! lazy_plain.c (programs that must behave as they do plainly), tests/c/
 //! preload_stress.c's modes run again under the lazy mode, tests/c/
 //! uffd_probe.c (the kernel's side of it), and a JVM when there is one.
 //!
@@ -29,6 +30,7 @@ struct Built {
     lazy: PathBuf,
     stress: PathBuf,
     review: PathBuf,
+    plain: PathBuf,
     probe: Option<PathBuf>,
 }
 
@@ -53,6 +55,7 @@ fn built() -> Option<&'static Built> {
             lazy: build("lazy_stress", &[]).expect("compile lazy_stress.c"),
             stress: build("preload_stress", &["-ldl"]).expect("compile preload_stress.c"),
             review: build("lazy_review", &[]).expect("compile lazy_review.c"),
+            plain: build("lazy_plain", &[]).expect("compile lazy_plain.c"),
             // x86_64 only (streaming stores from immintrin.h).
             probe: cfg!(target_arch = "x86_64")
                 .then(|| build("uffd_probe", &[]).expect("compile uffd_probe.c")),
@@ -606,4 +609,63 @@ fn the_lazy_line_parses() {
     );
     assert_eq!(split.unwrap().moved, 1);
     assert!(Lazy::parse("prezero-preload: lazy: pid 7: nothing").is_err());
+}
+
+/// Ordinary things programs do (tests/c/lazy_plain.c) end as they do
+/// plainly: same exit, same output. Before, under the lazy mode: a seccomp
+/// filter that refuses ioctl hung the program (its faults unanswered), one
+/// that kills on userfaultfd(2) killed it at start, a fork prepare handler
+/// waiting on a thread that maps deadlocked, closing every descriptor while
+/// a child held copies hung it, and under RLIMIT_DATA its mmap failed
+/// (the reserve counted as data). Where the lazy mode steps aside it says
+/// why on stderr.
+#[test]
+fn ordinary_programs_behave_as_they_do_plainly() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    let exe = b.plain.to_str().unwrap();
+    let timeout = Duration::from_secs(60);
+    let modes: [(&str, &[(&str, &str)]); 5] = [
+        ("seccomp-ioctl", &[]),
+        ("seccomp-kill", &[]),
+        ("fork-worker", &[]),
+        ("closefds-child", &[]),
+        // The default reserve (up to 1 GiB), as prezero run --lazy has it.
+        ("rlimit-data", &[("PREZERO_RESERVE", "")]),
+    ];
+    let mut differ = Vec::new();
+    for (mode, env) in modes {
+        let mut cmd = Command::new(exe);
+        cmd.arg(mode)
+            .process_group(0)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, _) in std::env::vars() {
+            if k.starts_with("PREZERO_") || k == "LD_PRELOAD" {
+                cmd.env_remove(k);
+            }
+        }
+        let plain = finish(&mut cmd, format!("{exe} {mode}"), timeout);
+        let lazy = run_as(b, exe, &[mode], env, timeout);
+        println!(
+            "{mode}: plain {:?} {:?}, lazy {:?} {:?} {:?}",
+            plain.code,
+            plain.stdout.trim(),
+            lazy.code,
+            lazy.stdout.trim(),
+            lazy.stderr
+                .lines()
+                .filter(|l| l.starts_with("prezero: --lazy"))
+                .collect::<Vec<_>>()
+        );
+        if plain.code != lazy.code || plain.stdout != lazy.stdout {
+            differ.push(format!(
+                "{mode}: plainly exit {:?}, stdout\n{}\nunder the lazy mode exit {:?} signal \
+                 {:?}, stdout\n{}\nstderr\n{}",
+                plain.code, plain.stdout, lazy.code, lazy.signal, lazy.stdout, lazy.stderr
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n\n"));
 }

@@ -618,7 +618,8 @@ fn valgrind_memcheck_under_the_preload() {
 }
 
 /// A library preloaded into every program exports the allocator's entry
-/// points, the mapping calls the lazy mode takes, and nothing else: not
+/// points, the mapping calls the lazy mode takes, the descriptor calls that
+/// would close its descriptors, and nothing else: not
 /// prezero's `pz_*` C API, which rustc's version script would export from a
 /// dependency built with it.
 #[test]
@@ -647,6 +648,11 @@ fn exports_only_the_allocator() {
         [
             "aligned_alloc",
             "calloc",
+            "close",
+            "close_range",
+            "closefrom",
+            "dup2",
+            "dup3",
             "free",
             "madvise",
             "malloc",

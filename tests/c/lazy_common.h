@@ -46,7 +46,7 @@ static void check_zero(const char *what, const unsigned char *p, size_t len) {
 }
 
 /* The thread id of this process's thread whose name starts with `name`, or 0. */
-static pid_t thread_named(const char *name) {
+static inline pid_t thread_named(const char *name) {
     DIR *d = opendir("/proc/self/task");
     struct dirent *e;
     pid_t found = 0;

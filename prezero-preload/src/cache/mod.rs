@@ -213,7 +213,11 @@ pub fn start(cfg: Config) -> bool {
     STARTED.store(true, Ordering::Release);
     drop(g);
     // Handlers that take and give back the lock, and start the child anew.
-    sys::atfork(fork::before_fork, fork::after_fork, fork::in_child);
+    sys::atfork(
+        Some(fork::before_fork),
+        Some(fork::after_fork),
+        Some(fork::in_child),
+    );
     if prefill > 0 {
         scrubber::ensure_scrubber();
     }

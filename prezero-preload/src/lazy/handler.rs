@@ -40,8 +40,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, FILL, HUGE,
-    PAGE, ZEROES,
+    fd, give_up, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, Stop, FILL,
+    HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -111,7 +111,7 @@ pub fn run() {
             }
         }
         if h.unregistered > MAX_UNREGISTERED {
-            give_up(h.error);
+            give_up(Stop::Refused(h.error));
             return;
         }
     }

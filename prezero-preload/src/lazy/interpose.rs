@@ -1,13 +1,16 @@
 //! The C entry points the lazy mode takes: `mmap` (and `mmap64`, its other
-//! name), `munmap`, `mremap` and `madvise`. Until the lazy mode is asked
+//! name), `munmap`, `mremap` and `madvise`; and `close`, `close_range`,
+//! `closefrom`, `dup2` and `dup3`, which stop it first where they would
+//! close its descriptors, then call the C library's. Until the lazy mode is asked
 //! for (or in a process where it is not) each is one load and the system
 //! call itself, made directly: the C library's wrappers do no more, and
 //! calling them by name would come back here. Not in a test build (the
 //! harness would map through them).
 
-use std::ffi::{c_int, c_void};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{mappings, wanted};
+use super::{closing, mappings, wanted};
 use crate::sys::{self, set_errno, Errno};
 
 fn answer<T>(r: Result<T, Errno>, failed: T) -> T {
@@ -111,4 +114,101 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
         unsafe { sys::madvise_raw(a, len, advice) }
     };
     answer(r.map(|()| 0), -1)
+}
+
+/// The C library's function `$name` of type `$ty`, found once
+/// (`dlsym(RTLD_NEXT)`); `None` where it has none.
+macro_rules! next {
+    ($name:literal, $ty:ty) => {{
+        static AT: AtomicUsize = AtomicUsize::new(0);
+        let mut at = AT.load(Ordering::Relaxed);
+        if at == 0 {
+            at = sys::next_symbol($name).unwrap_or(0);
+            AT.store(at, Ordering::Relaxed);
+        }
+        // SAFETY: the next definition of the C function of that name, whose
+        // signature the type states.
+        (at != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(at) })
+    }};
+}
+
+/// ENOSYS where the C library has no such function (it never does: the
+/// program could not have been linked to it).
+fn missing<T>(failed: T) -> T {
+    set_errno(libc::ENOSYS);
+    failed
+}
+
+/// # Safety
+/// As C's `close`.
+#[no_mangle]
+pub unsafe extern "C" fn close(fd: c_int) -> c_int {
+    if wanted() {
+        closing(fd, fd);
+    }
+    match next!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
+        // SAFETY: the caller's argument.
+        Some(f) => unsafe { f(fd) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `close_range`.
+#[no_mangle]
+pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) -> c_int {
+    // CLOSE_RANGE_CLOEXEC only marks them.
+    if wanted() && flags & libc::CLOSE_RANGE_CLOEXEC as c_int == 0 {
+        let clamp = |fd: c_uint| c_int::try_from(fd).unwrap_or(c_int::MAX);
+        closing(clamp(first), clamp(last));
+    }
+    match next!(
+        c"close_range",
+        unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
+    ) {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(first, last, flags) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `closefrom`.
+#[no_mangle]
+pub unsafe extern "C" fn closefrom(low: c_int) {
+    if wanted() {
+        closing(low, c_int::MAX);
+    }
+    if let Some(f) = next!(c"closefrom", unsafe extern "C" fn(c_int)) {
+        // SAFETY: the caller's argument.
+        unsafe { f(low) }
+    }
+}
+
+/// # Safety
+/// As C's `dup2`.
+#[no_mangle]
+pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
+    if wanted() && old != new {
+        closing(new, new);
+    }
+    match next!(c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(old, new) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `dup3`.
+#[no_mangle]
+pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
+    if wanted() && old != new {
+        closing(new, new);
+    }
+    match next!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(old, new, flags) },
+        None => missing(-1),
+    }
 }

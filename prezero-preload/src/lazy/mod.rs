@@ -28,11 +28,12 @@
 //! waiting on its own fault would wait on the handler, which waits on
 //! `POP`); a program thread holds it with its signals blocked, for the same
 //! reason. The kernel may still touch registered memory for its holder (a
-//! call's argument on a stack the program mapped itself), and the program's
-//! fork handlers run while `fork` holds it: the handler waits for it a
-//! millisecond at most, then serves the faulting page alone, which needs no
-//! lock; the thread that holds it across `fork` has it for its own calls.
-//! The reserve is atomics only.
+//! call's argument on a stack the program mapped itself): the handler waits
+//! for it a millisecond at most, then serves the faulting page alone, which
+//! needs no lock. It is not held across `fork`, where the program's own fork
+//! handlers may wait on a thread that maps: the child, which runs without
+//! the lazy mode, starts it unlocked and its table empty. The reserve is
+//! atomics only.
 //!
 //! Starts: in the program `prezero run` executes, at start-up (its reserve
 //! fills from then on); in any other process at its first large block, and
@@ -112,47 +113,24 @@ struct TableCell(UnsafeCell<table::Table>);
 unsafe impl Sync for TableCell {}
 static TABLE: TableCell = TableCell(UnsafeCell::new(table::Table::new()));
 static POP: sys::Mutex = sys::Mutex::new();
-/// A program thread's signal mask while `fork` holds `POP` (see `before_fork`).
-struct MaskCell(UnsafeCell<Option<libc::sigset_t>>);
-// SAFETY: written and read only by the thread that holds `POP`.
-unsafe impl Sync for MaskCell {}
-static FORK_MASK: MaskCell = MaskCell(UnsafeCell::new(None));
-
-/// The thread that holds `POP` across `fork` (`before_fork`), 0 if none: the
-/// program's own fork handlers may run on it, inside ours, and `mmap`.
-static FORK_HOLDER: AtomicI32 = AtomicI32::new(0);
 
 /// `POP` held; signals blocked if the holder is a program thread.
 pub struct PopGuard {
     mask: Option<libc::sigset_t>,
-    /// Held already by this thread, across `fork`: not given back on drop.
-    nested: bool,
 }
 
 impl PopGuard {
-    /// For a program thread: its signals blocked first. The thread that
-    /// holds it across `fork` (running the program's fork handlers) has it.
+    /// For a program thread: its signals blocked first.
     fn program() -> PopGuard {
-        let holder = FORK_HOLDER.load(Ordering::Acquire);
-        if holder != 0 && holder == sys::gettid() {
-            return PopGuard {
-                mask: None,
-                nested: true,
-            };
-        }
         let mask = Some(uffd::block_signals());
         POP.lock();
-        PopGuard {
-            mask,
-            nested: false,
-        }
+        PopGuard { mask }
     }
 
     /// For the fault handler: `None` if `POP` stays taken for `us`
     /// microseconds. Its holder may be waiting on the very fault the
     /// handler serves: a thread whose stack is registered memory it has not
-    /// touched yet, or a fork handler of the program's that touches memory
-    /// while `fork` holds `POP`.
+    /// touched yet.
     fn own_within(us: u64) -> Option<PopGuard> {
         let mut start = None;
         while !POP.try_lock() {
@@ -163,10 +141,7 @@ impl PopGuard {
             }
             std::thread::yield_now();
         }
-        Some(PopGuard {
-            mask: None,
-            nested: false,
-        })
+        Some(PopGuard { mask: None })
     }
 
     fn table(&mut self) -> &mut table::Table {
@@ -177,9 +152,6 @@ impl PopGuard {
 
 impl Drop for PopGuard {
     fn drop(&mut self) {
-        if self.nested {
-            return;
-        }
         // SAFETY: this guard locked POP.
         unsafe { POP.unlock() };
         if let Some(m) = &self.mask {
@@ -272,6 +244,8 @@ enum Why {
     Refused(uffd::Refused),
     NoMove(Errno),
     Failed(&'static str, Errno),
+    /// `RLIMIT_DATA` is set: the reserve would count against it.
+    DataLimit,
 }
 
 impl Why {
@@ -285,9 +259,15 @@ impl Why {
             Why::Refused(r) => write!(
                 w,
                 "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
-                 give the user access to /dev/userfaultfd, or CAP_SYS_PTRACE)",
+                 give the user access to /dev/userfaultfd{})",
                 sys::strerror(r.device),
-                sys::strerror(r.syscall)
+                r.syscall
+                    .map_or("not tried under a seccomp filter", sys::strerror),
+                if r.syscall.is_some() {
+                    ", or CAP_SYS_PTRACE"
+                } else {
+                    ""
+                }
             ),
             Why::NoMove(e) => write!(
                 w,
@@ -295,6 +275,10 @@ impl Why {
                 sys::strerror(*e)
             ),
             Why::Failed(what, e) => write!(w, "{what}: {}", sys::strerror(*e)),
+            Why::DataLimit => write!(
+                w,
+                "RLIMIT_DATA is set, and the reserve would count against it"
+            ),
         };
         let _ = writeln!(w, "; running as prezero run does");
         let used = 512 - w.len();
@@ -316,6 +300,9 @@ fn high(fd: i32) -> i32 {
 fn start() -> Result<(), Why> {
     if NO_USERFAULTFD.load(Ordering::Relaxed) {
         return Err(Why::Disabled);
+    }
+    if !sys::data_unlimited() {
+        return Err(Why::DataLimit);
     }
     // The clearing kernels' choice, made once: here, not in the handler's
     // first scrub, where reading the profile could allocate and wait on a
@@ -366,7 +353,7 @@ fn start() -> Result<(), Why> {
     // Without it nothing is filled or scrubbed ahead: the handler does it
     // for each fault, slower.
     let _ = spawn("prezero-reserve", worker::run);
-    sys::atfork(before_fork, after_fork, in_child);
+    sys::atfork(None, None, Some(in_child));
     Ok(())
 }
 
@@ -399,13 +386,23 @@ fn stop() {
     }
 }
 
-/// Stops the lazy mode because its calls keep failing (`e`, the last error):
-/// the faults it could not serve would otherwise wait for ever. Every range
-/// still registered is unregistered first (which wakes its faults, and
-/// holds where a child's copy of the descriptor keeps it open), then
-/// [`stop`] closes it: from then on the kernel serves every fault. Says so
+/// Why the lazy mode stops while the program runs.
+#[derive(Clone, Copy)]
+enum Stop {
+    /// Its calls keep failing (the last error): the faults it could not
+    /// serve would otherwise wait for ever.
+    Refused(Errno),
+    /// The program closes the userfaultfd or the pagemap's descriptor, or
+    /// puts another file at its number.
+    Closed,
+}
+
+/// Stops the lazy mode for good: every range still registered is
+/// unregistered first (which wakes its faults, and holds where a child's
+/// copy of the descriptor keeps it open after this process closed it), then
+/// [`stop`] closes it: from then on the kernel serves every fault. Says why
 /// once.
-fn give_up(e: Errno) {
+fn give_up(why: Stop) {
     if still_ours() {
         let fd = fd();
         if let Some((base, len)) = crate::cache::range() {
@@ -423,16 +420,27 @@ fn give_up(e: Errno) {
         use std::io::Write;
         let mut buf = [0u8; 256];
         let mut w = &mut buf[..];
-        let _ = writeln!(
-            w,
-            "prezero: --lazy stopped: the kernel refuses its calls ({}); the kernel serves \
-             every fault from now on",
-            sys::strerror(e)
-        );
+        let _ = write!(w, "prezero: --lazy stopped: ");
+        let _ = match why {
+            Stop::Refused(e) => write!(w, "the kernel refuses its calls ({})", sys::strerror(e)),
+            Stop::Closed => write!(w, "the program closes its descriptors"),
+        };
+        let _ = writeln!(w, "; the kernel serves every fault from now on");
         let used = 256 - w.len();
         sys::write_stderr(&buf[..used]);
     }
     stop();
+}
+
+/// The program is about to close (or replace with `dup2`) the descriptors
+/// `[lo, hi]`: where the lazy mode's are among them, it stops first, while
+/// its descriptor can still unregister what it holds (a child made without
+/// fork handlers may keep a copy open, and with it every fault waiting).
+pub fn closing(lo: i32, hi: i32) {
+    let ours = |fd: i32| fd >= 0 && lo <= fd && fd <= hi;
+    if active() && (ours(fd()) || ours(PAGEMAP.load(Ordering::Relaxed))) {
+        give_up(Stop::Closed);
+    }
 }
 
 /// Starts a thread of the lazy mode with every signal blocked: a program's
@@ -516,33 +524,6 @@ pub fn register_cache_again(_: &PopGuard) {
     }
 }
 
-extern "C" fn before_fork() {
-    if STATE.load(Ordering::Acquire) == ON {
-        let g = PopGuard::program();
-        // SAFETY: POP is held: the one writer (`after_fork` and `in_child`
-        // read it back, still holding it).
-        unsafe { *FORK_MASK.0.get() = g.mask };
-        std::mem::forget(g);
-        FORK_HOLDER.store(sys::gettid(), Ordering::Release);
-    }
-}
-
-fn release_fork_lock() {
-    FORK_HOLDER.store(0, Ordering::Release);
-    // SAFETY: `before_fork` took POP in this thread and stored the mask.
-    let mask = unsafe { (*FORK_MASK.0.get()).take() };
-    drop(PopGuard {
-        mask,
-        nested: false,
-    });
-}
-
-extern "C" fn after_fork() {
-    if STATE.load(Ordering::Acquire) == ON {
-        release_fork_lock();
-    }
-}
-
 extern "C" fn in_child() {
     if STATE.load(Ordering::Acquire) != ON {
         return;
@@ -550,8 +531,11 @@ extern "C" fn in_child() {
     STATE.store(OFF, Ordering::Release);
     uffd::close(UFFD.swap(-1, Ordering::AcqRel));
     uffd::close(PAGEMAP.swap(-1, Ordering::AcqRel));
-    // SAFETY: this thread holds POP (before_fork), the child's only thread.
-    unsafe { (*TABLE.0.get()).clear() };
+    // SAFETY: the child's only thread: a parent's thread that held POP at
+    // the fork, and the table it may have been changing, are not here.
+    unsafe {
+        POP.reset();
+        (*TABLE.0.get()).clear();
+    }
     stats::reset();
-    release_fork_lock();
 }

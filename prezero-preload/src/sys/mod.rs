@@ -334,12 +334,24 @@ pub fn spawn(name: &str, f: fn()) -> Result<(), Errno> {
 ///
 /// pre: none.
 pub fn address_space_unlimited() -> bool {
+    unlimited(libc::RLIMIT_AS)
+}
+
+/// Whether this process's private writable memory is unlimited
+/// (`RLIMIT_DATA`, what `prlimit --data` sets); false if it cannot be read.
+///
+/// pre: none.
+pub fn data_unlimited() -> bool {
+    unlimited(libc::RLIMIT_DATA)
+}
+
+fn unlimited(resource: libc::__rlimit_resource_t) -> bool {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into a local.
-    let read = unsafe { libc::getrlimit(libc::RLIMIT_AS, &mut limit) } == 0;
+    let read = unsafe { libc::getrlimit(resource, &mut limit) } == 0;
     read && limit.rlim_cur == libc::RLIM_INFINITY
 }
 
@@ -394,6 +406,19 @@ impl Mutex {
         // SAFETY: held by this thread (pre).
         unsafe { libc::pthread_mutex_unlock(self.0.get()) };
     }
+
+    /// Makes the mutex free again, whoever held it: in a forked child, where
+    /// the parent's thread that held it does not exist.
+    ///
+    /// # Safety
+    /// pre: the caller is a forked child's only thread, before anything of
+    /// this crate in it uses the mutex.
+    pub unsafe fn reset(&self) {
+        // SAFETY: no other thread exists to hold or wait on it (pre): a
+        // fresh initialiser written over it, as the C library does for its
+        // own locks in a child.
+        unsafe { self.0.get().write(libc::PTHREAD_MUTEX_INITIALIZER) };
+    }
 }
 
 /// A pthread condition variable that lives in a static, beside its [`Mutex`].
@@ -444,10 +469,21 @@ impl Cond {
 /// after it in the parent and `child` in the child (`pthread_atfork`).
 ///
 /// pre: none (the handlers are safe functions).
-pub fn atfork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "C" fn()) {
-    // SAFETY: registers three functions of the signature pthread_atfork
-    // calls; it stores only the pointers.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+pub fn atfork(
+    prepare: Option<extern "C" fn()>,
+    parent: Option<extern "C" fn()>,
+    child: Option<extern "C" fn()>,
+) {
+    let unsafe_fn = |f: extern "C" fn()| f as unsafe extern "C" fn();
+    // SAFETY: registers functions of the signature pthread_atfork calls; it
+    // stores only the pointers.
+    unsafe {
+        libc::pthread_atfork(
+            prepare.map(unsafe_fn),
+            parent.map(unsafe_fn),
+            child.map(unsafe_fn),
+        )
+    };
 }
 
 /// Registers `f` to run at `exit`.
@@ -456,14 +492,6 @@ pub fn atfork(prepare: extern "C" fn(), parent: extern "C" fn(), child: extern "
 pub fn atexit(f: extern "C" fn()) {
     // SAFETY: registers a function of the signature atexit calls.
     unsafe { libc::atexit(f) };
-}
-
-/// The calling thread's id.
-///
-/// pre: none.
-pub fn gettid() -> libc::pid_t {
-    // SAFETY: gettid has no preconditions.
-    unsafe { libc::gettid() }
 }
 
 /// This process's id.

@@ -105,17 +105,32 @@ fn ioctl(fd: c_int, req: u64, arg: *mut u8) -> Result<(), Errno> {
 }
 
 /// Why no userfaultfd could be had: the device's answer and the system
-/// call's.
+/// call's (`None`: not made, under a seccomp filter).
 #[derive(Clone, Copy, Debug)]
 pub struct Refused {
     pub device: Errno,
-    pub syscall: Errno,
+    pub syscall: Option<Errno>,
+}
+
+/// Whether a seccomp filter confines this thread (`Seccomp: 2` in
+/// /proc/self/status): it may kill the process for a system call it does
+/// not allow, as systemd's `SystemCallFilter=` does by default.
+fn under_seccomp_filter() -> bool {
+    let mut buf = [0u8; 4096];
+    let Ok(n) = super::read_file_start(c"/proc/self/status", &mut buf) else {
+        return false;
+    };
+    let key = b"\nSeccomp:\t";
+    buf[..n]
+        .windows(key.len() + 1)
+        .any(|w| w.starts_with(key) && w[key.len()] == b'2')
 }
 
 /// A new userfaultfd that also takes faults from the kernel's own accesses
 /// (`read(2)` into registered memory), close-on-exec, blocking reads:
 /// `/dev/userfaultfd` first (its file mode is the permission), then the
-/// system call (CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1).
+/// system call (CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd=1), never
+/// under a seccomp filter, which could kill the program for it.
 ///
 /// pre: none.
 pub fn open() -> Result<c_int, Refused> {
@@ -125,7 +140,7 @@ pub fn open() -> Result<c_int, Refused> {
         libc::EPERM,
         Err(Refused {
             device: Errno(libc::EACCES),
-            syscall: Errno(libc::EPERM),
+            syscall: Some(Errno(libc::EPERM)),
         })
     );
     // SAFETY: open reads the NUL-terminated path; the descriptor is new.
@@ -142,6 +157,12 @@ pub fn open() -> Result<c_int, Refused> {
     } else {
         Errno::last()
     };
+    if under_seccomp_filter() {
+        return Err(Refused {
+            device,
+            syscall: None,
+        });
+    }
     // Not UFFD_USER_MODE_ONLY: a kernel access would fail with EFAULT.
     // SAFETY: userfaultfd(2) takes flags only.
     let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC) };
@@ -150,7 +171,7 @@ pub fn open() -> Result<c_int, Refused> {
     }
     Err(Refused {
         device,
-        syscall: Errno::last(),
+        syscall: Some(Errno::last()),
     })
 }
 

@@ -1,0 +1,287 @@
+/* Ordinary things programs do, which must behave under the preload's lazy
+ * mode as they do plainly: same exit, same output. Run by
+ * prezero-preload/tests/lazy.rs once without the preload and once under
+ * PREZERO_LAZY=1, and the two runs compared. One mode per run:
+ *
+ *   seccomp-ioctl  a seccomp filter on every thread (TSYNC) answers ioctl
+ *                  with EPERM, then a 64 MiB calloc block is touched
+ *   seccomp-kill   under a filter that kills the process on userfaultfd(2)
+ *                  (systemd's SystemCallFilter= default), with
+ *                  /dev/userfaultfd unusable (a bind mount of /dev/null in a
+ *                  mount namespace of its own), the program runs itself again
+ *                  and touches a 64 MiB calloc block
+ *   fork-worker    a fork prepare handler, registered before the lazy mode
+ *                  starts (the program runs itself again as a process the
+ *                  mode starts in at its first large block), waits for a
+ *                  worker thread that maps, touches and unmaps a 32 MiB
+ *                  buffer; then the program forks
+ *   closefds-child a child made without fork handlers (_Fork) sleeps while
+ *                  the parent closes every descriptor above 2 (close_range)
+ *                  and touches a 64 MiB malloc block
+ *   rlimit-data    with RLIMIT_DATA at 3 GiB (set, then the program runs
+ *                  itself again, as under prlimit --data), a 2.5 GiB mmap
+ *   thp-disable    PR_SET_THP_DISABLE, then a 40 MiB malloc block touched:
+ *                  how much of it is in huge pages (AnonHugePages)
+ *
+ * Each prints "MODE: ..." lines and exits 0; a failure prints "FAIL: ..."
+ * and exits 3; a mode that cannot run here prints "skipped: ..." and exits
+ * 0 (the same in both runs). */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lazy_common.h"
+
+#if defined(__x86_64__)
+#define ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define ARCH AUDIT_ARCH_AARCH64
+#endif
+
+/* Installs a filter that answers system call `nr` with `action` (all
+ * others allowed), with `flags` (SECCOMP_FILTER_FLAG_TSYNC: every thread). */
+static void filter(int nr, unsigned action, unsigned flags) {
+    struct sock_filter f[] = {
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, ARCH, 1, 0),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nr, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, action),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    };
+    struct sock_fprog prog = {sizeof f / sizeof f[0], f};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+        fail("PR_SET_NO_NEW_PRIVS: %s", strerror(errno));
+    if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog))
+        fail("seccomp: %s", strerror(errno));
+}
+
+/* A calloc block of `len` bytes, every page written once after a check
+ * that it reads zero. */
+static void touch_calloc(const char *what, size_t len) {
+    unsigned char *p = calloc(1, len);
+    if (!p)
+        fail("%s: calloc: %s", what, strerror(errno));
+    for (size_t i = 0; i < len; i += PAGE) {
+        if (p[i])
+            fail("%s: byte %zu is %#x, not zero", what, i, p[i]);
+        p[i] = 1;
+    }
+    free(p);
+}
+
+static void mode_seccomp_ioctl(void) {
+    unsigned char *p = calloc(1, 64 * MB);
+    if (!p)
+        fail("calloc: %s", strerror(errno));
+    filter(SYS_ioctl, SECCOMP_RET_ERRNO | EPERM, SECCOMP_FILTER_FLAG_TSYNC);
+    check_zero("after the filter", p, 64 * MB);
+    memset(p, 7, 64 * MB);
+    free(p);
+    printf("seccomp-ioctl: ok\n");
+}
+
+static void mode_seccomp_kill(char **argv) {
+    if (argv[2] && !strcmp(argv[2], "again")) {
+        touch_calloc("under the filter", 64 * MB);
+        printf("seccomp-kill: ok\n");
+        return;
+    }
+    /* Made in a child of one thread (a mount namespace needs its own fs
+     * state), which then runs this program again. */
+    pid_t pid = fork();
+    if (pid < 0)
+        fail("fork: %s", strerror(errno));
+    if (pid == 0) {
+        if (unshare(CLONE_NEWNS) || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL)) {
+            printf("skipped: no mount namespace here (%s)\n", strerror(errno));
+            fflush(stdout);
+            _exit(0);
+        }
+        if (access("/dev/userfaultfd", F_OK) == 0 &&
+            mount("/dev/null", "/dev/userfaultfd", NULL, MS_BIND, NULL))
+            fail("bind mount over /dev/userfaultfd: %s", strerror(errno));
+        filter(SYS_userfaultfd, SECCOMP_RET_KILL_PROCESS, 0);
+        char pidbuf[32];
+        snprintf(pidbuf, sizeof pidbuf, "%d", getpid());
+        /* The program `prezero run` executes is this one now. */
+        if (getenv("PREZERO_PREFILL_PID"))
+            setenv("PREZERO_PREFILL_PID", pidbuf, 1);
+        execl("/proc/self/exe", argv[0], "seccomp-kill", "again", (char *)NULL);
+        fail("exec: %s", strerror(errno));
+    }
+    int st;
+    if (waitpid(pid, &st, 0) != pid)
+        fail("waitpid: %s", strerror(errno));
+    if (!WIFEXITED(st) || WEXITSTATUS(st))
+        fail("the filtered program ended with status %#x", st);
+}
+
+static pthread_mutex_t worker_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t worker_cond = PTHREAD_COND_INITIALIZER;
+static int worker_round, worker_done;
+
+/* Maps, touches and unmaps a 32 MiB buffer each time it is asked. */
+static void *worker(void *arg) {
+    (void)arg;
+    for (;;) {
+        pthread_mutex_lock(&worker_lock);
+        while (worker_done == worker_round)
+            pthread_cond_wait(&worker_cond, &worker_lock);
+        pthread_mutex_unlock(&worker_lock);
+        unsigned char *p = map(32 * MB);
+        for (size_t i = 0; i < 32 * MB; i += PAGE)
+            p[i] = 1;
+        munmap(p, 32 * MB);
+        pthread_mutex_lock(&worker_lock);
+        worker_done++;
+        pthread_cond_broadcast(&worker_cond);
+        pthread_mutex_unlock(&worker_lock);
+    }
+    return NULL;
+}
+
+/* A library's prepare handler: its worker finishes a round first. */
+static void prepare(void) {
+    pthread_mutex_lock(&worker_lock);
+    int want = ++worker_round;
+    pthread_cond_broadcast(&worker_cond);
+    while (worker_done < want)
+        pthread_cond_wait(&worker_cond, &worker_lock);
+    pthread_mutex_unlock(&worker_lock);
+}
+
+static void mode_fork_worker(char **argv) {
+    if (!argv[2] || strcmp(argv[2], "again")) {
+        unsetenv("PREZERO_PREFILL_PID");
+        execl("/proc/self/exe", argv[0], "fork-worker", "again", (char *)NULL);
+        fail("exec: %s", strerror(errno));
+    }
+    pthread_t t;
+    pthread_atfork(prepare, NULL, NULL);
+    pthread_create(&t, NULL, worker, NULL);
+    touch_calloc("before the forks", 8 * MB);
+    for (int i = 0; i < 4; i++) {
+        pid_t pid = fork();
+        if (pid < 0)
+            fail("fork: %s", strerror(errno));
+        if (pid == 0)
+            _exit(0);
+        int st;
+        if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st))
+            fail("child %d: status %#x", i, st);
+    }
+    printf("fork-worker: 4 forks\n");
+}
+
+static void mode_closefds_child(void) {
+    /* No fork handlers run in the child: it keeps a copy of every
+     * descriptor, the preload's too. */
+    pid_t pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+    if (pid < 0)
+        fail("clone: %s", strerror(errno));
+    if (pid == 0) {
+        struct timespec ts = {30, 0};
+        syscall(SYS_nanosleep, &ts, NULL);
+        syscall(SYS_exit_group, 0);
+    }
+    if (close_range(3, ~0U, 0))
+        fail("close_range: %s", strerror(errno));
+    unsigned char *p = malloc(64 * MB);
+    if (!p)
+        fail("malloc: %s", strerror(errno));
+    memset(p, 5, 64 * MB);
+    free(p);
+    touch_calloc("after close_range", 64 * MB);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    printf("closefds-child: ok\n");
+}
+
+static void mode_rlimit_data(char **argv) {
+    if (!argv[2] || strcmp(argv[2], "again")) {
+        struct rlimit r = {3UL << 30, 3UL << 30};
+        if (setrlimit(RLIMIT_DATA, &r))
+            fail("setrlimit: %s", strerror(errno));
+        execl("/proc/self/exe", argv[0], "rlimit-data", "again", (char *)NULL);
+        fail("exec: %s", strerror(errno));
+    }
+    size_t len = 5UL << 29;
+    void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    printf("rlimit-data: mmap of 2.5 GiB: %s\n", p == MAP_FAILED ? strerror(errno) : "ok");
+    if (p != MAP_FAILED)
+        munmap(p, len);
+}
+
+/* AnonHugePages of the mapping that holds `p`, in kB (-1: not found). */
+static long huge_kb(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0;
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char dash;
+        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-')
+            in = lo <= (uintptr_t)p && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void mode_thp_disable(void) {
+    if (prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0))
+        fail("PR_SET_THP_DISABLE: %s", strerror(errno));
+    unsigned char *p = malloc(40 * MB);
+    if (!p)
+        fail("malloc: %s", strerror(errno));
+    memset(p, 3, 40 * MB);
+    printf("thp-disable: %ld kB of 40 MiB in huge pages\n", huge_kb(p));
+    free(p);
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *mode = argc > 1 ? argv[1] : "";
+    if (!strcmp(mode, "seccomp-ioctl"))
+        mode_seccomp_ioctl();
+    else if (!strcmp(mode, "seccomp-kill"))
+        mode_seccomp_kill(argv);
+    else if (!strcmp(mode, "fork-worker"))
+        mode_fork_worker(argv);
+    else if (!strcmp(mode, "closefds-child"))
+        mode_closefds_child();
+    else if (!strcmp(mode, "rlimit-data"))
+        mode_rlimit_data(argv);
+    else if (!strcmp(mode, "thp-disable"))
+        mode_thp_disable();
+    else {
+        fprintf(stderr,
+                "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
+                "thp-disable\n",
+                argv[0]);
+        return 2;
+    }
+    return 0;
+}
