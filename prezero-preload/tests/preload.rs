@@ -619,7 +619,7 @@ fn valgrind_memcheck_under_the_preload() {
 
 /// A library preloaded into every program exports the allocator's entry
 /// points, the mapping calls the lazy mode takes, the descriptor calls that
-/// would close its descriptors, and nothing else: not
+/// would close its descriptors, the locking calls, and nothing else: not
 /// prezero's `pz_*` C API, which rustc's version script would export from a
 /// dependency built with it.
 #[test]
@@ -658,9 +658,13 @@ fn exports_only_the_allocator() {
             "malloc",
             "malloc_usable_size",
             "memalign",
+            "mlock",
+            "mlock2",
+            "mlockall",
             "mmap",
             "mmap64",
             "mremap",
+            "munlockall",
             "munmap",
             "posix_memalign",
             "pvalloc",

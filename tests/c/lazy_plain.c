@@ -20,8 +20,12 @@
  *                  and touches a 64 MiB malloc block
  *   rlimit-data    with RLIMIT_DATA at 3 GiB (set, then the program runs
  *                  itself again, as under prlimit --data), a 2.5 GiB mmap
- *   thp-disable    PR_SET_THP_DISABLE, then a 40 MiB malloc block touched:
- *                  how much of it is in huge pages (AnonHugePages)
+ *   mlock-mremap   a 32 MiB mapping locked (mlock), grown in place to 64 MiB
+ *                  by mremap (the kernel populates the locked growth in the
+ *                  call), every byte zero
+ *   guard          a guard page (MADV_GUARD_INSTALL, 6.13) 64 pages after
+ *                  one the program then writes, in the same 2 MiB block of
+ *                  an 8 MiB mapping: writing the guard page raises SIGSEGV
  *
  * Each prints "MODE: ..." lines and exits 0; a failure prints "FAIL: ..."
  * and exits 3; a mode that cannot run here prints "skipped: ..." and exits
@@ -33,6 +37,7 @@
 #include <linux/seccomp.h>
 #include <pthread.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -231,34 +236,48 @@ static void mode_rlimit_data(char **argv) {
         munmap(p, len);
 }
 
-/* AnonHugePages of the mapping that holds `p`, in kB (-1: not found). */
-static long huge_kb(const void *p) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    char line[512];
-    int in = 0;
-    long kb = -1;
-    while (f && fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        char dash;
-        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-')
-            in = lo <= (uintptr_t)p && (uintptr_t)p < hi;
-        else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
-            break;
+static void mode_mlock_mremap(void) {
+    /* Room after it, so that it grows in place. */
+    unsigned char *p = map(64 * MB);
+    munmap(p + 32 * MB, 32 * MB);
+    if (mlock(p, 32 * MB)) {
+        printf("skipped: mlock: %s\n", strerror(errno));
+        return;
     }
-    if (f)
-        fclose(f);
-    return kb;
+    unsigned char *q = mremap(p, 32 * MB, 64 * MB, 0);
+    if (q == MAP_FAILED)
+        fail("mremap in place: %s", strerror(errno));
+    check_zero("the locked mapping, grown", q, 64 * MB);
+    munmap(q, 64 * MB);
+    printf("mlock-mremap: ok\n");
 }
 
-static void mode_thp_disable(void) {
-    if (prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0))
-        fail("PR_SET_THP_DISABLE: %s", strerror(errno));
-    unsigned char *p = malloc(40 * MB);
-    if (!p)
-        fail("malloc: %s", strerror(errno));
-    memset(p, 3, 40 * MB);
-    printf("thp-disable: %ld kB of 40 MiB in huge pages\n", huge_kb(p));
-    free(p);
+static sigjmp_buf guard_jump;
+
+static void on_segv(int sig) {
+    (void)sig;
+    siglongjmp(guard_jump, 1);
+}
+
+static void mode_guard(void) {
+    unsigned char *p = map(8 * MB);
+    /* The second 2 MiB block: page 0 written, page 64 the guard. */
+    unsigned char *block = (unsigned char *)(((uintptr_t)p + 2 * MB) & ~(2 * MB - 1));
+    if (madvise(block + 64 * PAGE, PAGE, 102 /* MADV_GUARD_INSTALL */)) {
+        printf("skipped: MADV_GUARD_INSTALL: %s\n", strerror(errno));
+        return;
+    }
+    block[0] = 1;
+    signal(SIGSEGV, on_segv);
+    if (sigsetjmp(guard_jump, 1) == 0) {
+        ((volatile unsigned char *)block)[64 * PAGE] = 1;
+        printf("guard: the guard page was written\n");
+    } else {
+        printf("guard: the guard page faults\n");
+    }
+    signal(SIGSEGV, SIG_DFL);
+    check_zero("beside the guard", block + PAGE, 63 * PAGE);
+    munmap(p, 8 * MB);
 }
 
 int main(int argc, char **argv) {
@@ -274,12 +293,14 @@ int main(int argc, char **argv) {
         mode_closefds_child();
     else if (!strcmp(mode, "rlimit-data"))
         mode_rlimit_data(argv);
-    else if (!strcmp(mode, "thp-disable"))
-        mode_thp_disable();
+    else if (!strcmp(mode, "mlock-mremap"))
+        mode_mlock_mremap();
+    else if (!strcmp(mode, "guard"))
+        mode_guard();
     else {
         fprintf(stderr,
                 "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
-                "thp-disable\n",
+                "mlock-mremap|guard\n",
                 argv[0]);
         return 2;
     }

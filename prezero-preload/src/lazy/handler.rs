@@ -40,8 +40,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, Stop, FILL,
-    HUGE, PAGE, ZEROES,
+    fd, give_up, guarded, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, Stop,
+    FILL, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -202,7 +202,8 @@ impl Handler {
     /// kernel had no huge page to fill it with) a page-table entry at a time
     /// (0.7 ms a block here: still 2.5x what copying zeroes costs).
     fn move_in(&mut self, block: usize, demand: bool) -> MoveIn {
-        if !is_empty(block, HUGE) {
+        // A guard page's marker is no page, and a move would erase it.
+        if !is_empty(block, HUGE) || guarded(block, HUGE) {
             return MoveIn::Populated;
         }
         let Some((slot, huge)) = self.slot(demand) else {
@@ -275,6 +276,12 @@ impl Handler {
     /// at the first page present. Whether it filled the faulting page;
     /// whatever the outcome, the fault's thread is woken.
     fn small(&mut self, page: usize, from: usize, to: usize, write: bool) -> bool {
+        // A fill maps pages over guard markers: the page alone near one.
+        let (from, to) = if guarded(from, to - from) {
+            (page, page + PAGE)
+        } else {
+            (from, to)
+        };
         let r = self.fill(from, to, write);
         let r = match r {
             // The range spans mappings the kernel keeps apart: the page alone.

@@ -1,7 +1,9 @@
 //! The C entry points the lazy mode takes: `mmap` (and `mmap64`, its other
 //! name), `munmap`, `mremap` and `madvise`; and `close`, `close_range`,
 //! `closefrom`, `dup2` and `dup3`, which stop it first where they would
-//! close its descriptors, then call the C library's. Until the lazy mode is asked
+//! close its descriptors, and `mlock`, `mlock2`, `mlockall` and
+//! `munlockall`, which leave locked memory to the kernel: each then calls
+//! the C library's. Until the lazy mode is asked
 //! for (or in a process where it is not) each is one load and the system
 //! call itself, made directly: the C library's wrappers do no more, and
 //! calling them by name would come back here. Not in a test build (the
@@ -211,4 +213,70 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
         Some(f) => unsafe { f(old, new, flags) },
         None => missing(-1),
     }
+}
+
+/// # Safety
+/// As C's `mlock`.
+#[no_mangle]
+pub unsafe extern "C" fn mlock(addr: *const c_void, len: usize) -> c_int {
+    if wanted() {
+        let a = addr as usize;
+        mappings::locking(a, a.saturating_add(len));
+    }
+    match next!(
+        c"mlock",
+        unsafe extern "C" fn(*const c_void, usize) -> c_int
+    ) {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(addr, len) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `mlock2`.
+#[no_mangle]
+pub unsafe extern "C" fn mlock2(addr: *const c_void, len: usize, flags: c_uint) -> c_int {
+    // MLOCK_ONFAULT populates nothing.
+    if wanted() && flags & libc::MLOCK_ONFAULT == 0 {
+        let a = addr as usize;
+        mappings::locking(a, a.saturating_add(len));
+    }
+    match next!(
+        c"mlock2",
+        unsafe extern "C" fn(*const c_void, usize, c_uint) -> c_int
+    ) {
+        // SAFETY: the caller's arguments.
+        Some(f) => unsafe { f(addr, len, flags) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `mlockall`.
+#[no_mangle]
+pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
+    if wanted() {
+        mappings::locking_all(flags);
+    }
+    match next!(c"mlockall", unsafe extern "C" fn(c_int) -> c_int) {
+        // SAFETY: the caller's argument.
+        Some(f) => unsafe { f(flags) },
+        None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `munlockall`.
+#[no_mangle]
+pub unsafe extern "C" fn munlockall() -> c_int {
+    let r = match next!(c"munlockall", unsafe extern "C" fn() -> c_int) {
+        // SAFETY: no arguments.
+        Some(f) => unsafe { f() },
+        None => missing(-1),
+    };
+    if wanted() && r == 0 {
+        mappings::unlocked_all();
+    }
+    r
 }

@@ -23,8 +23,15 @@
 //! not the next owner's); the kernel frees a page only once the last is
 //! gone. `MADV_HUGEPAGE` on a registered range is done, then undone there
 //! (`MADV_NOHUGEPAGE`).
+//!
+//! Locked memory is the kernel's: `mlock` populates a mapping whole, in the
+//! call and again when `mremap` grows it, which the handler would serve a
+//! page at a time (a move into locked memory is refused), behind `POP` when
+//! `mremap` holds it. A registered mapping the program locks is
+//! unregistered first, and none is registered while `mlockall(MCL_FUTURE)`
+//! holds (not with `MCL_ONFAULT`/`MLOCK_ONFAULT`, which populate nothing).
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::table::Range;
 use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE, PAGE};
@@ -35,6 +42,12 @@ use crate::sys::{self, Advice, Errno};
 /// `munmap` or `madvise` elsewhere is forwarded without the lock.
 static LO: AtomicUsize = AtomicUsize::new(usize::MAX);
 static HI: AtomicUsize = AtomicUsize::new(0);
+
+/// `mlockall(MCL_FUTURE)` holds: new mappings are locked.
+static LOCKED_FUTURE: AtomicBool = AtomicBool::new(false);
+
+/// `MADV_GUARD_INSTALL` (Linux 6.13).
+const MADV_GUARD_INSTALL: i32 = 102;
 
 fn maybe_registered(start: usize, end: usize) -> bool {
     start < HI.load(Ordering::Acquire) && end > LO.load(Ordering::Acquire)
@@ -61,6 +74,49 @@ pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
         && flags & excluded == 0
         && prot == libc::PROT_READ | libc::PROT_WRITE
         && len >= threshold()
+        && !LOCKED_FUTURE.load(Ordering::Relaxed)
+}
+
+/// Before `mlock`/`mlock2` of `[start, end)`: every registered mapping it
+/// meets is the kernel's from now on, whole (unregistered, out of the table).
+pub fn locking(start: usize, end: usize) {
+    if !active() || !maybe_registered(start, end) {
+        return;
+    }
+    let mut g = PopGuard::program();
+    while let Some(r) = first_within(&mut g, start, end) {
+        let _ = uffd::unregister(fd(), r.start, r.end - r.start);
+        g.table().remove(r.start, r.end);
+    }
+}
+
+/// Before `mlockall(flags)`: with `MCL_CURRENT` every registered mapping is
+/// the kernel's from now on; with `MCL_FUTURE` none is registered until
+/// `munlockall`. Nothing with `MCL_ONFAULT`.
+pub fn locking_all(flags: i32) {
+    if flags & libc::MCL_ONFAULT != 0 {
+        return;
+    }
+    if flags & libc::MCL_FUTURE != 0 {
+        LOCKED_FUTURE.store(true, Ordering::Relaxed);
+    }
+    if flags & libc::MCL_CURRENT != 0 {
+        locking(0, usize::MAX);
+    }
+}
+
+/// After `munlockall`: new mappings are registered again.
+pub fn unlocked_all() {
+    LOCKED_FUTURE.store(false, Ordering::Relaxed);
+}
+
+/// The whole entry of the first entry that meets `[start, end)`.
+fn first_within(g: &mut PopGuard, start: usize, end: usize) -> Option<Range> {
+    let mut first = None;
+    g.table().each_within(start, end, |r| {
+        first.get_or_insert(r.start);
+    });
+    g.table().find(first?)
 }
 
 /// Registers the new mapping `[at, at + len)`, if it holds a whole block,
@@ -220,6 +276,10 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno>
     let end = addr.saturating_add(len);
     let cache = crate::cache::owns(addr) || crate::cache::owns(end.saturating_sub(1));
     let ours = cache || maybe_registered(addr, end);
+    if advice == MADV_GUARD_INSTALL {
+        // Before the call: the handler must look for them from the first.
+        super::guards_installed();
+    }
     // SAFETY: as madvise(2) (the caller's contract).
     unsafe { sys::madvise_raw(addr, len, advice) }?;
     if advice == libc::MADV_HUGEPAGE && ours && active() {

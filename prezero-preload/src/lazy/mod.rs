@@ -462,6 +462,34 @@ fn is_huge(at: usize) -> bool {
     )
 }
 
+/// Set once the program installs a guard region (`MADV_GUARD_INSTALL`,
+/// through the C library's `madvise`): a fill of small pages maps a page
+/// over a guard's marker (`UFFDIO_COPY` takes it for a missing page), and a
+/// huge page moved over one erases it; from then on the handler looks for
+/// them first.
+static GUARDS: AtomicBool = AtomicBool::new(false);
+
+/// The program installed a guard region.
+pub fn guards_installed() {
+    GUARDS.store(true, Ordering::Relaxed);
+}
+
+/// Whether `[at, at + len)` may hold a guard page: once the program
+/// installed any, one found there, or the kernel cannot say (its scan knows
+/// guards from 6.14).
+fn guarded(at: usize, len: usize) -> bool {
+    if !GUARDS.load(Ordering::Relaxed) {
+        return false;
+    }
+    let mut out = [uffd::Region::default(); 1];
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    let guard = uffd::PAGE_IS_GUARD;
+    !matches!(
+        uffd::scan(pm, at, at + len, 0, guard, guard, &mut out),
+        Ok((0, _))
+    )
+}
+
 /// Whether no page of `[at, at + len)` is present or swapped out (false if
 /// the kernel cannot say).
 fn is_empty(at: usize, len: usize) -> bool {

@@ -48,6 +48,9 @@ pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1;
 pub const PAGE_IS_PRESENT: u64 = 1 << 3;
 pub const PAGE_IS_SWAPPED: u64 = 1 << 4;
 pub const PAGE_IS_HUGE: u64 = 1 << 6;
+/// A guard region's marker (`MADV_GUARD_INSTALL`), known to the scan from
+/// Linux 6.14 (EINVAL before).
+pub const PAGE_IS_GUARD: u64 = 1 << 8;
 
 /// What a range is registered for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -387,8 +390,10 @@ pub fn scan(
 ///
 /// pre: `fd` is this crate's own, and nothing uses it after.
 pub fn close(fd: c_int) {
+    // The system call, not the C library's `close`, which this library
+    // interposes (`lazy/interpose.rs`).
     // SAFETY: the descriptor is ours and unused from here (pre).
-    unsafe { libc::close(fd) };
+    unsafe { libc::syscall(libc::SYS_close, fd) };
 }
 
 /// Waits while `word` holds `expected`, for a [`futex_wake`] or `ms`.
