@@ -108,6 +108,8 @@ struct Lazy {
     scrubbed: u64,
     gave_back: u64,
     mappings: u64,
+    /// What follows the numbers, as "; ..." notes.
+    notes: String,
 }
 
 impl Lazy {
@@ -117,10 +119,16 @@ impl Lazy {
         #; # mappings registered";
 
     fn parse(line: &str) -> Result<Lazy, String> {
-        // Before 6.14 (see `the_kernel_moves_huge_pages_whole`).
-        let line = line
-            .strip_suffix("; moved huge pages arrived split: they move a page at a time")
-            .unwrap_or(line);
+        // Notes that follow where they apply: moved huge pages arrived split
+        // (before 6.14, see `the_kernel_moves_huge_pages_whole`), faults
+        // handed to the kernel, reserve slots the kernel took back.
+        let end = line
+            .find(" mappings registered")
+            .map_or(line.len(), |i| i + " mappings registered".len());
+        let (line, notes) = line.split_at(end);
+        if !notes.is_empty() && !notes.starts_with("; ") {
+            return Err(format!("notes that do not start with '; ': {notes}"));
+        }
         let mut shape = String::new();
         let mut nums = Vec::new();
         let mut digits = String::new();
@@ -154,7 +162,17 @@ impl Lazy {
             scrubbed: nums[11],
             gave_back: nums[12],
             mappings: nums[13],
+            notes: notes.to_owned(),
         })
+    }
+
+    /// The number of the note that ends with `what` ("reserve slots the
+    /// kernel took back"), 0 without one.
+    fn note(&self, what: &str) -> u64 {
+        self.notes
+            .split("; ")
+            .find_map(|n| n.strip_suffix(what)?.trim().parse().ok())
+            .unwrap_or(0)
     }
 }
 
@@ -607,7 +625,18 @@ fn the_lazy_line_parses() {
          back; reserve filled 1 (0 with small pages), scrubbed 0, gave back 0; 1 mappings \
          registered; moved huge pages arrived split: they move a page at a time",
     );
-    assert_eq!(split.unwrap().moved, 1);
+    let split = split.unwrap();
+    assert_eq!(split.moved, 1);
+    assert_eq!(split.note("reserve slots the kernel took back"), 0);
+    let took = Lazy::parse(
+        "prezero-preload: lazy: pid 7: 1 faults: 1 blocks moved in (0 of small pages, 0 ahead of \
+         a fault, 0 scrubbed on demand), 0 blocks copied from zeroes, 0 small pages; 0 moved \
+         back; reserve filled 1 (0 with small pages), scrubbed 0, gave back 0; 1 mappings \
+         registered; 3 faults handed to the kernel; 22 reserve slots the kernel took back",
+    )
+    .unwrap();
+    assert_eq!(took.note("reserve slots the kernel took back"), 22);
+    assert_eq!(took.note("faults handed to the kernel"), 3);
     assert!(Lazy::parse("prezero-preload: lazy: pid 7: nothing").is_err());
 }
 
@@ -677,4 +706,27 @@ fn ordinary_programs_behave_as_they_do_plainly() {
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n\n"));
+}
+
+/// What the preload holds for later is memory the kernel can take back:
+/// scrubbed blocks of the cache and the lazy reserve's slots are marked free
+/// (LazyFree), and after every private writable mapping is paged out (as a
+/// machine short of memory does to clean pages) new blocks and mappings
+/// read zero, with and without the lazy mode; under it, the handler finds
+/// the slots the kernel took and takes small pages instead.
+#[test]
+fn the_kernel_takes_back_what_the_preload_holds() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    lazy(
+        b,
+        &["reclaim"],
+        &[("PREZERO_LAZY", "0"), ("PREZERO_RESERVE", "128M")],
+    )
+    .ok();
+    let s = lazy(b, &["reclaim"], &[("PREZERO_RESERVE", "128M")])
+        .ok()
+        .lazy();
+    let took = s.note("reserve slots the kernel took back");
+    assert!(took > 0, "{s:?}");
 }

@@ -404,3 +404,47 @@ fn stress_many_threads_a_million_operations() {
     }
     assert!(ops_total.load(Ordering::Relaxed) >= 1_000_000);
 }
+
+/// LazyFree of this process, in bytes.
+fn lazy_free() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("LazyFree:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Scrubbed chunks held for later are the machine's: marked free
+/// (`MADV_FREE`), the kernel may take them back without swap, and a chunk
+/// it took (paged out here, as a machine short of memory does) hands out
+/// zero all the same.
+#[test]
+fn scrubbed_chunks_are_memory_the_kernel_can_take_back() {
+    const MADV_PAGEOUT: libc::c_int = 21;
+    let pool = small_pool(16).hot_window(0).build().unwrap();
+    let mut held: Vec<_> = (0..16).map(|_| pool.alloc_zeroed().unwrap()).collect();
+    for c in &mut held {
+        c.fill(0x5a);
+    }
+    let spans: Vec<(usize, usize)> = held
+        .iter()
+        .map(|c| (c.as_ptr() as usize, c.len()))
+        .collect();
+    drop(held);
+    let t = Instant::now();
+    while pool.stats().bytes_scrubbed < 16 * CHUNK as u64 {
+        assert!(t.elapsed() < Duration::from_secs(10), "{:?}", pool.stats());
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The kernel marks pages free in per-CPU batches (up to 15 pages may
+    // wait), and other tests' memory counts too: at least half this pool's.
+    let marked = lazy_free();
+    assert!(marked >= 8 * CHUNK as u64, "LazyFree {marked} bytes");
+    for (p, len) in spans {
+        // SAFETY: the pool's own chunks, zero and unused (Zeroed): paging
+        // them out only drops clean pages, which read zero after.
+        unsafe { libc::madvise(p as *mut libc::c_void, len, MADV_PAGEOUT) };
+    }
+    let held: Vec<_> = (0..16).map(|_| pool.alloc_zeroed().unwrap()).collect();
+    assert!(held.iter().all(|c| prezero::is_zero(c)));
+}

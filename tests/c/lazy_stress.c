@@ -22,6 +22,11 @@
  *   starved          the preload's fault handler thread at SCHED_IDLE while two
  *                    threads spin on the CPUs: faults wait longer, all served
  *   spin SECS        spins (a competitor for the CPUs)
+ *   reclaim          64 MiB blocks calloc'd, written and freed: what the
+ *                    preload holds of them once scrubbed is marked free
+ *                    (LazyFree); then every private writable mapping is paged
+ *                    out (MADV_PAGEOUT: what a machine short of memory does to
+ *                    clean pages) and new blocks and mappings read zero
  *
  * Failures print "FAIL: ..." and exit 3. */
 #define _GNU_SOURCE
@@ -487,6 +492,64 @@ static void mode_spin(double secs) {
     while ((t.tv_sec - t0.tv_sec) + (t.tv_nsec - t0.tv_nsec) * 1e-9 < secs);
 }
 
+/* LazyFree of the whole process, in kB. */
+static long lazyfree_kb(void) {
+    FILE *f = fopen("/proc/self/smaps_rollup", "r");
+    char line[256];
+    long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "LazyFree: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* Every private writable anonymous mapping paged out. */
+static void page_out_everything(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi, inode;
+        char perms[8], path[256] = "";
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %lu %255s", &lo, &hi, perms, &inode, path) < 4)
+            continue;
+        if (!strcmp(perms, "rw-p") && inode == 0 && (!path[0] || !strcmp(path, "[heap]")))
+            madvise((void *)lo, hi - lo, 21 /* MADV_PAGEOUT */);
+    }
+    if (f)
+        fclose(f);
+}
+
+static void mode_reclaim(void) {
+    size_t n = 64 * MB;
+    for (int r = 0; r < 4; r++) {
+        unsigned char *p = calloc(1, n);
+        if (!p)
+            fail("calloc");
+        memset(p, r + 1, n);
+        free(p);
+    }
+    long held = 0;
+    for (int i = 0; i < 100 && (held = lazyfree_kb()) < 32 * 1024; i++)
+        usleep(100000);
+    if (held < 32 * 1024)
+        fail("what the preload holds is not marked free: LazyFree %ld kB", held);
+    page_out_everything();
+    for (int r = 0; r < 4; r++) {
+        unsigned char *p = calloc(1, n);
+        if (!p)
+            fail("calloc");
+        check_zero("calloc after the page-out", p, n);
+        memset(p, 9, n);
+        free(p);
+    }
+    unsigned char *q = map(n);
+    check_zero("mmap after the page-out", q, n);
+    munmap(q, n);
+    printf("reclaim: ok\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *mode = argc > 1 ? argv[1] : "";
@@ -513,8 +576,11 @@ int main(int argc, char **argv) {
         mode_starved();
     else if (!strcmp(mode, "spin"))
         mode_spin(argc > 2 ? atof(argv[2]) : 1);
+    else if (!strcmp(mode, "reclaim"))
+        mode_reclaim();
     else {
-        fprintf(stderr, "usage: %s zero|fork|threads|read|mprotect|mlock|signals|mremap|hugepage|starved|spin\n", argv[0]);
+        fprintf(stderr, "usage: %s zero|fork|threads|read|mprotect|mlock|signals|mremap|hugepage|starved|spin|"
+                "reclaim\n", argv[0]);
         return 2;
     }
     return 0;

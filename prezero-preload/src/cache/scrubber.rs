@@ -51,6 +51,7 @@ fn scrub() {
     }
     loop {
         let idle = g.cache().cfg.idle_secs;
+        let free = Free::of(&g.cache().cfg);
         if release_one(&mut g, now().saturating_sub(idle.saturating_mul(1000))) {
             continue;
         }
@@ -78,6 +79,8 @@ fn scrub() {
             // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
             // alone until busy_done.
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold) };
+            // SAFETY: as above, and zero now.
+            unsafe { mark_free(s, l, free) };
             stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
             g = lock();
@@ -92,6 +95,10 @@ fn scrub() {
             // kernel's pages are zero, so populated it is Clean.
             let populated = sys::madvise(s, l, Advice::PopulateWrite);
             let ok = populated.is_ok();
+            if ok {
+                // SAFETY: as above; the kernel's pages are zero.
+                unsafe { mark_free(s, l, free) };
+            }
             let unknown = populated == Err(Errno(libc::EINVAL));
             if !ok {
                 // SAFETY: as above; drops what was populated before the failure.
@@ -171,6 +178,11 @@ fn do_prefill(lane: usize, bytes: usize) {
     }
     // The block just granted to this thread, writable.
     let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
+    let free = Free::of(&lock().cache().cfg);
+    if ok {
+        // SAFETY: the block is this thread's, and zero (taken zeroed).
+        unsafe { mark_free(p as usize, bytes, free) };
+    }
     let mut g = lock();
     let l = g.cache().lane(lane);
     if ok {
@@ -179,4 +191,46 @@ fn do_prefill(lane: usize, bytes: usize) {
         l.blocks.free_fresh(p as usize);
     }
     signal_all();
+}
+
+/// How zeroed blocks the cache holds are marked free (`MADV_FREE`), so that
+/// the kernel can take them back under pressure.
+#[derive(Clone, Copy)]
+enum Free {
+    /// Each block whole.
+    Whole,
+    /// The 2 MiB-aligned interior only: a part of a huge page marked free
+    /// splits it (the range asks for huge pages).
+    HugeInterior,
+    /// Not at all, under the lazy mode: its `realloc` moves blocks with
+    /// `UFFDIO_MOVE`, and with the cache's blocks marked free a moved block
+    /// lost its first bytes (the fault matrix's lazy checker on 6.18, in 6
+    /// runs of 12; none with only the reserve marked). Its reserve is
+    /// marked instead.
+    Never,
+}
+
+impl Free {
+    fn of(cfg: &crate::config::Config) -> Free {
+        match (cfg.lazy, cfg.thp) {
+            (true, _) => Free::Never,
+            (false, true) => Free::HugeInterior,
+            (false, false) => Free::Whole,
+        }
+    }
+}
+
+/// Marks the zeroed block `[s, s + l)` free as `free` says.
+///
+/// # Safety
+/// pre: the block is the calling thread's (Busy, or just granted), zero, and
+/// nothing writes it while this runs.
+unsafe fn mark_free(s: usize, l: usize, free: Free) {
+    let whole_huge = match free {
+        Free::Never => return,
+        Free::Whole => false,
+        Free::HugeInterior => true,
+    };
+    // SAFETY: as the caller promises (pre).
+    let _ = unsafe { sys::free_lazily(s, l, whole_huge) };
 }

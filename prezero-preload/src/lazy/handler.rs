@@ -49,6 +49,10 @@ use crate::sys::{self, Errno};
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;
 
+/// READY slots a fault looks at that the kernel emptied, before it takes
+/// small pages instead.
+const MAX_RECLAIMED_LOOKS: usize = 8;
+
 /// How long a fault waits for `POP` before it gets a small page without it
 /// (its holders make a system call or two: tens of microseconds).
 const POP_WAIT_US: u64 = 1000;
@@ -219,7 +223,9 @@ impl Handler {
             reserve::set(slot, READY);
             return MoveIn::Unavailable;
         }
-        let mode = if demand { 0 } else { uffd::MOVE_DONT_WAKE };
+        // Holes where the kernel took part of a slot back: the block's
+        // pages there fault again, served as any.
+        let mode = uffd::MOVE_SRC_HOLES | if demand { 0 } else { uffd::MOVE_DONT_WAKE };
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
         let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, mode) };
@@ -258,17 +264,27 @@ impl Handler {
     }
 
     /// A zeroed slot of the reserve, TAKEN, and whether it is one huge page:
-    /// a ready one, else (for a fault) a freed one scrubbed here.
+    /// a ready one (the kernel may have taken one's pages back: it is
+    /// emptied, and the next looked at, a few at most), else (for a fault) a
+    /// freed one scrubbed here.
     fn slot(&self, demand: bool) -> Option<(usize, bool)> {
-        let i = match reserve::take(READY, TAKEN) {
-            Some(i) => i,
-            None if demand && reserve::scrub(reserve::take(DIRTY, SCRUBBING)?, true) => {
-                stats::SYNC.fetch_add(1, Ordering::Relaxed);
-                reserve::take(READY, TAKEN)?
+        for _ in 0..MAX_RECLAIMED_LOOKS {
+            let i = match reserve::take(READY, TAKEN) {
+                Some(i) => i,
+                None if demand && reserve::scrub(reserve::take(DIRTY, SCRUBBING)?, true) => {
+                    stats::SYNC.fetch_add(1, Ordering::Relaxed);
+                    reserve::take(READY, TAKEN)?
+                }
+                None => return None,
+            };
+            let at = reserve::slot_addr(i);
+            if is_empty(at, HUGE) {
+                reserve::reclaimed(i);
+                continue;
             }
-            None => return None,
-        };
-        Some((i, is_huge(reserve::slot_addr(i))))
+            return Some((i, is_huge(at)));
+        }
+        None
     }
 
     /// Small zeroed pages from `from` (the faulting `page`, or the start of

@@ -12,6 +12,11 @@
 //! with the userfaultfd in write-protect mode, which arms nothing: a move may
 //! only land in a registered range.
 //!
+//! A READY slot's pages are marked free (`MADV_FREE`): the kernel may take
+//! them back under pressure, without swap, and the handler, finding such a
+//! slot empty, marks it EMPTY and holds the worker's filling back for a
+//! while (the machine is short of memory).
+//!
 //! Each slot's state is one atomic, changed by compare-and-swap: the handler
 //! never waits on a lock (a thread holding one might be waiting on the
 //! handler's answer to its own fault). `held` counts the slots with pages.
@@ -30,7 +35,7 @@
 //! | READY     | zeroed pages                   | the handler (moves them out) |
 //! | TAKEN     | being moved out                | the handler                  |
 
-use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::{is_empty, is_huge, stats, HUGE};
 use crate::sys::uffd;
@@ -57,6 +62,12 @@ static READY_N: AtomicUsize = AtomicUsize::new(0);
 static DIRTY_N: AtomicUsize = AtomicUsize::new(0);
 /// Slots with pages (every state but EMPTY and TAKEN's source after a move).
 static HELD: AtomicUsize = AtomicUsize::new(0);
+/// Until when (`now_ms`) the worker fills nothing: the kernel took a READY
+/// slot's pages back, so the machine is short of memory.
+static PRESSED_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// How long a slot the kernel took holds filling back.
+const PRESSED_MS: u64 = 5000;
+
 /// Bumped when there is work for the worker; it sleeps on it.
 pub static WORK: AtomicU32 = AtomicU32::new(0);
 
@@ -185,6 +196,7 @@ pub fn fill(i: usize) -> bool {
     }
     let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
     if ok {
+        mark_free(i);
         let kind = if is_huge(at) {
             &stats::FILLED
         } else {
@@ -219,7 +231,31 @@ pub fn scrub(i: usize, hot: bool) -> bool {
     // write-protection faults, which nothing arms): no one else reads or
     // writes it until it is READY.
     let _ = unsafe { prezero::clear_raw_with(at as *mut u8, HUGE, t) };
+    if !hot {
+        // Hot: moved out at once, for a waiting fault.
+        mark_free(i);
+    }
     stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
     set(i, READY);
     true
+}
+
+/// Marks slot `i`'s zeroed pages free (the caller took it): the kernel may
+/// take them back.
+fn mark_free(i: usize) {
+    // SAFETY: the slot is the caller's (taken) and zero: nothing writes it.
+    let _ = unsafe { sys::free_lazily(slot_addr(i), HUGE, false) };
+}
+
+/// A READY slot taken (`i`) that the kernel emptied: EMPTY, and no filling
+/// for a while.
+pub fn reclaimed(i: usize) {
+    stats::RECLAIMED.fetch_add(1, Ordering::Relaxed);
+    PRESSED_UNTIL.store(super::now_ms() + PRESSED_MS, Ordering::Relaxed);
+    set(i, EMPTY);
+}
+
+/// Whether the kernel took slots back lately: the worker fills nothing.
+pub fn pressed(now: u64) -> bool {
+    now < PRESSED_UNTIL.load(Ordering::Relaxed)
 }

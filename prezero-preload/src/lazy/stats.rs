@@ -37,8 +37,10 @@ pub static MAPPINGS: AtomicU64 = AtomicU64::new(0);
 pub static SPLIT: AtomicU64 = AtomicU64::new(0);
 /// Faults the handler could not serve, handed to the kernel.
 pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
+/// READY slots the kernel had taken back (marked free, under pressure).
+pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 15] = [
+const ALL: [&AtomicU64; 16] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -54,6 +56,7 @@ const ALL: [&AtomicU64; 15] = [
     &MAPPINGS,
     &SPLIT,
     &UNSERVED,
+    &RECLAIMED,
 ];
 
 /// A forked child starts its own account.
@@ -75,7 +78,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          ahead of a fault, {} scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}",
+         mappings registered{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -96,9 +99,22 @@ pub fn print() {
             ""
         },
         Unserved(UNSERVED.load(Relaxed)),
+        Reclaimed(RECLAIMED.load(Relaxed)),
     );
     let used = 512 - w.len();
     crate::sys::write_stderr(&buf[..used]);
+}
+
+/// "; N reserve slots the kernel took back", where there were any.
+struct Reclaimed(u64);
+
+impl std::fmt::Display for Reclaimed {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self.0 {
+            0 => Ok(()),
+            n => write!(f, "; {n} reserve slots the kernel took back"),
+        }
+    }
 }
 
 /// "; N faults handed to the kernel", where there were any.

@@ -41,7 +41,8 @@ pub fn run() {
             reserve::scrub(i, false);
             continue;
         }
-        let may_fill = !idle && FILL.load(Ordering::Relaxed) && now >= backoff_until;
+        let may_fill =
+            !idle && FILL.load(Ordering::Relaxed) && now >= backoff_until && !reserve::pressed(now);
         if may_fill && reserve::held() < reserve::slots() {
             if let Some(i) = reserve::take(EMPTY, FILLING) {
                 if !reserve::fill(i) {

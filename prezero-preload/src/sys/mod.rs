@@ -228,6 +228,31 @@ pub fn madvise(addr: usize, len: usize, advice: Advice) -> Result<(), Errno> {
     unsafe { madvise_raw(addr, len, advice) }
 }
 
+/// `madvise(MADV_FREE)` of zeroed memory held for later: the kernel may take
+/// its pages back under pressure, without swap, and a page it took reads
+/// zero again; one it left keeps its zeroes, and a write to it needs no
+/// fault. `[addr, addr + len)` shrinks to its 2 MiB-aligned interior where
+/// `whole_huge` (a part of a huge page marked free splits it).
+///
+/// # Safety
+/// pre: the range lies in private anonymous mappings this crate made, reads
+/// zero, and nothing writes it while this runs (a write after it keeps the
+/// page).
+pub unsafe fn free_lazily(addr: usize, len: usize, whole_huge: bool) -> Result<(), Errno> {
+    inject!(Madvise, libc::EINVAL);
+    let (start, end) = if whole_huge {
+        const HUGE: usize = 2 << 20;
+        (addr.next_multiple_of(HUGE), (addr + len) & !(HUGE - 1))
+    } else {
+        (addr, addr + len)
+    };
+    if start >= end {
+        return Ok(());
+    }
+    // SAFETY: zero memory of ours (pre): taken or not, it reads zero.
+    unsafe { madvise_raw(start, end - start, libc::MADV_FREE) }
+}
+
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and read
 /// zero on the next touch.
 ///

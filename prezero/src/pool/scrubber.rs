@@ -81,6 +81,12 @@ fn run(shared: &Shared) {
             }
         });
         let cleared = done == shared.chunk_size;
+        if cleared {
+            // Held for later, it is the machine's: the kernel may take it
+            // back under pressure (a chunk it took reads zero all the same).
+            // SAFETY: still Scrubbing (this thread's alone), and zero now.
+            let _ = unsafe { sys::free_lazily(ptr.as_ptr(), shared.chunk_size) };
+        }
         {
             let mut s = shared.lock();
             s.scrub_finish(id, cleared);

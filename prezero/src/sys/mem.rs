@@ -192,6 +192,22 @@ pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()
     Ok(())
 }
 
+/// `madvise(MADV_FREE)` of zeroed memory held for later: the kernel may take
+/// its pages back under pressure, without swap, and a page it took reads
+/// zero again; one it left keeps its zeroes, and a write to it needs no
+/// fault. EINVAL for memory it does not apply to (hugetlb, shared).
+///
+/// # Safety
+/// pre: `[ptr, ptr+len)` lies in mappings this crate made, reads zero, and
+/// nothing writes it while this runs (a write after it keeps the page).
+pub(crate) unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
+    // SAFETY: zero memory of ours (pre): taken back or not, it reads zero.
+    if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_FREE) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and
 /// read zero on the next touch.
 ///
