@@ -1,7 +1,7 @@
 //! The preload's OS layer: every call it makes into libc, each a small
 //! function with its precondition on a `pre:` line, as the library's `sys/`
 //! has them (the lazy mode's userfaultfd, pagemap, futex and signal-mask
-//! calls in `uffd.rs`). That layer cannot serve here: it is the library's own
+//! calls in `uffd.rs`, the locks that live in statics in `sync.rs`). That layer cannot serve here: it is the library's own
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
@@ -14,7 +14,6 @@
 //! In a test build (`fault-injection`) the calls that can fail can be made
 //! to (`fault.rs`).
 
-use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void, CStr};
 
 /// A failed call's errno.
@@ -38,7 +37,10 @@ macro_rules! inject {
     };
 }
 
+mod sync;
 pub mod uffd;
+
+pub use sync::{Cond, Mutex};
 
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
@@ -249,8 +251,15 @@ pub unsafe fn free_lazily(addr: usize, len: usize, whole_huge: bool) -> Result<(
     if start >= end {
         return Ok(());
     }
-    // SAFETY: zero memory of ours (pre): taken or not, it reads zero.
-    unsafe { madvise_raw(start, end - start, libc::MADV_FREE) }
+    // In steps of 2 MiB: the call holds the mapping's lock, and a caller at
+    // SCHED_IDLE preempted inside it would keep the program's own mapping
+    // calls waiting until it runs again (a whole 8 MiB scrub step in one
+    // call held a calloc for 1.3 s behind two spinning threads).
+    for at in (start..end).step_by(2 << 20) {
+        // SAFETY: zero memory of ours (pre): taken or not, it reads zero.
+        unsafe { madvise_raw(at, (end - at).min(2 << 20), libc::MADV_FREE) }?;
+    }
+    Ok(())
 }
 
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and read
@@ -362,6 +371,15 @@ pub fn address_space_unlimited() -> bool {
     unlimited(libc::RLIMIT_AS)
 }
 
+/// Whether the program turned transparent huge pages off for itself
+/// (`PR_SET_THP_DISABLE`, which `prctl(PR_GET_THP_DISABLE)` reads back).
+///
+/// pre: none.
+pub fn thp_disabled() -> bool {
+    // SAFETY: prctl with this option reads one flag of the process.
+    unsafe { libc::prctl(libc::PR_GET_THP_DISABLE, 0, 0, 0, 0) == 1 }
+}
+
 /// Whether this process's private writable memory is unlimited
 /// (`RLIMIT_DATA`, what `prlimit --data` sets); false if it cannot be read.
 ///
@@ -391,103 +409,6 @@ pub fn clock_gettime(clock: libc::clockid_t) -> libc::timespec {
     // SAFETY: clock_gettime writes into a local.
     unsafe { libc::clock_gettime(clock, &mut t) };
     t
-}
-
-/// A pthread mutex that lives in a static: made without allocating, usable
-/// before anything is set up, and held across `fork` by [`atfork`] handlers.
-pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
-
-// SAFETY: a pthread mutex is made to be shared between threads; it is only
-// reached through the pthread calls below.
-unsafe impl Sync for Mutex {}
-
-impl Mutex {
-    pub const fn new() -> Mutex {
-        Mutex(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER))
-    }
-
-    /// Takes the mutex, waiting for it.
-    ///
-    /// pre: none (the calling thread holding it already deadlocks, the
-    /// default kind's answer: no memory is touched).
-    pub fn lock(&self) {
-        // SAFETY: an initialised mutex (new), never moved while in use (a static).
-        unsafe { libc::pthread_mutex_lock(self.0.get()) };
-    }
-
-    /// Takes the mutex if it is free: whether it did.
-    ///
-    /// pre: none.
-    pub fn try_lock(&self) -> bool {
-        // SAFETY: as in lock.
-        unsafe { libc::pthread_mutex_trylock(self.0.get()) == 0 }
-    }
-
-    /// Gives the mutex back.
-    ///
-    /// # Safety
-    /// pre: the calling thread holds it (unlocking another's is undefined).
-    pub unsafe fn unlock(&self) {
-        // SAFETY: held by this thread (pre).
-        unsafe { libc::pthread_mutex_unlock(self.0.get()) };
-    }
-
-    /// Makes the mutex free again, whoever held it: in a forked child, where
-    /// the parent's thread that held it does not exist.
-    ///
-    /// # Safety
-    /// pre: the caller is a forked child's only thread, before anything of
-    /// this crate in it uses the mutex.
-    pub unsafe fn reset(&self) {
-        // SAFETY: no other thread exists to hold or wait on it (pre): a
-        // fresh initialiser written over it, as the C library does for its
-        // own locks in a child.
-        unsafe { self.0.get().write(libc::PTHREAD_MUTEX_INITIALIZER) };
-    }
-}
-
-/// A pthread condition variable that lives in a static, beside its [`Mutex`].
-pub struct Cond(UnsafeCell<libc::pthread_cond_t>);
-
-// SAFETY: a pthread condition variable is made to be shared between threads;
-// it is only reached through the pthread calls below.
-unsafe impl Sync for Cond {}
-
-impl Cond {
-    pub const fn new() -> Cond {
-        Cond(UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER))
-    }
-
-    /// Wakes every thread waiting on it.
-    ///
-    /// pre: none.
-    pub fn broadcast(&self) {
-        // SAFETY: an initialised condition variable (new or reset).
-        unsafe { libc::pthread_cond_broadcast(self.0.get()) };
-    }
-
-    /// Waits for a [`Cond::broadcast`] or until `deadline` on
-    /// `CLOCK_REALTIME`, with `m` given back meanwhile and held again on
-    /// return.
-    ///
-    /// # Safety
-    /// pre: the calling thread holds `m`, and every thread that waits on this
-    /// condition waits with `m`.
-    pub unsafe fn wait_until(&self, m: &Mutex, deadline: &libc::timespec) {
-        // SAFETY: `m` is held by this thread and the one mutex of this
-        // condition (pre); the deadline is only read.
-        unsafe { libc::pthread_cond_timedwait(self.0.get(), m.0.get(), deadline) };
-    }
-
-    /// Makes the condition anew, forgetting its waiters.
-    ///
-    /// # Safety
-    /// pre: no thread waits on it or starts to while this runs (a forked
-    /// child's copy, whose waiters were the parent's threads).
-    pub unsafe fn reset(&self) {
-        // SAFETY: no waiters (pre); default attributes.
-        unsafe { libc::pthread_cond_init(self.0.get(), std::ptr::null()) };
-    }
 }
 
 /// Registers `prepare` to run in the forking thread before `fork`, `parent`
