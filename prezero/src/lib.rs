@@ -58,7 +58,7 @@ pub use clear::{
 pub use cpu::{cpu, memory};
 pub use error::{Error, Result};
 pub use hugetlb::HugetlbReservation;
-pub use pool::{Chunk, Pool, PoolBuilder, PoolStats, ScrubPriority};
+pub use pool::{Chunk, FreeRunning, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_on_nodes, prefault_raw};
 pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};

@@ -23,6 +23,13 @@
  *   mlock-mremap   a 32 MiB mapping locked (mlock), grown in place to 64 MiB
  *                  by mremap (the kernel populates the locked growth in the
  *                  call), every byte zero
+ *   merged-mremap  an 8 MiB mapping and a 1 MiB one placed right after it
+ *                  (the kernel merges them), written, grown whole by one
+ *                  mremap(MREMAP_MAYMOVE): contents kept
+ *   thp-disable    PR_SET_THP_DISABLE, then a 40 MiB mapping asked for huge
+ *                  pages (MADV_HUGEPAGE) and written: how much of it is in
+ *                  huge pages (AnonHugePages)
+ *   collapse       MADV_COLLAPSE of a written 4 MiB mapping: refused or not
  *   guard          a guard page (MADV_GUARD_INSTALL, 6.13) 64 pages after
  *                  one the program then writes, in the same 2 MiB block of
  *                  an 8 MiB mapping: writing the guard page raises SIGSEGV
@@ -252,6 +259,66 @@ static void mode_mlock_mremap(void) {
     printf("mlock-mremap: ok\n");
 }
 
+static void mode_merged_mremap(void) {
+    /* Room for both, then each placed (MAP_FIXED_NOREPLACE). */
+    unsigned char *p = map(9 * MB);
+    munmap(p, 9 * MB);
+    int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE;
+    if (mmap(p, 8 * MB, prot, flags, -1, 0) != p || mmap(p + 8 * MB, MB, prot, flags, -1, 0) != p + 8 * MB)
+        fail("placing the mappings: %s", strerror(errno));
+    for (size_t i = 0; i < 9 * MB; i += PAGE)
+        p[i] = (unsigned char)(i / PAGE);
+    unsigned char *q = mremap(p, 9 * MB, 16 * MB, MREMAP_MAYMOVE);
+    if (q == MAP_FAILED) {
+        printf("merged-mremap: %s\n", strerror(errno));
+        return;
+    }
+    for (size_t i = 0; i < 9 * MB; i += PAGE)
+        if (q[i] != (unsigned char)(i / PAGE))
+            fail("merged-mremap: page %zu lost its byte", i / PAGE);
+    check_zero("the growth", q + 9 * MB, 7 * MB);
+    munmap(q, 16 * MB);
+    printf("merged-mremap: ok\n");
+}
+
+/* AnonHugePages of the mapping that holds `p`, in kB (-1: not found). */
+static long huge_kb(const void *p) {
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    int in = 0;
+    long kb = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        char dash;
+        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-')
+            in = lo <= (uintptr_t)p && (uintptr_t)p < hi;
+        else if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+static void mode_thp_disable(void) {
+    if (prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0))
+        fail("PR_SET_THP_DISABLE: %s", strerror(errno));
+    unsigned char *p = map(40 * MB);
+    madvise(p, 40 * MB, MADV_HUGEPAGE);
+    memset(p, 3, 40 * MB);
+    printf("thp-disable: %ld kB of 40 MiB in huge pages\n", huge_kb(p));
+    munmap(p, 40 * MB);
+}
+
+static void mode_collapse(void) {
+    unsigned char *p = map(6 * MB);
+    unsigned char *block = (unsigned char *)(((uintptr_t)p + 2 * MB - 1) & ~(2 * MB - 1));
+    memset(block, 1, 4 * MB);
+    int r = madvise(block, 4 * MB, 25 /* MADV_COLLAPSE */);
+    printf("collapse: %s\n", r == 0 || errno != EINVAL ? "not refused" : "refused (EINVAL)");
+    munmap(p, 6 * MB);
+}
+
 static sigjmp_buf guard_jump;
 
 static void on_segv(int sig) {
@@ -297,10 +364,16 @@ int main(int argc, char **argv) {
         mode_mlock_mremap();
     else if (!strcmp(mode, "guard"))
         mode_guard();
+    else if (!strcmp(mode, "merged-mremap"))
+        mode_merged_mremap();
+    else if (!strcmp(mode, "thp-disable"))
+        mode_thp_disable();
+    else if (!strcmp(mode, "collapse"))
+        mode_collapse();
     else {
         fprintf(stderr,
                 "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
-                "mlock-mremap|guard\n",
+                "mlock-mremap|guard|merged-mremap|thp-disable|collapse\n",
                 argv[0]);
         return 2;
     }

@@ -216,12 +216,10 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         let n = crate::lazy::move_block(g, p, old, q as usize);
         drop(populating);
         if n < old {
-            // A page shared with a child stopped the move: the rest copied.
-            // SAFETY: both blocks are this thread's, disjoint, `old` bytes
-            // long at least.
-            unsafe {
-                std::ptr::copy_nonoverlapping((p + n) as *const u8, q.cast::<u8>().add(n), old - n)
-            };
+            // A page shared with a child stopped the move: the rest copied
+            // (what the block lacks: the kernel may not have counted all
+            // it moved).
+            crate::lazy::copy_missing(p, old, q as usize);
             free(p);
             return Some(q);
         }

@@ -76,11 +76,14 @@ fn scrub() {
         }) {
             drop(g);
             let t = std::time::Instant::now();
+            let run = prezero::FreeRunning::start();
             // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
             // alone until busy_done.
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold) };
-            // SAFETY: as above, and zero now.
-            unsafe { mark_free(s, l, free) };
+            if run.still() {
+                // SAFETY: as above, and zero now.
+                unsafe { mark_free(s, l, free) };
+            }
             stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
             g = lock();
@@ -93,9 +96,10 @@ fn scrub() {
             // [s, s + l) is a Busy block of our range, without pages (Fresh
             // or beyond top): the scrubber's alone until busy_done. The
             // kernel's pages are zero, so populated it is Clean.
+            let run = prezero::FreeRunning::start();
             let populated = sys::madvise(s, l, Advice::PopulateWrite);
             let ok = populated.is_ok();
-            if ok {
+            if ok && run.still() {
                 // SAFETY: as above; the kernel's pages are zero.
                 unsafe { mark_free(s, l, free) };
             }
@@ -177,9 +181,10 @@ fn do_prefill(lane: usize, bytes: usize) {
         return;
     }
     // The block just granted to this thread, writable.
+    let run = prezero::FreeRunning::start();
     let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
     let free = Free::of(&lock().cache().cfg);
-    if ok {
+    if ok && run.still() {
         // SAFETY: the block is this thread's, and zero (taken zeroed).
         unsafe { mark_free(p as usize, bytes, free) };
     }
@@ -202,20 +207,14 @@ enum Free {
     /// The 2 MiB-aligned interior only: a part of a huge page marked free
     /// splits it (the range asks for huge pages).
     HugeInterior,
-    /// Not at all, under the lazy mode: its `realloc` moves blocks with
-    /// `UFFDIO_MOVE`, and with the cache's blocks marked free a moved block
-    /// lost its first bytes (the fault matrix's lazy checker on 6.18, in 6
-    /// runs of 12; none with only the reserve marked). Its reserve is
-    /// marked instead.
-    Never,
 }
 
 impl Free {
     fn of(cfg: &crate::config::Config) -> Free {
-        match (cfg.lazy, cfg.thp) {
-            (true, _) => Free::Never,
-            (false, true) => Free::HugeInterior,
-            (false, false) => Free::Whole,
+        if cfg.thp {
+            Free::HugeInterior
+        } else {
+            Free::Whole
         }
     }
 }
@@ -226,11 +225,6 @@ impl Free {
 /// pre: the block is the calling thread's (Busy, or just granted), zero, and
 /// nothing writes it while this runs.
 unsafe fn mark_free(s: usize, l: usize, free: Free) {
-    let whole_huge = match free {
-        Free::Never => return,
-        Free::Whole => false,
-        Free::HugeInterior => true,
-    };
     // SAFETY: as the caller promises (pre).
-    let _ = unsafe { sys::free_lazily(s, l, whole_huge) };
+    let _ = unsafe { sys::free_lazily(s, l, matches!(free, Free::HugeInterior)) };
 }

@@ -160,7 +160,14 @@ impl Handler {
             self.small(page, page, to, write);
             return;
         };
-        match self.move_in(block, true) {
+        // A program that turned huge pages off for itself gets none moved
+        // in: small pages, as the kernel would give it.
+        let moved = if sys::thp_disabled() {
+            MoveIn::Unavailable
+        } else {
+            self.move_in(block, true)
+        };
+        match moved {
             MoveIn::Moved => {}
             MoveIn::Populated => {
                 self.window = 0;
@@ -231,6 +238,16 @@ impl Handler {
         let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, mode) };
         match r {
             Ok(()) => reserve::set(slot, EMPTY),
+            // The kernel may report an error for a move it made (a batch
+            // that hit EAGAIN, then EEXIST for the pages it had moved, with
+            // nothing counted): an empty slot and a populated block say it
+            // did, and nothing woke the block's waiters.
+            Err(_) if is_empty(from, HUGE) && !is_empty(block, HUGE) => {
+                reserve::set(slot, EMPTY);
+                if demand {
+                    let _ = uffd::wake(self.fd, block, HUGE);
+                }
+            }
             Err(_) if moved == 0 => {
                 reserve::set(slot, READY);
                 return MoveIn::Unavailable;

@@ -221,7 +221,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
 pub unsafe extern "C" fn mlock(addr: *const c_void, len: usize) -> c_int {
     if wanted() {
         let a = addr as usize;
-        mappings::locking(a, a.saturating_add(len));
+        mappings::to_kernel(a, a.saturating_add(len));
     }
     match next!(
         c"mlock",
@@ -240,7 +240,7 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: usize, flags: c_uint) 
     // MLOCK_ONFAULT populates nothing.
     if wanted() && flags & libc::MLOCK_ONFAULT == 0 {
         let a = addr as usize;
-        mappings::locking(a, a.saturating_add(len));
+        mappings::to_kernel(a, a.saturating_add(len));
     }
     match next!(
         c"mlock2",

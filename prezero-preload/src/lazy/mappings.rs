@@ -34,7 +34,7 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::table::Range;
-use super::{active, ensure_started, fd, stats, threshold, PopGuard, HUGE, PAGE};
+use super::{active, ensure_started, fd, stats, thp_always, threshold, PopGuard, HUGE, PAGE};
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -64,6 +64,11 @@ fn interior(start: usize, len: usize) -> Option<Range> {
 
 /// Whether a new mapping of these arguments is one to register.
 pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
+    registrable(prot, flags) && len >= threshold()
+}
+
+/// Whether a mapping of these arguments could be registered, of any size.
+fn registrable(prot: i32, flags: i32) -> bool {
     let excluded = libc::MAP_POPULATE
         | libc::MAP_LOCKED
         | libc::MAP_HUGETLB
@@ -73,13 +78,14 @@ pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
         && flags & 0x0f == libc::MAP_PRIVATE
         && flags & excluded == 0
         && prot == libc::PROT_READ | libc::PROT_WRITE
-        && len >= threshold()
         && !LOCKED_FUTURE.load(Ordering::Relaxed)
 }
 
-/// Before `mlock`/`mlock2` of `[start, end)`: every registered mapping it
-/// meets is the kernel's from now on, whole (unregistered, out of the table).
-pub fn locking(start: usize, end: usize) {
+/// Before `mlock`/`mlock2` of `[start, end)` (and `MADV_COLLAPSE`, which
+/// the kernel refuses in registered memory): every registered mapping it
+/// meets is the kernel's from now on, whole (unregistered, out of the
+/// table).
+pub fn to_kernel(start: usize, end: usize) {
     if !active() || !maybe_registered(start, end) {
         return;
     }
@@ -101,7 +107,7 @@ pub fn locking_all(flags: i32) {
         LOCKED_FUTURE.store(true, Ordering::Relaxed);
     }
     if flags & libc::MCL_CURRENT != 0 {
-        locking(0, usize::MAX);
+        to_kernel(0, usize::MAX);
     }
 }
 
@@ -139,11 +145,38 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
     if unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) }.is_err() {
         return;
     }
-    let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+    if thp_always() {
+        let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
+    }
+    track(g, r);
+    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers the small new mapping `[at, at + len)` if it lies right beside
+/// a registered one: the kernel merges such neighbours plainly (a program
+/// may grow the two with one `mremap`), and registration's flags would keep
+/// them apart.
+fn register_neighbour(g: &mut PopGuard, at: usize, len: usize) {
+    let end = at + len.next_multiple_of(PAGE);
+    let beside = g.table().find(at.wrapping_sub(1)).is_some() || g.table().find(end).is_some();
+    if !beside || g.table().len() == super::table::MAX_MAPPINGS {
+        return;
+    }
+    // SAFETY: the handler thread runs (the lazy mode is on) and answers
+    // every fault.
+    if unsafe { uffd::register(fd(), at, end - at, uffd::Mode::Missing) }.is_ok() {
+        if thp_always() {
+            let _ = sys::madvise(at, end - at, Advice::NoHugePage);
+        }
+        track(g, Range { start: at, end });
+    }
+}
+
+/// Remembers the registered range `r`.
+fn track(g: &mut PopGuard, r: Range) {
     g.table().insert(r);
     LO.fetch_min(r.start, Ordering::AcqRel);
     HI.fetch_max(r.end, Ordering::AcqRel);
-    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Takes `[start, end)` (to its last page: what a call of that length
@@ -185,7 +218,19 @@ pub unsafe fn mmap(
     }
     // Not in a child forked meanwhile (the program's fork handlers may run
     // in it before ours): the descriptor acts on this process's memory.
-    if !wanted || !ensure_started() || !active() {
+    if !wanted {
+        // SAFETY: as mmap(2).
+        let at = unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) }?;
+        let near = maybe_registered(
+            at.saturating_sub(1),
+            at.saturating_add(len).saturating_add(1),
+        );
+        if near && registrable(prot, flags) && active() {
+            register_neighbour(&mut PopGuard::program(), at, len);
+        }
+        return Ok(at);
+    }
+    if !ensure_started() || !active() {
         // SAFETY: as mmap(2).
         return unsafe { sys::mmap_raw(addr, len, prot, flags, fd, off) };
     }
@@ -276,12 +321,19 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno>
     let end = addr.saturating_add(len);
     let cache = crate::cache::owns(addr) || crate::cache::owns(end.saturating_sub(1));
     let ours = cache || maybe_registered(addr, end);
-    if advice == MADV_GUARD_INSTALL {
-        // Before the call: the handler must look for them from the first.
-        super::guards_installed();
+    // Before the call: the handler must look for them from the first; and
+    // forgotten again if the kernel refused (before 6.13) and none was
+    // installed before.
+    let guards_before = advice == MADV_GUARD_INSTALL && super::guards_installed();
+    if advice == libc::MADV_COLLAPSE {
+        to_kernel(addr, end);
     }
     // SAFETY: as madvise(2) (the caller's contract).
-    unsafe { sys::madvise_raw(addr, len, advice) }?;
+    let r = unsafe { sys::madvise_raw(addr, len, advice) };
+    if advice == MADV_GUARD_INSTALL && r.is_err() && !guards_before {
+        super::no_guards();
+    }
+    r?;
     if advice == libc::MADV_HUGEPAGE && ours && active() {
         let mut g = PopGuard::program();
         g.table().each_within(addr, end, |r| {

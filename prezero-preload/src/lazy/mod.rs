@@ -6,11 +6,13 @@
 //! instead of faulted anew (the program's own unmaps leave theirs to the
 //! kernel: `recycle.rs`).
 //!
-//! What is registered with the userfaultfd (missing-page faults), each part
-//! `MADV_NOHUGEPAGE` (in a range the kernel may fault huge pages into, it
-//! allocates and zeroes one before it reports the fault, then frees it):
-//! the cache's whole range, and the program's own large anonymous private
-//! mappings (`mmap` is interposed: `interpose.rs`, the ranges in `table.rs`).
+//! What is registered with the userfaultfd (missing-page faults): the
+//! cache's whole range, `MADV_NOHUGEPAGE` (in a range the kernel may fault
+//! huge pages into, it allocates and zeroes one before it reports the fault,
+//! then frees it), and the program's own large anonymous private mappings
+//! (`mmap` is interposed: `interpose.rs`, the ranges in `table.rs`), which
+//! say it only under THP `always`, so that they merge with their neighbours
+//! as they would plainly.
 //!
 //! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
 //! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
@@ -304,6 +306,7 @@ fn start() -> Result<(), Why> {
     if !sys::data_unlimited() {
         return Err(Why::DataLimit);
     }
+    read_thp_mode();
     // The clearing kernels' choice, made once: here, not in the handler's
     // first scrub, where reading the profile could allocate and wait on a
     // lock a faulting thread holds.
@@ -316,6 +319,16 @@ fn start() -> Result<(), Why> {
     uffd::handshake(fd).map_err(|e| fail(Why::NoMove(e)))?;
     let pm = uffd::open_pagemap().map_err(|e| fail(Why::Failed("/proc/self/pagemap", e)))?;
     let pm = high(pm);
+    if fd <= 2 || pm <= 2 {
+        // The program closed its standard descriptors and no number above
+        // 512 could be had (a low RLIMIT_NOFILE): ours would take them, and
+        // its writes to stdout go to the userfaultfd.
+        uffd::close(pm);
+        return Err(fail(Why::Failed(
+            "a descriptor number above the standard ones",
+            Errno(libc::EMFILE),
+        )));
+    }
     let zeroes = sys::map_zeroes(HUGE).map_err(|e| {
         uffd::close(pm);
         fail(Why::Failed("the zero page mapping", e))
@@ -373,13 +386,19 @@ fn still_ours() -> bool {
 /// kernel unregisters its ranges and wakes their faults, as it did when the
 /// program closed it.
 fn stop() {
+    stop_leaving(false);
+}
+
+/// [`stop`], leaving the descriptors open where `program_closes` (the
+/// program's own `close` of them follows, and must not find them gone).
+fn stop_leaving(program_closes: bool) {
     STATE.store(FAILED, Ordering::Release);
     // The reserve serves no fault any more: the worker gives it back now
     // (idle at once, never filling again).
     FILL.store(false, Ordering::Relaxed);
     LAST_ACTIVE.store(0, Ordering::Relaxed);
     reserve::wake_worker();
-    let ours = still_ours();
+    let ours = still_ours() && !program_closes;
     let fd = UFFD.swap(-1, Ordering::AcqRel);
     if ours {
         uffd::close(fd);
@@ -403,6 +422,10 @@ enum Stop {
 /// [`stop`] closes it: from then on the kernel serves every fault. Says why
 /// once.
 fn give_up(why: Stop) {
+    // The program's own call closes what it closes: a descriptor gone
+    // before it would make that call fail (EBADF) where it would not
+    // plainly. The handler, blocked in its read, sleeps on for good.
+    let program_closes = matches!(why, Stop::Closed);
     if still_ours() {
         let fd = fd();
         if let Some((base, len)) = crate::cache::range() {
@@ -429,7 +452,7 @@ fn give_up(why: Stop) {
         let used = 256 - w.len();
         sys::write_stderr(&buf[..used]);
     }
-    stop();
+    stop_leaving(program_closes);
 }
 
 /// The program is about to close (or replace with `dup2`) the descriptors
@@ -438,7 +461,8 @@ fn give_up(why: Stop) {
 /// fork handlers may keep a copy open, and with it every fault waiting).
 pub fn closing(lo: i32, hi: i32) {
     let ours = |fd: i32| fd >= 0 && lo <= fd && fd <= hi;
-    if active() && (ours(fd()) || ours(PAGEMAP.load(Ordering::Relaxed))) {
+    // The numbers first: `active` makes a system call.
+    if (ours(fd()) || ours(PAGEMAP.load(Ordering::Relaxed))) && active() {
         give_up(Stop::Closed);
     }
 }
@@ -462,6 +486,26 @@ fn is_huge(at: usize) -> bool {
     )
 }
 
+/// The kernel's THP mode is `always`: it may fault a huge page into any
+/// mapping that did not say `MADV_NOHUGEPAGE` (allocated and zeroed before
+/// the fault is reported, then freed), so registered mappings say it.
+/// Under `madvise` or `never` they say nothing, and keep merging with
+/// their neighbours as the program's own mappings would.
+static THP_ALWAYS: AtomicBool = AtomicBool::new(false);
+
+fn thp_always() -> bool {
+    THP_ALWAYS.load(Ordering::Relaxed)
+}
+
+/// Reads the kernel's THP mode into [`THP_ALWAYS`].
+fn read_thp_mode() {
+    let mut buf = [0u8; 64];
+    let n =
+        sys::read_file_start(c"/sys/kernel/mm/transparent_hugepage/enabled", &mut buf).unwrap_or(0);
+    let always = buf[..n].windows(8).any(|w| w == b"[always]");
+    THP_ALWAYS.store(always, Ordering::Relaxed);
+}
+
 /// Set once the program installs a guard region (`MADV_GUARD_INSTALL`,
 /// through the C library's `madvise`): a fill of small pages maps a page
 /// over a guard's marker (`UFFDIO_COPY` takes it for a missing page), and a
@@ -469,9 +513,14 @@ fn is_huge(at: usize) -> bool {
 /// them first.
 static GUARDS: AtomicBool = AtomicBool::new(false);
 
-/// The program installed a guard region.
-pub fn guards_installed() {
-    GUARDS.store(true, Ordering::Relaxed);
+/// The program installs a guard region: whether one was installed before.
+pub fn guards_installed() -> bool {
+    GUARDS.swap(true, Ordering::Relaxed)
+}
+
+/// The program's first guard region was refused: none to look for.
+pub fn no_guards() {
+    GUARDS.store(false, Ordering::Relaxed);
 }
 
 /// Whether `[at, at + len)` may hold a guard page: once the program
@@ -533,6 +582,47 @@ pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
     match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
         (_, Ok(())) => len,
         (moved, Err(_)) => moved,
+    }
+}
+
+/// After a move of `[from, from + len)` to `to` ([`move_block`]) that did
+/// not say it moved all: copies the pages `to` lacks from `from`, which the
+/// caller does with `POP` given back (the copy faults registered memory). A
+/// page present at `to` came from `from` (its pages were dropped first), and
+/// the kernel may report an error for pages it moved (a batch that hit
+/// EAGAIN, then EEXIST, with nothing counted): a copy over them from the
+/// emptied source would write zeroes over the block's bytes (it did, with
+/// the cache's blocks marked free).
+pub fn copy_missing(from: usize, len: usize, to: usize) {
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
+    let end = to + len;
+    let mut out = [uffd::Region::default(); 32];
+    let mut at = to;
+    let copy = |a: usize, b: usize| {
+        // SAFETY: both blocks are the caller's, disjoint, `len` bytes long.
+        unsafe {
+            std::ptr::copy_nonoverlapping((from + (a - to)) as *const u8, a as *mut u8, b - a)
+        }
+    };
+    while at < end {
+        let Ok((n, walk_end)) = uffd::scan(pm, at, end, 0, any, any, &mut out) else {
+            // The kernel cannot say: everything is copied, as before.
+            copy(at, end);
+            return;
+        };
+        for r in &out[..n] {
+            let (s, e) = ((r.start as usize).max(at), (r.end as usize).min(end));
+            if s > at {
+                copy(at, s);
+            }
+            at = at.max(e);
+        }
+        if n < out.len() {
+            copy(at, end.max(at));
+            return;
+        }
+        at = at.max(walk_end);
     }
 }
 

@@ -16,7 +16,7 @@
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, INCOMING};
-use super::{active, fd, stats, touch_active, HUGE, PAGEMAP};
+use super::{active, fd, is_empty, stats, touch_active, HUGE, PAGEMAP};
 use crate::sys::uffd::{self, Region};
 
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
@@ -58,7 +58,11 @@ pub fn recycle(start: usize, len: usize) {
                         reserve::set(slot, DIRTY);
                         moved += 1;
                     }
-                    Err(_) if m == 0 => reserve::set(slot, EMPTY),
+                    // Nothing moved, as the slot shows (the kernel may report
+                    // an error for a move it made).
+                    Err(_) if m == 0 && is_empty(reserve::slot_addr(slot), HUGE) => {
+                        reserve::set(slot, EMPTY)
+                    }
                     Err(_) => {
                         reserve::drop_pages(slot);
                     }

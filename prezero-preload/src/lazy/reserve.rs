@@ -194,9 +194,12 @@ pub fn fill(i: usize) -> bool {
         set(i, DIRTY);
         return false;
     }
+    let run = prezero::FreeRunning::start();
     let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
     if ok {
-        mark_free(i);
+        if run.still() {
+            mark_free(i);
+        }
         let kind = if is_huge(at) {
             &stats::FILLED
         } else {
@@ -226,12 +229,13 @@ pub fn scrub(i: usize, hot: bool) -> bool {
     } else {
         prezero::Temperature::Cold
     };
+    let run = prezero::FreeRunning::start();
     // SAFETY: the slot is the caller's (taken), mapped read-write (a page
     // not present faults in: the reserve's registration is for
     // write-protection faults, which nothing arms): no one else reads or
     // writes it until it is READY.
     let _ = unsafe { prezero::clear_raw_with(at as *mut u8, HUGE, t) };
-    if !hot {
+    if !hot && run.still() {
         // Hot: moved out at once, for a waiting fault.
         mark_free(i);
     }

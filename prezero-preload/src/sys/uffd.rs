@@ -116,12 +116,14 @@ pub struct Refused {
 }
 
 /// Whether a seccomp filter confines this thread (`Seccomp: 2` in
-/// /proc/self/status): it may kill the process for a system call it does
-/// not allow, as systemd's `SystemCallFilter=` does by default.
+/// /proc/thread-self/status: filters are per thread): it may kill the
+/// process for a system call it does not allow, as systemd's
+/// `SystemCallFilter=` does by default. Where the file cannot be read, as if
+/// one did.
 fn under_seccomp_filter() -> bool {
     let mut buf = [0u8; 4096];
-    let Ok(n) = super::read_file_start(c"/proc/self/status", &mut buf) else {
-        return false;
+    let Ok(n) = super::read_file_start(c"/proc/thread-self/status", &mut buf) else {
+        return true;
     };
     let key = b"\nSeccomp:\t";
     buf[..n]

@@ -46,7 +46,7 @@ mod state;
 mod stats;
 
 pub use builder::PoolBuilder;
-pub use scrubber::ScrubPriority;
+pub use scrubber::{FreeRunning, ScrubPriority};
 pub use stats::PoolStats;
 
 use state::{Refused, Source, State};
