@@ -653,7 +653,8 @@ fn the_lazy_line_parses() {
 /// registered one did not merge with it, so one mremap of both was EFAULT;
 /// PR_SET_THP_DISABLE was ignored (18 of 40 MiB in huge pages, none
 /// plainly); MADV_COLLAPSE of registered memory was EINVAL. Where the lazy
-/// mode steps aside it says why on stderr.
+/// mode steps aside it says why on stderr. The same under the preload
+/// without the lazy mode (`prezero run`).
 #[test]
 fn ordinary_programs_behave_as_they_do_plainly() {
     let Some(b) = available() else { return };
@@ -688,6 +689,13 @@ fn ordinary_programs_behave_as_they_do_plainly() {
         }
         let plain = finish(&mut cmd, format!("{exe} {mode}"), timeout);
         let lazy = run_as(b, exe, &[mode], env, timeout);
+        let cache = run_as(b, exe, &[mode], &[("PREZERO_LAZY", "0")], timeout);
+        if plain.code != cache.code || plain.stdout != cache.stdout {
+            differ.push(format!(
+                "{mode}: plainly exit {:?}, stdout\n{}\nunder the preload exit {:?}, stdout\n{}",
+                plain.code, plain.stdout, cache.code, cache.stdout
+            ));
+        }
         println!(
             "{mode}: plain {:?} {:?}, lazy {:?} {:?} {:?}",
             plain.code,
