@@ -176,16 +176,11 @@ impl Lazy {
     }
 }
 
-/// Runs `exe args` as `prezero run --lazy` would (see the module docs), with
-/// `env` on top of a clean environment.
-fn run_as(b: &Built, exe: &str, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Run {
-    let mut cmd = Command::new("sh");
-    cmd.arg("-c")
-        .arg("PREZERO_PREFILL_PID=$$ exec \"$@\"")
-        .arg("sh")
-        .arg(exe)
-        .args(args)
-        .process_group(0)
+/// `program` in a process group of its own, its output read, without the
+/// preload or any PREZERO_ variable of the test's environment.
+fn clean_command(program: &str) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.process_group(0)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
@@ -194,6 +189,18 @@ fn run_as(b: &Built, exe: &str, args: &[&str], env: &[(&str, &str)], timeout: Du
             cmd.env_remove(k);
         }
     }
+    cmd
+}
+
+/// Runs `exe args` as `prezero run --lazy` would (see the module docs), with
+/// `env` on top of a clean environment.
+fn run_as(b: &Built, exe: &str, args: &[&str], env: &[(&str, &str)], timeout: Duration) -> Run {
+    let mut cmd = clean_command("sh");
+    cmd.arg("-c")
+        .arg("PREZERO_PREFILL_PID=$$ exec \"$@\"")
+        .arg("sh")
+        .arg(exe)
+        .args(args);
     cmd.env("LD_PRELOAD", &b.so)
         .env("PREZERO_LAZY", "1")
         .env("PREZERO_STATS", "1")
@@ -676,17 +683,8 @@ fn ordinary_programs_behave_as_they_do_plainly() {
     ];
     let mut differ = Vec::new();
     for (mode, env) in modes {
-        let mut cmd = Command::new(exe);
-        cmd.arg(mode)
-            .process_group(0)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        for (k, _) in std::env::vars() {
-            if k.starts_with("PREZERO_") || k == "LD_PRELOAD" {
-                cmd.env_remove(k);
-            }
-        }
+        let mut cmd = clean_command(exe);
+        cmd.arg(mode);
         let plain = finish(&mut cmd, format!("{exe} {mode}"), timeout);
         let lazy = run_as(b, exe, &[mode], env, timeout);
         let cache = run_as(b, exe, &[mode], &[("PREZERO_LAZY", "0")], timeout);

@@ -98,33 +98,24 @@ pub fn print() {
         } else {
             ""
         },
-        Unserved(UNSERVED.load(Relaxed)),
-        Reclaimed(RECLAIMED.load(Relaxed)),
+        Note(UNSERVED.load(Relaxed), "faults handed to the kernel"),
+        Note(
+            RECLAIMED.load(Relaxed),
+            "reserve slots the kernel took back"
+        ),
     );
     let used = 512 - w.len();
     crate::sys::write_stderr(&buf[..used]);
 }
 
-/// "; N reserve slots the kernel took back", where there were any.
-struct Reclaimed(u64);
+/// "; N what", where N is not 0 (a note the line carries only then).
+struct Note(u64, &'static str);
 
-impl std::fmt::Display for Reclaimed {
+impl std::fmt::Display for Note {
     fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match self.0 {
             0 => Ok(()),
-            n => write!(f, "; {n} reserve slots the kernel took back"),
-        }
-    }
-}
-
-/// "; N faults handed to the kernel", where there were any.
-struct Unserved(u64);
-
-impl std::fmt::Display for Unserved {
-    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        match self.0 {
-            0 => Ok(()),
-            n => write!(f, "; {n} faults handed to the kernel"),
+            n => write!(f, "; {n} {}", self.1),
         }
     }
 }
