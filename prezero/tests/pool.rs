@@ -414,6 +414,31 @@ fn lazy_free() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
+/// Whether a mapping of this test's own, marked free, shows in LazyFree.
+fn lazy_free_shows_madv_free() -> bool {
+    const LEN: usize = 4 << 20;
+    let before = lazy_free();
+    // SAFETY: a fresh private mapping, written and marked free, then unmapped.
+    unsafe {
+        let p = libc::mmap(
+            std::ptr::null_mut(),
+            LEN,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if p == libc::MAP_FAILED {
+            return false;
+        }
+        std::ptr::write_bytes(p.cast::<u8>(), 1, LEN);
+        libc::madvise(p, LEN, libc::MADV_FREE);
+        let shows = lazy_free() >= before + (LEN as u64) / 2;
+        libc::munmap(p, LEN);
+        shows
+    }
+}
+
 /// Scrubbed chunks held for later are the machine's: marked free
 /// (`MADV_FREE`), the kernel may take them back without swap, and a chunk
 /// it took (paged out here, as a machine short of memory does) hands out
@@ -438,8 +463,13 @@ fn scrubbed_chunks_are_memory_the_kernel_can_take_back() {
     }
     // The kernel marks pages free in per-CPU batches (up to 15 pages may
     // wait), and other tests' memory counts too: at least half this pool's.
+    // Under an emulator (qemu-user ignores MADV_FREE) LazyFree says nothing.
     let marked = lazy_free();
-    assert!(marked >= 8 * CHUNK as u64, "LazyFree {marked} bytes");
+    if lazy_free_shows_madv_free() {
+        assert!(marked >= 8 * CHUNK as u64, "LazyFree {marked} bytes");
+    } else {
+        println!("skipped: LazyFree does not show MADV_FREE here (an emulator?)");
+    }
     for (p, len) in spans {
         // SAFETY: the pool's own chunks, zero and unused (Zeroed): paging
         // them out only drops clean pages, which read zero after.
