@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use prezero::{Error, PageKind, Pool, PoolStats};
 
+mod common;
+
 const CHUNK: usize = 64 * 1024;
 
 fn small_pool(chunks: usize) -> prezero::PoolBuilder {
@@ -405,40 +407,6 @@ fn stress_many_threads_a_million_operations() {
     assert!(ops_total.load(Ordering::Relaxed) >= 1_000_000);
 }
 
-/// LazyFree of this process, in bytes.
-fn lazy_free() -> u64 {
-    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
-    text.lines()
-        .find_map(|l| l.strip_prefix("LazyFree:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
-
-/// Whether a mapping of this test's own, marked free, shows in LazyFree.
-fn lazy_free_shows_madv_free() -> bool {
-    const LEN: usize = 4 << 20;
-    let before = lazy_free();
-    // SAFETY: a fresh private mapping, written and marked free, then unmapped.
-    unsafe {
-        let p = libc::mmap(
-            std::ptr::null_mut(),
-            LEN,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        );
-        if p == libc::MAP_FAILED {
-            return false;
-        }
-        std::ptr::write_bytes(p.cast::<u8>(), 1, LEN);
-        libc::madvise(p, LEN, libc::MADV_FREE);
-        let shows = lazy_free() >= before + (LEN as u64) / 2;
-        libc::munmap(p, LEN);
-        shows
-    }
-}
-
 /// Scrubbed chunks held for later are the machine's: marked free
 /// (`MADV_FREE`), the kernel may take them back without swap, and a chunk
 /// it took (paged out here, as a machine short of memory does) hands out
@@ -464,8 +432,8 @@ fn scrubbed_chunks_are_memory_the_kernel_can_take_back() {
     // The kernel marks pages free in per-CPU batches (up to 15 pages may
     // wait), and other tests' memory counts too: at least half this pool's.
     // Under an emulator (qemu-user ignores MADV_FREE) LazyFree says nothing.
-    let marked = lazy_free();
-    if lazy_free_shows_madv_free() {
+    let marked = common::lazy_free();
+    if common::lazy_free_shows_madv_free() {
         assert!(marked >= 8 * CHUNK as u64, "LazyFree {marked} bytes");
     } else {
         println!("skipped: LazyFree does not show MADV_FREE here (an emulator?)");

@@ -116,3 +116,25 @@ pub fn hugetlb_unmappable(page_size: usize) -> Option<String> {
         _ => None,
     }
 }
+
+/// LazyFree of this process, in bytes.
+pub fn lazy_free() -> u64 {
+    let text = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("LazyFree:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+/// Whether memory marked `MADV_FREE` shows in LazyFree here (qemu-user
+/// ignores the advice), tried on a mapping of the probe's own.
+pub fn lazy_free_shows_madv_free() -> bool {
+    const LEN: usize = 4 << 20;
+    let before = lazy_free();
+    let mut g = Guarded::new(LEN);
+    let bytes = g.bytes();
+    bytes.fill(1);
+    // SAFETY: the guarded mapping's own bytes, which nothing reads after.
+    unsafe { libc::madvise(bytes.as_mut_ptr().cast(), LEN, libc::MADV_FREE) };
+    lazy_free() >= before + (LEN as u64) / 2
+}
