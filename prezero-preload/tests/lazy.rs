@@ -281,7 +281,18 @@ fn the_kernel_moves_huge_pages_whole() {
         // A reserve of huge pages gives huge pages; one of small pages, not.
         let small = line.starts_with("move-small");
         let whole = line.contains("huge 32/32 MiB");
-        assert!(if small { !whole } else { whole || splits }, "{line}");
+        // Readahead races the faulting thread: woken by the first move, it
+        // may reach the next block (and give it a page table) before that
+        // block's huge page moves, which then arrives split: one block a
+        // fault at most.
+        let raced = line.starts_with("move-ra8") && {
+            let num = |after: &str, upto: char| -> usize {
+                let at = line.find(after).expect("field") + after.len();
+                line[at..].split(upto).next().unwrap().trim().parse().unwrap()
+            };
+            num("huge ", '/') + 2 * num("(", ' ') >= 32
+        };
+        assert!(if small { !whole } else { whole || raced || splits }, "{line}");
     }
     assert!(
         splits
