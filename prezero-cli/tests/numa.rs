@@ -76,22 +76,23 @@ fn parse(line: &str) -> Placement {
 const BLOCK: usize = 128 * MB;
 
 /// The program of the `prezero run` scenarios (run by the tests below, as
-/// itself): a thread on node FROM callocs, touches and frees 128 MiB three
-/// times, then a thread on node TO callocs and touches 128 MiB; it prints
-/// where that block's pages are.
+/// itself): a thread on node FROM callocs, touches and frees 128 MiB ROUNDS
+/// times (3 unless said), then a thread on node TO callocs and touches 128
+/// MiB; it prints where that block's pages are.
 #[test]
 #[ignore = "the program of prezero_run_places_a_block_as_the_kernel_would"]
 fn calloc_role() {
     let Ok(spec) = std::env::var("PREZERO_NUMA_ROLE") else {
         return;
     };
-    let (from, to) = spec.split_once(' ').unwrap();
-    let (from, to): (u32, u32) = (from.parse().unwrap(), to.parse().unwrap());
+    let mut words = spec.split(' ').map(|w| w.parse::<u32>().unwrap());
+    let (from, to) = (words.next().unwrap(), words.next().unwrap());
+    let rounds = words.next().unwrap_or(3);
     let t = Topology::read();
     let t2 = t.clone();
     std::thread::spawn(move || {
         run_on_node(&t2, from).unwrap();
-        for _ in 0..3 {
+        for _ in 0..rounds {
             let mut v = vec![0u8; BLOCK];
             for i in (0..BLOCK).step_by(4096) {
                 v[i] = 1;
@@ -118,33 +119,90 @@ fn calloc_role() {
     println!("\nplacement {line}");
 }
 
-/// Runs the role under `wrap` (a numactl prefix, or none), plainly or under
-/// `prezero run`, and returns where the block landed.
-fn calloc_placement(wrap: &[&str], prezero: bool, from: u32, to: u32) -> Placement {
+/// The program of the `--lazy` scenario the kernel's own fault is measured
+/// by: the main thread stays on node FROM for 2 s (where the lazy mode's
+/// reserve fills from start-up), then a thread on node TO maps 128 MiB with
+/// `mmap` and touches it; it prints where the pages are.
+#[test]
+#[ignore = "the program of prezero_run_lazy_places_blocks_as_the_kernel_would"]
+fn mmap_role() {
+    let Ok(spec) = std::env::var("PREZERO_NUMA_ROLE") else {
+        return;
+    };
+    let (from, to) = spec.split_once(' ').unwrap();
+    let (from, to): (u32, u32) = (from.parse().unwrap(), to.parse().unwrap());
+    let t = Topology::read();
+    run_on_node(&t, from).unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(2));
+    let line = std::thread::spawn(move || {
+        run_on_node(&t, to).unwrap();
+        // SAFETY: a new private anonymous mapping, ours alone.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                BLOCK,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        // SAFETY: the mapping above, BLOCK bytes, read and written by this
+        // thread only.
+        let v = unsafe { std::slice::from_raw_parts_mut(p.cast::<u8>(), BLOCK) };
+        assert!(v.iter().all(|&b| b == 0), "mapped memory not zero");
+        for i in (0..BLOCK).step_by(4096) {
+            v[i] = 3;
+        }
+        show(&placement(v.as_ptr(), BLOCK, 4096).unwrap())
+    })
+    .join()
+    .unwrap();
+    println!("\nplacement {line}");
+}
+
+/// How a role runs.
+#[derive(Clone, Copy, PartialEq)]
+enum Arm {
+    Kernel,
+    Run,
+    Lazy,
+}
+
+/// Runs `role` (`calloc_role`, `mmap_role`) with `spec` under `wrap` (a
+/// numactl prefix, or none), as `arm` says, and returns where the block
+/// landed, and what it printed on stderr.
+fn role_placement(role: &str, spec: &str, wrap: &[&str], arm: Arm) -> (Placement, String) {
     let me = std::env::current_exe().unwrap();
     let mut argv: Vec<String> = wrap.iter().map(|s| s.to_string()).collect();
-    if prezero {
-        argv.extend([bin().into(), "run".into(), "--".into()]);
+    match arm {
+        Arm::Kernel => {}
+        Arm::Run => argv.extend([bin().into(), "run".into(), "--".into()]),
+        Arm::Lazy => argv.extend([bin(), "run", "--lazy", "--"].map(String::from)),
     }
     argv.push(me.to_string_lossy().into_owned());
-    argv.extend(["--exact", "calloc_role", "--ignored", "--nocapture"].map(String::from));
+    argv.extend(["--exact", role, "--ignored", "--nocapture"].map(String::from));
     let out = Command::new(&argv[0])
         .args(&argv[1..])
-        .env("PREZERO_NUMA_ROLE", format!("{from} {to}"))
+        .env("PREZERO_NUMA_ROLE", spec)
+        .env("PREZERO_STATS", "1")
         .env_remove("LD_PRELOAD")
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{argv:?}: {text}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{argv:?}: {text}{err}");
     let line = text
         .lines()
         .find_map(|l| l.split_once("placement ").map(|(_, p)| p))
         .unwrap_or_else(|| panic!("{argv:?} printed no placement: {text}"));
-    parse(line)
+    (parse(line), err)
+}
+
+fn calloc_placement(wrap: &[&str], prezero: bool, from: u32, to: u32) -> Placement {
+    let arm = if prezero { Arm::Run } else { Arm::Kernel };
+    role_placement("calloc_role", &format!("{from} {to}"), wrap, arm).0
 }
 
 #[test]
@@ -190,6 +248,148 @@ fn prezero_run_places_a_block_as_the_kernel_would() {
                     }
                 }
                 _ => assert!(p.all_on(to), "{name}, {arm}: [{}]", show(p)),
+            }
+        }
+    }
+}
+
+/// What a scenario's pages should be: all on one node, or spread over all.
+#[derive(Clone, Copy)]
+enum Expect {
+    On(u32),
+    Spread,
+}
+
+/// Under `prezero run --lazy` a fault is served from the reserve's lane for
+/// the node the kernel would have placed its page on: blocks from `mmap`
+/// and calloc, a process's first and recycled ones, under the default
+/// policy, `--membind`, `--preferred` and `--interleave`, and a thread on a
+/// node without memory (the nearest node's). Each beside the kernel's own
+/// placement; on 6.12 (`PREZERO_REQUIRE=uffd`) the lazy mode must run.
+#[test]
+fn prezero_run_lazy_places_blocks_as_the_kernel_would() {
+    let nodes = match nodes() {
+        Ok(n) => n,
+        Err(why) => return skip(&format!("--lazy placement ({why})")),
+    };
+    if !numactl() {
+        return skip("--lazy placement (no numactl)");
+    }
+    let required =
+        std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "uffd"));
+    let (from, to) = (nodes[0], nodes[nodes.len() - 1]);
+    let (bind, prefer) = (format!("--membind={to}"), format!("--preferred={to}"));
+    let (ft, first) = (format!("{from} {to}"), format!("{to} {to} 0"));
+    let mut scenarios: Vec<(String, Vec<&str>, &str, String, Expect)> = vec![
+        (
+            "default, mmap".into(),
+            vec![],
+            "mmap_role",
+            ft.clone(),
+            Expect::On(to),
+        ),
+        (
+            "default, calloc first".into(),
+            vec![],
+            "calloc_role",
+            first,
+            Expect::On(to),
+        ),
+        (
+            "default, calloc recycled".into(),
+            vec![],
+            "calloc_role",
+            ft.clone(),
+            Expect::On(to),
+        ),
+        (
+            "membind, mmap".into(),
+            vec!["numactl", &bind],
+            "mmap_role",
+            ft.clone(),
+            Expect::On(to),
+        ),
+        (
+            "membind, calloc recycled".into(),
+            vec!["numactl", &bind],
+            "calloc_role",
+            ft.clone(),
+            Expect::On(to),
+        ),
+        (
+            "preferred, mmap".into(),
+            vec!["numactl", &prefer],
+            "mmap_role",
+            ft.clone(),
+            Expect::On(to),
+        ),
+        (
+            "interleave, mmap".into(),
+            vec!["numactl", "--interleave=all"],
+            "mmap_role",
+            ft.clone(),
+            Expect::Spread,
+        ),
+        (
+            "interleave, calloc recycled".into(),
+            vec!["numactl", "--interleave=all"],
+            "calloc_role",
+            ft.clone(),
+            Expect::Spread,
+        ),
+    ];
+    let t = Topology::read();
+    if let Some(c) = t.nodes.iter().find(|n| !n.has_memory && !n.cpus.is_empty()) {
+        let near = t.nearest_memory_node(c.id).expect("a node with memory");
+        let spec = format!("{from} {}", c.id);
+        scenarios.push((
+            format!("CPU-only node {}, mmap", c.id),
+            vec![],
+            "mmap_role",
+            spec.clone(),
+            Expect::On(near),
+        ));
+        scenarios.push((
+            format!("CPU-only node {}, calloc recycled", c.id),
+            vec![],
+            "calloc_role",
+            spec,
+            Expect::On(near),
+        ));
+    }
+    for (name, wrap, role, spec, expect) in &scenarios {
+        let (kernel, _) = role_placement(role, spec, wrap, Arm::Kernel);
+        let (ours, err) = role_placement(role, spec, wrap, Arm::Lazy);
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("prezero-preload: lazy: pid "));
+        let fell_back = err.lines().find(|l| l.starts_with("prezero: --lazy:"));
+        println!(
+            "lazy scenario {name} (nodes {spec}): kernel [{}], prezero run --lazy [{}]: {}",
+            show(&kernel),
+            show(&ours),
+            fell_back.or(line).unwrap_or("no lazy line")
+        );
+        if required {
+            assert!(
+                line.is_some() && fell_back.is_none(),
+                "{name}: the lazy mode did not run: {err}"
+            );
+        }
+        for (arm, p) in [("kernel", &kernel), ("--lazy", &ours)] {
+            assert_eq!(p.absent, 0, "{name}, {arm}: pages absent after a touch");
+            match *expect {
+                Expect::Spread => {
+                    for &n in &nodes {
+                        let share = p.pages_on(n) as f64 / p.present() as f64;
+                        assert!(
+                            share > 0.5 / nodes.len() as f64,
+                            "{name}, {arm}: node {n} has {share:.2} of the pages: [{}]",
+                            show(p)
+                        );
+                    }
+                }
+                Expect::On(n) => assert!(p.all_on(n), "{name}, {arm}: [{}]", show(p)),
             }
         }
     }

@@ -9,6 +9,9 @@
 //! part is not bound, so its pages are placed by the faulting thread's own
 //! policy, as the kernel would place them.
 
+use std::ffi::CStr;
+use std::io::Write;
+
 use crate::sys::{self, Policy};
 
 /// Most nodes with lanes of their own; a machine with more has one lane.
@@ -31,34 +34,38 @@ impl Nodes {
             ids: [0; MAX_NODES],
             n: 0,
         };
-        let text = text.strip_suffix(b"\n").unwrap_or(text);
-        for part in text.split(|&b| b == b',').filter(|p| !p.is_empty()) {
-            let mut ends = part.splitn(2, |&b| b == b'-');
-            let lo = number(ends.next()?)?;
-            let hi = match ends.next() {
-                Some(h) => number(h)?,
-                None => lo,
-            };
-            if hi < lo {
-                return None;
-            }
-            for id in lo..=hi {
-                if nodes.n == MAX_NODES || (nodes.n > 0 && id <= nodes.ids[nodes.n - 1]) {
-                    return None;
-                }
+        let mut ok = true;
+        each_in_list(text, |id| {
+            if nodes.n == MAX_NODES || (nodes.n > 0 && id <= nodes.ids[nodes.n - 1]) {
+                ok = false;
+            } else {
                 nodes.ids[nodes.n] = id;
                 nodes.n += 1;
             }
-        }
-        Some(nodes)
+        })?;
+        ok.then_some(nodes)
+    }
+
+    /// The nodes of a file of sysfs's node directory (`has_memory`,
+    /// `online`), or `None` where it does not say.
+    pub fn read_list(name: &CStr) -> Option<Nodes> {
+        let mut path = [0u8; 64];
+        let mut w = &mut path[..];
+        write!(w, "/sys/devices/system/node/{}\0", name.to_str().ok()?).ok()?;
+        let mut buf = [0u8; 512];
+        let n = sys::read_file_start(CStr::from_bytes_until_nul(&path).ok()?, &mut buf).ok()?;
+        Nodes::parse(&buf[..n])
+    }
+
+    /// The ids, ascending.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids[..self.n]
     }
 
     /// The machine's nodes with memory (`has_memory`), or `None` where sysfs
     /// does not say (then the cache has one lane).
     pub fn read() -> Option<Nodes> {
-        let mut buf = [0u8; 512];
-        let n = sys::read_file_start(c"/sys/devices/system/node/has_memory", &mut buf).ok()?;
-        Nodes::parse(&buf[..n])
+        Nodes::read_list(c"has_memory")
     }
 
     /// The node of lane `lane`, if it is a node's.
@@ -91,6 +98,25 @@ impl Nodes {
         // A node without memory, or pages spread: the unbound lane.
         lane.unwrap_or(self.n)
     }
+}
+
+/// Calls `f` with each id of a kernel list (`0-3,8`), in its order; `None`
+/// for garbage (then `f` may have seen some).
+pub fn each_in_list(text: &[u8], mut f: impl FnMut(u32)) -> Option<()> {
+    let text = text.strip_suffix(b"\n").unwrap_or(text);
+    for part in text.split(|&b| b == b',').filter(|p| !p.is_empty()) {
+        let mut ends = part.splitn(2, |&b| b == b'-');
+        let lo = number(ends.next()?)?;
+        let hi = match ends.next() {
+            Some(h) => number(h)?,
+            None => lo,
+        };
+        if hi < lo || hi - lo > 1 << 16 {
+            return None;
+        }
+        (lo..=hi).for_each(&mut f);
+    }
+    Some(())
 }
 
 /// A decimal node id.
@@ -145,6 +171,10 @@ mod tests {
             assert_eq!(Nodes::parse(bad), None, "{:?}", std::str::from_utf8(bad));
         }
         assert_eq!(Nodes::parse(b"").map(|n| n.lanes()), Some(1));
+        let mut cpus = vec![];
+        assert_eq!(each_in_list(b"0-3,8,10-11\n", |c| cpus.push(c)), Some(()));
+        assert_eq!(cpus, [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(each_in_list(b"0-70000", |_| {}), None, "too long a run");
     }
 
     #[test]

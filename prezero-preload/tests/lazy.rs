@@ -288,11 +288,24 @@ fn the_kernel_moves_huge_pages_whole() {
         let raced = line.starts_with("move-ra8") && {
             let num = |after: &str, upto: char| -> usize {
                 let at = line.find(after).expect("field") + after.len();
-                line[at..].split(upto).next().unwrap().trim().parse().unwrap()
+                line[at..]
+                    .split(upto)
+                    .next()
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap()
             };
             num("huge ", '/') + 2 * num("(", ' ') >= 32
         };
-        assert!(if small { !whole } else { whole || raced || splits }, "{line}");
+        assert!(
+            if small {
+                !whole
+            } else {
+                whole || raced || splits
+            },
+            "{line}"
+        );
     }
     assert!(
         splits

@@ -35,16 +35,22 @@
 //! (or moved ahead), the handler moves the next blocks too, as many as the
 //! window (1, 2, 4, 8: it doubles with each sequential fault, and a fault
 //! elsewhere closes it), within the mapping, and only pages already ready.
+//!
+//! On several NUMA nodes a fault is served from the reserve's lane for
+//! where the kernel would have placed its page (`lanes.rs`), readahead from
+//! the same lane; small pages copied in come from that node too (the
+//! handler's own policy is set to prefer it: the copy allocates as the
+//! handler).
 
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, guarded, is_empty, is_huge, stats, still_ours, stop, touch_active, PopGuard, Stop,
-    FILL, HUGE, PAGE, ZEROES,
+    fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, touch_active,
+    PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
-use crate::sys::{self, Errno};
+use crate::sys::{self, Errno, Policy, RawPolicy};
 
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;
@@ -77,6 +83,12 @@ struct Handler {
     no_huge: bool,
     /// The first huge move has been checked.
     checked: bool,
+    /// The process's memory policy, as the handler inherited it: what a
+    /// faulting thread's is taken to be, and the handler's own for the
+    /// spread lane.
+    process: Option<RawPolicy>,
+    /// The lane the handler's own policy places small pages for now.
+    placed: usize,
 }
 
 pub fn run() {
@@ -88,6 +100,8 @@ pub fn run() {
         error: Errno(0),
         no_huge: false,
         checked: false,
+        process: sys::raw_thread_policy(),
+        placed: lanes::count() - 1,
     };
     let mut msgs = [Msg::default(); 16];
     loop {
@@ -111,7 +125,7 @@ pub fn run() {
         for m in &msgs[..n] {
             if m.event == uffd::UFFD_EVENT_PAGEFAULT {
                 let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
-                h.serve(m.address as usize, write);
+                h.serve(m.address as usize, write, m.thread());
             }
         }
         if h.unregistered > MAX_UNREGISTERED {
@@ -132,13 +146,13 @@ enum MoveIn {
 }
 
 impl Handler {
-    fn serve(&mut self, addr: usize, write: bool) {
+    fn serve(&mut self, addr: usize, write: bool, tid: u32) {
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
         touch_active();
-        if !FILL.load(Ordering::Relaxed) {
-            // This process faults large blocks: its reserve may fill now.
-            FILL.store(true, Ordering::Relaxed);
-            reserve::wake_worker();
+        let lane = self.lane(addr, tid);
+        if !reserve::filling(lane) {
+            // This process faults large blocks there: the lane may fill now.
+            reserve::start_filling(lane);
         }
         let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
@@ -165,7 +179,7 @@ impl Handler {
         let moved = if sys::thp_disabled() {
             MoveIn::Unavailable
         } else {
-            self.move_in(block, true)
+            self.move_in(block, true, lane)
         };
         match moved {
             MoveIn::Moved => {}
@@ -190,7 +204,10 @@ impl Handler {
         };
         let mut b = block + HUGE;
         for _ in 0..self.window {
-            if b + HUGE > end || reserve::ready() == 0 || self.move_in(b, false) != MoveIn::Moved {
+            if b + HUGE > end
+                || reserve::ready(lane) == 0
+                || self.move_in(b, false, lane) != MoveIn::Moved
+            {
                 break;
             }
             b += HUGE;
@@ -212,12 +229,12 @@ impl Handler {
     /// the block's empty page table is dropped; a slot of small pages (the
     /// kernel had no huge page to fill it with) a page-table entry at a time
     /// (0.7 ms a block here: still 2.5x what copying zeroes costs).
-    fn move_in(&mut self, block: usize, demand: bool) -> MoveIn {
+    fn move_in(&mut self, block: usize, demand: bool, lane: usize) -> MoveIn {
         // A guard page's marker is no page, and a move would erase it.
         if !is_empty(block, HUGE) || guarded(block, HUGE) {
             return MoveIn::Populated;
         }
-        let Some((slot, huge)) = self.slot(demand) else {
+        let Some((slot, huge)) = self.slot(demand, lane) else {
             return MoveIn::Unavailable;
         };
         let from = reserve::slot_addr(slot);
@@ -284,13 +301,13 @@ impl Handler {
     /// a ready one (the kernel may have taken one's pages back: it is
     /// emptied, and the next looked at, a few at most), else (for a fault) a
     /// freed one scrubbed here.
-    fn slot(&self, demand: bool) -> Option<(usize, bool)> {
+    fn slot(&self, demand: bool, lane: usize) -> Option<(usize, bool)> {
         for _ in 0..MAX_RECLAIMED_LOOKS {
-            let i = match reserve::take(READY, TAKEN) {
+            let i = match reserve::take(lane, READY, TAKEN) {
                 Some(i) => i,
-                None if demand && reserve::scrub(reserve::take(DIRTY, SCRUBBING)?, true) => {
+                None if demand && reserve::scrub(reserve::take(lane, DIRTY, SCRUBBING)?, true) => {
                     stats::SYNC.fetch_add(1, Ordering::Relaxed);
-                    reserve::take(READY, TAKEN)?
+                    reserve::take(lane, READY, TAKEN)?
                 }
                 None => return None,
             };
@@ -302,6 +319,26 @@ impl Handler {
             return Some((i, is_huge(at)));
         }
         None
+    }
+
+    /// The reserve's lane for a fault at `addr` by thread `tid`; where it
+    /// differs from the last one, the handler's own policy is made to place
+    /// small pages there (on one node: nothing but a comparison).
+    fn lane(&mut self, addr: usize, tid: u32) -> usize {
+        if lanes::count() == 1 {
+            return 0;
+        }
+        let process = self.process.map_or(Policy::Local, |p| p.policy());
+        let lane = lanes::for_fault(addr, tid, process);
+        if lane != self.placed {
+            let placed = match lanes::node(lane) {
+                Some(n) => sys::prefer_thread_node(n),
+                None => self.process.as_ref().map_or(Ok(()), sys::set_thread_policy),
+            };
+            // Not placed: the next fault tries again.
+            self.placed = if placed.is_ok() { lane } else { usize::MAX };
+        }
+        lane
     }
 
     /// Small zeroed pages from `from` (the faulting `page`, or the start of

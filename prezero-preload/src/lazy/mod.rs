@@ -16,7 +16,9 @@
 //!
 //! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
 //! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
-//! * `worker.rs`: the `SCHED_IDLE` thread that does that in the background;
+//! * `lanes.rs`: which node's lane of the reserve serves a fault;
+//! * `worker.rs`: the `SCHED_IDLE` threads (one per lane) that do that in
+//!   the background;
 //! * `recycle.rs`: the huge pages of freed blocks back into the reserve;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges; `interpose.rs` the C entry points;
@@ -53,6 +55,7 @@
 mod handler;
 #[cfg(not(test))]
 mod interpose;
+mod lanes;
 mod mappings;
 mod recycle;
 mod reserve;
@@ -99,8 +102,9 @@ static OWNER: AtomicI32 = AtomicI32::new(0);
 static RESERVE_BYTES: AtomicUsize = AtomicUsize::new(0);
 static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
 static IDLE_MS: AtomicU64 = AtomicU64::new(5000);
-/// Whether the reserve fills ahead of demand (the program from start-up;
-/// other processes once they fault).
+/// Whether the reserve fills ahead of demand from start-up (the program
+/// `prezero run` executes; in other processes a lane fills once they fault
+/// there), in the starting thread's lane.
 static FILL: AtomicBool = AtomicBool::new(false);
 /// When the program last faulted or freed a huge page (coarse ms).
 static LAST_ACTIVE: AtomicU64 = AtomicU64::new(0);
@@ -334,7 +338,8 @@ fn start() -> Result<(), Why> {
         fail(Why::Failed("the zero page mapping", e))
     })?;
     ZEROES.store(zeroes, Ordering::Release);
-    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed)).map_err(|e| {
+    lanes::init();
+    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed), lanes::count()).map_err(|e| {
         uffd::close(pm);
         fail(Why::Failed("the reserve", e))
     })?;
@@ -363,9 +368,14 @@ fn start() -> Result<(), Why> {
             let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
         }
     }
-    // Without it nothing is filled or scrubbed ahead: the handler does it
+    if FILL.load(Ordering::Relaxed) {
+        reserve::start_filling(lanes::of_caller());
+    }
+    // Without them nothing is filled or scrubbed ahead: the handler does it
     // for each fault, slower.
-    let _ = spawn("prezero-reserve", worker::run);
+    for _ in 0..reserve::lanes() {
+        let _ = spawn("prezero-reserve", worker::run);
+    }
     sys::atfork(None, None, Some(in_child));
     Ok(())
 }
@@ -393,11 +403,10 @@ fn stop() {
 /// program's own `close` of them follows, and must not find them gone).
 fn stop_leaving(program_closes: bool) {
     STATE.store(FAILED, Ordering::Release);
-    // The reserve serves no fault any more: the worker gives it back now
+    // The reserve serves no fault any more: the workers give it back now
     // (idle at once, never filling again).
-    FILL.store(false, Ordering::Relaxed);
     LAST_ACTIVE.store(0, Ordering::Relaxed);
-    reserve::wake_worker();
+    reserve::stop_filling();
     let ours = still_ours() && !program_closes;
     let fd = UFFD.swap(-1, Ordering::AcqRel);
     if ours {

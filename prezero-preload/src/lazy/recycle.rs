@@ -1,6 +1,7 @@
 //! Freed memory's huge pages back into the reserve: where the cache gives a
 //! freed block back (the cap, idle), its whole PMD-mapped huge pages move
-//! into empty slots (a page-table entry each, no copy), to be scrubbed there
+//! into empty slots of their node's lane (a page-table entry each, no copy),
+//! to be scrubbed there
 //! (about a third of what the kernel's fault of a fresh one costs here),
 //! before the cache drops the rest. A huge page that is split, shared with a
 //! child (`EBUSY`), or finds the reserve full is left to the cache's drop.
@@ -16,7 +17,7 @@
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, INCOMING};
-use super::{active, fd, is_empty, stats, touch_active, HUGE, PAGEMAP};
+use super::{active, fd, is_empty, lanes, stats, touch_active, HUGE, PAGEMAP};
 use crate::sys::uffd::{self, Region};
 
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
@@ -28,7 +29,7 @@ use crate::sys::uffd::{self, Region};
 pub fn recycle(start: usize, len: usize) {
     let lo = start.next_multiple_of(HUGE);
     let hi = (start + len) & !(HUGE - 1);
-    if lo >= hi || !active() || reserve::held() >= reserve::slots() {
+    if lo >= hi || !active() {
         return;
     }
     let (fd, pm) = (fd(), PAGEMAP.load(Ordering::Relaxed));
@@ -44,8 +45,18 @@ pub fn recycle(start: usize, len: usize) {
         for r in &out[..n] {
             let mut b = (r.start as usize).next_multiple_of(HUGE);
             while b + HUGE <= r.end as usize {
-                let Some(slot) = reserve::take(EMPTY, INCOMING) else {
-                    break 'walk;
+                // A page whose node the kernel cannot say is left to the drop.
+                let Some(lane) = lanes::of_page(b) else {
+                    b += HUGE;
+                    continue;
+                };
+                let Some(slot) = reserve::take(lane, EMPTY, INCOMING) else {
+                    // One lane full: the others may have room.
+                    if lanes::count() == 1 {
+                        break 'walk;
+                    }
+                    b += HUGE;
+                    continue;
                 };
                 // SAFETY: the slot is ours (INCOMING), empty, in the reserve
                 // registered with this descriptor; the block's contents are

@@ -17,6 +17,12 @@
 //! slot empty, marks it EMPTY and holds the worker's filling back for a
 //! while (the machine is short of memory).
 //!
+//! On a machine of several NUMA nodes the slots are cut in lanes, as the
+//! cache's range is (`lanes.rs`): one per node, bound there (`MPOL_BIND`)
+//! before anything is populated, and one unbound for spread policies. A
+//! lane has its own counts, cursor, worker and fill switch; a slot's lane
+//! is its index over the lane's length. On one node there is one lane.
+//!
 //! Each slot's state is one atomic, changed by compare-and-swap: the handler
 //! never waits on a lock (a thread holding one might be waiting on the
 //! handler's answer to its own fault). `held` counts the slots with pages.
@@ -35,9 +41,10 @@
 //! | READY     | zeroed pages                   | the handler (moves them out) |
 //! | TAKEN     | being moved out                | the handler                  |
 
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 use super::{is_empty, is_huge, stats, HUGE};
+use crate::nodes::MAX_LANES;
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -54,26 +61,49 @@ pub const MAX_SLOTS: usize = 8192;
 
 static STATE: [AtomicU8; MAX_SLOTS] = [const { AtomicU8::new(EMPTY) }; MAX_SLOTS];
 static BASE: AtomicUsize = AtomicUsize::new(0);
-static SLOTS: AtomicUsize = AtomicUsize::new(0);
-/// Where the next search for a slot starts: slots are taken round the ring.
-static CURSOR: AtomicUsize = AtomicUsize::new(0);
-/// Slots in each state, for the worker's and the handler's quick looks.
-static READY_N: AtomicUsize = AtomicUsize::new(0);
-static DIRTY_N: AtomicUsize = AtomicUsize::new(0);
-/// Slots with pages (every state but EMPTY and TAKEN's source after a move).
-static HELD: AtomicUsize = AtomicUsize::new(0);
-/// Until when (`now_ms`) the worker fills nothing: the kernel took a READY
+/// Slots in each lane, and lanes: `PER_LANE * LANES` slots in all.
+static PER_LANE: AtomicUsize = AtomicUsize::new(0);
+static LANES: AtomicUsize = AtomicUsize::new(1);
+
+/// One lane's counts (for the worker's and the handler's quick looks), its
+/// search cursor, its worker's futex and whether it fills ahead.
+struct Lane {
+    /// Where the next search for a slot starts: slots are taken round the
+    /// lane's ring.
+    cursor: AtomicUsize,
+    ready: AtomicUsize,
+    dirty: AtomicUsize,
+    /// Slots with pages (every state but EMPTY and TAKEN's source after a
+    /// move).
+    held: AtomicUsize,
+    /// Bumped when there is work for the lane's worker; it sleeps on it.
+    work: AtomicU32,
+    /// Whether its worker fills empty slots ahead of demand.
+    fill: AtomicBool,
+}
+
+static LANE: [Lane; MAX_LANES] = [const {
+    Lane {
+        cursor: AtomicUsize::new(0),
+        ready: AtomicUsize::new(0),
+        dirty: AtomicUsize::new(0),
+        held: AtomicUsize::new(0),
+        work: AtomicU32::new(0),
+        fill: AtomicBool::new(false),
+    }
+}; MAX_LANES];
+
+/// Until when (`now_ms`) the workers fill nothing: the kernel took a READY
 /// slot's pages back, so the machine is short of memory.
 static PRESSED_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// How long a slot the kernel took holds filling back.
 const PRESSED_MS: u64 = 5000;
 
-/// Bumped when there is work for the worker; it sleeps on it.
-pub static WORK: AtomicU32 = AtomicU32::new(0);
-
 /// Maps the reserve for `bytes` (rounded down to slots, at most
-/// [`MAX_SLOTS`]) and registers it with `fd`; its slot count.
-pub fn create(fd: i32, bytes: usize) -> Result<usize, Errno> {
+/// [`MAX_SLOTS`]), cut in `lanes` lanes, and registers it with `fd`; its
+/// slot count. None (0) where that would leave a lane no slot, or a lane
+/// cannot be bound to its node.
+pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     let slots = (bytes / HUGE).min(MAX_SLOTS);
     if slots == 0 {
         return Ok(0);
@@ -85,6 +115,19 @@ pub fn create(fd: i32, bytes: usize) -> Result<usize, Errno> {
     // filler then finds them not huge and backs off), or a child's copy.
     let _ = sys::madvise(base, len, Advice::HugePage);
     let _ = sys::madvise(base, len, Advice::DontFork);
+    let per = slots / lanes.max(1);
+    let bound = per > 0
+        && (0..lanes).all(|l| {
+            super::lanes::node(l)
+                .is_none_or(|n| sys::bind_node(base + l * per * HUGE, per * HUGE, n).is_ok())
+        });
+    if !bound && lanes > 1 {
+        // One unbound lane would serve every node from wherever its worker
+        // runs: none at all, and faults copy small pages on their own node.
+        // SAFETY: the mapping just made, which nothing uses.
+        let _ = unsafe { sys::munmap(raw, len + HUGE) };
+        return Ok(0);
+    }
     // SAFETY: write-protect mode arms nothing: no fault waits on us.
     if let Err(e) = unsafe { uffd::register(fd, base, len, uffd::Mode::WriteProtect) } {
         // SAFETY: the mapping just made, which nothing uses.
@@ -92,42 +135,61 @@ pub fn create(fd: i32, bytes: usize) -> Result<usize, Errno> {
         return Err(e);
     }
     BASE.store(base, Ordering::Release);
-    SLOTS.store(slots, Ordering::Release);
-    Ok(slots)
+    LANES.store(lanes, Ordering::Release);
+    PER_LANE.store(per, Ordering::Release);
+    Ok(per * lanes)
 }
 
 pub fn slot_addr(i: usize) -> usize {
     BASE.load(Ordering::Relaxed) + i * HUGE
 }
 
-fn count(state: u8) -> Option<&'static AtomicUsize> {
+/// The reserve's lanes (its workers).
+pub fn lanes() -> usize {
+    LANES.load(Ordering::Acquire)
+}
+
+/// The reserve's lane for the fault lane `lane` (the reserve may have one
+/// lane only).
+fn lane(lane: usize) -> &'static Lane {
+    &LANE[lane.min(lanes() - 1)]
+}
+
+fn lane_of_slot(i: usize) -> &'static Lane {
+    lane(i / PER_LANE.load(Ordering::Relaxed).max(1))
+}
+
+fn count(l: &Lane, state: u8) -> Option<&AtomicUsize> {
     match state {
-        READY => Some(&READY_N),
-        DIRTY => Some(&DIRTY_N),
+        READY => Some(&l.ready),
+        DIRTY => Some(&l.dirty),
         _ => None,
     }
 }
 
-/// Takes a slot in state `from` into state `to`: one search round the ring.
-pub fn take(from: u8, to: u8) -> Option<usize> {
-    if count(from).is_some_and(|c| c.load(Ordering::Acquire) == 0) {
+/// Takes a slot of lane `lane` in state `from` into state `to`: one search
+/// round the lane's ring.
+pub fn take(lane_no: usize, from: u8, to: u8) -> Option<usize> {
+    let l = lane(lane_no);
+    if count(l, from).is_some_and(|c| c.load(Ordering::Acquire) == 0) {
         return None;
     }
-    let n = SLOTS.load(Ordering::Acquire);
-    let start = CURSOR.load(Ordering::Relaxed);
-    for k in 0..n {
-        let i = (start + k) % n;
+    let per = PER_LANE.load(Ordering::Acquire);
+    let first = lane_no.min(lanes() - 1) * per;
+    let start = l.cursor.load(Ordering::Relaxed);
+    for k in 0..per {
+        let i = first + (start + k) % per;
         if STATE[i]
             .compare_exchange(from, to, Ordering::AcqRel, Ordering::Relaxed)
             .is_ok()
         {
-            if let Some(c) = count(from) {
+            if let Some(c) = count(l, from) {
                 c.fetch_sub(1, Ordering::AcqRel);
             }
             if from == EMPTY {
-                HELD.fetch_add(1, Ordering::Relaxed);
+                l.held.fetch_add(1, Ordering::Relaxed);
             }
-            CURSOR.store(i + 1, Ordering::Relaxed);
+            l.cursor.store(i - first + 1, Ordering::Relaxed);
             return Some(i);
         }
     }
@@ -136,35 +198,61 @@ pub fn take(from: u8, to: u8) -> Option<usize> {
 
 /// Slot `i`, which the caller took, is now in state `to`.
 pub fn set(i: usize, to: u8) {
+    let l = lane_of_slot(i);
     if to == EMPTY {
-        HELD.fetch_sub(1, Ordering::Relaxed);
+        l.held.fetch_sub(1, Ordering::Relaxed);
     }
     // Counted before the slot shows the state: a `take` decrements only
     // after it took the slot, so a count never goes below the slots in it.
-    if let Some(c) = count(to) {
+    if let Some(c) = count(l, to) {
         c.fetch_add(1, Ordering::AcqRel);
     }
     STATE[i].store(to, Ordering::Release);
     if to == DIRTY || to == EMPTY {
-        wake_worker();
+        wake(l);
     }
 }
 
-pub fn ready() -> usize {
-    READY_N.load(Ordering::Acquire)
+/// Lane `lane`'s READY slots.
+pub fn ready(lane_no: usize) -> usize {
+    lane(lane_no).ready.load(Ordering::Acquire)
 }
 
-pub fn held() -> usize {
-    HELD.load(Ordering::Relaxed)
+/// Whether lane `lane` has a page in every slot.
+pub fn full(lane_no: usize) -> bool {
+    lane(lane_no).held.load(Ordering::Relaxed) >= PER_LANE.load(Ordering::Acquire)
 }
 
-pub fn slots() -> usize {
-    SLOTS.load(Ordering::Acquire)
+/// Lane `lane`'s futex, which its worker sleeps on.
+pub fn work(lane_no: usize) -> &'static AtomicU32 {
+    &lane(lane_no).work
 }
 
-pub fn wake_worker() {
-    WORK.fetch_add(1, Ordering::Release);
-    uffd::futex_wake(&WORK);
+fn wake(l: &Lane) {
+    l.work.fetch_add(1, Ordering::Release);
+    uffd::futex_wake(&l.work);
+}
+
+/// Whether lane `lane` fills ahead of demand.
+pub fn filling(lane_no: usize) -> bool {
+    lane(lane_no).fill.load(Ordering::Relaxed)
+}
+
+/// Lane `lane` fills ahead of demand from now on (its process faults large
+/// blocks there).
+pub fn start_filling(lane_no: usize) {
+    let l = lane(lane_no);
+    l.fill.store(true, Ordering::Relaxed);
+    wake(l);
+}
+
+/// No lane fills any more; every worker looks again (to give its lane
+/// back).
+pub fn stop_filling() {
+    for l in &LANE[..lanes()] {
+        l.fill.store(false, Ordering::Relaxed);
+        wake(l);
+    }
 }
 
 /// Drops slot `i`'s pages (the caller took it): EMPTY after, and true; or,

@@ -37,9 +37,11 @@ macro_rules! inject {
     };
 }
 
+mod numa;
 mod sync;
 pub mod uffd;
 
+pub use numa::*;
 pub use sync::{Cond, Mutex};
 
 impl Errno {
@@ -538,107 +540,4 @@ pub fn next_symbol(name: &CStr) -> Option<usize> {
     // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name only reads it.
     let p = unsafe { libc::dlsym(libc::RTLD_NEXT, name.as_ptr()) };
     (!p.is_null()).then_some(p as usize)
-}
-
-/// Node masks of the policy calls: the kernel's largest `MAX_NUMNODES`.
-const MASK_WORDS: usize = 1024 / 64;
-
-/// Makes `[addr, addr+len)` take its pages from `node` from now on,
-/// another when it is short (`mbind`, `MPOL_PREFERRED`). Pages present stay.
-///
-/// pre: none (placement only: contents never change; the kernel checks the
-/// range and the node).
-pub fn prefer_node(addr: usize, len: usize, node: u32) -> Result<(), Errno> {
-    let mut mask = [0u64; MASK_WORDS];
-    let n = node as usize;
-    if n >= MASK_WORDS * 64 {
-        return Err(Errno(libc::EINVAL));
-    }
-    mask[n / 64] = 1 << (n % 64);
-    // SAFETY: the mask is a local of MASK_WORDS words; the kernel reads
-    // `maxnode - 1` bits of it (numactl passes the same).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_mbind,
-            addr,
-            len,
-            libc::MPOL_PREFERRED as libc::c_ulong,
-            mask.as_ptr(),
-            (MASK_WORDS * 64 + 1) as libc::c_ulong,
-            0 as libc::c_ulong,
-        )
-    };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
-}
-
-/// Where the calling thread's new pages go, by its memory policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Policy {
-    /// The node of the CPU that faults (the default, `MPOL_LOCAL`, or a
-    /// preferred policy without a node).
-    Local,
-    /// One node (bind or preferred of exactly one node).
-    Node(u32),
-    /// Several nodes: interleave, or bind or preferred of more than one.
-    Spread,
-}
-
-/// The calling thread's memory policy. A kernel without NUMA (ENOSYS) has
-/// one node: local.
-///
-/// pre: none.
-pub fn thread_policy() -> Policy {
-    let mut mode: c_int = 0;
-    let mut mask = [0u64; MASK_WORDS];
-    // SAFETY: both out-pointers are locals of the sizes given; no address is
-    // asked about (flags 0).
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_get_mempolicy,
-            &mut mode as *mut c_int,
-            mask.as_mut_ptr(),
-            (MASK_WORDS * 64) as libc::c_ulong,
-            std::ptr::null::<u8>(),
-            0 as libc::c_ulong,
-        )
-    };
-    let nodes: u32 = mask.iter().map(|w| w.count_ones()).sum();
-    // A mask relative to the cpuset's nodes (MPOL_F_RELATIVE_NODES) names
-    // no node by itself: spread.
-    if r == 0 && mode & (1 << 14) != 0 {
-        return Policy::Spread;
-    }
-    // The high bits of the mode are flags (static or relative nodes).
-    match (r, mode & 0xff, nodes) {
-        (0, libc::MPOL_BIND | libc::MPOL_PREFERRED | 5, 1) => {
-            let word = mask.iter().position(|&w| w != 0).unwrap_or(0);
-            Policy::Node((word * 64) as u32 + mask[word].trailing_zeros())
-        }
-        (0, libc::MPOL_DEFAULT | libc::MPOL_LOCAL, _) | (0, libc::MPOL_PREFERRED, 0) => {
-            Policy::Local
-        }
-        (0, _, _) => Policy::Spread,
-        _ => Policy::Local,
-    }
-}
-
-/// The node of the CPU the calling thread runs on now.
-///
-/// pre: none.
-pub fn current_node() -> Option<u32> {
-    let (mut cpu, mut node) = (0u32, 0u32);
-    // SAFETY: both out-pointers are locals; the third argument is unused
-    // since Linux 2.6.24 and may be null.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_getcpu,
-            &mut cpu as *mut u32,
-            &mut node as *mut u32,
-            std::ptr::null::<u8>(),
-        )
-    };
-    (r == 0).then_some(node)
 }

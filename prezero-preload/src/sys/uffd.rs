@@ -41,6 +41,8 @@ const PAGEMAP_SCAN: u64 = ioc(IOC_READ | IOC_WRITE, b'f' as u64, 16, 96);
 
 const UFFD_API: u64 = 0xAA;
 const UFFD_FEATURE_MOVE: u64 = 1 << 16;
+/// Fault messages name the faulting thread (Linux 4.14).
+const UFFD_FEATURE_THREAD_ID: u64 = 1 << 8;
 pub const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
 pub const UFFD_PAGEFAULT_FLAG_WRITE: u64 = 1;
 
@@ -71,6 +73,14 @@ pub struct Msg {
     pub flags: u64,
     pub address: u64,
     feat: u64,
+}
+
+impl Msg {
+    /// The faulting thread's id (`UFFD_FEATURE_THREAD_ID`: the first 32
+    /// bits of `feat`); 0 where the kernel did not say.
+    pub fn thread(&self) -> u32 {
+        self.feat as u32
+    }
 }
 
 /// `struct page_region`.
@@ -187,7 +197,7 @@ pub fn open() -> Result<c_int, Refused> {
 pub fn handshake(fd: c_int) -> Result<(), Errno> {
     // What a kernel before 6.8 answers.
     inject!(Userfaultfd, libc::EINVAL);
-    let mut api = [UFFD_API, UFFD_FEATURE_MOVE, 0u64];
+    let mut api = [UFFD_API, UFFD_FEATURE_MOVE | UFFD_FEATURE_THREAD_ID, 0u64];
     ioctl(fd, UFFDIO_API, api.as_mut_ptr().cast())?;
     if api[1] & UFFD_FEATURE_MOVE == 0 {
         return Err(Errno(libc::EINVAL));
