@@ -142,6 +142,8 @@ tests=(
   "lying-daemon $(exe prezero test lying_daemon)"
   # On 6.1 (no UFFDIO_MOVE) prezero run --lazy says so once and runs the program.
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
+  # A plain program beside one under prezero that churns, on 2 GiB (issue 33).
+  "pressure $(exe prezero-cli test pressure) --nocapture"
 )
 
 # The preload's lazy mode against its C programs, on 6.12 (6.1 has no

@@ -91,6 +91,27 @@ pub fn room() -> Option<usize> {
     least
 }
 
+/// The path of the file `name` of the process's cgroup v2 directory
+/// (`/sys/fs/cgroup` and the path of `/proc/self/cgroup`'s `0::` line),
+/// written into `out`; `None` where there is no v2 line or it does not fit.
+pub fn v2_file<'a>(name: &[u8], out: &'a mut [u8]) -> Option<&'a CStr> {
+    let mut buf = [0u8; 4096];
+    let n = sys::read_file_start(c"/proc/self/cgroup", &mut buf).ok()?;
+    let path = buf[..n]
+        .split(|&b| b == b'\n')
+        .find_map(|l| match memory_line(l) {
+            Some((h, path)) if h == V2 => Some(path),
+            _ => None,
+        })?;
+    let path = path.strip_suffix(b"/").unwrap_or(path);
+    let mut at = 0;
+    for p in [V2.root, path, b"/", name, b"\0"] {
+        out.get_mut(at..at + p.len())?.copy_from_slice(p);
+        at += p.len();
+    }
+    CStr::from_bytes_until_nul(out).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -86,7 +86,7 @@ fn pid(s: &[u8]) -> Option<usize> {
 }
 
 /// A field of /proc/meminfo in bytes, read into a stack buffer.
-fn meminfo(field: &[u8]) -> Option<usize> {
+pub fn meminfo(field: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 4096];
     let n = sys::read_file_start(c"/proc/meminfo", &mut buf).ok()?;
     let text = &buf[..n];

@@ -24,6 +24,8 @@
 //! * `lazy/`: the lazy mode (`PREZERO_LAZY=1`): large blocks populated on
 //!   their first touch by a fault handler that moves pre-zeroed huge pages
 //!   in from a reserve, and the program's own large mappings with them.
+//! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
+//!   pressure what is held ahead goes back.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
@@ -46,6 +48,7 @@ mod fault;
 mod lazy;
 mod next;
 mod nodes;
+mod pressure;
 mod size;
 mod stats;
 mod sys;

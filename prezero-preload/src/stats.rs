@@ -51,12 +51,14 @@ fn gib(b: u64) -> f64 {
 }
 
 /// Writes the summary line to stderr, if the process asked the cache for
-/// anything (a shell or helper that never did stays quiet).
+/// anything (a shell or helper that never did stays quiet); a note of the
+/// memory pressure events it saw at its end, if any.
 pub fn print() {
     if SERVED.load(Relaxed) == 0 && FALLBACKS.load(Relaxed) == 0 {
         return;
     }
-    let mut buf = [0u8; 512];
+    const LEN: usize = 768;
+    let mut buf = [0u8; LEN];
     let mut w = &mut buf[..];
     let scrubbed = SCRUBBED_BYTES.load(Relaxed);
     let ns = SCRUB_NS.load(Relaxed).max(1);
@@ -82,6 +84,13 @@ pub fn print() {
         REMAPS.load(Relaxed),
         BAD_FREES.load(Relaxed),
     );
-    let used = 512 - w.len();
+    let events = crate::pressure::EVENTS.load(Relaxed);
+    if events > 0 {
+        // Replaces the newline.
+        let used = LEN - w.len() - 1;
+        w = &mut buf[used..];
+        let _ = writeln!(w, "; {events} memory pressure events (all held went back)");
+    }
+    let used = LEN - w.len();
     crate::sys::write_stderr(&buf[..used]);
 }

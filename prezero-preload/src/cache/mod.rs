@@ -227,6 +227,16 @@ pub fn start(cfg: Config) -> bool {
     true
 }
 
+/// Gives back every free block with pages (memory is short): a no-op before
+/// the cache starts.
+pub fn give_back_free() {
+    if !STARTED.load(Ordering::Acquire) {
+        return;
+    }
+    let mut g = lock();
+    while range::release_one(&mut g, u64::MAX) {}
+}
+
 /// Whether `p` is in the range: then it is the cache's. Every `free` in the
 /// process asks, so one subtraction and one comparison: SPAN is 0 until the
 /// range exists, and is stored after BASE (read it first, Acquire: free on

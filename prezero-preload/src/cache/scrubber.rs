@@ -24,6 +24,8 @@ const SCRUB_CHUNK: usize = 8 << 20;
 
 /// Starts the scrubber thread if this process has none.
 pub(super) fn ensure_scrubber() {
+    // The cache holds memory for later from now on.
+    crate::pressure::watch();
     {
         let mut g = lock();
         if g.cache().scrubber {
@@ -134,6 +136,9 @@ fn scrub() {
 /// node's lane it lands on the node (the lane's policy); in the unbound one
 /// where the process's policy puts it.
 fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
+    if crate::pressure::pressed() {
+        return None;
+    }
     let c = g.cache();
     let free_cap = c.cfg.cap.saturating_sub(c.held());
     let thp = c.cfg.thp;

@@ -72,6 +72,14 @@ use crate::sys::{self, Errno};
 
 pub use recycle::recycle;
 
+/// Gives the reserve back (memory is short): a no-op where the lazy mode
+/// does not run in this process.
+pub fn give_back() {
+    if active() {
+        reserve::give_back_all();
+    }
+}
+
 /// The huge page, and the block the handler moves whole.
 pub const HUGE: usize = 2 << 20;
 const PAGE: usize = 4096;
@@ -371,6 +379,7 @@ fn start() -> Result<(), Why> {
     if FILL.load(Ordering::Relaxed) {
         reserve::start_filling(lanes::of_caller());
     }
+    crate::pressure::watch();
     // Without them nothing is filled or scrubbed ahead: the handler does it
     // for each fault, slower.
     for _ in 0..reserve::lanes() {

@@ -29,7 +29,8 @@ use crate::sys::uffd::{self, Region};
 pub fn recycle(start: usize, len: usize) {
     let lo = start.next_multiple_of(HUGE);
     let hi = (start + len) & !(HUGE - 1);
-    if lo >= hi || !active() {
+    // Under memory pressure they go back to the kernel instead.
+    if lo >= hi || !active() || crate::pressure::pressed() {
         return;
     }
     let (fd, pm) = (fd(), PAGEMAP.load(Ordering::Relaxed));

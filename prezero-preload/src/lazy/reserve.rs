@@ -347,6 +347,25 @@ pub fn reclaimed(i: usize) {
     set(i, EMPTY);
 }
 
+/// Drops the pages of every READY and DIRTY slot (memory is short); the
+/// number dropped.
+pub fn give_back_all() -> usize {
+    let mut n = 0;
+    for lane_no in 0..lanes() {
+        while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING))
+        {
+            if drop_pages(i) {
+                stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+                n += 1;
+            } else {
+                // Kept (locked): the others would be too.
+                break;
+            }
+        }
+    }
+    n
+}
+
 /// Whether the kernel took slots back lately: the worker fills nothing.
 pub fn pressed(now: u64) -> bool {
     now < PRESSED_UNTIL.load(Ordering::Relaxed)

@@ -48,8 +48,11 @@ pub fn run() {
             reserve::scrub(i, false);
             continue;
         }
-        let may_fill =
-            !idle && reserve::filling(lane) && now >= backoff_until && !reserve::pressed(now);
+        let may_fill = !idle
+            && reserve::filling(lane)
+            && now >= backoff_until
+            && !reserve::pressed(now)
+            && !crate::pressure::pressed();
         if may_fill && !reserve::full(lane) {
             if let Some(i) = reserve::take(lane, EMPTY, FILLING) {
                 if !reserve::fill(i) {

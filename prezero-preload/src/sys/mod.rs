@@ -482,6 +482,47 @@ pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
     read
 }
 
+/// A descriptor of `path` open for reading (kept: a file to poll).
+///
+/// pre: none.
+pub fn open_read(path: &CStr) -> Option<c_int> {
+    // SAFETY: open reads the NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
+}
+
+/// The start of the file `fd` (read from offset 0) into `buf`: how many
+/// bytes.
+///
+/// pre: none.
+pub fn pread_start(fd: c_int, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).map_err(|_| Errno::last())
+}
+
+/// A PSI trigger (`trigger`, NUL-terminated: "some 50000 2000000") on the
+/// pressure file `path`: a descriptor whose `poll` says `POLLPRI` when it
+/// fires, or `None` where it cannot be set (no PSI, no right to write).
+///
+/// pre: none.
+pub fn psi_trigger(path: &CStr, trigger: &[u8]) -> Option<c_int> {
+    let flags = libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: open reads the NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: write reads `trigger`'s bytes.
+    let n = unsafe { libc::write(fd, trigger.as_ptr().cast(), trigger.len()) };
+    if n < 0 {
+        // SAFETY: the descriptor opened above, no one else's.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
+}
+
 /// The C library's text for `e` ("Operation not permitted"), for the one
 /// line a failure prints.
 ///

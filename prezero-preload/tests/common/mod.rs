@@ -390,6 +390,8 @@ pub struct Stats {
     pub fallbacks: u64,
     pub remaps: u64,
     pub bad_frees: u64,
+    /// Memory pressure events (the line's note, where it has one).
+    pub pressure_events: u64,
 }
 
 impl Stats {
@@ -399,6 +401,17 @@ impl Stats {
         # GiB in use, # to the next allocator, # realloc by mremap, # bad frees";
 
     pub fn parse(line: &str) -> Result<Stats, String> {
+        let (line, note) = match line.split_once(" bad frees; ") {
+            Some((l, note)) => (&line[..l.len() + " bad frees".len()], Some(note)),
+            None => (line, None),
+        };
+        let pressure_events = match note {
+            Some(n) => n
+                .strip_suffix(" memory pressure events (all held went back)")
+                .and_then(|n| n.parse().ok())
+                .ok_or_else(|| format!("the note {n:?}"))?,
+            None => 0,
+        };
         let mut shape = String::new();
         let mut nums = Vec::new();
         let mut chars = line.chars().peekable();
@@ -441,6 +454,7 @@ impl Stats {
             fallbacks: n(12) as u64,
             remaps: n(13) as u64,
             bad_frees: n(14) as u64,
+            pressure_events,
         };
         // what the numbers promise of each other (two decimals printed)
         let gib = |pages: u64| (pages * 4096) as f64 / (1u64 << 30) as f64;
