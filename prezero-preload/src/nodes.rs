@@ -62,6 +62,18 @@ impl Nodes {
         &self.ids[..self.n]
     }
 
+    /// Keeps the nodes `keep` says.
+    pub fn retain(&mut self, keep: impl Fn(u32) -> bool) {
+        let mut n = 0;
+        for i in 0..self.n {
+            if keep(self.ids[i]) {
+                self.ids[n] = self.ids[i];
+                n += 1;
+            }
+        }
+        self.n = n;
+    }
+
     /// The machine's nodes with memory (`has_memory`), or `None` where sysfs
     /// does not say (then the cache has one lane).
     pub fn read() -> Option<Nodes> {

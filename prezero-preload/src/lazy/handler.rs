@@ -50,7 +50,7 @@ use super::{
     PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
-use crate::sys::{self, Errno, Policy, RawPolicy};
+use crate::sys::{self, Errno};
 
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;
@@ -83,11 +83,8 @@ struct Handler {
     no_huge: bool,
     /// The first huge move has been checked.
     checked: bool,
-    /// The process's memory policy, as the handler inherited it: what a
-    /// faulting thread's is taken to be, and the handler's own for the
-    /// spread lane.
-    process: Option<RawPolicy>,
-    /// The lane the handler's own policy places small pages for now.
+    /// The node the handler's own policy places small pages on now
+    /// (`usize::MAX`: the process's policy; `usize::MAX - 1`: not known).
     placed: usize,
 }
 
@@ -100,8 +97,7 @@ pub fn run() {
         error: Errno(0),
         no_huge: false,
         checked: false,
-        process: sys::raw_thread_policy(),
-        placed: lanes::count() - 1,
+        placed: usize::MAX - 1,
     };
     let mut msgs = [Msg::default(); 16];
     loop {
@@ -150,9 +146,9 @@ impl Handler {
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
         touch_active();
         let lane = self.lane(addr, tid);
-        if !reserve::filling(lane) {
+        if let Some(l) = lane.filter(|&l| !reserve::filling(l)) {
             // This process faults large blocks there: the lane may fill now.
-            reserve::start_filling(lane);
+            reserve::start_filling(l);
         }
         let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
@@ -176,10 +172,9 @@ impl Handler {
         };
         // A program that turned huge pages off for itself gets none moved
         // in: small pages, as the kernel would give it.
-        let moved = if sys::thp_disabled() {
-            MoveIn::Unavailable
-        } else {
-            self.move_in(block, true, lane)
+        let moved = match lane {
+            Some(lane) if !sys::thp_disabled() => self.move_in(block, true, lane),
+            _ => MoveIn::Unavailable,
         };
         match moved {
             MoveIn::Moved => {}
@@ -202,10 +197,13 @@ impl Handler {
         } else {
             0
         };
+        // Moved: from a lane.
+        let lane = lane.unwrap_or(0);
         let mut b = block + HUGE;
         for _ in 0..self.window {
             if b + HUGE > end
                 || reserve::ready(lane) == 0
+                || !lanes::same_placement(block, b)
                 || self.move_in(b, false, lane) != MoveIn::Moved
             {
                 break;
@@ -321,22 +319,26 @@ impl Handler {
         None
     }
 
-    /// The reserve's lane for a fault at `addr` by thread `tid`; where it
-    /// differs from the last one, the handler's own policy is made to place
-    /// small pages there (on one node: nothing but a comparison).
-    fn lane(&mut self, addr: usize, tid: u32) -> usize {
+    /// The reserve's lane for a fault at `addr` by thread `tid` (`None`:
+    /// small pages, placed by the mapping's own policy); where its node
+    /// differs from the last one's, the handler's own policy is made to
+    /// place small pages there (on one node: nothing but a comparison).
+    fn lane(&mut self, addr: usize, tid: u32) -> Option<usize> {
         if lanes::count() == 1 {
-            return 0;
+            return Some(0);
         }
-        let process = self.process.map_or(Policy::Local, |p| p.policy());
-        let lane = lanes::for_fault(addr, tid, process);
-        if lane != self.placed {
-            let placed = match lanes::node(lane) {
+        let lane = lanes::for_fault(addr, tid);
+        let node = lane.and_then(lanes::node);
+        let want = node.map_or(usize::MAX, |n| n as usize);
+        if want != self.placed {
+            let placed = match node {
                 Some(n) => sys::prefer_thread_node(n),
-                None => self.process.as_ref().map_or(Ok(()), sys::set_thread_policy),
+                None => lanes::process_raw()
+                    .as_ref()
+                    .map_or(Ok(()), sys::set_thread_policy),
             };
             // Not placed: the next fault tries again.
-            self.placed = if placed.is_ok() { lane } else { usize::MAX };
+            self.placed = if placed.is_ok() { want } else { usize::MAX - 1 };
         }
         lane
     }

@@ -7,9 +7,15 @@
 //! memory, and the spread lane, unbound, for spread policies.
 //!
 //! A thread's own policy cannot be read from another thread: the process's
-//! (what `numactl` set at its start, which every thread inherits) stands
-//! for it. The faulting thread's CPU comes from its affinity where that
-//! names one lane's CPUs, else from `/proc/self/task/TID/stat`.
+//! (the main thread's when the preload loads: what `numactl` set, which
+//! every thread inherits) stands for it. The faulting thread's CPU comes
+//! from its affinity where that names one lane's CPUs, else from
+//! `/proc/self/task/TID/stat`. A mapping whose own policy spreads over
+//! several nodes (`mbind`) gets no lane: small pages, which the kernel
+//! places by that policy.
+//!
+//! The lanes are the nodes with memory the cpuset allows: a node lane's
+//! pages stay within what the program may use.
 //!
 //! On a machine of one node there is one lane and nothing here runs past a
 //! comparison.
@@ -17,11 +23,11 @@
 use std::ffi::CStr;
 use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::nodes::{each_in_list, Nodes, MAX_NODES};
-use crate::sys::{self, Policy, CPU_WORDS};
+use crate::sys::{self, Policy, RawPolicy, CPU_WORDS};
 
-/// CPUs whose lane is known: the first 1024.
 const MAX_CPUS: usize = CPU_WORDS * 64;
 const UNKNOWN: u8 = u8::MAX;
 
@@ -33,9 +39,29 @@ static NODE: [AtomicU32; MAX_NODES] = [const { AtomicU32::new(0) }; MAX_NODES];
 /// memory the nearest node's.
 static CPU_LANE: [AtomicU8; MAX_CPUS] = [const { AtomicU8::new(UNKNOWN) }; MAX_CPUS];
 
+/// The process's memory policy, taken when the preload loads.
+static PROCESS: OnceLock<Option<RawPolicy>> = OnceLock::new();
+
+/// Takes the calling thread's policy as the process's (at load time, in the
+/// main thread).
+pub fn take_process_policy() {
+    let _ = PROCESS.get_or_init(sys::raw_thread_policy);
+}
+
+/// The process's memory policy as stated (`None`: not taken, or no NUMA).
+pub fn process_raw() -> Option<RawPolicy> {
+    *PROCESS.get_or_init(sys::raw_thread_policy)
+}
+
+/// What the process's policy means for a page.
+pub fn process() -> Policy {
+    process_raw().map_or(Policy::Local, |p| p.policy())
+}
+
 /// Reads the topology (before the reserve and its threads exist).
 pub fn init() {
-    let Some(mem) = Nodes::read() else { return };
+    let Some(mut mem) = Nodes::read() else { return };
+    mem.retain(sys::node_allowed);
     if mem.lanes() == 1 {
         return;
     }
@@ -52,8 +78,9 @@ pub fn init() {
         let Some(lane) = target.and_then(|t| mem.ids().iter().position(|&m| m == t)) else {
             continue;
         };
-        let mut buf = [0u8; 1024];
-        if let Some(n) = read_node_file(id, c"cpulist", &mut buf) {
+        let mut buf = [0u8; 4096];
+        // A list that fills the buffer may be cut in a number.
+        if let Some(n) = read_node_file(id, c"cpulist", &mut buf).filter(|&n| n < buf.len()) {
             let _ = each_in_list(&buf[..n], |cpu| {
                 if let Some(c) = CPU_LANE.get(cpu as usize) {
                     c.store(lane as u8, Ordering::Relaxed);
@@ -109,18 +136,31 @@ fn of_node(node: u32) -> Option<usize> {
     (0..spread()).find(|&l| NODE[l].load(Ordering::Relaxed) == node)
 }
 
-/// The lane of a fault at `addr` by thread `tid` (0: unknown), whose own
-/// policy is taken to be `process`.
-pub fn for_fault(addr: usize, tid: u32, process: Policy) -> usize {
+/// The lane of a fault at `addr` by thread `tid` (0: unknown); `None`
+/// where the mapping's own policy spreads its pages or names a node
+/// without a lane (the fault gets small pages, placed by that policy).
+pub fn for_fault(addr: usize, tid: u32) -> Option<usize> {
     if count() == 1 {
-        return 0;
+        return Some(0);
     }
-    let lane = match sys::range_policy(addr).unwrap_or(process) {
-        Policy::Node(n) => of_node(n),
-        Policy::Spread => None,
-        Policy::Local => of_thread(tid),
+    let lane = match sys::range_policy(addr) {
+        Some(Policy::Node(n)) => return of_node(n),
+        Some(Policy::Spread) => return None,
+        Some(Policy::Local) => of_thread(tid),
+        None => match process() {
+            Policy::Node(n) => of_node(n),
+            Policy::Spread => None,
+            Policy::Local => of_thread(tid),
+        },
     };
-    lane.unwrap_or(spread())
+    Some(lane.unwrap_or(spread()))
+}
+
+/// Whether `a` and `b` take their pages by the same mapping policy: a
+/// readahead from `a`'s lane into `b` stays where the kernel would put it
+/// (the program may `mbind` part of a mapping).
+pub fn same_placement(a: usize, b: usize) -> bool {
+    count() == 1 || sys::range_policy(a) == sys::range_policy(b)
 }
 
 /// The lane of the calling thread's local faults, or as its policy says.
@@ -148,9 +188,17 @@ fn of_thread(tid: u32) -> Option<usize> {
         return None;
     }
     if let Ok(mask) = sys::affinity(tid as i32) {
-        let mut lanes = (0..MAX_CPUS as u32)
-            .filter(|&c| mask[c as usize / 64] & (1 << (c % 64)) != 0)
-            .map(of_cpu);
+        // The set bits only: a mask of 8192 CPUs has few.
+        let mut lanes = mask.iter().enumerate().flat_map(|(i, &w)| {
+            let mut w = w;
+            std::iter::from_fn(move || {
+                (w != 0).then(|| {
+                    let bit = w.trailing_zeros();
+                    w &= w - 1;
+                    of_cpu(i as u32 * 64 + bit)
+                })
+            })
+        });
         if let Some(Some(first)) = lanes.next() {
             if lanes.all(|l| l == Some(first)) {
                 return Some(first);
@@ -160,26 +208,37 @@ fn of_thread(tid: u32) -> Option<usize> {
     sys::thread_cpu(tid).and_then(of_cpu)
 }
 
-/// The lane of the page present at `addr` (where it was moved back into the
-/// reserve); `None` where the kernel cannot say.
+/// The lane a huge page present at `addr` moves back into: its node's (a
+/// process whose pages are spread takes from the spread lane only: there);
+/// `None` where the kernel cannot say.
 pub fn of_page(addr: usize) -> Option<usize> {
     if count() == 1 {
         return Some(0);
     }
+    if process() == Policy::Spread {
+        return Some(spread());
+    }
     sys::page_node(addr).and_then(of_node)
 }
 
-/// Binds the calling thread (lane `lane`'s worker) to the CPUs whose local
-/// faults the lane serves: it clears its node's pages. The spread lane's
-/// runs anywhere; so does a worker the kernel will not bind (a cpuset).
+/// Binds the calling thread (lane `lane`'s worker) to those of the CPUs it
+/// may run on whose local faults the lane serves: it clears its node's
+/// pages. The spread lane's stays where it may run (and takes the process's
+/// policy: it fills that lane); so does one no CPU of the node is allowed
+/// to (`taskset`, a cpuset).
 pub fn bind_worker(lane: usize) {
     if node(lane).is_none() {
+        if let Some(p) = process_raw() {
+            let _ = sys::set_thread_policy(&p);
+        }
         return;
     }
-    let mut mask = [0u64; CPU_WORDS];
+    let Ok(mut mask) = sys::affinity(0) else {
+        return;
+    };
     for c in 0..MAX_CPUS {
-        if of_cpu(c as u32) == Some(lane) {
-            mask[c / 64] |= 1 << (c % 64);
+        if of_cpu(c as u32) != Some(lane) {
+            mask[c / 64] &= !(1 << (c % 64));
         }
     }
     if mask.iter().any(|&w| w != 0) {

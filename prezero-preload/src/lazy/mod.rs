@@ -193,6 +193,8 @@ pub fn configure(cfg: &Config) {
     if !cfg.lazy {
         return;
     }
+    // The main thread's, at load time: what numactl set for the process.
+    lanes::take_process_policy();
     RESERVE_BYTES.store(cfg.reserve, Ordering::Relaxed);
     THRESHOLD.store(cfg.threshold.max(HUGE), Ordering::Relaxed);
     IDLE_MS.store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
@@ -349,7 +351,10 @@ fn start() -> Result<(), Why> {
     lanes::init();
     reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed), lanes::count()).map_err(|e| {
         uffd::close(pm);
-        fail(Why::Failed("the reserve", e))
+        fail(Why::Failed(
+            "the reserve (mapped, and placed on each NUMA node)",
+            e,
+        ))
     })?;
     let (dev, ino) = uffd::identity(fd).map_err(|e| {
         uffd::close(pm);

@@ -33,6 +33,10 @@ pub fn recycle(start: usize, len: usize) {
     if lo >= hi || !active() || crate::pressure::pressed() {
         return;
     }
+    // One lane, full: no walk.
+    if lanes::count() == 1 && !reserve::takes_back(0) {
+        return;
+    }
     let (fd, pm) = (fd(), PAGEMAP.load(Ordering::Relaxed));
     let mut out = [Region::default(); 32];
     let mut at = lo;
@@ -47,7 +51,7 @@ pub fn recycle(start: usize, len: usize) {
             let mut b = (r.start as usize).next_multiple_of(HUGE);
             while b + HUGE <= r.end as usize {
                 // A page whose node the kernel cannot say is left to the drop.
-                let Some(lane) = lanes::of_page(b) else {
+                let Some(lane) = lanes::of_page(b).filter(|&l| reserve::takes_back(l)) else {
                     b += HUGE;
                     continue;
                 };

@@ -18,10 +18,14 @@
 //! while (the machine is short of memory).
 //!
 //! On a machine of several NUMA nodes the slots are cut in lanes, as the
-//! cache's range is (`lanes.rs`): one per node, bound there (`MPOL_BIND`)
-//! before anything is populated, and one unbound for spread policies. A
-//! lane has its own counts, cursor, worker and fill switch; a slot's lane
-//! is its index over the lane's length. On one node there is one lane.
+//! cache's range is (`lanes.rs`): one per node, which prefers it
+//! (`MPOL_PREFERRED` before anything is populated: a bind would make a
+//! fill on a node out of memory call the OOM killer; a page the kernel put
+//! elsewhere is dropped), and one unbound for spread policies. A lane has
+//! its own counts, cursor, worker and fill switch; a slot's lane is its
+//! index over the lane's length. A lane without a worker takes no page
+//! back: nothing would scrub or give it back. On one node there is one
+//! lane.
 //!
 //! Each slot's state is one atomic, changed by compare-and-swap: the handler
 //! never waits on a lock (a thread holding one might be waiting on the
@@ -80,6 +84,8 @@ struct Lane {
     work: AtomicU32,
     /// Whether its worker fills empty slots ahead of demand.
     fill: AtomicBool,
+    /// Whether a worker serves it.
+    worker: AtomicBool,
 }
 
 static LANE: [Lane; MAX_LANES] = [const {
@@ -90,6 +96,7 @@ static LANE: [Lane; MAX_LANES] = [const {
         held: AtomicUsize::new(0),
         work: AtomicU32::new(0),
         fill: AtomicBool::new(false),
+        worker: AtomicBool::new(false),
     }
 }; MAX_LANES];
 
@@ -101,8 +108,9 @@ const PRESSED_MS: u64 = 5000;
 
 /// Maps the reserve for `bytes` (rounded down to slots, at most
 /// [`MAX_SLOTS`]), cut in `lanes` lanes, and registers it with `fd`; its
-/// slot count. None (0) where that would leave a lane no slot, or a lane
-/// cannot be bound to its node.
+/// slot count: none where that would leave a lane no slot. An error where
+/// a lane cannot be placed on its node (one unbound reserve would serve
+/// every node from wherever its worker runs: the lazy mode does not run).
 pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     let slots = (bytes / HUGE).min(MAX_SLOTS);
     if slots == 0 {
@@ -116,17 +124,14 @@ pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     let _ = sys::madvise(base, len, Advice::HugePage);
     let _ = sys::madvise(base, len, Advice::DontFork);
     let per = slots / lanes.max(1);
-    let bound = per > 0
-        && (0..lanes).all(|l| {
-            super::lanes::node(l)
-                .is_none_or(|n| sys::bind_node(base + l * per * HUGE, per * HUGE, n).is_ok())
-        });
-    if !bound && lanes > 1 {
-        // One unbound lane would serve every node from wherever its worker
-        // runs: none at all, and faults copy small pages on their own node.
+    let placed = (0..lanes).try_for_each(|l| match super::lanes::node(l) {
+        Some(n) if per > 0 => sys::prefer_node(base + l * per * HUGE, per * HUGE, n),
+        _ => Ok(()),
+    });
+    if per == 0 || placed.is_err() {
         // SAFETY: the mapping just made, which nothing uses.
         let _ = unsafe { sys::munmap(raw, len + HUGE) };
-        return Ok(0);
+        return placed.map(|()| 0);
     }
     // SAFETY: write-protect mode arms nothing: no fault waits on us.
     if let Err(e) = unsafe { uffd::register(fd, base, len, uffd::Mode::WriteProtect) } {
@@ -213,6 +218,17 @@ pub fn set(i: usize, to: u8) {
     }
 }
 
+/// The calling thread is lane `lane`'s worker.
+pub fn serve_lane(lane_no: usize) {
+    lane(lane_no).worker.store(true, Ordering::Relaxed);
+}
+
+/// Whether lane `lane` may take a page back: a worker serves it, and it has
+/// an empty slot.
+pub fn takes_back(lane_no: usize) -> bool {
+    lane(lane_no).worker.load(Ordering::Relaxed) && !full(lane_no)
+}
+
 /// Lane `lane`'s READY slots.
 pub fn ready(lane_no: usize) -> usize {
     lane(lane_no).ready.load(Ordering::Acquire)
@@ -283,7 +299,7 @@ pub fn fill(i: usize) -> bool {
         return false;
     }
     let run = prezero::FreeRunning::start();
-    let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok();
+    let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok() && on_its_node(i);
     if ok {
         if run.still() {
             mark_free(i);
@@ -299,6 +315,16 @@ pub fn fill(i: usize) -> bool {
         drop_pages(i);
     }
     ok
+}
+
+/// Whether slot `i`'s pages are on its lane's node (or it has none): its
+/// node was short, and the kernel took them from another.
+fn on_its_node(i: usize) -> bool {
+    let lane_no = i / PER_LANE.load(Ordering::Relaxed).max(1);
+    match super::lanes::node(lane_no).filter(|_| lanes() > 1) {
+        Some(n) => sys::page_node(slot_addr(i)).is_none_or(|at| at == n),
+        None => true,
+    }
 }
 
 /// Clears slot `i` (taken, SCRUBBING): READY after, if it is still one huge

@@ -22,6 +22,7 @@ static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
 pub fn run() {
     let lane = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
     lanes::bind_worker(lane);
+    reserve::serve_lane(lane);
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut backoff_until = 0;
     let mut release_from = 0;

@@ -15,8 +15,10 @@ const MAXNODE: libc::c_ulong = (MASK_WORDS * 64 + 1) as libc::c_ulong;
 const MPOL_PREFERRED_MANY: c_int = 5;
 /// `MPOL_F_RELATIVE_NODES`, a flag in a policy's mode.
 const MPOL_F_RELATIVE_NODES: c_int = 1 << 14;
-/// `get_mempolicy`'s flag: the policy of the mapping at an address.
+/// `get_mempolicy`'s flags: the policy of the mapping at an address; the
+/// nodes the calling thread's cpuset allows.
 const MPOL_F_ADDR: libc::c_ulong = 1 << 1;
+const MPOL_F_MEMS_ALLOWED: libc::c_ulong = 1 << 2;
 
 /// The mask of `node` alone.
 fn one_node(node: u32) -> Result<[u64; MASK_WORDS], Errno> {
@@ -59,15 +61,6 @@ pub fn prefer_node(addr: usize, len: usize, node: u32) -> Result<(), Errno> {
     mbind_one(addr, len, libc::MPOL_PREFERRED, node)
 }
 
-/// Makes `[addr, addr+len)` take its pages from `node` only (`mbind`,
-/// `MPOL_BIND`): a fault there fails when the node is short. Pages present
-/// stay.
-///
-/// pre: none (as [`prefer_node`]).
-pub fn bind_node(addr: usize, len: usize, node: u32) -> Result<(), Errno> {
-    mbind_one(addr, len, libc::MPOL_BIND, node)
-}
-
 /// Where the calling thread's new pages go, by its memory policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Policy {
@@ -106,6 +99,30 @@ impl RawPolicy {
             _ => Policy::Spread,
         }
     }
+}
+
+/// Whether the calling thread's cpuset allows pages on `node` (true where
+/// the kernel cannot say).
+///
+/// pre: none.
+pub fn node_allowed(node: u32) -> bool {
+    let mut p = RawPolicy {
+        mode: 0,
+        mask: [0; MASK_WORDS],
+    };
+    // SAFETY: both out-pointers are the local's fields, of the sizes given.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_get_mempolicy,
+            &mut p.mode as *mut c_int,
+            p.mask.as_mut_ptr(),
+            (MASK_WORDS * 64) as libc::c_ulong,
+            0usize,
+            MPOL_F_MEMS_ALLOWED,
+        )
+    };
+    let n = node as usize;
+    r != 0 || (n < MASK_WORDS * 64 && p.mask[n / 64] & (1 << (n % 64)) != 0)
 }
 
 /// `get_mempolicy` of the calling thread (`addr` 0), or of the mapping at
@@ -237,9 +254,9 @@ pub fn current_node() -> Option<u32> {
     (r == 0).then_some(node)
 }
 
-/// CPU masks: up to this many CPUs (the kernel's default `NR_CPUS` on
-/// x86_64 Debian is 8192; the preload looks at the first 1024).
-pub const CPU_WORDS: usize = 1024 / 64;
+/// CPU masks: up to this many CPUs (`NR_CPUS` of Debian's x86_64 kernels;
+/// `sched_getaffinity` refuses a mask shorter than the kernel's).
+pub const CPU_WORDS: usize = 8192 / 64;
 
 /// The CPUs thread `tid` (0: the caller) may run on.
 ///

@@ -76,10 +76,11 @@ pub struct Msg {
 }
 
 impl Msg {
-    /// The faulting thread's id (`UFFD_FEATURE_THREAD_ID`: the first 32
-    /// bits of `feat`); 0 where the kernel did not say.
+    /// The faulting thread's id (`UFFD_FEATURE_THREAD_ID`: the first four
+    /// bytes of `feat`); 0 where the kernel did not say.
     pub fn thread(&self) -> u32 {
-        self.feat as u32
+        let b = self.feat.to_ne_bytes();
+        u32::from_ne_bytes([b[0], b[1], b[2], b[3]])
     }
 }
 
