@@ -130,3 +130,89 @@ fn a_plain_program_beside_a_churning_one_finishes() {
         );
     }
 }
+
+/// The program of the memory cgroup scenario: frees four blocks of 64 MiB
+/// (the cache keeps some), then writes 160 MiB, past the cgroup's
+/// `memory.high` with what the cache holds, not without; waits for the
+/// watcher; exits.
+#[test]
+#[ignore = "the program of the_cache_gives_back_when_the_cgroup_is_past_its_high_mark"]
+fn high_role() {
+    if std::env::var_os("PREZERO_PRESSURE_ROLE").is_none() {
+        return;
+    }
+    for _ in 0..4 {
+        let mut v = vec![0u8; 64 * MB];
+        for i in (0..v.len()).step_by(4096) {
+            v[i] = 1;
+        }
+        std::hint::black_box(&v);
+    }
+    let v = vec![1u8; 160 * MB];
+    std::hint::black_box(&v);
+    std::thread::sleep(Duration::from_millis(2500));
+}
+
+/// A v2 memory cgroup of the test's own with `memory.high` at `high`: its
+/// directory, or `None` (v1, not root).
+fn cgroup_with_high(high: usize) -> Option<std::path::PathBuf> {
+    // A v2 root whose children may have the memory controller.
+    let control = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").ok()?;
+    if !control.split_whitespace().any(|c| c == "memory") {
+        return None;
+    }
+    let dir = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/prezero-pressure-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir(&dir).ok()?;
+    if std::fs::write(dir.join("memory.high"), high.to_string()).is_err() {
+        let _ = std::fs::remove_dir(&dir);
+        return None;
+    }
+    Some(dir)
+}
+
+/// Past its cgroup's `memory.high` (the kernel counts a `high` event), a
+/// program under `prezero run` gives back what its cache holds, and says
+/// so on its stats line.
+#[test]
+fn the_cache_gives_back_when_the_cgroup_is_past_its_high_mark() {
+    let Some(dir) = cgroup_with_high(192 * MB) else {
+        let why =
+            "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
+        assert!(
+            !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
+            "PREZERO_REQUIRE has memcg but the test would skip: {why}"
+        );
+        return eprintln!("skipped: {why}");
+    };
+    let script = format!(
+        "echo $$ > {} && exec \"$0\" run -- \"$1\" --exact high_role --ignored --nocapture",
+        dir.join("cgroup.procs").display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])
+        .arg(std::env::current_exe().unwrap())
+        .env("PREZERO_PRESSURE_ROLE", "1")
+        .env("PREZERO_STATS", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let events = std::fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
+    let _ = std::fs::remove_dir(&dir);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    let line = said
+        .lines()
+        .find(|l| l.starts_with("prezero-preload: pid "))
+        .unwrap_or_else(|| panic!("no stats line: {said}"));
+    println!(
+        "memory.high 192 MiB: {line}\n  memory.events: {}",
+        events.replace('\n', ", ")
+    );
+    assert!(
+        line.contains(" memory pressure events (all held went back)"),
+        "no pressure event seen: {line}"
+    );
+}

@@ -173,7 +173,13 @@ fn limit_events(fd: i32) -> u64 {
 /// Memory is short: everything held ahead goes back now, nothing is filled
 /// for a while.
 fn press() {
-    UNTIL.store(now_ms() + PRESSED_MS, Ordering::Relaxed);
+    let now = now_ms();
+    let last = UNTIL.swap(now + PRESSED_MS, Ordering::Relaxed);
+    // A burst of events (memory.events changes at each reclaim past high):
+    // one give-back per 100 ms; meanwhile nothing is kept anyway.
+    if now + PRESSED_MS < last + 100 {
+        return;
+    }
     EVENTS.fetch_add(1, Ordering::Relaxed);
     crate::cache::give_back_free();
     crate::lazy::give_back();
