@@ -31,6 +31,13 @@
 //! which wakes every waiter and leaves every fault to the kernel, whose
 //! cgroup and OOM behaviour is then the plain program's.
 //!
+//! Page size: the first touch of an empty block away from the last one
+//! served gets its page alone (a read the zero page), as the kernel gives a
+//! program that did not ask for huge pages; a second touch there fills the
+//! rest of the block with small pages, and the block after it gets a huge
+//! page. Under THP `always` every block does. A sparse table costs what it
+//! touches.
+//!
 //! Readahead: after a fault in the block right after the last one served
 //! (or moved ahead), the handler moves the next blocks too, as many as the
 //! window (1, 2, 4, 8: it doubles with each sequential fault, and a fault
@@ -46,8 +53,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, touch_active,
-    PopGuard, Stop, HUGE, PAGE, ZEROES,
+    fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, thp_always,
+    touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -170,16 +177,32 @@ impl Handler {
             self.small(page, page, to, write);
             return;
         };
+        // A first touch of a block away from the last one served gets its
+        // page alone, as the kernel gives a program that did not ask for
+        // huge pages (THP `always` asks for all): a sparse table costs what
+        // it touches, and a read the zero page. A second touch of the block
+        // fills the rest of it; the block after it gets a huge page.
+        if block != self.next && !thp_always() && is_empty(block, HUGE) {
+            self.window = 0;
+            self.next = block + HUGE;
+            self.small(page, page, page + PAGE, write);
+            stats::SPARSE.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         // A program that turned huge pages off for itself gets none moved
         // in: small pages, as the kernel would give it.
         let moved = match lane {
             Some(lane) if !sys::thp_disabled() => self.move_in(block, true, lane),
+            // Its first touch got the page alone: the rest after this one
+            // (a fill of the whole block would stop at that page).
+            _ if !is_empty(block, HUGE) => MoveIn::Populated,
             _ => MoveIn::Unavailable,
         };
         match moved {
             MoveIn::Moved => {}
             MoveIn::Populated => {
                 self.window = 0;
+                self.next = block + HUGE;
                 self.small(page, page, block + HUGE, write);
                 return;
             }

@@ -39,8 +39,10 @@ pub static SPLIT: AtomicU64 = AtomicU64::new(0);
 pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
 /// READY slots the kernel had taken back (marked free, under pressure).
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
+/// First touches of a block away from the last served: the page alone.
+pub static SPARSE: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 16] = [
+const ALL: [&AtomicU64; 17] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -57,6 +59,7 @@ const ALL: [&AtomicU64; 16] = [
     &SPLIT,
     &UNSERVED,
     &RECLAIMED,
+    &SPARSE,
 ];
 
 /// A forked child starts its own account.
@@ -78,7 +81,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          ahead of a fault, {} scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}",
+         mappings registered{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -102,6 +105,10 @@ pub fn print() {
         Note(
             RECLAIMED.load(Relaxed),
             "reserve slots the kernel took back"
+        ),
+        Note(
+            SPARSE.load(Relaxed),
+            "first touches of a block given their page alone"
         ),
     );
     let used = 512 - w.len();
