@@ -132,11 +132,11 @@ fn a_plain_program_beside_a_churning_one_finishes() {
 }
 
 /// The program of the memory cgroup scenario: frees four blocks of 64 MiB
-/// (the cache keeps some), then writes 160 MiB, past the cgroup's
-/// `memory.high` with what the cache holds, not without; waits for the
-/// watcher; exits.
+/// (the cache keeps some), then writes 208 MiB, which leaves the cgroup
+/// (`memory.max` 256 MiB) less than the watcher's 64 MiB of room; waits for
+/// the watcher; exits.
 #[test]
-#[ignore = "the program of the_cache_gives_back_when_the_cgroup_is_past_its_high_mark"]
+#[ignore = "the program of the_cache_gives_back_when_the_cgroup_is_near_its_limit"]
 fn high_role() {
     if std::env::var_os("PREZERO_PRESSURE_ROLE").is_none() {
         return;
@@ -148,14 +148,14 @@ fn high_role() {
         }
         std::hint::black_box(&v);
     }
-    let v = vec![1u8; 160 * MB];
+    let v = vec![1u8; 208 * MB];
     std::hint::black_box(&v);
     std::thread::sleep(Duration::from_millis(2500));
 }
 
-/// A v2 memory cgroup of the test's own with `memory.high` at `high`: its
+/// A v2 memory cgroup of the test's own with `memory.max` at `max`: its
 /// directory, or `None` (v1, not root).
-fn cgroup_with_high(high: usize) -> Option<std::path::PathBuf> {
+fn cgroup_with_max(max: usize) -> Option<std::path::PathBuf> {
     // A v2 root whose children may have the memory controller.
     let control = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").ok()?;
     if !control.split_whitespace().any(|c| c == "memory") {
@@ -166,19 +166,19 @@ fn cgroup_with_high(high: usize) -> Option<std::path::PathBuf> {
         std::process::id()
     ));
     std::fs::create_dir(&dir).ok()?;
-    if std::fs::write(dir.join("memory.high"), high.to_string()).is_err() {
+    if std::fs::write(dir.join("memory.max"), max.to_string()).is_err() {
         let _ = std::fs::remove_dir(&dir);
         return None;
     }
     Some(dir)
 }
 
-/// Past its cgroup's `memory.high` (the kernel counts a `high` event), a
-/// program under `prezero run` gives back what its cache holds, and says
-/// so on its stats line.
+/// Near its cgroup's `memory.max` (the kernel reclaims there and counts
+/// `max` events; the watcher sees the room left), a program under `prezero
+/// run` gives back what its cache holds, and says so on its stats line.
 #[test]
-fn the_cache_gives_back_when_the_cgroup_is_past_its_high_mark() {
-    let Some(dir) = cgroup_with_high(192 * MB) else {
+fn the_cache_gives_back_when_the_cgroup_is_near_its_limit() {
+    let Some(dir) = cgroup_with_max(256 * MB) else {
         let why =
             "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
         assert!(
@@ -208,11 +208,96 @@ fn the_cache_gives_back_when_the_cgroup_is_past_its_high_mark() {
         .find(|l| l.starts_with("prezero-preload: pid "))
         .unwrap_or_else(|| panic!("no stats line: {said}"));
     println!(
-        "memory.high 192 MiB: {line}\n  memory.events: {}",
+        "memory.max 256 MiB: {line}\n  memory.events: {}",
         events.replace('\n', ", ")
     );
     assert!(
         line.contains(" memory pressure events (all held went back)"),
         "no pressure event seen: {line}"
     );
+}
+
+/// The program of the sparse table: one byte written per 2 MiB of an 8 GiB
+/// `MAP_NORESERVE` mapping (16 MiB of pages plainly), every byte it reads
+/// back as written and the rest zero.
+#[test]
+#[ignore = "the program of a_sparse_table_fits_a_small_memory_cgroup_under_lazy"]
+fn sparse_role() {
+    if std::env::var_os("PREZERO_PRESSURE_ROLE").is_none() {
+        return;
+    }
+    let len = 8usize << 30;
+    // SAFETY: a new private anonymous mapping, ours alone.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    let p = p.cast::<u8>();
+    for i in (0..len).step_by(2 * MB) {
+        // SAFETY: within the mapping above.
+        unsafe { p.add(i + 4096).write_volatile(7) };
+    }
+    for i in (0..len).step_by(2 * MB) {
+        // SAFETY: within the mapping above.
+        let (w, z) = unsafe { (p.add(i + 4096).read_volatile(), p.add(i).read_volatile()) };
+        assert_eq!((w, z), (7, 0), "at {i}");
+    }
+}
+
+/// A sparse table in a memory cgroup of 512 MiB finishes under `prezero
+/// run --lazy` as plainly: a first touch of a block gets its page alone, not
+/// a 2 MiB one.
+#[test]
+fn a_sparse_table_fits_a_small_memory_cgroup_under_lazy() {
+    let control =
+        std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").unwrap_or_default();
+    let dir = std::path::PathBuf::from(format!(
+        "/sys/fs/cgroup/prezero-sparse-{}",
+        std::process::id()
+    ));
+    if !control.split_whitespace().any(|c| c == "memory")
+        || std::fs::create_dir(&dir).is_err()
+        || std::fs::write(dir.join("memory.max"), (512 * MB).to_string()).is_err()
+    {
+        let _ = std::fs::remove_dir(&dir);
+        let why =
+            "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
+        assert!(
+            !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
+            "PREZERO_REQUIRE has memcg but the test would skip: {why}"
+        );
+        return eprintln!("skipped: {why}");
+    }
+    let script = format!(
+        "echo $$ > {} && exec \"$0\" run --lazy -- \"$1\" --exact sparse_role --ignored --nocapture",
+        dir.join("cgroup.procs").display()
+    );
+    let out = Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])
+        .arg(std::env::current_exe().unwrap())
+        .env("PREZERO_PRESSURE_ROLE", "1")
+        .env("PREZERO_STATS", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap();
+    let peak = std::fs::read_to_string(dir.join("memory.peak")).unwrap_or_default();
+    let _ = std::fs::remove_dir(&dir);
+    let said = String::from_utf8_lossy(&out.stderr);
+    println!(
+        "sparse table in 512 MiB: {}, cgroup peak {} MiB\n    {}",
+        out.status,
+        peak.trim().parse::<usize>().map_or(0, |p| p / MB),
+        said.lines()
+            .filter(|l| l.starts_with("prezero"))
+            .collect::<Vec<_>>()
+            .join("\n    ")
+    );
+    assert!(out.status.success(), "{said}");
 }

@@ -35,7 +35,7 @@
 //! served gets its page alone (a read the zero page), as the kernel gives a
 //! program that did not ask for huge pages; a second touch there fills the
 //! rest of the block with small pages, and the block after it gets a huge
-//! page. Under THP `always` every block does. A sparse table costs what it
+//! page (one touch a block, even in order, stays sparse). Under THP `always` every block does. A sparse table costs what it
 //! touches.
 //!
 //! Readahead: after a fault in the block right after the last one served
@@ -184,7 +184,9 @@ impl Handler {
         // fills the rest of it; the block after it gets a huge page.
         if block != self.next && !thp_always() && is_empty(block, HUGE) {
             self.window = 0;
-            self.next = block + HUGE;
+            // Not the next block: a table touched once a block, in order,
+            // is as sparse; only a second touch here makes the run dense.
+            self.next = 0;
             self.small(page, page, page + PAGE, write);
             stats::SPARSE.fetch_add(1, Ordering::Relaxed);
             return;
