@@ -16,18 +16,23 @@ struct Hierarchy {
     root: &'static [u8],
     limit: &'static [u8],
     usage: &'static [u8],
+    /// `memory.stat`'s line of the cgroup's inactive file pages, which the
+    /// usage counts and reclaim takes first.
+    inactive_file: &'static [u8],
 }
 
 const V2: Hierarchy = Hierarchy {
     root: b"/sys/fs/cgroup",
     limit: b"memory.max",
     usage: b"memory.current",
+    inactive_file: b"inactive_file ",
 };
 
 const V1: Hierarchy = Hierarchy {
     root: b"/sys/fs/cgroup/memory",
     limit: b"memory.limit_in_bytes",
     usage: b"memory.usage_in_bytes",
+    inactive_file: b"total_inactive_file ",
 };
 
 /// A line of `/proc/self/cgroup` (`ID:CONTROLLERS:PATH`): the memory
@@ -56,6 +61,13 @@ fn ancestors(path: &[u8]) -> impl Iterator<Item = usize> + '_ {
 /// The number in the file `root` `dir` `/` `name` (`None` for `max`, or a
 /// file that is not there).
 fn read_number(root: &[u8], dir: &[u8], name: &[u8]) -> Option<usize> {
+    let mut buf = [0u8; 64];
+    let n = read_start(root, dir, name, &mut buf)?;
+    parse_size(&buf[..n])
+}
+
+/// The start of the file `root` `dir` `/` `name` into `buf`: its length.
+fn read_start(root: &[u8], dir: &[u8], name: &[u8], buf: &mut [u8]) -> Option<usize> {
     let mut path = [0u8; 512];
     let parts = [root, dir, b"/", name, b"\0"];
     let mut at = 0;
@@ -64,12 +76,23 @@ fn read_number(root: &[u8], dir: &[u8], name: &[u8]) -> Option<usize> {
         at += p.len();
     }
     let path = CStr::from_bytes_until_nul(&path).ok()?;
-    let mut buf = [0u8; 64];
-    let n = sys::read_file_start(path, &mut buf).ok()?;
-    parse_size(&buf[..n])
+    sys::read_file_start(path, buf).ok()
 }
 
-/// The memory the process's cgroups have left, if any has a limit.
+/// The value of `memory.stat`'s line `field` (`"inactive_file "`) in `dir`.
+fn read_stat(h: &Hierarchy, dir: &[u8]) -> Option<usize> {
+    let mut buf = [0u8; 8192];
+    let n = read_start(h.root, dir, b"memory.stat", &mut buf)?;
+    let line = buf[..n]
+        .split(|&b| b == b'\n')
+        .find_map(|l| l.strip_prefix(h.inactive_file))?;
+    parse_size(line)
+}
+
+/// The memory the process's cgroups have left, if any has a limit: its
+/// limit less its usage, plus the inactive file pages the usage counts
+/// (reclaim takes them first: a container that reads files sits near its
+/// limit without being short).
 pub fn room() -> Option<usize> {
     let mut buf = [0u8; 4096];
     let n = sys::read_file_start(c"/proc/self/cgroup", &mut buf).ok()?;
@@ -84,7 +107,8 @@ pub fn room() -> Option<usize> {
                 continue;
             };
             let used = read_number(h.root, dir, h.usage).unwrap_or(0);
-            let room = limit.saturating_sub(used);
+            let file = read_stat(&h, dir).unwrap_or(0);
+            let room = limit.saturating_sub(used).saturating_add(file);
             least = Some(least.map_or(room, |l| l.min(room)));
         }
     }

@@ -2,7 +2,7 @@
 //! trigger on the memory cgroup's `memory.pressure` under v2, and on
 //! `/proc/pressure/memory` where the process may write one: root, or
 //! anyone from Linux 6.4 with a window of whole 2 s) and the cgroup's
-//! `memory.events` (its `high` and `max` counts). When one fires, what the
+//! `memory.events` (its `high` and `oom` counts). When one fires, what the
 //! preload holds beyond what the program uses goes back to the kernel at
 //! once (the cache's free blocks, the lazy reserve's slots), and for
 //! [`PRESSED_MS`] after the last event nothing is filled or kept ahead:
@@ -30,9 +30,9 @@ use crate::sys;
 
 /// How long after the last event nothing is filled ahead.
 const PRESSED_MS: u64 = 5000;
-/// The PSI trigger: some task stalled on memory for 50 ms within 2 s (an
+/// The PSI trigger: some task stalled on memory for 100 ms within 2 s (an
 /// unprivileged trigger's window must be whole 2 s).
-const TRIGGER: &[u8] = b"some 50000 2000000\0";
+const TRIGGER: &[u8] = b"some 100000 2000000\0";
 
 /// A memory cgroup with less room than this is short of memory.
 const LOW_ROOM: usize = 64 << 20;
@@ -49,9 +49,11 @@ fn now_ms() -> u64 {
     t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
-/// Whether memory is short now (an event within [`PRESSED_MS`]).
+/// Whether memory is short now (an event within [`PRESSED_MS`]); no clock
+/// read in a process that never saw one.
 pub fn pressed() -> bool {
-    now_ms() < UNTIL.load(Ordering::Relaxed)
+    let until = UNTIL.load(Ordering::Relaxed);
+    until != 0 && now_ms() < until
 }
 
 /// Starts this process's watcher, once.
@@ -76,8 +78,36 @@ pub fn watch() {
 #[derive(Clone, Copy, PartialEq)]
 enum Source {
     Psi,
-    /// `memory.events`, and its last `high` + `max` count.
+    /// `memory.events`, and its last `high` + `oom` count.
     Events(u64),
+}
+
+/// The watcher's descriptors (-1: none), for a forked child to close: it
+/// has copies and no watcher.
+static FDS: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
+
+/// A forked child: its copies of the descriptors closed, and no watcher
+/// until it holds memory of its own.
+pub fn in_child() {
+    for f in &FDS {
+        let fd = f.swap(-1, Ordering::Relaxed);
+        if fd >= 0 {
+            sys::uffd::close(fd);
+        }
+    }
+    WATCHER.store(0, Ordering::Relaxed);
+}
+
+/// `fd` moved to a number of 512 or above (a program that closes or
+/// reuses low numbers leaves it alone), or kept where none could be had.
+fn high(fd: i32) -> i32 {
+    match sys::dup_above(fd, 512) {
+        Ok(hi) => {
+            sys::uffd::close(fd);
+            hi
+        }
+        Err(_) => fd,
+    }
 }
 
 fn run() {
@@ -93,48 +123,79 @@ fn run() {
         .and_then(|p| sys::psi_trigger(p, TRIGGER));
     let mut path = [0u8; 4096];
     let events = crate::cgroup::v2_file(b"memory.events", &mut path).and_then(sys::open_read);
+    // The machine's stalls count other cgroups' at their own limits: only
+    // for a process in no cgroup of its own.
+    let mut path = [0u8; 4096];
+    let at_root =
+        crate::cgroup::v2_file(b"", &mut path).is_none_or(|p| p.to_bytes() == b"/sys/fs/cgroup/");
+    let system = at_root
+        .then(|| sys::psi_trigger(c"/proc/pressure/memory", TRIGGER))
+        .flatten();
     for (fd, source) in [
         (cgroup, Source::Psi),
-        (
-            sys::psi_trigger(c"/proc/pressure/memory", TRIGGER),
-            Source::Psi,
-        ),
+        (system, Source::Psi),
         (events, Source::Events(0)),
     ] {
         if let Some(fd) = fd {
+            let fd = high(fd);
+            FDS[n].store(fd, Ordering::Relaxed);
             fds[n].fd = fd;
             what[n] = match source {
-                Source::Events(_) => Source::Events(limit_events(fd)),
+                Source::Events(_) => Source::Events(limit_events(fd).unwrap_or(0)),
                 s => s,
             };
             n += 1;
         }
     }
+    let mut looked = now_ms();
     loop {
-        // SAFETY: `fds[..n]` are live pollfds of this thread.
+        // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the
+        // program closed says POLLNVAL, and is dropped).
         let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, 1000) };
-        if r < 0 {
-            continue;
-        }
-        if r == 0 {
-            if low() {
-                press();
-            }
-            continue;
-        }
         let mut fired = false;
-        for i in 0..n {
-            if fds[i].revents == 0 {
+        let mut i = 0;
+        while r > 0 && i < n {
+            let ev = fds[i].revents;
+            let dead = match what[i] {
+                // A trigger fires with POLLPRI alone; a cgroup removed
+                // answers POLLERR on every poll from then on.
+                Source::Psi => {
+                    fired |= ev == libc::POLLPRI;
+                    ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
+                }
+                // A change says POLLPRI | POLLERR; reading it takes the
+                // change, so the next poll waits again.
+                Source::Events(last) if ev != 0 => match limit_events(fds[i].fd) {
+                    Some(now) if ev & libc::POLLNVAL == 0 => {
+                        fired |= now > last;
+                        what[i] = Source::Events(now);
+                        false
+                    }
+                    _ => true,
+                },
+                Source::Events(_) => false,
+            };
+            if dead {
+                // Dropped; closed unless the program closed it (its number
+                // may be the program's file now).
+                if ev & libc::POLLNVAL == 0 {
+                    sys::uffd::close(fds[i].fd);
+                }
+                n -= 1;
+                fds.swap(i, n);
+                what.swap(i, n);
+                FDS[i].store(fds[i].fd, Ordering::Relaxed);
+                FDS[n].store(-1, Ordering::Relaxed);
+                fds[n].fd = -1;
                 continue;
             }
-            match what[i] {
-                Source::Psi => fired |= fds[i].revents & libc::POLLPRI != 0,
-                Source::Events(last) => {
-                    let now = limit_events(fds[i].fd);
-                    fired |= now > last;
-                    what[i] = Source::Events(now);
-                }
-            }
+            i += 1;
+        }
+        // The numbers once a second, whatever else happens.
+        let now = now_ms();
+        if now >= looked + 1000 {
+            looked = now;
+            fired |= low();
         }
         if fired {
             press();
@@ -153,21 +214,20 @@ fn low() -> bool {
     short || crate::cgroup::room().is_some_and(|r| r < LOW_ROOM)
 }
 
-/// The `high` and `max` counts of a `memory.events` descriptor, read again.
-fn limit_events(fd: i32) -> u64 {
+/// The `high` and `oom` counts of a `memory.events` descriptor, read
+/// again; `None` where it cannot be read (the cgroup is gone). Not `max`:
+/// a cgroup at its limit with page cache counts one at each reclaim, and
+/// the room it has left, file pages counted, says more (`low`).
+fn limit_events(fd: i32) -> Option<u64> {
     let mut buf = [0u8; 512];
-    let Ok(n) = sys::pread_start(fd, &mut buf) else {
-        return 0;
+    let n = sys::pread_start(fd, &mut buf).ok()?;
+    let count = |l: &[u8]| {
+        let rest = l
+            .strip_prefix(b"high ")
+            .or_else(|| l.strip_prefix(b"oom "))?;
+        std::str::from_utf8(rest).ok()?.trim().parse::<u64>().ok()
     };
-    buf[..n]
-        .split(|&b| b == b'\n')
-        .filter_map(|l| {
-            let rest = l
-                .strip_prefix(b"high ")
-                .or_else(|| l.strip_prefix(b"max "))?;
-            std::str::from_utf8(rest).ok()?.trim().parse::<u64>().ok()
-        })
-        .sum()
+    Some(buf[..n].split(|&b| b == b'\n').filter_map(count).sum())
 }
 
 /// Memory is short: everything held ahead goes back now, nothing is filled

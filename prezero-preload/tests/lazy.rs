@@ -415,7 +415,9 @@ fn the_preload_stress_modes_under_the_lazy_mode() {
     ] {
         run_as(b, exe, args, &[low], Duration::from_secs(120)).ok();
     }
-    let r = run_as(b, exe, &["vmas", "20000"], &[low], Duration::from_secs(120));
+    // Slow under TCG (the guests), where each first touch of a block is a
+    // fault served a page.
+    let r = run_as(b, exe, &["vmas", "20000"], &[low], Duration::from_secs(300));
     r.ok();
     let text = &r.stdout;
     let num = |after: &str| -> f64 {

@@ -30,6 +30,7 @@ pub(super) extern "C" fn after_fork() {
 
 /// After `fork`, in the child: starts its cache anew, without a scrubber.
 pub(super) extern "C" fn in_child() {
+    crate::pressure::in_child();
     if !STARTED.load(Ordering::Acquire) {
         return;
     }

@@ -56,6 +56,7 @@ use crate::sys;
 // Only entry.rs calls them, and a test build leaves it out.
 #[cfg(not(test))]
 pub use requests::{alloc, free, realloc, usable_size};
+pub use scrubber::is_scrubber;
 
 /// One lane of the range: a node's, or the unbound one (see `nodes.rs`).
 struct Lane {

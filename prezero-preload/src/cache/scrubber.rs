@@ -9,7 +9,7 @@
 //! that long, so the next request takes zeroes while the block just freed
 //! is scrubbed. Memory going back (idle, cap) ends the spare.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::range::release_one;
 use super::requests::take;
@@ -41,7 +41,17 @@ pub(super) fn ensure_scrubber() {
 
 /// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
 /// Dirty blocks with streaming stores, and populates the spare.
+/// The scrubber thread's id: the lazy mode's handler serves its populating
+/// fills huge pages at once.
+static TID: AtomicU32 = AtomicU32::new(0);
+
+/// Whether `tid` is this process's scrubber.
+pub fn is_scrubber(tid: u32) -> bool {
+    tid != 0 && TID.load(Ordering::Relaxed) == tid
+}
+
 fn scrub() {
+    TID.store(sys::gettid(), Ordering::Relaxed);
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut g = lock();
     let prefill = std::mem::take(&mut g.cache().prefill);

@@ -177,12 +177,12 @@ impl Handler {
             self.small(page, page, to, write);
             return;
         };
-        // A first touch of a block away from the last one served gets its
-        // page alone, as the kernel gives a program that did not ask for
-        // huge pages (THP `always` asks for all): a sparse table costs what
-        // it touches, and a read the zero page. A second touch of the block
+        // A first touch of an empty block outside a dense run gets its page
+        // alone, as the kernel gives a program that did not ask for huge
+        // pages (THP `always` asks for all): a sparse table costs what it
+        // touches, and a read the zero page. A second touch of the block
         // fills the rest of it; the block after it gets a huge page.
-        if block != self.next && !thp_always() && is_empty(block, HUGE) {
+        if !thp_always() && is_empty(block, HUGE) && !self.dense(&mut g, block, tid) {
             self.window = 0;
             // Not the next block: a table touched once a block, in order,
             // is as sparse; only a second touch here makes the run dense.
@@ -205,7 +205,7 @@ impl Handler {
             MoveIn::Populated => {
                 self.window = 0;
                 self.next = block + HUGE;
-                self.small(page, page, block + HUGE, write);
+                self.fill_rest(page, block);
                 return;
             }
             MoveIn::Unavailable => {
@@ -236,6 +236,40 @@ impl Handler {
             b += HUGE;
         }
         self.next = b;
+    }
+
+    /// Whether a first touch of the empty `block` is part of a dense run:
+    /// the block after the last one served, a block whose previous one is
+    /// wholly populated (a stream of its own, served between others'), one
+    /// the program asked huge pages for, or a touch of the preload's own
+    /// scrubber (its populating fills).
+    fn dense(&self, g: &mut PopGuard, block: usize, tid: u32) -> bool {
+        let prev = block.wrapping_sub(HUGE);
+        block == self.next
+            || g.table().asked_huge(block)
+            || crate::cache::is_scrubber(tid)
+            || (block >= HUGE
+                && (g.table().find(prev).is_some() || crate::cache::owns(prev))
+                && is_full(prev, HUGE))
+    }
+
+    /// A second touch of a block whose first got its page alone: real zeroed
+    /// pages (a read too: the zero page over a dense block would cost a
+    /// copy-on-write fault a page) from the faulting page on, then in every
+    /// other hole of the block.
+    fn fill_rest(&mut self, page: usize, block: usize) {
+        if !self.small(page, page, block + HUGE, true) || guarded(block, HUGE) {
+            return;
+        }
+        let mut holes = [uffd::Region::default(); 32];
+        let pm = super::PAGEMAP.load(Ordering::Relaxed);
+        if let Ok((n, _)) = uffd::scan_missing(pm, block, block + HUGE, &mut holes) {
+            for h in &holes[..n] {
+                if let Ok(filled) = self.fill(h.start as usize, h.end as usize, true) {
+                    stats::SMALL.fetch_add((filled / PAGE) as u64, Ordering::Relaxed);
+                }
+            }
+        }
     }
 
     /// The end of the registered memory `[block, block + HUGE)` lies wholly
@@ -439,4 +473,12 @@ impl Handler {
             uffd::zeropage(self.fd, from, to - from)
         }
     }
+}
+
+/// Whether every page of `[at, at + len)` is present or swapped out (false
+/// if the kernel cannot say).
+fn is_full(at: usize, len: usize) -> bool {
+    let mut out = [uffd::Region::default(); 1];
+    let pm = super::PAGEMAP.load(Ordering::Relaxed);
+    matches!(uffd::scan_missing(pm, at, at + len, &mut out), Ok((0, _)))
 }

@@ -336,6 +336,8 @@ pub unsafe fn madvise(addr: usize, len: usize, advice: i32) -> Result<(), Errno>
     r?;
     if advice == libc::MADV_HUGEPAGE && ours && active() {
         let mut g = PopGuard::program();
+        // Its first touches get huge pages, as the kernel would give.
+        g.table().ask_huge(addr, end);
         g.table().each_within(addr, end, |r| {
             let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
         });

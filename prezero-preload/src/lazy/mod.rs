@@ -666,6 +666,7 @@ pub fn register_cache_again(_: &PopGuard) {
 }
 
 extern "C" fn in_child() {
+    crate::pressure::in_child();
     if STATE.load(Ordering::Acquire) != ON {
         return;
     }

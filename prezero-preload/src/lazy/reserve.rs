@@ -23,7 +23,9 @@
 //! fill on a node out of memory call the OOM killer; a page the kernel put
 //! elsewhere is dropped), and one unbound for spread policies. A lane has
 //! its own counts, cursor, worker and fill switch; a slot's lane is its
-//! index over the lane's length. A lane without a worker takes no page
+//! index over the lane's length. Each lane has as many slots as the reserve
+//! holds, and together they hold no more: a program on one node has all of
+//! it. A lane without a worker takes no page
 //! back: nothing would scrub or give it back. On one node there is one
 //! lane.
 //!
@@ -106,32 +108,32 @@ static PRESSED_UNTIL: AtomicU64 = AtomicU64::new(0);
 /// How long a slot the kernel took holds filling back.
 const PRESSED_MS: u64 = 5000;
 
-/// Maps the reserve for `bytes` (rounded down to slots, at most
-/// [`MAX_SLOTS`]), cut in `lanes` lanes, and registers it with `fd`; its
-/// slot count: none where that would leave a lane no slot. An error where
-/// a lane cannot be placed on its node (one unbound reserve would serve
-/// every node from wherever its worker runs: the lazy mode does not run).
+/// Maps the reserve for `bytes` (rounded down to slots): `lanes` lanes of
+/// that many slots each ([`MAX_SLOTS`] in all at most), which hold no more
+/// than `bytes` together (a program on one node has all of it), and
+/// registers it with `fd`; the slots it may hold. An error where a lane
+/// cannot be placed on its node (one unbound reserve would serve every node
+/// from wherever its worker runs: the lazy mode does not run).
 pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
-    let slots = (bytes / HUGE).min(MAX_SLOTS);
-    if slots == 0 {
+    let per = (bytes / HUGE).min(MAX_SLOTS / lanes.max(1));
+    if per == 0 {
         return Ok(0);
     }
-    let len = slots * HUGE;
+    let len = per * lanes * HUGE;
     let raw = sys::map_noreserve(len + HUGE)?;
     let base = raw.next_multiple_of(HUGE);
     // Failures of the advice only cost speed: small pages to move (the
     // filler then finds them not huge and backs off), or a child's copy.
     let _ = sys::madvise(base, len, Advice::HugePage);
     let _ = sys::madvise(base, len, Advice::DontFork);
-    let per = slots / lanes.max(1);
     let placed = (0..lanes).try_for_each(|l| match super::lanes::node(l) {
-        Some(n) if per > 0 => sys::prefer_node(base + l * per * HUGE, per * HUGE, n),
-        _ => Ok(()),
+        Some(n) => sys::prefer_node(base + l * per * HUGE, per * HUGE, n),
+        None => Ok(()),
     });
-    if per == 0 || placed.is_err() {
+    if let Err(e) = placed {
         // SAFETY: the mapping just made, which nothing uses.
         let _ = unsafe { sys::munmap(raw, len + HUGE) };
-        return placed.map(|()| 0);
+        return Err(e);
     }
     // SAFETY: write-protect mode arms nothing: no fault waits on us.
     if let Err(e) = unsafe { uffd::register(fd, base, len, uffd::Mode::WriteProtect) } {
@@ -142,7 +144,7 @@ pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     BASE.store(base, Ordering::Release);
     LANES.store(lanes, Ordering::Release);
     PER_LANE.store(per, Ordering::Release);
-    Ok(per * lanes)
+    Ok(per)
 }
 
 pub fn slot_addr(i: usize) -> usize {
@@ -234,9 +236,15 @@ pub fn ready(lane_no: usize) -> usize {
     lane(lane_no).ready.load(Ordering::Acquire)
 }
 
-/// Whether lane `lane` has a page in every slot.
+/// Whether lane `lane` may hold no more pages: every slot of it has one,
+/// or the lanes together hold as many as one lane has slots.
 pub fn full(lane_no: usize) -> bool {
-    lane(lane_no).held.load(Ordering::Relaxed) >= PER_LANE.load(Ordering::Acquire)
+    let per = PER_LANE.load(Ordering::Acquire);
+    let all: usize = LANE[..lanes()]
+        .iter()
+        .map(|l| l.held.load(Ordering::Relaxed))
+        .sum();
+    lane(lane_no).held.load(Ordering::Relaxed) >= per || all >= per
 }
 
 /// Lane `lane`'s futex, which its worker sleeps on.

@@ -74,7 +74,8 @@ pub fn print() {
     if FAULTS.load(Relaxed) == 0 && MAPPINGS.load(Relaxed) == 0 && RECYCLED.load(Relaxed) == 0 {
         return;
     }
-    let mut buf = [0u8; 512];
+    const LEN: usize = 768;
+    let mut buf = [0u8; LEN];
     let mut w = &mut buf[..];
     let _ = writeln!(
         w,
@@ -111,7 +112,7 @@ pub fn print() {
             "first touches of a block given their page alone"
         ),
     );
-    let used = 512 - w.len();
+    let used = LEN - w.len();
     crate::sys::write_stderr(&buf[..used]);
 }
 

@@ -11,6 +11,9 @@
 /// Most ranges: a JVM's heap, code cache and metaspace, or a jemalloc
 /// process's extents, fit many times over.
 pub const MAX_MAPPINGS: usize = 1024;
+/// Most ranges the program asked huge pages for (`MADV_HUGEPAGE`); past
+/// that every block counts as asked.
+pub const MAX_HUGE: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Range {
@@ -23,6 +26,12 @@ const NONE: Range = Range { start: 0, end: 0 };
 pub struct Table {
     list: [Range; MAX_MAPPINGS],
     n: usize,
+    /// Where the program asked for huge pages (the registration undoes the
+    /// advice itself: the kernel would fault a huge page in before it
+    /// reports the fault), unordered; `all_huge` once it overflowed.
+    huge: [Range; MAX_HUGE],
+    n_huge: usize,
+    all_huge: bool,
 }
 
 impl Table {
@@ -30,6 +39,9 @@ impl Table {
         Table {
             list: [NONE; MAX_MAPPINGS],
             n: 0,
+            huge: [NONE; MAX_HUGE],
+            n_huge: 0,
+            all_huge: false,
         }
     }
 
@@ -85,10 +97,39 @@ impl Table {
         true
     }
 
+    /// The program asked for huge pages on `[start, end)`.
+    pub fn ask_huge(&mut self, start: usize, end: usize) {
+        if self.n_huge == MAX_HUGE {
+            self.all_huge = true;
+        } else {
+            self.huge[self.n_huge] = Range { start, end };
+            self.n_huge += 1;
+        }
+    }
+
+    /// Whether the program asked for huge pages at `addr`.
+    pub fn asked_huge(&self, addr: usize) -> bool {
+        self.all_huge
+            || self.huge[..self.n_huge]
+                .iter()
+                .any(|r| r.start <= addr && addr < r.end)
+    }
+
     /// Takes `[start, end)` out of every entry. An entry that holds it with
     /// room on both sides is split; with no room for the second half, that
     /// half is returned (no longer tracked: the caller unregisters it).
     pub fn remove(&mut self, start: usize, end: usize) -> Option<Range> {
+        // An advice over any of it is forgotten whole: at worst a block
+        // there gets a small first page, as the kernel would give.
+        let mut k = 0;
+        while k < self.n_huge {
+            if self.huge[k].start < end && start < self.huge[k].end {
+                self.n_huge -= 1;
+                self.huge[k] = self.huge[self.n_huge];
+            } else {
+                k += 1;
+            }
+        }
         let mut i = self.first_after(start);
         let mut lost = None;
         while i < self.n && self.list[i].start < end {
@@ -131,6 +172,8 @@ impl Table {
     pub fn clear(&mut self) {
         self.list[..self.n].fill(NONE);
         self.n = 0;
+        self.n_huge = 0;
+        self.all_huge = false;
     }
 
     #[cfg(test)]
@@ -185,6 +228,20 @@ mod tests {
         assert_eq!(t.len(), 3);
         t.clear();
         assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn huge_pages_asked_for_and_forgotten() {
+        let mut t = Table::new();
+        assert!(t.insert(r(0, 1000)));
+        t.ask_huge(100, 200);
+        assert!(t.asked_huge(150) && !t.asked_huge(200) && !t.asked_huge(50));
+        assert_eq!(t.remove(190, 210), None);
+        assert!(!t.asked_huge(150), "forgotten with what was unmapped");
+        for i in 0..=MAX_HUGE {
+            t.ask_huge(i * 10, i * 10 + 5);
+        }
+        assert!(t.asked_huge(999_999), "overflowed: everything");
     }
 
     #[test]

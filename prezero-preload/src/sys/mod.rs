@@ -523,6 +523,14 @@ pub fn psi_trigger(path: &CStr, trigger: &[u8]) -> Option<c_int> {
     Some(fd)
 }
 
+/// The calling thread's id.
+///
+/// pre: none.
+pub fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
 /// The C library's text for `e` ("Operation not permitted"), for the one
 /// line a failure prints.
 ///

@@ -375,6 +375,36 @@ pub fn scan(
     ret: u64,
     out: &mut [Region],
 ) -> Result<(usize, usize), Errno> {
+    scan_with(pagemap, start, end, 0, all, any, ret, out)
+}
+
+/// The runs of pages in `[start, end)` neither present nor swapped out
+/// (never touched, or dropped), into `out`: how many, and where the walk
+/// stopped.
+///
+/// pre: none (a read of this process's own page tables).
+pub fn scan_missing(
+    pagemap: c_int,
+    start: usize,
+    end: usize,
+    out: &mut [Region],
+) -> Result<(usize, usize), Errno> {
+    let here = PAGE_IS_PRESENT | PAGE_IS_SWAPPED;
+    scan_with(pagemap, start, end, here, here, 0, here, out)
+}
+
+/// `PAGEMAP_SCAN` with the categories of `inverted` counted when absent.
+#[allow(clippy::too_many_arguments)]
+fn scan_with(
+    pagemap: c_int,
+    start: usize,
+    end: usize,
+    inverted: u64,
+    all: u64,
+    any: u64,
+    ret: u64,
+    out: &mut [Region],
+) -> Result<(usize, usize), Errno> {
     inject!(Pagemap, libc::ENOMEM);
     let mut arg = ScanArg {
         size: std::mem::size_of::<ScanArg>() as u64,
@@ -385,7 +415,7 @@ pub fn scan(
         vec: out.as_mut_ptr() as u64,
         vec_len: out.len() as u64,
         max_pages: 0,
-        category_inverted: 0,
+        category_inverted: inverted,
         category_mask: all,
         category_anyof_mask: any,
         return_mask: ret,
