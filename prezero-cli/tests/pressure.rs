@@ -153,24 +153,46 @@ fn high_role() {
     std::thread::sleep(Duration::from_millis(2500));
 }
 
-/// A v2 memory cgroup of the test's own with `memory.max` at `max`: its
-/// directory, or `None` (v1, not root).
-fn cgroup_with_max(max: usize) -> Option<std::path::PathBuf> {
+/// A v2 memory cgroup of the test's own (`name` and the pid) with
+/// `memory.max` at `max`: its directory; or, where none can be made
+/// (cgroup v1, not root), `None`, said (a failure where PREZERO_REQUIRE
+/// has memcg: the guests on 6.12).
+fn cgroup_with_max(name: &str, max: usize) -> Option<std::path::PathBuf> {
     // A v2 root whose children may have the memory controller.
-    let control = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").ok()?;
-    if !control.split_whitespace().any(|c| c == "memory") {
-        return None;
-    }
-    let dir = std::path::PathBuf::from(format!(
-        "/sys/fs/cgroup/prezero-pressure-{}",
-        std::process::id()
-    ));
-    std::fs::create_dir(&dir).ok()?;
-    if std::fs::write(dir.join("memory.max"), max.to_string()).is_err() {
+    let control = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control");
+    let dir = std::path::PathBuf::from(format!("/sys/fs/cgroup/{name}-{}", std::process::id()));
+    if control.is_ok_and(|c| c.split_whitespace().any(|c| c == "memory"))
+        && std::fs::create_dir(&dir).is_ok()
+    {
+        if std::fs::write(dir.join("memory.max"), max.to_string()).is_ok() {
+            return Some(dir);
+        }
         let _ = std::fs::remove_dir(&dir);
-        return None;
     }
-    Some(dir)
+    let why = "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
+    assert!(
+        !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
+        "PREZERO_REQUIRE has memcg but the test would skip: {why}"
+    );
+    eprintln!("skipped: {why}");
+    None
+}
+
+/// Runs `prezero run ARGS -- this-test --exact ROLE` in the cgroup `dir`
+/// (the role's first instruction puts it there), with its stats line.
+fn run_in(dir: &std::path::Path, args: &str, role: &str) -> std::process::Output {
+    let script = format!(
+        "echo $$ > {} && exec \"$0\" run {args} -- \"$1\" --exact {role} --ignored --nocapture",
+        dir.join("cgroup.procs").display()
+    );
+    Command::new("sh")
+        .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])
+        .arg(std::env::current_exe().unwrap())
+        .env("PREZERO_PRESSURE_ROLE", "1")
+        .env("PREZERO_STATS", "1")
+        .env_remove("LD_PRELOAD")
+        .output()
+        .unwrap()
 }
 
 /// Near its cgroup's `memory.max` (the kernel reclaims there and counts
@@ -178,27 +200,10 @@ fn cgroup_with_max(max: usize) -> Option<std::path::PathBuf> {
 /// run` gives back what its cache holds, and says so on its stats line.
 #[test]
 fn the_cache_gives_back_when_the_cgroup_is_near_its_limit() {
-    let Some(dir) = cgroup_with_max(256 * MB) else {
-        let why =
-            "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
-        assert!(
-            !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
-            "PREZERO_REQUIRE has memcg but the test would skip: {why}"
-        );
-        return eprintln!("skipped: {why}");
+    let Some(dir) = cgroup_with_max("prezero-pressure", 256 * MB) else {
+        return;
     };
-    let script = format!(
-        "echo $$ > {} && exec \"$0\" run -- \"$1\" --exact high_role --ignored --nocapture",
-        dir.join("cgroup.procs").display()
-    );
-    let out = Command::new("sh")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])
-        .arg(std::env::current_exe().unwrap())
-        .env("PREZERO_PRESSURE_ROLE", "1")
-        .env("PREZERO_STATS", "1")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
+    let out = run_in(&dir, "", "high_role");
     let events = std::fs::read_to_string(dir.join("memory.events")).unwrap_or_default();
     let _ = std::fs::remove_dir(&dir);
     let said = String::from_utf8_lossy(&out.stderr);
@@ -256,37 +261,10 @@ fn sparse_role() {
 /// a 2 MiB one.
 #[test]
 fn a_sparse_table_fits_a_small_memory_cgroup_under_lazy() {
-    let control =
-        std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control").unwrap_or_default();
-    let dir = std::path::PathBuf::from(format!(
-        "/sys/fs/cgroup/prezero-sparse-{}",
-        std::process::id()
-    ));
-    if !control.split_whitespace().any(|c| c == "memory")
-        || std::fs::create_dir(&dir).is_err()
-        || std::fs::write(dir.join("memory.max"), (512 * MB).to_string()).is_err()
-    {
-        let _ = std::fs::remove_dir(&dir);
-        let why =
-            "no cgroup v2 memory controller to make a cgroup in (cgroup v1 here, or not root)";
-        assert!(
-            !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
-            "PREZERO_REQUIRE has memcg but the test would skip: {why}"
-        );
-        return eprintln!("skipped: {why}");
-    }
-    let script = format!(
-        "echo $$ > {} && exec \"$0\" run --lazy -- \"$1\" --exact sparse_role --ignored --nocapture",
-        dir.join("cgroup.procs").display()
-    );
-    let out = Command::new("sh")
-        .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])
-        .arg(std::env::current_exe().unwrap())
-        .env("PREZERO_PRESSURE_ROLE", "1")
-        .env("PREZERO_STATS", "1")
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
+    let Some(dir) = cgroup_with_max("prezero-sparse", 512 * MB) else {
+        return;
+    };
+    let out = run_in(&dir, "--lazy", "sparse_role");
     let peak = std::fs::read_to_string(dir.join("memory.peak")).unwrap_or_default();
     let _ = std::fs::remove_dir(&dir);
     let said = String::from_utf8_lossy(&out.stderr);

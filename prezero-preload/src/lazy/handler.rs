@@ -33,9 +33,10 @@
 //!
 //! Page size: the first touch of an empty block away from the last one
 //! served gets its page alone (a read the zero page), as the kernel gives a
-//! program that did not ask for huge pages; a second touch there fills the
-//! rest of the block with small pages, and the block after it gets a huge
-//! page (one touch a block, even in order, stays sparse). Under THP `always` every block does. A sparse table costs what it
+//! program that did not ask for huge pages; a write beside a page present
+//! there fills the rest of the block with small pages (other touches get
+//! their page alone), and the block after a whole one gets a huge page
+//! (one touch a block, even in order, stays sparse). Under THP `always` every block does. A sparse table costs what it
 //! touches.
 //!
 //! Readahead: after a fault in the block right after the last one served
@@ -205,7 +206,7 @@ impl Handler {
             MoveIn::Populated => {
                 self.window = 0;
                 self.next = block + HUGE;
-                self.fill_rest(page, block);
+                self.fill_rest(page, block, write);
                 return;
             }
             MoveIn::Unavailable => {
@@ -253,11 +254,21 @@ impl Handler {
                 && is_full(prev, HUGE))
     }
 
-    /// A second touch of a block whose first got its page alone: real zeroed
-    /// pages (a read too: the zero page over a dense block would cost a
-    /// copy-on-write fault a page) from the faulting page on, then in every
-    /// other hole of the block.
-    fn fill_rest(&mut self, page: usize, block: usize) {
+    /// A later touch of a block whose first got its page alone. A read: the
+    /// zero page up to the next page present (no memory). A write beside a
+    /// page present (a dense run): real zeroed pages from it on, then in
+    /// every other hole of the block. Another write: its page alone, as the
+    /// kernel gives it (a table with a few entries a block stays small).
+    fn fill_rest(&mut self, page: usize, block: usize, write: bool) {
+        let beside = |p: usize| p >= block && p < block + HUGE && !is_empty(p, PAGE);
+        if !write {
+            self.small(page, page, block + HUGE, false);
+            return;
+        }
+        if !beside(page.wrapping_sub(PAGE)) && !beside(page + PAGE) {
+            self.small(page, page, page + PAGE, true);
+            return;
+        }
         if !self.small(page, page, block + HUGE, true) || guarded(block, HUGE) {
             return;
         }

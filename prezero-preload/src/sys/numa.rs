@@ -106,33 +106,19 @@ impl RawPolicy {
 ///
 /// pre: none.
 pub fn node_allowed(node: u32) -> bool {
-    let mut p = RawPolicy {
-        mode: 0,
-        mask: [0; MASK_WORDS],
-    };
-    // SAFETY: both out-pointers are the local's fields, of the sizes given.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_get_mempolicy,
-            &mut p.mode as *mut c_int,
-            p.mask.as_mut_ptr(),
-            (MASK_WORDS * 64) as libc::c_ulong,
-            0usize,
-            MPOL_F_MEMS_ALLOWED,
-        )
-    };
     let n = node as usize;
-    r != 0 || (n < MASK_WORDS * 64 && p.mask[n / 64] & (1 << (n % 64)) != 0)
+    get_mempolicy(0, MPOL_F_MEMS_ALLOWED)
+        .is_none_or(|p| n < MASK_WORDS * 64 && p.mask[n / 64] & (1 << (n % 64)) != 0)
 }
 
-/// `get_mempolicy` of the calling thread (`addr` 0), or of the mapping at
-/// `addr`.
-fn get_policy(addr: usize) -> Option<RawPolicy> {
+/// `get_mempolicy(addr, flags)`: the calling thread's policy (0, 0), the
+/// mapping's at `addr` (`MPOL_F_ADDR`), or the nodes allowed (the mask of
+/// `MPOL_F_MEMS_ALLOWED`).
+fn get_mempolicy(addr: usize, flags: libc::c_ulong) -> Option<RawPolicy> {
     let mut p = RawPolicy {
         mode: 0,
         mask: [0; MASK_WORDS],
     };
-    let flags = if addr == 0 { 0 } else { MPOL_F_ADDR };
     // SAFETY: both out-pointers are the local's fields, of the sizes given;
     // an address is only looked up, never accessed.
     let r = unsafe {
@@ -153,7 +139,7 @@ fn get_policy(addr: usize) -> Option<RawPolicy> {
 ///
 /// pre: none.
 pub fn raw_thread_policy() -> Option<RawPolicy> {
-    get_policy(0)
+    get_mempolicy(0, 0)
 }
 
 /// The calling thread's memory policy. A kernel without NUMA (ENOSYS) has
@@ -170,7 +156,7 @@ pub fn thread_policy() -> Policy {
 ///
 /// pre: none.
 pub fn range_policy(addr: usize) -> Option<Policy> {
-    let p = get_policy(addr.max(1))?;
+    let p = get_mempolicy(addr.max(1), MPOL_F_ADDR)?;
     (p.mode & 0xff != libc::MPOL_DEFAULT).then(|| p.policy())
 }
 
