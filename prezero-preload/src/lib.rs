@@ -26,6 +26,9 @@
 //!   in from a reserve, and the program's own large mappings with them.
 //! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
 //!   pressure what is held ahead goes back.
+//! * `threads.rs`: the preload's threads, stopped around the calls the
+//!   program's threads must make alone (`set*id`, `unshare` of a user
+//!   namespace) and started again after.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
@@ -52,6 +55,7 @@ mod pressure;
 mod size;
 mod stats;
 mod sys;
+mod threads;
 
 #[cfg(not(test))]
 mod entry;

@@ -67,11 +67,10 @@ pub fn watch() {
     {
         return;
     }
-    // Every signal blocked: a program's handler run on it could wait on the
-    // lazy mode's handler, which may wait on the cache's lock this holds.
-    let old = sys::uffd::block_signals();
-    let _ = sys::spawn("prezero-psi", run);
-    sys::uffd::restore_signals(&old);
+    // Every signal blocked (as each of ours): a program's handler run on it
+    // could wait on the lazy mode's handler, which may wait on the cache's
+    // lock this holds.
+    let _ = crate::threads::spawn("prezero-psi", run);
 }
 
 /// What a watched descriptor is.
@@ -80,22 +79,49 @@ enum Source {
     Psi,
     /// `memory.events`, and its last `high` + `oom` count.
     Events(u64),
+    /// The read end of the pipe a pause writes to (`crate::threads`).
+    Bell,
 }
 
 /// The watcher's descriptors (-1: none), for a forked child to close: it
 /// has copies and no watcher.
-static FDS: [AtomicI32; 3] = [const { AtomicI32::new(-1) }; 3];
+static FDS: [AtomicI32; 4] = [const { AtomicI32::new(-1) }; 4];
+/// The bell pipe's write end (-1: none), and the pipe's identity (device,
+/// inode): a number the program closed and reused is not written to.
+static BELL: AtomicI32 = AtomicI32::new(-1);
+static BELL_ID: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 
-/// A forked child: its copies of the descriptors closed, and no watcher
-/// until it holds memory of its own.
-pub fn in_child() {
-    for f in &FDS {
+/// Whether `fd` is still the bell pipe (either end).
+fn is_bell(fd: i32) -> bool {
+    sys::uffd::identity(fd).is_ok_and(|(dev, ino)| {
+        dev == BELL_ID[0].load(Ordering::Relaxed) && ino == BELL_ID[1].load(Ordering::Relaxed)
+    })
+}
+
+/// Closes the watcher's descriptors (a forked child's copies, or the
+/// watcher's own as it returns for a pause).
+fn close_all() {
+    for f in FDS.iter().chain([&BELL]) {
         let fd = f.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
             sys::uffd::close(fd);
         }
     }
+}
+
+/// A forked child: its copies of the descriptors closed, and no watcher
+/// until it holds memory of its own.
+pub fn in_child() {
+    close_all();
     WATCHER.store(0, Ordering::Relaxed);
+}
+
+/// Wakes the watcher for a pause (`threads::stopping` is set).
+pub fn wake() {
+    let fd = BELL.load(Ordering::SeqCst);
+    if fd >= 0 && WATCHER.load(Ordering::Relaxed) == sys::getpid() && is_bell(fd) {
+        let _ = sys::write_byte(fd);
+    }
 }
 
 /// `fd` moved to a number of 512 or above (a program that closes or
@@ -115,8 +141,8 @@ fn run() {
         fd: -1,
         events: libc::POLLPRI,
         revents: 0,
-    }; 3];
-    let mut what = [Source::Psi; 3];
+    }; 4];
+    let mut what = [Source::Psi; 4];
     let mut n = 0;
     let mut path = [0u8; 4096];
     let cgroup = crate::cgroup::v2_file(b"memory.pressure", &mut path)
@@ -131,15 +157,28 @@ fn run() {
     let system = at_root
         .then(|| sys::psi_trigger(c"/proc/pressure/memory", TRIGGER))
         .flatten();
+    let bell = sys::pipe().ok().map(|(r, w)| {
+        let w = high(w);
+        if let Ok((dev, ino)) = sys::uffd::identity(w) {
+            BELL_ID[0].store(dev, Ordering::Relaxed);
+            BELL_ID[1].store(ino, Ordering::Relaxed);
+        }
+        BELL.store(w, Ordering::SeqCst);
+        r
+    });
     for (fd, source) in [
         (cgroup, Source::Psi),
         (system, Source::Psi),
         (events, Source::Events(0)),
+        (bell, Source::Bell),
     ] {
         if let Some(fd) = fd {
             let fd = high(fd);
             FDS[n].store(fd, Ordering::Relaxed);
             fds[n].fd = fd;
+            if source == Source::Bell {
+                fds[n].events = libc::POLLIN;
+            }
             what[n] = match source {
                 Source::Events(_) => Source::Events(limit_events(fd).unwrap_or(0)),
                 s => s,
@@ -149,6 +188,14 @@ fn run() {
     }
     let mut looked = now_ms();
     loop {
+        // After the bell is set up: a pause that found none set the flag
+        // before.
+        if crate::threads::stopping() {
+            close_all();
+            WATCHER.store(0, Ordering::Relaxed);
+            crate::threads::stopped(crate::threads::Owner::Pressure);
+            return;
+        }
         // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the
         // program closed says POLLNVAL, and is dropped).
         let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, 1000) };
@@ -174,11 +221,23 @@ fn run() {
                     _ => true,
                 },
                 Source::Events(_) => false,
+                // Read at the loop's top; a number the program reused is
+                // its file, dropped and left open.
+                Source::Bell if ev != 0 => {
+                    if ev & libc::POLLNVAL != 0 || !is_bell(fds[i].fd) {
+                        fds[i].revents = libc::POLLNVAL;
+                        true
+                    } else {
+                        sys::drain(fds[i].fd);
+                        false
+                    }
+                }
+                Source::Bell => false,
             };
             if dead {
                 // Dropped; closed unless the program closed it (its number
                 // may be the program's file now).
-                if ev & libc::POLLNVAL == 0 {
+                if fds[i].revents & libc::POLLNVAL == 0 {
                     sys::uffd::close(fds[i].fd);
                 }
                 n -= 1;

@@ -618,8 +618,10 @@ fn valgrind_memcheck_under_the_preload() {
 }
 
 /// A library preloaded into every program exports the allocator's entry
-/// points, the mapping calls the lazy mode takes, the descriptor calls that
-/// would close its descriptors, the locking calls, and nothing else: not
+/// points, the mapping calls the lazy mode takes (and `mincore`), the
+/// descriptor calls that would close its descriptors, the locking calls,
+/// the calls its threads step aside for (`set*id`, `setgroups`, `unshare`,
+/// `setns`), and nothing else: not
 /// prezero's `pz_*` C API, which rustc's version script would export from a
 /// dependency built with it.
 #[test]
@@ -658,6 +660,7 @@ fn exports_only_the_allocator() {
             "malloc",
             "malloc_usable_size",
             "memalign",
+            "mincore",
             "mlock",
             "mlock2",
             "mlockall",
@@ -670,7 +673,18 @@ fn exports_only_the_allocator() {
             "pvalloc",
             "realloc",
             "reallocarray",
-            "valloc"
+            "setegid",
+            "seteuid",
+            "setgid",
+            "setgroups",
+            "setns",
+            "setregid",
+            "setresgid",
+            "setresuid",
+            "setreuid",
+            "setuid",
+            "unshare",
+            "valloc",
         ]
     );
 }

@@ -30,6 +30,19 @@
  *                  pages (MADV_HUGEPAGE) and written: how much of it is in
  *                  huge pages (AnonHugePages)
  *   collapse       MADV_COLLAPSE of a written 4 MiB mapping: refused or not
+ *   unshare-user   unshare(CLONE_NEWUSER), which the kernel allows only a
+ *                  single-threaded process, between two 64 MiB calloc
+ *                  blocks touched
+ *   setpriv        as root, a setpriv-style drop between two 64 MiB calloc
+ *                  blocks touched: PR_SET_KEEPCAPS, setresuid to 65534,
+ *                  CAP_SETGID made effective for the calling thread alone
+ *                  (capset), setresgid to 65534 (glibc makes every thread
+ *                  repeat it, and aborts if one fails)
+ *   mincore        2048 pages written one by one from the start of a 16 MiB
+ *                  mapping: how many mincore reports resident
+ *   mincore-race   two threads write every page of their half of a 256 MiB
+ *                  mapping in order while a third calls mincore over all of
+ *                  it, again and again: every byte written is there after
  *   guard          a guard page (MADV_GUARD_INSTALL, 6.13) 64 pages after
  *                  one the program then writes, in the same 2 MiB block of
  *                  an 8 MiB mapping: writing the guard page raises SIGSEGV
@@ -40,6 +53,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <linux/audit.h>
+#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
@@ -319,6 +333,116 @@ static void mode_collapse(void) {
     munmap(p, 6 * MB);
 }
 
+/* The process's threads, on stderr (not compared: the preload's are there). */
+static void say_threads(const char *when) {
+    char line[128];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, "Threads:", 8))
+            fprintf(stderr, "%s: %s", when, line);
+    if (f)
+        fclose(f);
+}
+
+static void mode_unshare_user(void) {
+    touch_calloc("before", 64 * MB);
+    say_threads("unshare-user");
+    if (unshare(CLONE_NEWUSER))
+        printf("unshare-user: %s\n", strerror(errno));
+    else
+        printf("unshare-user: ok\n");
+    touch_calloc("after", 64 * MB);
+}
+
+static void mode_setpriv(void) {
+    if (geteuid() != 0) {
+        printf("skipped: not root\n");
+        return;
+    }
+    touch_calloc("before", 64 * MB);
+    say_threads("setpriv");
+    if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
+        fail("PR_SET_KEEPCAPS: %s", strerror(errno));
+    if (setresuid(65534, 65534, 65534))
+        fail("setresuid: %s", strerror(errno));
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct data[2];
+    if (syscall(SYS_capget, &head, data))
+        fail("capget: %s", strerror(errno));
+    data[0].effective = 1u << CAP_SETGID;
+    if (syscall(SYS_capset, &head, data))
+        fail("capset: %s", strerror(errno));
+    if (setresgid(65534, 65534, 65534))
+        fail("setresgid: %s", strerror(errno));
+    printf("setpriv: uid %d gid %d\n", (int)getuid(), (int)getgid());
+    touch_calloc("after", 64 * MB);
+}
+
+static void mode_mincore(void) {
+    size_t len = 16 * MB, pages = len / PAGE, resident = 0;
+    unsigned char *p = map(len);
+    for (size_t i = 0; i < 2048; i++)
+        p[i * PAGE] = 1;
+    static unsigned char vec[16 * MB / PAGE];
+    if (mincore(p, len, vec))
+        fail("mincore: %s", strerror(errno));
+    for (size_t i = 0; i < pages; i++)
+        resident += vec[i] & 1;
+    printf("mincore: %zu of %zu pages resident\n", resident, pages);
+    munmap(p, len);
+}
+
+#define RACE_LEN (256 * MB)
+static unsigned char *race_map;
+static volatile int race_writers;
+
+static unsigned char race_byte(size_t page) {
+    return (unsigned char)(page * 7 + 1) | 1;
+}
+
+static void *race_writer(void *arg) {
+    size_t half = (size_t)arg, pages = RACE_LEN / PAGE / 2;
+    for (size_t i = half * pages; i < (half + 1) * pages; i++) {
+        race_map[i * PAGE + (i % 64) * 8] = race_byte(i);
+        /* A pause a block: mincore comes between the writes of blocks
+         * moved ahead. */
+        if (i % 512 == 511)
+            usleep(200);
+    }
+    __atomic_fetch_sub(&race_writers, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void mode_mincore_race(void) {
+    static unsigned char vec[RACE_LEN / PAGE];
+    race_map = map(RACE_LEN);
+    race_writers = 2;
+    /* The reserve filled: blocks move ahead of the writers. */
+    sleep(1);
+    pthread_t t[2];
+    for (size_t i = 0; i < 2; i++)
+        pthread_create(&t[i], NULL, race_writer, (void *)i);
+    /* Now and then: blocks moved ahead are written before some mincore,
+     * others not. */
+    for (unsigned n = 0; __atomic_load_n(&race_writers, __ATOMIC_SEQ_CST) > 0; n++) {
+        if (mincore(race_map, RACE_LEN, vec))
+            fail("mincore: %s", strerror(errno));
+        usleep(n % 2 ? 50 : 2000);
+    }
+    for (size_t i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    for (size_t i = 0; i < RACE_LEN / PAGE; i++) {
+        const unsigned char *page = race_map + i * PAGE;
+        for (size_t j = 0; j < PAGE; j++) {
+            unsigned char want = j == (i % 64) * 8 ? race_byte(i) : 0;
+            if (page[j] != want)
+                fail("page %zu byte %zu is %#x, not %#x", i, j, page[j], want);
+        }
+    }
+    printf("mincore-race: every byte as written\n");
+    munmap(race_map, RACE_LEN);
+}
+
 static sigjmp_buf guard_jump;
 
 static void on_segv(int sig) {
@@ -370,10 +494,19 @@ int main(int argc, char **argv) {
         mode_thp_disable();
     else if (!strcmp(mode, "collapse"))
         mode_collapse();
+    else if (!strcmp(mode, "unshare-user"))
+        mode_unshare_user();
+    else if (!strcmp(mode, "setpriv"))
+        mode_setpriv();
+    else if (!strcmp(mode, "mincore"))
+        mode_mincore();
+    else if (!strcmp(mode, "mincore-race"))
+        mode_mincore_race();
     else {
         fprintf(stderr,
                 "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
-                "mlock-mremap|guard|merged-mremap|thp-disable|collapse\n",
+                "mlock-mremap|guard|merged-mremap|thp-disable|collapse|unshare-user|setpriv|mincore|"
+                "mincore-race\n",
                 argv[0]);
         return 2;
     }

@@ -228,6 +228,22 @@ pub fn start(cfg: Config) -> bool {
     true
 }
 
+/// Wakes the scrubber for a pause (`threads::stopping` is set), under the
+/// lock it looks at the flag with: it cannot miss the wake.
+pub fn wake_scrubber() {
+    if STARTED.load(Ordering::Acquire) {
+        let _g = lock();
+        signal_all();
+    }
+}
+
+/// After a pause: the scrubber again.
+pub fn restart_scrubber() {
+    if STARTED.load(Ordering::Acquire) {
+        scrubber::ensure_scrubber();
+    }
+}
+
 /// Gives back every free block with pages (memory is short): a no-op before
 /// the cache starts.
 pub fn give_back_free() {

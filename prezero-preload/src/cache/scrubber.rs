@@ -33,7 +33,7 @@ pub(super) fn ensure_scrubber() {
         }
         g.cache().scrubber = true;
     }
-    if sys::spawn("prezero-scrub", scrub).is_err() {
+    if !crate::threads::spawn("prezero-scrub", scrub) {
         // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
         lock().cache().scrubber = false;
     }
@@ -62,6 +62,12 @@ fn scrub() {
         g = lock();
     }
     loop {
+        // Under the lock, which a pause takes to wake this thread.
+        if crate::threads::stopping() {
+            g.cache().scrubber = false;
+            crate::threads::stopped(crate::threads::Owner::Cache);
+            return;
+        }
         let idle = g.cache().cfg.idle_secs;
         let free = Free::of(&g.cache().cfg);
         if release_one(&mut g, now().saturating_sub(idle.saturating_mul(1000))) {

@@ -54,11 +54,12 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, thp_always,
-    touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
+    ahead, fd, give_up, guarded, is_empty, is_huge, lanes, pause, stats, still_ours, stop,
+    thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
+use crate::threads;
 
 /// The largest readahead window, in blocks.
 const MAX_WINDOW: usize = 8;
@@ -109,6 +110,12 @@ pub fn run() {
     };
     let mut msgs = [Msg::default(); 16];
     loop {
+        // A pause rings the bell and waits in its fault: the handler returns
+        // once it has answered it, or here if there is no bell.
+        if threads::stopping() && !pause::has_bell() {
+            threads::stopped(threads::Owner::Lazy);
+            return;
+        }
         // Looked at before each read: after the program closed the
         // descriptor and opened another file at its number, a read would
         // take that file's bytes (a pipe's), or spin (/dev/null's end).
@@ -126,14 +133,26 @@ pub fn run() {
                 return;
             }
         };
+        let mut rung = false;
         for m in &msgs[..n] {
-            if m.event == uffd::UFFD_EVENT_PAGEFAULT {
+            if m.event == uffd::UFFD_EVENT_PAGEFAULT && pause::is_bell(m.address as usize) {
+                if let Err(e) = pause::answer(h.fd) {
+                    // Its reader waits on: closing the descriptor wakes it.
+                    give_up(Stop::Refused(e));
+                    return;
+                }
+                rung = threads::stopping();
+            } else if m.event == uffd::UFFD_EVENT_PAGEFAULT {
                 let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
                 h.serve(m.address as usize, write, m.thread());
             }
         }
         if h.unregistered > MAX_UNREGISTERED {
             give_up(Stop::Refused(h.error));
+            return;
+        }
+        if rung {
+            threads::stopped(threads::Owner::Lazy);
             return;
         }
     }
@@ -160,7 +179,13 @@ impl Handler {
         }
         let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
-        let Some(mut g) = PopGuard::own_within(POP_WAIT_US) else {
+        // A block being taken back for a `mincore` waits (`ahead.rs`).
+        let within = if ahead::in_flux(block) {
+            u64::MAX
+        } else {
+            POP_WAIT_US
+        };
+        let Some(mut g) = PopGuard::own_within(within) else {
             // The page alone, which needs no lock (a fill stops at a page
             // present): its holder may be waiting on this fault.
             self.window = 0;
@@ -234,6 +259,7 @@ impl Handler {
             {
                 break;
             }
+            ahead::moved_ahead(b);
             b += HUGE;
         }
         self.next = b;

@@ -52,11 +52,13 @@
 //! mode. Its descriptors are closed: the userfaultfd's moves act on the
 //! parent's memory.
 
+mod ahead;
 mod handler;
 #[cfg(not(test))]
 mod interpose;
 mod lanes;
 mod mappings;
+mod pause;
 mod recycle;
 mod reserve;
 pub mod stats;
@@ -70,6 +72,7 @@ use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
+pub use pause::{restart_threads, wake_threads};
 pub use recycle::recycle;
 
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
@@ -366,8 +369,8 @@ fn start() -> Result<(), Why> {
     PAGEMAP.store(pm, Ordering::Release);
     OWNER.store(sys::getpid(), Ordering::Release);
     touch_active();
-    // Before the cache's range is registered: a fault there needs it.
-    if !spawn("prezero-fault", handler::run) {
+    // Before the cache's range is registered: a fault there needs them.
+    if !pause::start_threads() {
         // Nothing is registered to the descriptor that could wait on it.
         uffd::close(pm);
         return Err(fail(Why::Failed(
@@ -375,6 +378,7 @@ fn start() -> Result<(), Why> {
             Errno(libc::EAGAIN),
         )));
     }
+    pause::hang_bell(fd);
     if let Some((base, len)) = crate::cache::range() {
         // SAFETY: the handler thread runs, and answers every fault.
         if unsafe { uffd::register(fd, base, len, uffd::Mode::Missing) }.is_ok() {
@@ -385,11 +389,6 @@ fn start() -> Result<(), Why> {
         reserve::start_filling(lanes::of_caller());
     }
     crate::pressure::watch();
-    // Without them nothing is filled or scrubbed ahead: the handler does it
-    // for each fault, slower.
-    for _ in 0..reserve::lanes() {
-        let _ = spawn("prezero-reserve", worker::run);
-    }
     sys::atfork(None, None, Some(in_child));
     Ok(())
 }
@@ -490,16 +489,6 @@ pub fn closing(lo: i32, hi: i32) {
     }
 }
 
-/// Starts a thread of the lazy mode with every signal blocked: a program's
-/// handler run on it could touch registered memory and wait on itself.
-fn spawn(name: &str, f: fn()) -> bool {
-    let old = uffd::block_signals();
-    let r = sys::spawn(name, f);
-    uffd::restore_signals(&old);
-    r.is_ok()
-}
-
-/// Whether `[at, at + HUGE)` is one PMD-mapped huge page.
 fn is_huge(at: usize) -> bool {
     let mut out = [uffd::Region::default(); 1];
     let pm = PAGEMAP.load(Ordering::Relaxed);

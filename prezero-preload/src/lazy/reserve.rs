@@ -252,6 +252,11 @@ pub fn work(lane_no: usize) -> &'static AtomicU32 {
     &lane(lane_no).work
 }
 
+/// Wakes every lane's worker (a pause asks them to return).
+pub fn wake_all() {
+    LANE[..lanes()].iter().for_each(wake);
+}
+
 fn wake(l: &Lane) {
     l.work.fetch_add(1, Ordering::Release);
     uffd::futex_wake(&l.work);
@@ -364,6 +369,12 @@ pub fn scrub(i: usize, hot: bool) -> bool {
     stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
     set(i, READY);
     true
+}
+
+/// Slot `i` (the caller took it) holds zeroed pages: READY, marked free.
+pub fn keep_zeroed(i: usize) {
+    mark_free(i);
+    set(i, READY);
 }
 
 /// Marks slot `i`'s zeroed pages free (the caller took it): the kernel may

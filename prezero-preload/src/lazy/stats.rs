@@ -41,8 +41,10 @@ pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 /// First touches of a block away from the last served: the page alone.
 pub static SPARSE: AtomicU64 = AtomicU64::new(0);
+/// Blocks moved ahead, never written, taken back before a `mincore`.
+pub static TAKEN_BACK: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 17] = [
+const ALL: [&AtomicU64; 18] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -60,6 +62,7 @@ const ALL: [&AtomicU64; 17] = [
     &UNSERVED,
     &RECLAIMED,
     &SPARSE,
+    &TAKEN_BACK,
 ];
 
 /// A forked child starts its own account.
@@ -82,7 +85,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          ahead of a fault, {} scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}{}",
+         mappings registered{}{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -110,6 +113,10 @@ pub fn print() {
         Note(
             SPARSE.load(Relaxed),
             "first touches of a block given their page alone"
+        ),
+        Note(
+            TAKEN_BACK.load(Relaxed),
+            "blocks moved ahead taken back unwritten for a mincore"
         ),
     );
     let used = LEN - w.len();

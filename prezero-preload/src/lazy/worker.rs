@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
 use crate::sys::uffd;
+use crate::threads;
 
 /// After a fill or a give-back the kernel refused (no memory, locked
 /// memory), the worker waits this long before it tries again.
@@ -18,6 +19,11 @@ const BACKOFF_MS: u64 = 5000;
 
 /// The lane the next worker started serves.
 static NEXT_LANE: AtomicUsize = AtomicUsize::new(0);
+
+/// The next worker started serves the first lane (all are started anew).
+pub fn first_lane() {
+    NEXT_LANE.store(0, Ordering::Relaxed);
+}
 
 pub fn run() {
     let lane = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
@@ -28,6 +34,11 @@ pub fn run() {
     let mut release_from = 0;
     loop {
         let seen = reserve::work(lane).load(Ordering::Acquire);
+        // After `seen`: a pause's wake after this look ends the wait below.
+        if threads::stopping() {
+            threads::stopped(threads::Owner::Lazy);
+            return;
+        }
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
             >= IDLE_MS.load(Ordering::Relaxed);
