@@ -51,6 +51,11 @@ pub fn run(args: &Args) -> Result<()> {
         None => profile::default_path().context("no HOME or XDG_CONFIG_HOME: pass --out PATH")?,
     };
     let sizes = parse_sizes(&args.sizes)?;
+    if !args.check {
+        let dir = path.parent().unwrap_or(std::path::Path::new("."));
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        crate::output::check_writable(&path, "the profile")?;
+    }
     let started = Instant::now();
     let large = parse_size(&args.large)?;
     let measured = measure(&sizes, args.reps, large)?;
@@ -58,8 +63,6 @@ pub fn run(args: &Args) -> Result<()> {
         return check(&path, &measured);
     }
     let file = derive(&measured);
-    let dir = path.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     std::fs::write(&path, file.to_json())
         .with_context(|| format!("cannot write the profile {}", path.display()))?;
     summarise(&file);

@@ -116,6 +116,7 @@ pub struct AllocArgs {
 pub struct StatsArgs {
     #[command(flatten)]
     common: Common,
+    /// One JSON object.
     #[arg(long, conflicts_with = "prometheus")]
     json: bool,
     /// The Prometheus text exposition format (what `prezero serve
@@ -132,6 +133,7 @@ pub struct ChurnArgs {
     /// Largest request (K/M/G suffixes); sizes are uniform in [page, max].
     #[arg(long, default_value = "64M")]
     max: String,
+    /// 2MB or 1GB.
     #[arg(long, default_value = "2MB")]
     page: String,
     /// Seed of the size sequence.
@@ -182,6 +184,11 @@ fn alloc(args: &AllocArgs) -> Result<()> {
         ),
         Source::Local { reason } => ("local", reason.clone(), None),
     };
+    if source == "local" {
+        // Served all the same (`--no-fallback` makes it an error): said
+        // where a script's log keeps it.
+        eprintln!("prezero: the service did not serve this ({detail}): local memory instead");
+    }
     if args.json {
         println!(
             "{}",

@@ -10,6 +10,7 @@ mod calibrate;
 mod client;
 mod exec;
 mod info;
+mod output;
 mod report;
 mod run;
 mod serve;
@@ -59,10 +60,12 @@ fn main() -> ExitCode {
     // SAFETY: restoring the default disposition of a signal has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = Cli::parse();
-    // A mask the CPU cannot honour would make every figure a pretence (the
-    // library has said why on stderr).
-    if prezero::cpu().mask_error.is_some() {
-        eprintln!("prezero: stopping: PREZERO_CPU cannot be honoured on this CPU");
+    // A mask the CPU cannot honour would make every figure a pretence.
+    prezero::cpu::strict_mask();
+    let cpu = prezero::cpu();
+    if let Some(e) = &cpu.mask_error {
+        let mask = cpu.mask.as_deref().unwrap_or_default();
+        eprintln!("prezero: PREZERO_CPU={mask}: {e}; stopping");
         return ExitCode::from(2);
     }
     let result = match cli.command {
@@ -101,8 +104,28 @@ pub(crate) fn message(e: &anyhow::Error) -> String {
 #[cfg(test)]
 mod tests {
     use anyhow::Context;
+    use clap::CommandFactory;
 
-    use super::message;
+    use super::{message, Cli};
+
+    /// `--help` of every command describes every option it lists.
+    #[test]
+    fn every_option_of_every_command_is_described() {
+        fn walk(cmd: &clap::Command, path: &str, bare: &mut Vec<String>) {
+            for arg in cmd.get_arguments() {
+                let id = arg.get_id().as_str();
+                if arg.get_help().is_none() && id != "help" && id != "version" {
+                    bare.push(format!("{path} --{id}"));
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                walk(sub, &format!("{path} {}", sub.get_name()), bare);
+            }
+        }
+        let mut bare = Vec::new();
+        walk(&Cli::command(), "prezero", &mut bare);
+        assert!(bare.is_empty(), "options without a description: {bare:?}");
+    }
 
     #[test]
     fn an_error_says_what_failed_and_why_once() {

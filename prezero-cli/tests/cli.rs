@@ -50,6 +50,10 @@ fn cpu_masks_narrow_and_refuse() {
     let (code, _, err) = run("-no-such-feature", &["info"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("unknown feature 'no-such-feature'"), "{err}");
+    // One line, which says what happens: not the library's "using no
+    // optional CPU feature" before a stop.
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.trim_end().ends_with("; stopping"), "{err}");
     let (code, _, _) = run("x86-64-v9,armv9.9", &["bench", "clear", "--sizes", "4K"]);
     assert_eq!(code, Some(2));
 
@@ -575,6 +579,11 @@ fn client_without_a_service() {
         "/nonexistent/p.sock",
     ]);
     assert!(!ok && err.contains("cannot connect"), "{err}");
+    // Falling back is served, exit 0, and said on stderr.
+    let (ok, out, err) = prezero(&["client", "alloc", "2M", "--socket", "/nonexistent/p.sock"]);
+    assert!(ok, "{err}");
+    assert!(out.contains("from local"), "{out}");
+    assert!(err.contains("the service did not serve this"), "{err}");
 }
 
 const BENCHES: [&str; 6] = ["clear", "mmap", "faults", "pool", "template", "service"];

@@ -363,6 +363,12 @@ fn shorten(reason: &str) -> String {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    if let Some(path) = &args.json_out {
+        crate::output::check_writable(path, "the rows")?;
+    }
+    if let Some(path) = &args.report {
+        crate::output::check_writable(path, "the report")?;
+    }
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if args.reserve && !root {

@@ -34,6 +34,7 @@ pub struct Args {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    crate::output::check_writable(&args.out, "the report")?;
     let mut rows = read_rows(&args.from)?;
     let at = rows
         .iter()

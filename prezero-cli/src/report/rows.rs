@@ -21,14 +21,22 @@ use crate::bench::rows::{
 pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read the rows {}", path.display()))?;
-    text.lines()
+    let rows: Vec<Value> = text
+        .lines()
         .enumerate()
         .filter(|(_, l)| l.trim_start().starts_with('{'))
         .map(|(i, l)| {
             serde_json::from_str(l)
                 .with_context(|| format!("{}: line {} is not a JSON row", path.display(), i + 1))
         })
-        .collect()
+        .collect::<Result<_>>()?;
+    if rows.is_empty() {
+        anyhow::bail!(
+            "{} holds no JSON row (`bench all --json-out` writes one per line)",
+            path.display()
+        );
+    }
+    Ok(rows)
 }
 
 /// `prezero info --json`. Everything may be missing: a run whose `info` step

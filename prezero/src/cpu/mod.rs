@@ -176,6 +176,18 @@ impl Cpu {
     }
 }
 
+/// Whether an impossible `PREZERO_CPU` is the caller's to report ([`strict_mask`]).
+static STRICT_MASK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// For a program that stops rather than run without the features
+/// `PREZERO_CPU` asked for (the CLI: its figures would be a pretence): an
+/// impossible mask is then left to it to report, from
+/// [`Cpu::mask_error`], instead of said here to be run without. Call it
+/// before the first [`cpu`].
+pub fn strict_mask() {
+    STRICT_MASK.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The CPU this process runs on, detected on first call.
 ///
 /// A `PREZERO_CPU` that cannot be honoured (a level this CPU does not reach, a
@@ -217,7 +229,9 @@ fn detect() -> Cpu {
         } {
             Ok(f) => (f, None),
             Err(e) => {
-                eprintln!("prezero: PREZERO_CPU={m}: {e}; using no optional CPU feature");
+                if !STRICT_MASK.load(std::sync::atomic::Ordering::Relaxed) {
+                    eprintln!("prezero: PREZERO_CPU={m}: {e}; using no optional CPU feature");
+                }
                 let baseline = Features {
                     sse2: detected.sse2,
                     ..Features::default()
