@@ -37,21 +37,54 @@ pub(super) fn refuse_if_served(path: &Path) -> Result<()> {
     }
 }
 
-/// Creates the listening socket: the directory if missing, a stale socket file
-/// replaced, a live one refused. The file starts at mode 0600 and
-/// [`restrict_socket`] opens it to the allowed uids and groups.
+/// The directory `path` (a socket or the ledger) lies in.
+pub(super) fn dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    }
+}
+
+/// The socket's directory, before the daemon does anything else: made if
+/// it is missing and its parent exists (owned by this process's uid, mode
+/// 0755 so that clients of other uids reach the socket: said in the log),
+/// refused if its parent is missing too (a path mistyped is not created as
+/// root); then checked private.
+pub(super) fn prepare_dir(path: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    let dir = dir_of(path);
+    if !dir.exists() {
+        let parent = dir_of(dir);
+        if !parent.is_dir() {
+            return Err(Error::invalid(format!(
+                "the socket directory {} does not exist, nor does {}: make it first (the \
+                 systemd unit has RuntimeDirectory=prezero for /run/prezero)",
+                dir.display(),
+                parent.display()
+            )));
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o755)
+            .create(dir)
+            .map_err(|e| Error::os("create the socket directory", e))?;
+        // Whatever the umask took away.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+            .map_err(|e| Error::os("set the socket directory's mode", e))?;
+        log(&format!(
+            "made the socket directory {} (owner uid {}, mode 0755)",
+            dir.display(),
+            sys::geteuid()
+        ));
+    }
+    check_private_dir(dir)
+}
+
+/// Creates the listening socket in the directory [`prepare_dir`] made ready:
+/// a stale socket file replaced, a live one refused. The file starts at mode
+/// 0600 and [`restrict_socket`] opens it to the allowed uids and groups.
 pub(super) fn bind(path: &Path) -> Result<OwnedFd> {
     let addr = UnixAddr::new(path)?;
-    if let Some(dir) = path.parent() {
-        if !dir.as_os_str().is_empty() && !dir.exists() {
-            std::fs::create_dir_all(dir).map_err(|e| Error::os("create socket directory", e))?;
-        }
-        check_private_dir(if dir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            dir
-        })?;
-    }
+    check_private_dir(dir_of(path))?;
     if path.exists() {
         refuse_if_served(path)?;
         std::fs::remove_file(path).map_err(|e| Error::os("remove stale socket", e))?;

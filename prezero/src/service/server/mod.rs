@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use super::config::{PoolConfig, ServerConfig};
 use super::ledger::{adopt, write_ledger, Ledger, State};
-use super::listen::{bind, refuse_if_served, restrict_socket};
+use super::listen::{bind, prepare_dir, refuse_if_served, restrict_socket};
 use super::log;
 use super::metrics::MetricsFile;
 use super::protocol;
@@ -43,6 +43,7 @@ use super::segment::{check_leases_work, Home, Segment};
 use super::worker::{Done, Worker};
 use crate::error::{Error, Result};
 use crate::numa::Topology;
+use crate::region::PageKind;
 use crate::size::fmt_size;
 use crate::sys::{self, UnixAddr};
 use stats::Counters;
@@ -105,6 +106,22 @@ pub struct Server {
 }
 
 /// A placed pool's name in the log: page, segment and node.
+/// A pool of hugetlb pages needs a kernel that has pages of its size: said
+/// before any pool fills, not as the first segment of that pool fails.
+fn check_page_size(page: PageKind) -> Result<()> {
+    if !matches!(page, PageKind::Huge2M | PageKind::Huge1G) {
+        return Ok(());
+    }
+    let nr = crate::cpu::HugetlbPool::nr_path(page.page_size());
+    if std::path::Path::new(&nr).exists() {
+        return Ok(());
+    }
+    Err(Error::invalid(format!(
+        "a pool of {} pages: this kernel has no hugetlb pages of that size (no {nr})",
+        page.name()
+    )))
+}
+
 fn pool_name(p: &PoolConfig) -> String {
     format!(
         "{}/{} on node {}",
@@ -128,9 +145,14 @@ impl Server {
             .iter()
             .map(|p| Home::of(&topology, p.placed_node()))
             .collect();
-        // Fail before populating gigabytes, not after.
+        // Fail before populating gigabytes, not after: the socket, its
+        // directory, the pools' page sizes (below: the ledger).
         UnixAddr::new(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
+        prepare_dir(&cfg.socket)?;
+        for p in &cfg.pools {
+            check_page_size(p.page)?;
+        }
         let metrics = match &cfg.metrics_textfile {
             Some(path) => Some((MetricsFile::start(path)?, Instant::now())),
             None => None,
@@ -176,6 +198,15 @@ impl Server {
             let (len, file) = (seg.len(), (seg.dev, seg.ino));
             ledger.adopt(pool, seg, len, file, uid);
         }
+        // The ledger written before any pool fills: a daemon that could not
+        // list its segments would destroy what it made.
+        write_ledger(&ledger_file, &ledger).map_err(|e| {
+            Error::invalid(format!(
+                "cannot write the ledger {} ({e}): the daemon would not find its segments \
+                 after a restart (--ledger PATH puts it elsewhere)",
+                ledger_file.display()
+            ))
+        })?;
         let threads = crate::sys::online_cpus();
         for (i, p) in cfg.pools.iter().enumerate() {
             let held: usize = ledger
@@ -245,7 +276,8 @@ impl Server {
             }
         }
         // A segment the ledger file does not list, handed out, would not be
-        // found by a restart: without the file, the segments made here go,
+        // found by a restart: without the file (it could be written above,
+        // and fails now: a disk full meanwhile), the segments made here go,
         // and the pools grow once it can be written.
         let ledger_unwritten = match write_ledger(&ledger_file, &ledger) {
             Ok(()) => false,
