@@ -26,9 +26,10 @@
 //!   in from a reserve, and the program's own large mappings with them.
 //! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
 //!   pressure what is held ahead goes back.
-//! * `threads.rs`: the preload's threads, stopped around the calls the
-//!   program's threads must make alone (`set*id`, `unshare` of a user
-//!   namespace) and started again after.
+//! * `threads/`: the preload's threads, and the calls of the program they
+//!   must agree with: they take the caller's credentials before a `set*id`
+//!   (`creds.rs`), and stop around an `unshare` of a user namespace
+//!   (`stop.rs`).
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`

@@ -70,7 +70,7 @@ pub fn watch() {
     // Every signal blocked (as each of ours): a program's handler run on it
     // could wait on the lazy mode's handler, which may wait on the cache's
     // lock this holds.
-    let _ = crate::threads::spawn("prezero-psi", run);
+    let _ = crate::threads::spawn("prezero-psi", crate::threads::Kind::Other, run);
 }
 
 /// What a watched descriptor is.
@@ -98,10 +98,11 @@ fn is_bell(fd: i32) -> bool {
     })
 }
 
-/// Closes the watcher's descriptors (a forked child's copies, or the
-/// watcher's own as it returns for a pause).
-fn close_all() {
-    for f in FDS.iter().chain([&BELL]) {
+/// Closes the watcher's descriptors but the bell's write end (a forked
+/// child's copies, or the watcher's own as it returns for a stop: the
+/// stopping thread may be writing to the bell, and closes it after).
+fn close_watched() {
+    for f in &FDS {
         let fd = f.swap(-1, Ordering::Relaxed);
         if fd >= 0 {
             sys::uffd::close(fd);
@@ -109,14 +110,31 @@ fn close_all() {
     }
 }
 
+/// The bell's write end closed (the watcher is gone).
+fn close_bell() {
+    let fd = BELL.swap(-1, Ordering::Relaxed);
+    if fd >= 0 {
+        sys::uffd::close(fd);
+    }
+}
+
 /// A forked child: its copies of the descriptors closed, and no watcher
 /// until it holds memory of its own.
 pub fn in_child() {
-    close_all();
+    close_watched();
+    close_bell();
     WATCHER.store(0, Ordering::Relaxed);
 }
 
-/// Wakes the watcher for a pause (`threads::stopping` is set).
+/// After a stop joined the watcher: its bell goes too (the watcher started
+/// again makes another).
+pub fn joined() {
+    if WATCHER.load(Ordering::Relaxed) == 0 {
+        close_bell();
+    }
+}
+
+/// Wakes the watcher for a look at `crate::threads`.
 pub fn wake() {
     let fd = BELL.load(Ordering::SeqCst);
     if fd >= 0 && WATCHER.load(Ordering::Relaxed) == sys::getpid() && is_bell(fd) {
@@ -187,13 +205,14 @@ fn run() {
         }
     }
     let mut looked = now_ms();
+    let mut look = crate::threads::first_look();
     loop {
-        // After the bell is set up: a pause that found none set the flag
-        // before.
-        if crate::threads::stopping() {
-            close_all();
+        // After the bell is set up: a look asked for before it was found
+        // none.
+        crate::threads::sync(&mut look);
+        if crate::threads::stopping(crate::threads::Owner::Pressure) {
+            close_watched();
             WATCHER.store(0, Ordering::Relaxed);
-            crate::threads::stopped(crate::threads::Owner::Pressure);
             return;
         }
         // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the

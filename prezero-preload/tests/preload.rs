@@ -618,9 +618,9 @@ fn valgrind_memcheck_under_the_preload() {
 }
 
 /// A library preloaded into every program exports the allocator's entry
-/// points, the mapping calls the lazy mode takes (and `mincore`), the
-/// descriptor calls that would close its descriptors, the locking calls,
-/// the calls its threads step aside for (`set*id`, `setgroups`, `unshare`,
+/// points, the mapping calls the lazy mode takes, the descriptor calls that
+/// would close its descriptors, the locking calls, the calls its threads
+/// must agree with (`set*id`, `setgroups`, `initgroups`, `unshare`,
 /// `setns`), and nothing else: not
 /// prezero's `pz_*` C API, which rustc's version script would export from a
 /// dependency built with it.
@@ -656,11 +656,11 @@ fn exports_only_the_allocator() {
             "dup2",
             "dup3",
             "free",
+            "initgroups",
             "madvise",
             "malloc",
             "malloc_usable_size",
             "memalign",
-            "mincore",
             "mlock",
             "mlock2",
             "mlockall",

@@ -38,11 +38,13 @@
  *                  CAP_SETGID made effective for the calling thread alone
  *                  (capset), setresgid to 65534 (glibc makes every thread
  *                  repeat it, and aborts if one fails)
+ *   initgroups     as setpriv, with initgroups("nobody") (glibc's internal
+ *                  setgroups) for the last step
+ *   setid-fault    a thread reads /dev/zero into fresh 64 MiB mappings (the
+ *                  kernel faults on registered memory for it) while the main
+ *                  thread calls setresgid, again and again
  *   mincore        2048 pages written one by one from the start of a 16 MiB
  *                  mapping: how many mincore reports resident
- *   mincore-race   two threads write every page of their half of a 256 MiB
- *                  mapping in order while a third calls mincore over all of
- *                  it, again and again: every byte written is there after
  *   guard          a guard page (MADV_GUARD_INSTALL, 6.13) 64 pages after
  *                  one the program then writes, in the same 2 MiB block of
  *                  an 8 MiB mapping: writing the guard page raises SIGSEGV
@@ -52,6 +54,7 @@
  * 0 (the same in both runs). */
 #define _GNU_SOURCE
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -354,13 +357,14 @@ static void mode_unshare_user(void) {
     touch_calloc("after", 64 * MB);
 }
 
-static void mode_setpriv(void) {
+/* The first steps of a setpriv-style drop: CAP_SETGID left effective for
+ * the calling thread alone; false (and "skipped") where it cannot run. */
+static int drop_to_nobody(void) {
     if (geteuid() != 0) {
         printf("skipped: not root\n");
-        return;
+        return 0;
     }
     touch_calloc("before", 64 * MB);
-    say_threads("setpriv");
     if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0))
         fail("PR_SET_KEEPCAPS: %s", strerror(errno));
     if (setresuid(65534, 65534, 65534))
@@ -372,10 +376,67 @@ static void mode_setpriv(void) {
     data[0].effective = 1u << CAP_SETGID;
     if (syscall(SYS_capset, &head, data))
         fail("capset: %s", strerror(errno));
+    return 1;
+}
+
+static void mode_setpriv(void) {
+    if (!drop_to_nobody())
+        return;
+    say_threads("setpriv");
     if (setresgid(65534, 65534, 65534))
         fail("setresgid: %s", strerror(errno));
     printf("setpriv: uid %d gid %d\n", (int)getuid(), (int)getgid());
     touch_calloc("after", 64 * MB);
+}
+
+static void mode_initgroups(void) {
+    if (!drop_to_nobody())
+        return;
+    if (initgroups("nobody", 65534))
+        fail("initgroups: %s", strerror(errno));
+    printf("initgroups: uid %d\n", (int)getuid());
+    touch_calloc("after", 64 * MB);
+}
+
+static volatile int reader_done;
+
+static void *zero_reader(void *arg) {
+    (void)arg;
+    int fd = open("/dev/zero", O_RDONLY);
+    if (fd < 0)
+        fail("/dev/zero: %s", strerror(errno));
+    for (int round = 0; round < 8; round++) {
+        unsigned char *p = map(64 * MB);
+        for (size_t got = 0; got < 64 * MB;) {
+            ssize_t r = read(fd, p + got, 64 * MB - got);
+            if (r <= 0)
+                fail("read: %s", strerror(errno));
+            got += (size_t)r;
+        }
+        munmap(p, 64 * MB);
+    }
+    close(fd);
+    reader_done = 1;
+    return NULL;
+}
+
+static void mode_setid_fault(void) {
+    if (geteuid() != 0) {
+        printf("skipped: not root\n");
+        return;
+    }
+    touch_calloc("before", 64 * MB);
+    pthread_t t;
+    pthread_create(&t, NULL, zero_reader, NULL);
+    int calls = 0;
+    while (!reader_done || calls < 50) {
+        if (setresgid(0, 0, 0))
+            fail("setresgid: %s", strerror(errno));
+        calls++;
+        usleep(500);
+    }
+    pthread_join(t, NULL);
+    printf("setid-fault: ok\n");
 }
 
 static void mode_mincore(void) {
@@ -390,57 +451,6 @@ static void mode_mincore(void) {
         resident += vec[i] & 1;
     printf("mincore: %zu of %zu pages resident\n", resident, pages);
     munmap(p, len);
-}
-
-#define RACE_LEN (256 * MB)
-static unsigned char *race_map;
-static volatile int race_writers;
-
-static unsigned char race_byte(size_t page) {
-    return (unsigned char)(page * 7 + 1) | 1;
-}
-
-static void *race_writer(void *arg) {
-    size_t half = (size_t)arg, pages = RACE_LEN / PAGE / 2;
-    for (size_t i = half * pages; i < (half + 1) * pages; i++) {
-        race_map[i * PAGE + (i % 64) * 8] = race_byte(i);
-        /* A pause a block: mincore comes between the writes of blocks
-         * moved ahead. */
-        if (i % 512 == 511)
-            usleep(200);
-    }
-    __atomic_fetch_sub(&race_writers, 1, __ATOMIC_SEQ_CST);
-    return NULL;
-}
-
-static void mode_mincore_race(void) {
-    static unsigned char vec[RACE_LEN / PAGE];
-    race_map = map(RACE_LEN);
-    race_writers = 2;
-    /* The reserve filled: blocks move ahead of the writers. */
-    sleep(1);
-    pthread_t t[2];
-    for (size_t i = 0; i < 2; i++)
-        pthread_create(&t[i], NULL, race_writer, (void *)i);
-    /* Now and then: blocks moved ahead are written before some mincore,
-     * others not. */
-    for (unsigned n = 0; __atomic_load_n(&race_writers, __ATOMIC_SEQ_CST) > 0; n++) {
-        if (mincore(race_map, RACE_LEN, vec))
-            fail("mincore: %s", strerror(errno));
-        usleep(n % 2 ? 50 : 2000);
-    }
-    for (size_t i = 0; i < 2; i++)
-        pthread_join(t[i], NULL);
-    for (size_t i = 0; i < RACE_LEN / PAGE; i++) {
-        const unsigned char *page = race_map + i * PAGE;
-        for (size_t j = 0; j < PAGE; j++) {
-            unsigned char want = j == (i % 64) * 8 ? race_byte(i) : 0;
-            if (page[j] != want)
-                fail("page %zu byte %zu is %#x, not %#x", i, j, page[j], want);
-        }
-    }
-    printf("mincore-race: every byte as written\n");
-    munmap(race_map, RACE_LEN);
 }
 
 static sigjmp_buf guard_jump;
@@ -498,15 +508,17 @@ int main(int argc, char **argv) {
         mode_unshare_user();
     else if (!strcmp(mode, "setpriv"))
         mode_setpriv();
+    else if (!strcmp(mode, "initgroups"))
+        mode_initgroups();
+    else if (!strcmp(mode, "setid-fault"))
+        mode_setid_fault();
     else if (!strcmp(mode, "mincore"))
         mode_mincore();
-    else if (!strcmp(mode, "mincore-race"))
-        mode_mincore_race();
     else {
         fprintf(stderr,
                 "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
-                "mlock-mremap|guard|merged-mremap|thp-disable|collapse|unshare-user|setpriv|mincore|"
-                "mincore-race\n",
+                "mlock-mremap|guard|merged-mremap|thp-disable|collapse|unshare-user|setpriv|"
+                "initgroups|setid-fault|mincore\n",
                 argv[0]);
         return 2;
     }

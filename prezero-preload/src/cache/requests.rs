@@ -219,15 +219,19 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     let populating = crate::lazy::populating();
     if let Some(g) = populating.as_ref().filter(|_| old <= crate::lazy::MOVE_MAX) {
         let n = crate::lazy::move_block(g, p, old, q as usize);
-        drop(populating);
         if n < old {
-            // A page shared with a child stopped the move: the rest copied
-            // (what the block lacks: the kernel may not have counted all
-            // it moved).
-            crate::lazy::copy_missing(p, old, q as usize);
+            // A page shared with a child stopped the move, or the kernel
+            // refused it: the rest copied (what the block lacks: the kernel
+            // may not have counted all it moved), the guard still held.
+            let rest = crate::lazy::copy_missing(g, p, old, q as usize);
+            drop(populating);
+            if let Some(at) = rest {
+                crate::lazy::copy_rest(p, old, q as usize, at);
+            }
             free(p);
             return Some(q);
         }
+        drop(populating);
         let mut g = lock();
         g.cache().lane(lane).blocks.free_fresh(p);
         stats::REMAPS.fetch_add(1, Ordering::Relaxed);

@@ -18,6 +18,10 @@ use crate::blocks::{Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, Errno};
 
+/// Bytes the prefill populates between looks at `crate::threads`: some
+/// 10 ms of the kernel's faults.
+const PREFILL_STEP: usize = 64 << 20;
+
 /// Bytes the scrubber clears between looks at the lock: ~0.3 ms of streaming
 /// stores, so a request waiting on a Busy block waits little.
 const SCRUB_CHUNK: usize = 8 << 20;
@@ -33,7 +37,7 @@ pub(super) fn ensure_scrubber() {
         }
         g.cache().scrubber = true;
     }
-    if !crate::threads::spawn("prezero-scrub", scrub) {
+    if !crate::threads::spawn("prezero-scrub", crate::threads::Kind::Other, scrub) {
         // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
         lock().cache().scrubber = false;
     }
@@ -51,6 +55,7 @@ pub fn is_scrubber(tid: u32) -> bool {
 }
 
 fn scrub() {
+    let mut look = crate::threads::first_look();
     TID.store(sys::gettid(), Ordering::Relaxed);
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut g = lock();
@@ -58,14 +63,14 @@ fn scrub() {
     let prefill_lane = g.cache().prefill_lane;
     if prefill > 0 {
         drop(g);
-        do_prefill(prefill_lane, prefill);
+        do_prefill(prefill_lane, prefill, &mut look);
         g = lock();
     }
     loop {
-        // Under the lock, which a pause takes to wake this thread.
-        if crate::threads::stopping() {
+        // Under the lock, which a look takes to wake this thread.
+        crate::threads::sync(&mut look);
+        if crate::threads::stopping(crate::threads::Owner::Cache) {
             g.cache().scrubber = false;
-            crate::threads::stopped(crate::threads::Owner::Cache);
             return;
         }
         let idle = g.cache().cfg.idle_secs;
@@ -192,7 +197,7 @@ fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
 /// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
 /// clears any Dirty piece, here, in the background) and leaves them Clean for
 /// the first requests.
-fn do_prefill(lane: usize, bytes: usize) {
+fn do_prefill(lane: usize, bytes: usize, look: &mut u32) {
     // Zeroed: the program may have freed blocks before this thread got a core,
     // and the cheapest run for a plain request starts on such a Dirty block.
     // Populating does not clear what is already there, so a Dirty piece marked
@@ -201,9 +206,19 @@ fn do_prefill(lane: usize, bytes: usize) {
     if p.is_null() {
         return;
     }
-    // The block just granted to this thread, writable.
+    // The block just granted to this thread, writable; in steps, between
+    // which it looks at `crate::threads` (a stop ends the prefill there).
     let run = prezero::FreeRunning::start();
-    let ok = sys::madvise(p as usize, bytes, Advice::PopulateWrite).is_ok();
+    let mut ok = true;
+    for at in (0..bytes).step_by(PREFILL_STEP) {
+        crate::threads::sync(look);
+        let len = PREFILL_STEP.min(bytes - at);
+        ok = !crate::threads::stopping(crate::threads::Owner::Cache)
+            && sys::madvise(p as usize + at, len, Advice::PopulateWrite).is_ok();
+        if !ok {
+            break;
+        }
+    }
     let free = Free::of(&lock().cache().cfg);
     if ok && run.still() {
         // SAFETY: the block is this thread's, and zero (taken zeroed).

@@ -39,11 +39,6 @@
 //! (one touch a block, even in order, stays sparse). Under THP `always` every block does. A sparse table costs what it
 //! touches.
 //!
-//! Readahead: after a fault in the block right after the last one served
-//! (or moved ahead), the handler moves the next blocks too, as many as the
-//! window (1, 2, 4, 8: it doubles with each sequential fault, and a fault
-//! elsewhere closes it), within the mapping, and only pages already ready.
-//!
 //! On several NUMA nodes a fault is served from the reserve's lane for
 //! where the kernel would have placed its page (`lanes.rs`), readahead from
 //! the same lane; small pages copied in come from that node too (the
@@ -54,15 +49,12 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
 use super::{
-    ahead, fd, give_up, guarded, is_empty, is_huge, lanes, pause, stats, still_ours, stop,
-    thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
+    fd, give_up, guarded, is_empty, is_huge, lanes, pause, stats, still_ours, stop, thp_always,
+    touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
-use crate::threads;
-
-/// The largest readahead window, in blocks.
-const MAX_WINDOW: usize = 8;
+use crate::threads::{self, Owner};
 
 /// READY slots a fault looks at that the kernel emptied, before it takes
 /// small pages instead.
@@ -79,9 +71,8 @@ const MAX_UNREGISTERED: u32 = 16;
 
 struct Handler {
     fd: i32,
-    /// The block a sequential fault would hit next, and the window.
+    /// The block after the last one served: a first touch there is dense.
     next: usize,
-    window: usize,
     /// Pages unregistered since the last fault served (`u32::MAX`: a page
     /// could not be): the lazy mode stops past [`MAX_UNREGISTERED`].
     unregistered: u32,
@@ -101,7 +92,6 @@ pub fn run() {
     let mut h = Handler {
         fd: fd(),
         next: 0,
-        window: 0,
         unregistered: 0,
         error: Errno(0),
         no_huge: false,
@@ -109,11 +99,12 @@ pub fn run() {
         placed: usize::MAX - 1,
     };
     let mut msgs = [Msg::default(); 16];
+    let mut look = threads::first_look();
     loop {
-        // A pause rings the bell and waits in its fault: the handler returns
+        threads::sync(&mut look);
+        // A stop rings the bell and waits in its fault: the handler returns
         // once it has answered it, or here if there is no bell.
-        if threads::stopping() && !pause::has_bell() {
-            threads::stopped(threads::Owner::Lazy);
+        if !pause::has_bell() && threads::stopping(Owner::Handler) {
             return;
         }
         // Looked at before each read: after the program closed the
@@ -141,7 +132,7 @@ pub fn run() {
                     give_up(Stop::Refused(e));
                     return;
                 }
-                rung = threads::stopping();
+                rung = true;
             } else if m.event == uffd::UFFD_EVENT_PAGEFAULT {
                 let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
                 h.serve(m.address as usize, write, m.thread());
@@ -151,8 +142,7 @@ pub fn run() {
             give_up(Stop::Refused(h.error));
             return;
         }
-        if rung {
-            threads::stopped(threads::Owner::Lazy);
+        if rung && threads::stopping(Owner::Handler) {
             return;
         }
     }
@@ -179,37 +169,28 @@ impl Handler {
         }
         let page = addr & !(PAGE - 1);
         let block = addr & !(HUGE - 1);
-        // A block being taken back for a `mincore` waits (`ahead.rs`).
-        let within = if ahead::in_flux(block) {
-            u64::MAX
-        } else {
-            POP_WAIT_US
-        };
-        let Some(mut g) = PopGuard::own_within(within) else {
+        let Some(mut g) = PopGuard::own_within(POP_WAIT_US) else {
             // The page alone, which needs no lock (a fill stops at a page
             // present): its holder may be waiting on this fault.
-            self.window = 0;
             self.small(page, page, page + PAGE, write);
             return;
         };
-        let Some(end) = self.bounds(&mut g, block) else {
+        if !self.bounds(&mut g, block) {
             // An edge of a mapping: small pages to the end of the block or
             // the mapping.
             let to = g
                 .table()
                 .find(page)
                 .map_or(page + PAGE, |r| r.end.min(block + HUGE));
-            self.window = 0;
             self.small(page, page, to, write);
             return;
-        };
+        }
         // A first touch of an empty block outside a dense run gets its page
         // alone, as the kernel gives a program that did not ask for huge
         // pages (THP `always` asks for all): a sparse table costs what it
         // touches, and a read the zero page. A second touch of the block
         // fills the rest of it; the block after it gets a huge page.
         if !thp_always() && is_empty(block, HUGE) && !self.dense(&mut g, block, tid) {
-            self.window = 0;
             // Not the next block: a table touched once a block, in order,
             // is as sparse; only a second touch here makes the run dense.
             self.next = 0;
@@ -220,49 +201,26 @@ impl Handler {
         // A program that turned huge pages off for itself gets none moved
         // in: small pages, as the kernel would give it.
         let moved = match lane {
-            Some(lane) if !sys::thp_disabled() => self.move_in(block, true, lane),
+            Some(lane) if !sys::thp_disabled() => self.move_in(block, lane),
             // Its first touch got the page alone: the rest after this one
             // (a fill of the whole block would stop at that page).
             _ if !is_empty(block, HUGE) => MoveIn::Populated,
             _ => MoveIn::Unavailable,
         };
+        // No readahead: a block moved in before the program touches it is
+        // memory it may never use, counted as its own (`mincore`, RSS).
         match moved {
-            MoveIn::Moved => {}
+            MoveIn::Moved => self.next = block + HUGE,
             MoveIn::Populated => {
-                self.window = 0;
                 self.next = block + HUGE;
                 self.fill_rest(page, block, write);
-                return;
             }
             MoveIn::Unavailable => {
-                self.window = 0;
                 if self.small(page, block, block + HUGE, write) {
                     stats::COPIED.fetch_add(1, Ordering::Relaxed);
                 }
-                return;
             }
         }
-        let sequential = block == self.next;
-        self.window = if sequential {
-            (self.window * 2).clamp(1, MAX_WINDOW)
-        } else {
-            0
-        };
-        // Moved: from a lane.
-        let lane = lane.unwrap_or(0);
-        let mut b = block + HUGE;
-        for _ in 0..self.window {
-            if b + HUGE > end
-                || reserve::ready(lane) == 0
-                || !lanes::same_placement(block, b)
-                || self.move_in(b, false, lane) != MoveIn::Moved
-            {
-                break;
-            }
-            ahead::moved_ahead(b);
-            b += HUGE;
-        }
-        self.next = b;
     }
 
     /// Whether a first touch of the empty `block` is part of a dense run:
@@ -309,26 +267,24 @@ impl Handler {
         }
     }
 
-    /// The end of the registered memory `[block, block + HUGE)` lies wholly
-    /// in, if it does.
-    fn bounds(&self, g: &mut PopGuard, block: usize) -> Option<usize> {
-        let end =
-            crate::cache::writable_end(block).or_else(|| g.table().find(block).map(|r| r.end))?;
-        (block + HUGE <= end).then_some(end)
+    /// Whether `[block, block + HUGE)` lies wholly in registered memory.
+    fn bounds(&self, g: &mut PopGuard, block: usize) -> bool {
+        crate::cache::writable_end(block)
+            .or_else(|| g.table().find(block).map(|r| r.end))
+            .is_some_and(|end| block + HUGE <= end)
     }
 
     /// Moves a zeroed slot of the reserve into `block` if it has no page
-    /// yet: for a fault (`demand`: scrubbing a freed one if none is ready)
-    /// or ahead of one. A huge page moves whole (its page-table entry) once
+    /// yet, for a fault (scrubbing a freed one if none is ready). A huge page moves whole (its page-table entry) once
     /// the block's empty page table is dropped; a slot of small pages (the
     /// kernel had no huge page to fill it with) a page-table entry at a time
     /// (0.7 ms a block here: still 2.5x what copying zeroes costs).
-    fn move_in(&mut self, block: usize, demand: bool, lane: usize) -> MoveIn {
+    fn move_in(&mut self, block: usize, lane: usize) -> MoveIn {
         // A guard page's marker is no page, and a move would erase it.
         if !is_empty(block, HUGE) || guarded(block, HUGE) {
             return MoveIn::Populated;
         }
-        let Some((slot, huge)) = self.slot(demand, lane) else {
+        let Some((slot, huge)) = self.slot(lane) else {
             return MoveIn::Unavailable;
         };
         let from = reserve::slot_addr(slot);
@@ -343,10 +299,10 @@ impl Handler {
         }
         // Holes where the kernel took part of a slot back: the block's
         // pages there fault again, served as any.
-        let mode = uffd::MOVE_SRC_HOLES | if demand { 0 } else { uffd::MOVE_DONT_WAKE };
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
-        let (moved, r) = unsafe { uffd::move_pages(self.fd, block, from, HUGE, mode) };
+        let (moved, r) =
+            unsafe { uffd::move_pages(self.fd, block, from, HUGE, uffd::MOVE_SRC_HOLES) };
         match r {
             Ok(()) => reserve::set(slot, EMPTY),
             // The kernel may report an error for a move it made (a batch
@@ -355,9 +311,7 @@ impl Handler {
             // did, and nothing woke the block's waiters.
             Err(_) if is_empty(from, HUGE) && !is_empty(block, HUGE) => {
                 reserve::set(slot, EMPTY);
-                if demand {
-                    let _ = uffd::wake(self.fd, block, HUGE);
-                }
+                let _ = uffd::wake(self.fd, block, HUGE);
             }
             Err(_) if moved == 0 => {
                 reserve::set(slot, READY);
@@ -376,9 +330,6 @@ impl Handler {
             &stats::MOVED_SMALL
         };
         kind.fetch_add(1, Ordering::Relaxed);
-        if !demand {
-            stats::AHEAD.fetch_add(1, Ordering::Relaxed);
-        }
         if whole && !self.checked {
             // A kernel that keeps the empty page table (before 6.14's
             // reclaim of them on MADV_DONTNEED) splits every moved page.
@@ -395,11 +346,11 @@ impl Handler {
     /// a ready one (the kernel may have taken one's pages back: it is
     /// emptied, and the next looked at, a few at most), else (for a fault) a
     /// freed one scrubbed here.
-    fn slot(&self, demand: bool, lane: usize) -> Option<(usize, bool)> {
+    fn slot(&self, lane: usize) -> Option<(usize, bool)> {
         for _ in 0..MAX_RECLAIMED_LOOKS {
             let i = match reserve::take(lane, READY, TAKEN) {
                 Some(i) => i,
-                None if demand && reserve::scrub(reserve::take(lane, DIRTY, SCRUBBING)?, true) => {
+                None if reserve::scrub(reserve::take(lane, DIRTY, SCRUBBING)?, true) => {
                     stats::SYNC.fetch_add(1, Ordering::Relaxed);
                     reserve::take(lane, READY, TAKEN)?
                 }

@@ -1,10 +1,9 @@
 //! The C entry points the lazy mode takes: `mmap` (and `mmap64`, its other
 //! name), `munmap`, `mremap` and `madvise`; and `close`, `close_range`,
 //! `closefrom`, `dup2` and `dup3`, which stop it first where they would
-//! close its descriptors, `mlock`, `mlock2`, `mlockall` and `munlockall`,
-//! which leave locked memory to the kernel, and `mincore`, before which
-//! blocks moved ahead and never written go back (`ahead.rs`): each then
-//! calls the C library's. Until the lazy mode is asked
+//! close its descriptors, and `mlock`, `mlock2`, `mlockall` and
+//! `munlockall`, which leave locked memory to the kernel: each then calls
+//! the C library's. Until the lazy mode is asked
 //! for (or in a process where it is not) each is one load and the system
 //! call itself, made directly: the C library's wrappers do no more, and
 //! calling them by name would come back here. Not in a test build (the
@@ -212,24 +211,6 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     match next!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) {
         // SAFETY: the caller's arguments.
         Some(f) => unsafe { f(old, new, flags) },
-        None => missing(-1),
-    }
-}
-
-/// # Safety
-/// As C's `mincore`.
-#[no_mangle]
-pub unsafe extern "C" fn mincore(addr: *mut c_void, len: usize, vec: *mut u8) -> c_int {
-    if wanted() {
-        let a = addr as usize;
-        super::ahead::take_back(a, a.saturating_add(len));
-    }
-    match next!(
-        c"mincore",
-        unsafe extern "C" fn(*mut c_void, usize, *mut u8) -> c_int
-    ) {
-        // SAFETY: the caller's arguments.
-        Some(f) => unsafe { f(addr, len, vec) },
         None => missing(-1),
     }
 }

@@ -156,13 +156,6 @@ pub fn for_fault(addr: usize, tid: u32) -> Option<usize> {
     Some(lane.unwrap_or(spread()))
 }
 
-/// Whether `a` and `b` take their pages by the same mapping policy: a
-/// readahead from `a`'s lane into `b` stays where the kernel would put it
-/// (the program may `mbind` part of a mapping).
-pub fn same_placement(a: usize, b: usize) -> bool {
-    count() == 1 || sys::range_policy(a) == sys::range_policy(b)
-}
-
 /// The lane of the calling thread's local faults, or as its policy says.
 pub fn of_caller() -> usize {
     if count() == 1 {

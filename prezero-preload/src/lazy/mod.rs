@@ -20,6 +20,8 @@
 //! * `worker.rs`: the `SCHED_IDLE` threads (one per lane) that do that in
 //!   the background;
 //! * `recycle.rs`: the huge pages of freed blocks back into the reserve;
+//! * `realloc.rs`: the cache's `realloc` of registered blocks;
+//! * `pause.rs`: the handler's and workers' part in `crate::threads`;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges; `interpose.rs` the C entry points;
 //! * `table.rs`: the registered mappings (pure).
@@ -52,13 +54,13 @@
 //! mode. Its descriptors are closed: the userfaultfd's moves act on the
 //! parent's memory.
 
-mod ahead;
 mod handler;
 #[cfg(not(test))]
 mod interpose;
 mod lanes;
 mod mappings;
 mod pause;
+mod realloc;
 mod recycle;
 mod reserve;
 pub mod stats;
@@ -72,7 +74,10 @@ use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
-pub use pause::{restart_threads, wake_threads};
+pub use pause::{restart_handler, restart_workers, wake_threads};
+pub use realloc::{
+    copy_missing, copy_rest, move_block, populating, register_cache_again, MOVE_MAX,
+};
 pub use recycle::recycle;
 
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
@@ -561,97 +566,6 @@ fn is_empty(at: usize, len: usize) -> bool {
         uffd::scan(pm, at, at + len, 0, any, any, &mut out),
         Ok((0, _))
     )
-}
-
-/// The cache's realloc is about to move pages within its range: `POP` held
-/// until the guard drops, if the lazy mode runs.
-pub fn populating() -> Option<PopGuard> {
-    active().then(PopGuard::program)
-}
-
-/// Blocks up to this size move with `UFFDIO_MOVE` when the cache's
-/// `realloc` moves them under the lazy mode (see [`move_block`]); larger
-/// ones with `mremap`, whose page-table moves cost nothing per page.
-pub const MOVE_MAX: usize = 8 << 20;
-
-/// Moves the pages of the cache's block `[from, from + len)` to the block
-/// at `to` (whose own pages are dropped first: the move fills only missing
-/// ones), with the guard of [`populating`] held: the bytes
-/// moved from the start (all of `len`, or up to a page shared with a forked
-/// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
-/// small page here); `mremap` makes new ones, which the registration then
-/// keeps from merging back (about 25 more per 1000 moves of a realloc churn
-/// here, till vm.max_map_count).
-pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
-    // SAFETY: the block just granted to the caller (the cache's realloc),
-    // whose contents it is about to replace.
-    if unsafe { sys::discard(to, len) }.is_err() {
-        return 0;
-    }
-    // SAFETY: both blocks are the caller's (the program's, and the one just
-    // granted it, now without pages), in the cache's range, registered with
-    // this descriptor.
-    match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
-        (_, Ok(())) => len,
-        (moved, Err(_)) => moved,
-    }
-}
-
-/// After a move of `[from, from + len)` to `to` ([`move_block`]) that did
-/// not say it moved all: copies the pages `to` lacks from `from`, which the
-/// caller does with `POP` given back (the copy faults registered memory). A
-/// page present at `to` came from `from` (its pages were dropped first), and
-/// the kernel may report an error for pages it moved (a batch that hit
-/// EAGAIN, then EEXIST, with nothing counted): a copy over them from the
-/// emptied source would write zeroes over the block's bytes (it did, with
-/// the cache's blocks marked free).
-pub fn copy_missing(from: usize, len: usize, to: usize) {
-    let pm = PAGEMAP.load(Ordering::Relaxed);
-    let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
-    let end = to + len;
-    let mut out = [uffd::Region::default(); 32];
-    let mut at = to;
-    let copy = |a: usize, b: usize| {
-        // SAFETY: both blocks are the caller's, disjoint, `len` bytes long.
-        unsafe {
-            std::ptr::copy_nonoverlapping((from + (a - to)) as *const u8, a as *mut u8, b - a)
-        }
-    };
-    while at < end {
-        let Ok((n, walk_end)) = uffd::scan(pm, at, end, 0, any, any, &mut out) else {
-            // The kernel cannot say: everything is copied, as before.
-            copy(at, end);
-            return;
-        };
-        for r in &out[..n] {
-            let (s, e) = ((r.start as usize).max(at), (r.end as usize).min(end));
-            if s > at {
-                copy(at, s);
-            }
-            at = at.max(e);
-        }
-        if n < out.len() {
-            copy(at, end.max(at));
-            return;
-        }
-        at = at.max(walk_end);
-    }
-}
-
-/// Registers the cache's whole range again after `mremap` and
-/// `mmap(MAP_FIXED)` changed its mappings, with the guard of [`populating`]
-/// held. The kernel carries no registration over to the mapping a move
-/// makes, and clears it on the whole mapping that one merges into, which
-/// may take in a neighbour's registered pages: the whole range, then, not
-/// only the two parts that moved (mappings already registered are skipped;
-/// those that are not merge back with their neighbours).
-pub fn register_cache_again(_: &PopGuard) {
-    if let Some((base, len)) = crate::cache::range() {
-        // SAFETY: the handler thread runs, and answers every fault.
-        if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
-            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
-        }
-    }
 }
 
 extern "C" fn in_child() {

@@ -231,11 +231,6 @@ pub fn takes_back(lane_no: usize) -> bool {
     lane(lane_no).worker.load(Ordering::Relaxed) && !full(lane_no)
 }
 
-/// Lane `lane`'s READY slots.
-pub fn ready(lane_no: usize) -> usize {
-    lane(lane_no).ready.load(Ordering::Acquire)
-}
-
 /// Whether lane `lane` may hold no more pages: every slot of it has one,
 /// or the lanes together hold as many as one lane has slots.
 pub fn full(lane_no: usize) -> bool {
@@ -369,12 +364,6 @@ pub fn scrub(i: usize, hot: bool) -> bool {
     stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
     set(i, READY);
     true
-}
-
-/// Slot `i` (the caller took it) holds zeroed pages: READY, marked free.
-pub fn keep_zeroed(i: usize) {
-    mark_free(i);
-    set(i, READY);
 }
 
 /// Marks slot `i`'s zeroed pages free (the caller took it): the kernel may

@@ -6,12 +6,10 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// Faults the handler answered.
 pub static FAULTS: AtomicU64 = AtomicU64::new(0);
-/// Huge pages moved into a block (for a fault, or ahead of one).
+/// Huge pages moved into a block for a fault.
 pub static MOVED: AtomicU64 = AtomicU64::new(0);
 /// Slots of small pages moved into a block.
 pub static MOVED_SMALL: AtomicU64 = AtomicU64::new(0);
-/// Of those moved in, the ones moved ahead of a fault (readahead).
-pub static AHEAD: AtomicU64 = AtomicU64::new(0);
 /// Of those moved in, the freed ones the handler scrubbed itself (nothing
 /// was ready in the reserve).
 pub static SYNC: AtomicU64 = AtomicU64::new(0);
@@ -41,14 +39,11 @@ pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 /// First touches of a block away from the last served: the page alone.
 pub static SPARSE: AtomicU64 = AtomicU64::new(0);
-/// Blocks moved ahead, never written, taken back before a `mincore`.
-pub static TAKEN_BACK: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 18] = [
+const ALL: [&AtomicU64; 16] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
-    &AHEAD,
     &SYNC,
     &COPIED,
     &SMALL,
@@ -62,7 +57,6 @@ const ALL: [&AtomicU64; 18] = [
     &UNSERVED,
     &RECLAIMED,
     &SPARSE,
-    &TAKEN_BACK,
 ];
 
 /// A forked child starts its own account.
@@ -83,14 +77,13 @@ pub fn print() {
     let _ = writeln!(
         w,
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
-         ahead of a fault, {} scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
+         scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}{}{}",
+         mappings registered{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
         MOVED_SMALL.load(Relaxed),
-        AHEAD.load(Relaxed),
         SYNC.load(Relaxed),
         COPIED.load(Relaxed),
         SMALL.load(Relaxed),
@@ -113,10 +106,6 @@ pub fn print() {
         Note(
             SPARSE.load(Relaxed),
             "first touches of a block given their page alone"
-        ),
-        Note(
-            TAKEN_BACK.load(Relaxed),
-            "blocks moved ahead taken back unwritten for a mincore"
         ),
     );
     let used = LEN - w.len();

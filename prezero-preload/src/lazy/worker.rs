@@ -32,11 +32,12 @@ pub fn run() {
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut backoff_until = 0;
     let mut release_from = 0;
+    let mut look = threads::first_look();
     loop {
         let seen = reserve::work(lane).load(Ordering::Acquire);
-        // After `seen`: a pause's wake after this look ends the wait below.
-        if threads::stopping() {
-            threads::stopped(threads::Owner::Lazy);
+        // After `seen`: a wake after these looks ends the wait below.
+        threads::sync(&mut look);
+        if threads::stopping(threads::Owner::Workers) {
             return;
         }
         let now = now_ms();

@@ -39,10 +39,12 @@ macro_rules! inject {
 
 mod numa;
 mod sync;
+mod thread;
 pub mod uffd;
 
 pub use numa::*;
 pub use sync::{Cond, Mutex};
+pub use thread::*;
 
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
@@ -352,42 +354,6 @@ pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), NotMo
     }
 }
 
-/// Starts a thread named `name` running `f` (`pthread_create` through std,
-/// which allocates: its small blocks go to the next allocator): joinable,
-/// its `pthread_t` the caller's to join or detach.
-///
-/// pre: none.
-pub fn spawn(name: &str, f: fn()) -> Result<libc::pthread_t, Errno> {
-    use std::os::unix::thread::JoinHandleExt;
-    inject!(Thread, libc::EAGAIN);
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(f)
-        .map(JoinHandleExt::into_pthread_t)
-        .map_err(|e| Errno(e.raw_os_error().unwrap_or(libc::EAGAIN)))
-}
-
-/// Waits until thread `t` of this process has ended (its `pthread_join`),
-/// `timeout_ms` at most: false if it runs on (not joined then).
-///
-/// pre: `t` is a joinable thread of this process not yet joined.
-pub fn join(t: libc::pthread_t, timeout_ms: u64) -> bool {
-    let mut until = clock_gettime(libc::CLOCK_REALTIME);
-    let ns = until.tv_nsec as u64 + (timeout_ms % 1000) * 1_000_000;
-    until.tv_sec += (timeout_ms / 1000 + ns / 1_000_000_000) as libc::time_t;
-    until.tv_nsec = (ns % 1_000_000_000) as _;
-    // SAFETY: `t` is joinable and not joined (pre); the result is not read.
-    unsafe { libc::pthread_timedjoin_np(t, std::ptr::null_mut(), &until) == 0 }
-}
-
-/// Lets thread `t` end on its own, never joined.
-///
-/// pre: as [`join`].
-pub fn detach(t: libc::pthread_t) {
-    // SAFETY: `t` is joinable and not joined (pre).
-    unsafe { libc::pthread_detach(t) };
-}
-
 /// Whether this process's address space is unlimited (`RLIMIT_AS`, what
 /// `ulimit -v` sets); false if the limit cannot be read.
 ///
@@ -503,64 +469,6 @@ pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
     // SAFETY: the descriptor opened above, used by no one else.
     unsafe { libc::close(fd) };
     read
-}
-
-/// How many threads the kernel counts in this process (`/proc/self/stat`'s
-/// twentieth field), `None` if it cannot be read.
-///
-/// pre: none.
-pub fn threads_in_process() -> Option<usize> {
-    let mut buf = [0u8; 1024];
-    let n = read_file_start(c"/proc/self/stat", &mut buf).ok()?;
-    // After the command's closing parenthesis (the name may hold any byte):
-    // the state, the third field.
-    let rest = &buf[buf[..n].iter().rposition(|&b| b == b')')? + 2..n];
-    let field = rest.split(|&b| b == b' ').nth(17)?;
-    std::str::from_utf8(field).ok()?.parse().ok()
-}
-
-/// A pipe, both ends close-on-exec and non-blocking: (read, write).
-///
-/// pre: none.
-pub fn pipe() -> Result<(c_int, c_int), Errno> {
-    let mut fds = [-1; 2];
-    // SAFETY: pipe2 writes the two descriptors into the local array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-        return Err(Errno::last());
-    }
-    Ok((fds[0], fds[1]))
-}
-
-/// Writes one byte to `fd` (a pipe's write end).
-///
-/// pre: none.
-pub fn write_byte(fd: c_int) -> Result<(), Errno> {
-    // SAFETY: write reads one byte of the local.
-    if unsafe { libc::write(fd, [1u8].as_ptr().cast(), 1) } != 1 {
-        return Err(Errno::last());
-    }
-    Ok(())
-}
-
-/// Reads what waits in `fd` (a non-blocking pipe's read end), and drops it.
-///
-/// pre: none.
-pub fn drain(fd: c_int) {
-    let mut buf = [0u8; 64];
-    // SAFETY: read writes at most the local buffer's bytes.
-    while unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) } > 0 {}
-}
-
-/// Sleeps `ms` milliseconds (a signal may end it early).
-///
-/// pre: none.
-pub fn sleep_ms(ms: u64) {
-    let t = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as _,
-    };
-    // SAFETY: nanosleep reads the local timespec; no remainder is asked for.
-    unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
 }
 
 /// A descriptor of `path` open for reading (kept: a file to poll).

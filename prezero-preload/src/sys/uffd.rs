@@ -277,7 +277,7 @@ fn filled(r: Result<(), Errno>, count: u64, len: usize) -> Result<usize, Errno> 
 }
 
 /// `UFFDIO_MOVE`'s mode: leave the threads waiting at the destination
-/// asleep (nothing waits on a page moved ahead of a fault).
+/// asleep (nothing waits on a page moved into the reserve).
 pub const MOVE_DONT_WAKE: u64 = 1;
 /// `UFFDIO_MOVE`'s mode: pages missing in the source are skipped, not an error.
 pub const MOVE_SRC_HOLES: u64 = 2;

@@ -1,0 +1,149 @@
+//! The cache's `realloc` under the lazy mode: a block up to [`MOVE_MAX`]
+//! moves with `UFFDIO_MOVE` (no mapping changes), with `POP` held; what the
+//! move leaves is copied, under `POP` too where the block is registered (see
+//! [`copy_missing`]); a larger one moves with `mremap`, after which the
+//! cache's range is registered again.
+
+use std::sync::atomic::Ordering;
+
+use super::{active, fd, PopGuard, PAGE, PAGEMAP};
+use crate::sys::uffd;
+use crate::sys::{self, Errno};
+
+/// The cache's realloc is about to move pages within its range: `POP` held
+/// until the guard drops, if the lazy mode runs.
+pub fn populating() -> Option<PopGuard> {
+    active().then(PopGuard::program)
+}
+
+/// Blocks up to this size move with `UFFDIO_MOVE` when the cache's
+/// `realloc` moves them under the lazy mode (see [`move_block`]); larger
+/// ones with `mremap`, whose page-table moves cost nothing per page.
+pub const MOVE_MAX: usize = 8 << 20;
+
+/// Moves the pages of the cache's block `[from, from + len)` to the block
+/// at `to` (whose own pages are dropped first: the move fills only missing
+/// ones), with the guard of [`populating`] held: the bytes
+/// moved from the start (all of `len`, or up to a page shared with a forked
+/// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
+/// small page here); `mremap` makes new ones, which the registration then
+/// keeps from merging back (about 25 more per 1000 moves of a realloc churn
+/// here, till vm.max_map_count).
+pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
+    // SAFETY: the block just granted to the caller (the cache's realloc),
+    // whose contents it is about to replace.
+    if unsafe { sys::discard(to, len) }.is_err() {
+        return 0;
+    }
+    // SAFETY: both blocks are the caller's (the program's, and the one just
+    // granted it, now without pages), in the cache's range, registered with
+    // this descriptor.
+    match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
+        (_, Ok(())) => len,
+        (moved, Err(_)) => moved,
+    }
+}
+
+/// After a move of `[from, from + len)` to `to` ([`move_block`]) that did
+/// not say it moved all, with its guard still held: fills the pages `to`
+/// lacks with copies of `from`'s. A page present at `to` came from `from`
+/// (its pages were dropped first, and the kernel may report an error for
+/// pages it moved: a batch that hit EAGAIN, then EEXIST, with nothing
+/// counted); a copy over them from the emptied source would write zeroes
+/// over the block's bytes. Under `POP` nothing else fills `to`'s missing
+/// pages meanwhile: with it given back, the handler serving another
+/// thread's fault in the same 2 MiB block filled them with zeroes (a block
+/// served without the reserve gets its missing pages whole), which then
+/// looked moved, and the bytes were lost. `UFFDIO_COPY` fills them without
+/// faulting; where the kernel refuses it, a plain copy does (its faults on
+/// `from` served a page at a time, after the handler's wait for `POP`).
+///
+/// `Some(at)`: `to` is not registered (a move or a fresh mapping dropped
+/// its registration), so no fault there reaches the handler and nothing but
+/// its owner fills it: the caller copies the rest from `at` on with
+/// [`copy_rest`], the guard given back.
+pub fn copy_missing(_: &PopGuard, from: usize, len: usize, to: usize) -> Option<usize> {
+    let mut left = None;
+    for_missing(to, to + len, |mut a, b| {
+        while a < b {
+            let src = from + (a - to);
+            // SAFETY: `from`'s block is the caller's, readable, `len` long.
+            match unsafe { uffd::copy(fd(), a, src, b - a) } {
+                Ok(n) if n > 0 => a += n,
+                // A page there already (moved): the next one.
+                Err(Errno(libc::EEXIST)) => a += PAGE,
+                Err(Errno(libc::EAGAIN)) => {}
+                Err(Errno(libc::ENOENT)) => {
+                    left = Some(a);
+                    return false;
+                }
+                _ => {
+                    // SAFETY: both blocks are the caller's, disjoint, `len`
+                    // bytes long; what is present at `to` from here on was
+                    // filled by the calls above, with `from`'s bytes.
+                    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, a as *mut u8, b - a) };
+                    return true;
+                }
+            }
+        }
+        true
+    });
+    left
+}
+
+/// What [`copy_missing`] left, from `at` on: the pages `to` lacks, copied
+/// from `from` (a plain copy; `to` is not registered).
+pub fn copy_rest(from: usize, len: usize, to: usize, at: usize) {
+    for_missing(at, to + len, |a, b| {
+        // SAFETY: both blocks are the caller's, disjoint, `len` bytes long.
+        unsafe {
+            std::ptr::copy_nonoverlapping((from + (a - to)) as *const u8, a as *mut u8, b - a)
+        };
+        true
+    });
+}
+
+/// Calls `f(a, b)` for each run `[a, b)` of pages of `[at, end)` that have
+/// none (all of it where the kernel cannot say), in order, while it says
+/// to go on.
+fn for_missing(mut at: usize, end: usize, mut f: impl FnMut(usize, usize) -> bool) {
+    let pm = PAGEMAP.load(Ordering::Relaxed);
+    let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
+    let mut out = [uffd::Region::default(); 32];
+    while at < end {
+        let Ok((n, walk_end)) = uffd::scan(pm, at, end, 0, any, any, &mut out) else {
+            f(at, end);
+            return;
+        };
+        for r in &out[..n] {
+            let (s, e) = ((r.start as usize).max(at), (r.end as usize).min(end));
+            if s > at && !f(at, s) {
+                return;
+            }
+            at = at.max(e);
+        }
+        if n < out.len() {
+            if end > at {
+                f(at, end);
+            }
+            return;
+        }
+        at = at.max(walk_end);
+    }
+}
+
+/// Registers the cache's whole range again after `mremap` and
+/// `mmap(MAP_FIXED)` changed its mappings, with the guard of [`populating`]
+/// held. The kernel carries no registration over to the mapping a move
+/// makes, and clears it on the whole mapping that one merges into, which
+/// may take in a neighbour's registered pages: the whole range, then, not
+/// only the two parts that moved (mappings already registered are skipped;
+/// those that are not merge back with their neighbours).
+pub fn register_cache_again(_: &PopGuard) {
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler thread runs, and answers every fault.
+        if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! The preload's own threads (the lazy mode's fault handler and reserve
+//! workers, the cache's scrubber, the pressure watcher), and the calls of
+//! the program that must find them agreeing with it:
+//!
+//! * glibc's `set*id`, `setgroups` and `initgroups` make every thread of
+//!   the process repeat the call, and abort if one fails: a thread of ours
+//!   lacking a capability the program gave its calling thread alone (a
+//!   setpriv-style drop: `PR_SET_KEEPCAPS`, `setresuid`, `capset` of
+//!   `CAP_SETGID`, `setresgid`) failed it. Before such a call each of ours
+//!   takes the caller's capabilities and securebits (`creds.rs`), then the
+//!   call runs with them all still serving: a program thread faulting in
+//!   the kernel meanwhile is served, and so answers glibc's signal.
+//! * `unshare` and `setns` of what only a single-threaded process may have
+//!   (a user namespace, a mount or time namespace, its memory): ours stop,
+//!   are joined, and start again after the call (`stop.rs`). The program
+//!   has no thread of its own then, or the call fails plainly too.
+//!
+//! Each thread looks at [`sync`] at the top of its loop, and its owner
+//! wakes it (`wake_all`): the handler by a fault on its bell page, the
+//! workers by their futexes, the scrubber under its lock, the watcher by a
+//! pipe.
+//!
+//! Invariants: `LIVE` counts our threads from before they are created to
+//! after their last look; a slot of `JOINABLE` (or `HANDLER`) holds a
+//! joinable thread of this process that nobody else joins or detaches (a
+//! forked child, which has none of them, empties them); `PAUSE` orders
+//! these calls with each other and with [`spawn`] (a thread started during
+//! one would miss it), and is held with signals blocked.
+
+mod creds;
+#[cfg(not(test))]
+mod entry;
+mod stop;
+
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+
+use crate::sys;
+
+pub use stop::stopping;
+
+/// Threads of ours at most besides the handler: a worker per lane, a
+/// scrubber, a watcher.
+const SLOTS: usize = 64;
+
+/// Our running threads other than the handler (their `pthread_t`; 0: a
+/// free slot), and the handler.
+static JOINABLE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+static HANDLER: AtomicUsize = AtomicUsize::new(0);
+/// Our threads that may still look at [`sync`].
+static LIVE: AtomicU32 = AtomicU32::new(0);
+/// One call of those above at a time, and no thread started meanwhile.
+static PAUSE: sys::Mutex = sys::Mutex::new();
+/// The thread holding `PAUSE` (it starts threads again under it).
+static PAUSER: AtomicU32 = AtomicU32::new(0);
+static AT_FORK: AtomicBool = AtomicBool::new(false);
+/// The process whose threads the slots hold: a `vfork` child shares the
+/// slots (the memory) but not the threads, and touches none of them.
+static OWNER: AtomicI32 = AtomicI32::new(0);
+
+/// What a thread of ours is, for a stop: the handler goes last (the others
+/// may fault on registered memory it serves) and comes back first.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Handler,
+    Other,
+}
+
+/// Who owns a kind of thread: it wakes them, and starts them again after
+/// a stop.
+#[derive(Clone, Copy)]
+pub enum Owner {
+    /// The lazy mode's fault handler.
+    Handler = 1,
+    /// The lazy mode's reserve workers.
+    Workers = 2,
+    /// The cache's scrubber.
+    Cache = 4,
+    /// The pressure watcher.
+    Pressure = 8,
+}
+
+/// `PAUSE` held by the calling thread, signals blocked.
+struct Paused(libc::sigset_t);
+
+impl Paused {
+    fn take() -> Paused {
+        // A handler that set ids or faulted on this thread while it holds
+        // the lock would wait on itself.
+        let mask = sys::uffd::block_signals();
+        PAUSE.lock();
+        PAUSER.store(sys::gettid(), Ordering::Relaxed);
+        Paused(mask)
+    }
+}
+
+impl Drop for Paused {
+    fn drop(&mut self) {
+        PAUSER.store(0, Ordering::Relaxed);
+        // SAFETY: `take` locked it on this thread.
+        unsafe { PAUSE.unlock() };
+        sys::uffd::restore_signals(&self.0);
+    }
+}
+
+/// Whether this process's threads are the ones the slots hold.
+fn ours() -> bool {
+    OWNER.load(Ordering::Relaxed) == sys::getpid()
+}
+
+/// Starts a thread of ours named `name` running `f`, with every signal
+/// blocked (a program's handler run on it could touch registered memory
+/// and wait on itself, or on a lock this thread holds).
+pub fn spawn(name: &str, kind: Kind, f: fn()) -> bool {
+    if !AT_FORK.swap(true, Ordering::Relaxed) {
+        sys::atfork(None, None, Some(in_child));
+    }
+    // Not while a call above is under way, unless it is this thread's,
+    // starting threads again.
+    let _p = (PAUSER.load(Ordering::Relaxed) != sys::gettid()).then(Paused::take);
+    OWNER.store(sys::getpid(), Ordering::Relaxed);
+    LIVE.fetch_add(1, Ordering::AcqRel);
+    // The thread gets this thread's credentials: what was asked before
+    // now, it has; what is asked from now on, it must take.
+    let start = creds::generation();
+    let r = sys::spawn(name, move || {
+        START.set(start);
+        f();
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+        creds::left();
+    });
+    let Ok(t) = r else {
+        LIVE.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    };
+    let t = t as usize;
+    let kept = match kind {
+        Kind::Handler => HANDLER
+            .compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok(),
+        Kind::Other => JOINABLE.iter().any(|s| {
+            s.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
+                .is_ok()
+        }),
+    };
+    if !kept {
+        // No slot (a handler not joined before is still there): never
+        // joined, so a stop cannot wait for it.
+        sys::detach(t as libc::pthread_t);
+    }
+    true
+}
+
+thread_local! {
+    /// The look a thread of ours was started at.
+    static START: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// A thread of ours, at its start: what its looks at [`sync`] start from
+/// (the generation when it was started, not when it got here).
+pub fn first_look() -> u32 {
+    START.get()
+}
+
+/// A thread of ours, at the top of its loop: takes the credentials a call
+/// of the program asks for (`seen`: the thread's last look, from
+/// [`first_look`]).
+#[inline]
+pub fn sync(seen: &mut u32) {
+    creds::sync(seen);
+}
+
+/// Wakes every thread of ours for a look at [`sync`] or [`stopping`].
+fn wake_all() {
+    crate::lazy::wake_threads();
+    crate::cache::wake_scrubber();
+    crate::pressure::wake();
+}
+
+/// A forked child has none of the parent's threads.
+extern "C" fn in_child() {
+    for s in JOINABLE.iter().chain([&HANDLER]) {
+        s.store(0, Ordering::Relaxed);
+    }
+    LIVE.store(0, Ordering::Relaxed);
+    PAUSER.store(0, Ordering::Relaxed);
+    stop::in_child();
+    // SAFETY: the child's only thread; a parent's thread that held the
+    // lock across the fork is not here.
+    unsafe { PAUSE.reset() };
+}

@@ -1,0 +1,127 @@
+//! Around a call the kernel allows only a single-threaded process (`unshare`
+//! or `setns` of a user, mount or time namespace, `unshare` of its memory):
+//! our threads stop, are joined, and start again after it. The others go
+//! first, then the handler, which serves their faults on registered memory
+//! until they are gone; after the call the handler comes back first. The
+//! program has no other thread (else the call fails plainly too), so no
+//! fault of its waits on the handler meanwhile.
+//!
+//! A thread that does not end within [`JOIN_MS`] (held up elsewhere) is
+//! left running, and the call fails as it would have without the stop.
+
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+
+use super::{ours, wake_all, Owner, Paused, HANDLER, JOINABLE};
+use crate::sys;
+
+/// How long a stop waits for a thread of ours to end.
+const JOIN_MS: u64 = 2000;
+
+/// What a stop asks: nothing, the threads other than the handler to
+/// return, or the handler too.
+const RUN: u8 = 0;
+const OTHERS: u8 = 1;
+const ALL: u8 = 2;
+static STOPPING: AtomicU8 = AtomicU8::new(RUN);
+/// The owners whose threads returned for the stop, to start again.
+static STOPPED: AtomicU32 = AtomicU32::new(0);
+
+/// Whether a stop asks a thread of `owner`'s to return now; if so it is
+/// counted, to be started again.
+pub fn stopping(owner: Owner) -> bool {
+    let level = if matches!(owner, Owner::Handler) {
+        ALL
+    } else {
+        OTHERS
+    };
+    let stop = STOPPING.load(Ordering::SeqCst) >= level;
+    if stop {
+        STOPPED.fetch_or(owner as u32, Ordering::AcqRel);
+    }
+    stop
+}
+
+/// Runs `call` with none of our threads running.
+pub(super) fn alone<T>(call: impl FnOnce() -> T) -> T {
+    if !ours() {
+        return call();
+    }
+    let _p = Paused::take();
+    let before = sys::threads_in_process();
+    let mut joined = 0;
+    STOPPING.store(OTHERS, Ordering::SeqCst);
+    wake_all();
+    for s in &JOINABLE {
+        let t = s.load(Ordering::Acquire);
+        if t != 0 && sys::join(t as libc::pthread_t, JOIN_MS) {
+            s.store(0, Ordering::Release);
+            joined += 1;
+        }
+    }
+    STOPPING.store(ALL, Ordering::SeqCst);
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler != 0 {
+        crate::lazy::wake_threads();
+        if sys::join(handler as libc::pthread_t, JOIN_MS) {
+            HANDLER.store(0, Ordering::Release);
+            joined += 1;
+        }
+    }
+    STOPPING.store(RUN, Ordering::SeqCst);
+    crate::pressure::joined();
+    if let Some(n) = before {
+        wait_gone(n.saturating_sub(joined));
+    }
+    let r = call();
+    // Starting threads again may set errno; the call's is the program's.
+    let errno = sys::Errno::last();
+    let owners = STOPPED.swap(0, Ordering::AcqRel);
+    if owners & Owner::Handler as u32 != 0 {
+        crate::lazy::restart_handler();
+    }
+    if owners & Owner::Workers as u32 != 0 {
+        crate::lazy::restart_workers();
+    }
+    if owners & Owner::Cache as u32 != 0 {
+        crate::cache::restart_scrubber();
+    }
+    if owners & Owner::Pressure as u32 != 0 {
+        crate::pressure::watch();
+    }
+    sys::set_errno(errno.0);
+    r
+}
+
+/// A thread joined has ended for glibc, and may still be leaving the
+/// kernel's thread group, which then refuses a user namespace: waits (20
+/// ms at most) until the kernel counts `left` threads or fewer.
+fn wait_gone(left: usize) {
+    for _ in 0..20 {
+        if sys::threads_in_process().is_none_or(|n| n <= left) {
+            return;
+        }
+        sys::sleep_ms(1);
+    }
+}
+
+/// Whether `flags` of `unshare` ask what only a single-threaded process may
+/// have: a user namespace (which implies the thread group), its signal
+/// handlers or its memory.
+pub(super) fn unshare_needs_one_thread(flags: libc::c_int) -> bool {
+    let one = libc::CLONE_NEWUSER | libc::CLONE_THREAD | libc::CLONE_SIGHAND | libc::CLONE_VM;
+    flags & one != 0
+}
+
+/// Whether `setns` of namespace type `kind` may need a single-threaded
+/// process: a user, mount or time namespace, or any (0: the descriptor's
+/// own type, which may be one of them; a pidfd's set of types).
+pub(super) fn setns_needs_one_thread(kind: libc::c_int) -> bool {
+    let one = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWTIME;
+    kind == 0 || kind & one != 0
+}
+
+/// A forked child: no stop under way.
+pub(super) fn in_child() {
+    STOPPING.store(RUN, Ordering::Relaxed);
+    STOPPED.store(0, Ordering::Relaxed);
+}
