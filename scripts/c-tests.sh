@@ -8,7 +8,7 @@ prefix=$(mktemp -d)
 build=$(mktemp -d)
 trap 'rm -rf "$prefix" "$build"' EXIT
 
-scripts/install.sh --debug "$prefix" >/dev/null
+scripts/install.sh --debug --lib-only "$prefix" >/dev/null
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 cflags=(-std=c11 -Wall -Wextra -Werror -O2)
 

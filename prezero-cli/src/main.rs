@@ -9,6 +9,7 @@ mod bench;
 mod calibrate;
 mod client;
 mod exec;
+mod generate;
 mod info;
 mod output;
 mod report;
@@ -52,6 +53,9 @@ enum Command {
         #[command(subcommand)]
         which: client::Which,
     },
+    /// Man pages and shell completions, for packaging.
+    #[command(hide = true)]
+    Generate(generate::Args),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +80,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Client { which } => client::run(which),
+        Command::Generate(args) => generate::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
