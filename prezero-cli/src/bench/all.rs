@@ -154,7 +154,9 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
                     "3",
                 ],
             ),
-            ("run", vec!["--reps", "3"]),
+            // Its programs compute 2 s before they touch memory (a third of
+            // the whole quick run at 3 repetitions).
+            ("run", vec!["--reps", "2"]),
         ],
         // Every case of every bench, each as small as it goes; two sizes or
         // line counts where the report draws a line through them.
@@ -222,6 +224,8 @@ struct Outcome {
     command: String,
     /// Every row it printed, also those before a failure.
     rows: Vec<Value>,
+    /// What it said it did not measure, and why.
+    not_measured: Vec<String>,
     status: Status,
 }
 
@@ -234,6 +238,7 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
         name: step.name,
         command: format!("prezero {} --json", step.argv.join(" ")),
         rows: Vec::new(),
+        not_measured: Vec::new(),
         status: Status::Ok,
     };
     if let Some(why) = step.skipped {
@@ -268,6 +273,11 @@ fn run_step(exe: &Path, step: &Step) -> Outcome {
     }
     let stderr = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    outcome.not_measured = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix(super::NOT_MEASURED))
+        .map(str::to_string)
+        .collect();
     let reason = if out.status.success() {
         // A bench that measured nothing must not read as "ok" in the report.
         bad_json.or_else(|| {
@@ -320,6 +330,7 @@ fn record(scale: Scale, outcomes: &[Outcome]) -> Value {
             step: o.name.to_string(),
             command: o.command.clone(),
             rows: o.rows.len() as u64,
+            not_measured: o.not_measured.clone(),
             status: o.status.clone(),
         })
         .collect();
@@ -447,7 +458,7 @@ mod tests {
             sh("info", r#"echo '{"cpu": {}}'"#),
             sh(
                 "first",
-                r#"echo '{"bench": "first"}'; echo 'prezero: a warning' >&2"#,
+                r#"echo '{"bench": "first"}'; echo 'prezero: a warning' >&2; echo 'prezero: not measured: the numpy row: no numpy' >&2"#,
             ),
             sh(
                 "broken",
@@ -486,6 +497,12 @@ mod tests {
             json!(["thinking", "prezero: no such page size"])
         );
         assert_eq!(rec["steps"][2]["rows"], 1);
+        // Rows a step left out, and why: kept for the report.
+        assert_eq!(
+            rec["steps"][1]["not_measured"],
+            json!(["the numpy row: no numpy"])
+        );
+        assert!(rec["steps"][0].get("not_measured").is_none());
     }
 
     #[test]

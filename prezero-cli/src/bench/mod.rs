@@ -57,3 +57,12 @@ pub fn run(which: Which) -> Result<()> {
         Which::All(a) => all::run(&a),
     }
 }
+
+/// The line a bench prints on stderr for each row (or group of rows) it does
+/// not measure here, and why: `bench all` keeps these for its report.
+const NOT_MEASURED: &str = "prezero: not measured: ";
+
+/// Says that `what` is not measured here, and why (one line on stderr).
+fn not_measured(what: &str, why: &str) {
+    eprintln!("{NOT_MEASURED}{what}: {why}");
+}

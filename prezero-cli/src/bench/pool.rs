@@ -185,7 +185,7 @@ pub fn run(args: &Args) -> Result<()> {
         Ok(r) => Some(r),
         Err(e) => {
             if wants_hugetlb {
-                eprintln!("prezero: hugetlb rows skipped: {}", crate::message(&e));
+                super::not_measured("the hugetlb rows", &crate::message(&e));
             }
             None
         }

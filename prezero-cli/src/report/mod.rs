@@ -107,6 +107,20 @@ fn steps(run: &AllRun) -> String {
             ]
         }),
     );
+    let left: Vec<(&str, &str)> = (run.steps.iter())
+        .flat_map(|st| {
+            st.not_measured
+                .iter()
+                .map(move |n| (st.step.as_str(), n.as_str()))
+        })
+        .collect();
+    if !left.is_empty() {
+        h += "<p>Not measured on this machine:</p>\n<ul>\n";
+        for (step, what) in left {
+            let _ = writeln!(h, "<li>{}: {}</li>", esc(step), esc(what));
+        }
+        h += "</ul>\n";
+    }
     for st in &run.steps {
         if let Status::Failed { stderr_tail, .. } = &st.status {
             let _ = write!(
@@ -327,7 +341,8 @@ mod tests {
             0,
             serde_json::json!({"bench": "all", "scale": "quick", "steps": [
                 {"step": "info", "command": "prezero info --json", "rows": 1, "status": "ok"},
-                {"step": "clear", "command": "prezero bench clear --json", "rows": 12, "status": "ok"},
+                {"step": "clear", "command": "prezero bench clear --json", "rows": 12, "status": "ok",
+                 "not_measured": ["the hugetlb rows: 72 hugetlb pages needed, 1 free"]},
                 {"step": "mmap", "command": "prezero bench mmap --json", "rows": 0, "status": "failed",
                  "reason": "page 2MB: 2048 hugetlb pages needed, 0 free",
                  "stderr_tail": ["prezero: page 2MB: 2048 hugetlb pages needed, 0 free <&>"]},
@@ -337,6 +352,10 @@ mod tests {
         );
         let html = render(&info, &rows);
         assert!(html.contains("1 of 3 steps failed: mmap."), "{html}");
+        assert!(
+            html.contains("<li>clear: the hugetlb rows: 72 hugetlb pages needed, 1 free</li>"),
+            "{html}"
+        );
         assert!(html.contains("failed: page 2MB: 2048 hugetlb pages needed, 0 free"));
         assert!(html.contains(
             "<pre>prezero: page 2MB: 2048 hugetlb pages needed, 0 free &lt;&amp;&gt;</pre>"

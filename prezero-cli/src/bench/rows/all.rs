@@ -16,6 +16,9 @@ pub struct Step {
     pub command: String,
     /// JSON rows it printed (also those printed before it failed).
     pub rows: u64,
+    /// Rows it left out here, each with why (its "not measured" lines).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_measured: Vec<String>,
     #[serde(flatten)]
     pub status: Status,
 }

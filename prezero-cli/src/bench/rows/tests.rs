@@ -58,6 +58,7 @@ fn bench_all_steps_say_how_they_ended() {
         step: "mmap".into(),
         command: "prezero bench mmap --json".into(),
         rows: 0,
+        not_measured: Vec::new(),
         status,
     };
     let run = Row::All(AllRun {

@@ -196,7 +196,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     for (p, why) in &skipped {
-        eprintln!("prezero: bench run: no {} row: {why}", p.name());
+        super::not_measured(&format!("the {} row", p.name()), why);
     }
     if argv.is_empty() {
         bail!("no program could run here (see above)");

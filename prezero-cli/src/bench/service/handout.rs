@@ -29,10 +29,12 @@ pub(super) fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) ->
         .filter(|&&s| s.next_multiple_of(kind.page_size()) > budget)
     {
         if args.socket.is_none() {
-            println!(
-                "# page {kind}: {} skipped: more than the available memory less 4 GiB ({})",
-                fmt_size(*s),
-                fmt_size(budget)
+            super::super::not_measured(
+                &format!("the hand-out rows of {} on {kind} pages", fmt_size(*s)),
+                &format!(
+                    "more than the available memory less 4 GiB ({})",
+                    fmt_size(budget)
+                ),
             );
         }
     }
@@ -57,10 +59,12 @@ pub(super) fn latency_and_scrub(args: &Args, kind: PageKind, sizes: &[usize]) ->
     }
     for &size in &fitting {
         if size > have {
-            println!(
-                "# {}: skipped: the service has {} ready (hugetlb shortage; see its log)",
-                fmt_size(size),
-                fmt_size(have)
+            super::super::not_measured(
+                &format!("the hand-out rows of {}", fmt_size(size)),
+                &format!(
+                    "the service has {} ready (hugetlb shortage; see its log)",
+                    fmt_size(have)
+                ),
             );
             continue;
         }

@@ -249,8 +249,9 @@ fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<(Duration, 
 /// on service memory against QEMU's own preallocation, in the same run.
 pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
     let Some(qemu) = on_path("qemu-system-x86_64") else {
-        println!(
-            "# vmm: skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)"
+        super::super::not_measured(
+            "the vmm rows",
+            "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)",
         );
         return Ok(());
     };
@@ -259,10 +260,12 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
     // The daemon's segment, QEMU's own hugetlb pages and anonymous memory.
     let budget = memory_budget();
     if args.socket.is_none() && 3 * size > budget {
-        println!(
-            "# vmm: {} skipped: three times that is more than the available memory less 4 GiB ({})",
-            fmt_size(size),
-            fmt_size(budget)
+        super::super::not_measured(
+            &format!("the vmm rows of {}", fmt_size(size)),
+            &format!(
+                "three times that is more than the available memory less 4 GiB ({})",
+                fmt_size(budget)
+            ),
         );
         return Ok(());
     }
