@@ -688,7 +688,9 @@ fn the_lazy_line_parses() {
 /// setpriv-style drop aborted (glibc's setresgid failed on a thread of
 /// ours). Our threads take the caller's credentials before a `set*id`
 /// now (and serve faults meanwhile: a thread faulting in the kernel could
-/// not answer glibc's signal with the handler stopped), and stop around an
+/// not answer glibc's signal with the handler stopped), drop within a
+/// second what that caller drops after (ours kept every capability a
+/// libcap-style drop took from it), and stop around an
 /// `unshare` of a user namespace. `mincore` counted the blocks
 /// readahead had moved in ahead of the program's writes (3072 pages
 /// resident after 2048 written): there is no readahead now.
@@ -699,10 +701,11 @@ fn ordinary_programs_behave_as_they_do_plainly() {
     let _s = serial();
     let exe = b.plain.to_str().unwrap();
     let timeout = Duration::from_secs(60);
-    let modes: [(&str, &[(&str, &str)]); 15] = [
+    let modes: [(&str, &[(&str, &str)]); 16] = [
         ("unshare-user", &[]),
         ("setpriv", &[]),
         ("initgroups", &[]),
+        ("cap-drop", &[]),
         ("setid-fault", &[]),
         ("mincore", &[]),
         ("seccomp-ioctl", &[]),

@@ -40,6 +40,9 @@
  *                  repeat it, and aborts if one fails)
  *   initgroups     as setpriv, with initgroups("nobody") (glibc's internal
  *                  setgroups) for the last step
+ *   cap-drop       as setpriv, then every capability dropped (capset on the
+ *                  calling thread alone, as libcap does): after 1.5 s no thread
+ *                  of the process holds one
  *   setid-fault    a thread reads /dev/zero into fresh 64 MiB mappings (the
  *                  kernel faults on registered memory for it) while the main
  *                  thread calls setresgid, again and again
@@ -53,6 +56,7 @@
  * and exits 3; a mode that cannot run here prints "skipped: ..." and exits
  * 0 (the same in both runs). */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <linux/audit.h>
@@ -398,6 +402,37 @@ static void mode_initgroups(void) {
     touch_calloc("after", 64 * MB);
 }
 
+static void mode_cap_drop(void) {
+    if (!drop_to_nobody())
+        return;
+    if (setresgid(65534, 65534, 65534) || setgroups(0, NULL))
+        fail("setresgid, setgroups: %s", strerror(errno));
+    struct __user_cap_header_struct head = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct none[2];
+    memset(none, 0, sizeof none);
+    if (syscall(SYS_capset, &head, none))
+        fail("capset: %s", strerror(errno));
+    usleep(1500000);
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int keep = 0;
+    while (d && (e = readdir(d))) {
+        char path[300], line[128];
+        snprintf(path, sizeof path, "/proc/self/task/%s/status", e->d_name);
+        FILE *f = fopen(path, "r");
+        while (f && fgets(line, sizeof line, f))
+            if (!strncmp(line, "CapPrm:", 7) && strtoull(line + 7, NULL, 16) != 0) {
+                fprintf(stderr, "thread %s keeps %s", e->d_name, line);
+                keep++;
+            }
+        if (f)
+            fclose(f);
+    }
+    if (d)
+        closedir(d);
+    printf("cap-drop: %s\n", keep ? "a thread keeps capabilities" : "no thread keeps one");
+}
+
 static volatile int reader_done;
 
 static void *zero_reader(void *arg) {
@@ -510,6 +545,8 @@ int main(int argc, char **argv) {
         mode_setpriv();
     else if (!strcmp(mode, "initgroups"))
         mode_initgroups();
+    else if (!strcmp(mode, "cap-drop"))
+        mode_cap_drop();
     else if (!strcmp(mode, "setid-fault"))
         mode_setid_fault();
     else if (!strcmp(mode, "mincore"))
@@ -518,7 +555,7 @@ int main(int argc, char **argv) {
         fprintf(stderr,
                 "usage: %s seccomp-ioctl|seccomp-kill|fork-worker|closefds-child|rlimit-data|"
                 "mlock-mremap|guard|merged-mremap|thp-disable|collapse|unshare-user|setpriv|"
-                "initgroups|setid-fault|mincore\n",
+                "initgroups|cap-drop|setid-fault|mincore\n",
                 argv[0]);
         return 2;
     }

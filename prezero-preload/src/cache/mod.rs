@@ -228,12 +228,17 @@ pub fn start(cfg: Config) -> bool {
     true
 }
 
-/// Wakes the scrubber for a pause (`threads::stopping` is set), under the
-/// lock it looks at the flag with: it cannot miss the wake.
+/// Wakes the scrubber for a look at `crate::threads`, under the lock it
+/// looks with (it cannot miss the wake), if the lock is free: the caller
+/// may be a signal handler that interrupted this thread inside the cache's
+/// lock (`set*id` may be called from one), and waiting on it would be for
+/// ever. Where it is taken the scrubber looks at its next wake (a second at
+/// most), within the caller's wait.
 pub fn wake_scrubber() {
-    if STARTED.load(Ordering::Acquire) {
-        let _g = lock();
+    if STARTED.load(Ordering::Acquire) && SHARED.mutex.try_lock() {
         signal_all();
+        // SAFETY: locked just above, by this thread.
+        unsafe { SHARED.mutex.unlock() };
     }
 }
 

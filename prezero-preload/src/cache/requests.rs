@@ -223,11 +223,8 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             // A page shared with a child stopped the move, or the kernel
             // refused it: the rest copied (what the block lacks: the kernel
             // may not have counted all it moved), the guard still held.
-            let rest = crate::lazy::copy_missing(g, p, old, q as usize);
+            crate::lazy::copy_missing(g, p, old, q as usize);
             drop(populating);
-            if let Some(at) = rest {
-                crate::lazy::copy_rest(p, old, q as usize, at);
-            }
             free(p);
             return Some(q);
         }

@@ -116,6 +116,11 @@ pub fn run() {
             stop();
             return;
         }
+        // A second at most between looks at `threads::sync` (which narrows
+        // this thread's capabilities to the program's).
+        if !uffd::readable_within(h.fd, 1000) {
+            continue;
+        }
         let n = match uffd::read(h.fd, &mut msgs) {
             Ok(n) => n,
             Err(Errno(libc::EINTR | libc::EAGAIN)) => continue,

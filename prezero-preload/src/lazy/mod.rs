@@ -75,9 +75,7 @@ use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
 pub use pause::{restart_handler, restart_workers, wake_threads};
-pub use realloc::{
-    copy_missing, copy_rest, move_block, populating, register_cache_again, MOVE_MAX,
-};
+pub use realloc::{copy_missing, move_block, populating, register_cache_again, MOVE_MAX};
 pub use recycle::recycle;
 
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
@@ -339,6 +337,8 @@ fn start() -> Result<(), Why> {
         why
     };
     uffd::handshake(fd).map_err(|e| fail(Why::NoMove(e)))?;
+    // The handler waits in `poll`, a second at most, between reads.
+    uffd::set_nonblocking(fd).map_err(|e| fail(Why::Failed("the userfaultfd's flags", e)))?;
     let pm = uffd::open_pagemap().map_err(|e| fail(Why::Failed("/proc/self/pagemap", e)))?;
     let pm = high(pm);
     if fd <= 2 || pm <= 2 {

@@ -1,8 +1,8 @@
 //! The cache's `realloc` under the lazy mode: a block up to [`MOVE_MAX`]
 //! moves with `UFFDIO_MOVE` (no mapping changes), with `POP` held; what the
-//! move leaves is copied, under `POP` too where the block is registered (see
-//! [`copy_missing`]); a larger one moves with `mremap`, after which the
-//! cache's range is registered again.
+//! move leaves is copied, under `POP` too (see [`copy_missing`]); a larger
+//! one moves with `mremap`, after which the cache's range is registered
+//! again.
 
 use std::sync::atomic::Ordering;
 
@@ -46,67 +46,74 @@ pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
 
 /// After a move of `[from, from + len)` to `to` ([`move_block`]) that did
 /// not say it moved all, with its guard still held: fills the pages `to`
-/// lacks with copies of `from`'s. A page present at `to` came from `from`
-/// (its pages were dropped first, and the kernel may report an error for
-/// pages it moved: a batch that hit EAGAIN, then EEXIST, with nothing
-/// counted); a copy over them from the emptied source would write zeroes
-/// over the block's bytes. Under `POP` nothing else fills `to`'s missing
-/// pages meanwhile: with it given back, the handler serving another
-/// thread's fault in the same 2 MiB block filled them with zeroes (a block
-/// served without the reserve gets its missing pages whole), which then
-/// looked moved, and the bytes were lost. `UFFDIO_COPY` fills them without
-/// faulting; where the kernel refuses it, a plain copy does (its faults on
-/// `from` served a page at a time, after the handler's wait for `POP`).
+/// lacks with copies of `from`'s, where `from` has pages (a hole there
+/// reads zero, as the missing page at `to` does: nothing to copy, and no
+/// fault on `from` that would wait on the handler, which waits on `POP`).
+/// A page present at `to` came from `from` (its pages were dropped first,
+/// and the kernel may report an error for pages it moved: a batch that hit
+/// EAGAIN, then EEXIST, with nothing counted); a copy over them from the
+/// emptied source would write zeroes over the block's bytes.
 ///
-/// `Some(at)`: `to` is not registered (a move or a fresh mapping dropped
-/// its registration), so no fault there reaches the handler and nothing but
-/// its owner fills it: the caller copies the rest from `at` on with
-/// [`copy_rest`], the guard given back.
-pub fn copy_missing(_: &PopGuard, from: usize, len: usize, to: usize) -> Option<usize> {
-    let mut left = None;
-    for_missing(to, to + len, |mut a, b| {
-        while a < b {
-            let src = from + (a - to);
-            // SAFETY: `from`'s block is the caller's, readable, `len` long.
-            match unsafe { uffd::copy(fd(), a, src, b - a) } {
-                Ok(n) if n > 0 => a += n,
-                // A page there already (moved): the next one.
-                Err(Errno(libc::EEXIST)) => a += PAGE,
-                Err(Errno(libc::EAGAIN)) => {}
-                Err(Errno(libc::ENOENT)) => {
-                    left = Some(a);
-                    return false;
-                }
-                _ => {
-                    // SAFETY: both blocks are the caller's, disjoint, `len`
-                    // bytes long; what is present at `to` from here on was
-                    // filled by the calls above, with `from`'s bytes.
-                    unsafe { std::ptr::copy_nonoverlapping(src as *const u8, a as *mut u8, b - a) };
-                    return true;
-                }
-            }
-        }
+/// All of it under `POP`: with it given back, the handler serving another
+/// thread's fault in the same 2 MiB block filled `to`'s missing pages with
+/// zeroes, which then looked moved, and the bytes were lost.
+/// `UFFDIO_COPY` fills them without faulting; a page it cannot fill on its
+/// own (not registered: a move or a fresh mapping dropped the
+/// registration; or a call the kernel refuses) is copied plainly, which a
+/// fault the handler serves after its wait for `POP` may delay, never
+/// lose.
+pub fn copy_missing(_: &PopGuard, from: usize, len: usize, to: usize) {
+    for_runs(to, to + len, false, |a, b| {
+        for_runs(from + (a - to), from + (b - to), true, |s, e| {
+            fill(to + (s - from), s, e - s);
+            true
+        });
         true
     });
-    left
 }
 
-/// What [`copy_missing`] left, from `at` on: the pages `to` lacks, copied
-/// from `from` (a plain copy; `to` is not registered).
-pub fn copy_rest(from: usize, len: usize, to: usize, at: usize) {
-    for_missing(at, to + len, |a, b| {
-        // SAFETY: both blocks are the caller's, disjoint, `len` bytes long.
-        unsafe {
-            std::ptr::copy_nonoverlapping((from + (a - to)) as *const u8, a as *mut u8, b - a)
+/// `[dst, dst + len)`'s missing pages filled from `src` (see
+/// [`copy_missing`]), a page at a time where the range as a whole is
+/// refused.
+fn fill(mut dst: usize, mut src: usize, len: usize) {
+    let end = dst + len;
+    let mut whole = true;
+    let mut again = 0;
+    while dst < end {
+        let n = if whole { end - dst } else { PAGE };
+        // SAFETY: `src` is the caller's block, present there (for_runs).
+        let step = match unsafe { uffd::copy(fd(), dst, src, n) } {
+            Ok(done) if done > 0 => done,
+            // A page there already (moved).
+            Err(Errno(libc::EEXIST)) => PAGE,
+            // The mappings changing meanwhile: again, a few times.
+            Err(Errno(libc::EAGAIN)) if again < 8 => {
+                again += 1;
+                continue;
+            }
+            // Across two mappings, or one not registered: page by page.
+            Err(Errno(libc::ENOENT)) if whole => {
+                whole = false;
+                continue;
+            }
+            _ => {
+                // SAFETY: both blocks are the caller's, disjoint; this
+                // page of `src` is present, of `dst` missing.
+                unsafe { std::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, PAGE) };
+                PAGE
+            }
         };
-        true
-    });
+        again = 0;
+        dst += step;
+        src += step;
+    }
 }
 
 /// Calls `f(a, b)` for each run `[a, b)` of pages of `[at, end)` that have
-/// none (all of it where the kernel cannot say), in order, while it says
-/// to go on.
-fn for_missing(mut at: usize, end: usize, mut f: impl FnMut(usize, usize) -> bool) {
+/// pages (`present`) or none, in order, while it says to go on; where the
+/// kernel cannot say, the whole range as having none (`present`: as
+/// having them).
+fn for_runs(mut at: usize, end: usize, present: bool, mut f: impl FnMut(usize, usize) -> bool) {
     let pm = PAGEMAP.load(Ordering::Relaxed);
     let any = uffd::PAGE_IS_PRESENT | uffd::PAGE_IS_SWAPPED;
     let mut out = [uffd::Region::default(); 32];
@@ -117,13 +124,18 @@ fn for_missing(mut at: usize, end: usize, mut f: impl FnMut(usize, usize) -> boo
         };
         for r in &out[..n] {
             let (s, e) = ((r.start as usize).max(at), (r.end as usize).min(end));
-            if s > at && !f(at, s) {
+            let go = if present {
+                f(s, e)
+            } else {
+                s <= at || f(at, s)
+            };
+            if !go {
                 return;
             }
             at = at.max(e);
         }
         if n < out.len() {
-            if end > at {
+            if !present && end > at {
                 f(at, end);
             }
             return;

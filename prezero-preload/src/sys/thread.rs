@@ -111,10 +111,19 @@ const CAP_VERSION_3: u32 = 0x2008_0522;
 ///
 /// pre: none.
 pub fn caps() -> Result<Caps, Errno> {
-    let mut head = [CAP_VERSION_3, 0u32];
+    caps_of(0)
+}
+
+/// Thread `tid`'s capabilities (0: the calling thread's); an error where
+/// it is gone.
+///
+/// pre: none.
+pub fn caps_of(tid: u32) -> Result<Caps, Errno> {
+    let mut head = [CAP_VERSION_3, tid];
     let mut data: Caps = [0; 6];
     // SAFETY: capget writes two data structs (six u32) into the local array
-    // for the header's version 3; pid 0 is the calling thread.
+    // for the header's version 3; pid 0 is the calling thread, another a
+    // thread whose capabilities it reads.
     let r = unsafe { libc::syscall(libc::SYS_capget, head.as_mut_ptr(), data.as_mut_ptr()) };
     if r != 0 {
         return Err(Errno::last());

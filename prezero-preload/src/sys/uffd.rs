@@ -329,6 +329,35 @@ pub fn read(fd: c_int, buf: &mut [Msg]) -> Result<usize, Errno> {
     Ok(n / size)
 }
 
+/// Makes reads of `fd` return EAGAIN where nothing waits (a userfaultfd's
+/// `poll` answers only for a non-blocking one: a blocking one says POLLERR
+/// at once).
+///
+/// pre: none.
+pub fn set_nonblocking(fd: c_int) -> Result<(), Errno> {
+    // SAFETY: fcntl reads and sets the flags of a descriptor of ours.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// Whether `fd` has something to read within `ms` milliseconds (an error,
+/// a closed descriptor: true, for the read to say).
+///
+/// pre: none.
+pub fn readable_within(fd: c_int, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: poll reads and writes the one local pollfd.
+    unsafe { libc::poll(&mut p, 1, ms) != 0 }
+}
+
 /// Which file `fd` is (its device and inode): a descriptor number the
 /// program closed and opened again names another.
 ///

@@ -7,6 +7,10 @@
 //! would leave that thread unable to answer glibc's signal, and the call
 //! waiting for ever.
 //!
+//! After the call, ours hold no capability that caller drops later on its
+//! own thread (libcap's drop after a `set*id`): each narrows its set to the
+//! caller's every 200 ms, and never widens it but for a `set*id`.
+//!
 //! A generation number asks for the look; each thread that took the
 //! credentials counts itself in `TOOK`, and the caller waits for all of
 //! them (a bounded time: a thread that cannot take them, or does not come,
@@ -36,8 +40,23 @@ pub(super) fn generation() -> u32 {
     GENERATION.load(Ordering::Acquire)
 }
 
-/// A thread of ours takes the last credentials asked for, once.
+/// The program's thread that made the last `set*id` call (0: none yet).
+static CALLER: AtomicU32 = AtomicU32::new(0);
+/// How often a thread of ours looks at that thread's capabilities.
+const NARROW_MS: u64 = 200;
+
+thread_local! {
+    /// When this thread of ours last looked (coarse ms).
+    static NARROWED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A thread of ours takes the last credentials asked for, once; and holds
+/// no capability the program's last `set*id` caller has dropped since (a
+/// drop after it, `capset` on that thread alone: libcap's), looked at every
+/// [`NARROW_MS`]. It never takes one that thread gained: only a `set*id`'s
+/// look gives ours more.
 pub(super) fn sync(seen: &mut u32) {
+    narrow();
     let generation = GENERATION.load(Ordering::Acquire);
     if *seen == generation {
         return;
@@ -53,6 +72,32 @@ pub(super) fn sync(seen: &mut u32) {
     sys::uffd::futex_wake(&TOOK);
 }
 
+/// This thread's capabilities, less those the last `set*id` caller lacks.
+fn narrow() {
+    let caller = CALLER.load(Ordering::Relaxed);
+    if caller == 0 {
+        return;
+    }
+    let now = coarse_ms();
+    if now < NARROWED.get() + NARROW_MS {
+        return;
+    }
+    NARROWED.set(now);
+    // A caller gone: what it had is not known; ours keep theirs.
+    let (Ok(theirs), Ok(mine)) = (sys::caps_of(caller), sys::caps()) else {
+        return;
+    };
+    let fewer: sys::Caps = std::array::from_fn(|i| mine[i] & theirs[i]);
+    if fewer != mine {
+        let _ = sys::set_caps(&fewer);
+    }
+}
+
+fn coarse_ms() -> u64 {
+    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
 /// A thread of ours ends: a caller waiting for it counts one fewer.
 pub(super) fn left() {
     sys::uffd::futex_wake(&TOOK);
@@ -65,6 +110,7 @@ pub(super) fn agreeing<T>(call: impl FnOnce() -> T) -> T {
         return call();
     }
     let _p = Paused::take();
+    CALLER.store(sys::gettid(), Ordering::Relaxed);
     if LIVE.load(Ordering::Acquire) > 0 {
         if let (Ok(caps), Some(bits)) = (sys::caps(), sys::securebits()) {
             for (c, v) in CAPS.iter().zip(caps) {
