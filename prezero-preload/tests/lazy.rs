@@ -476,7 +476,14 @@ fn a_give_back_under_mlockall_hands_out_no_old_bytes() {
     r.ok();
     if !r.stdout.contains("skipped") {
         let s = r.lazy();
-        assert!(s.recycled > 0, "nothing waited in the reserve: {s:?}");
+        // Before 6.14 moved huge pages arrive split (the faulting block's
+        // page table stays), and only whole ones go back to the reserve:
+        // the scenario cannot arise there.
+        if s.notes.contains("arrived split") {
+            println!("skipped: the recycled part (moved huge pages arrive split here)");
+        } else {
+            assert!(s.recycled > 0, "nothing waited in the reserve: {s:?}");
+        }
         // MADV_DONTNEED_LOCKED gave the locked slots back.
         assert!(s.gave_back > 0, "{s:?}");
     }
