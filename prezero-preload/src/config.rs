@@ -49,6 +49,10 @@ pub struct Config {
     /// 2 MiB pages; default the smallest of 1 GiB, 10% of MemAvailable and
     /// 10% of what the memory cgroup has left).
     pub reserve: usize,
+    /// Whether `PREZERO_RESERVE` sized the reserve: a person set that much
+    /// aside, and it fills whole ahead of demand. The default one fills to
+    /// a share of what the program has taken.
+    pub reserve_asked: bool,
     /// This process is the program `prezero run` executes
     /// (`PREZERO_PREFILL_PID` names it): it prefills, and its reserve fills
     /// from start-up; other processes only once they fault a large block.
@@ -121,6 +125,9 @@ impl Config {
         let pid = env(c"PREZERO_PREFILL_PID").map(pid);
         let program = is_program();
         let lazy = env(c"PREZERO_LAZY") == Some(b"1");
+        let asked = env(c"PREZERO_RESERVE")
+            .and_then(parse_size)
+            .filter(|&r| r >= MIN_RESERVE);
         Config {
             threshold: size(c"PREZERO_THRESHOLD")
                 .unwrap_or(1 << 20)
@@ -137,10 +144,8 @@ impl Config {
             stats: env(c"PREZERO_STATS") == Some(b"1"),
             thp: env(c"PREZERO_THP") == Some(b"1") && !lazy,
             lazy,
-            reserve: env(c"PREZERO_RESERVE")
-                .and_then(parse_size)
-                .filter(|&r| r >= MIN_RESERVE)
-                .unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
+            reserve: asked.unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
+            reserve_asked: asked.is_some(),
             program,
             no_userfaultfd: env(c"PREZERO_NO_USERFAULTFD") == Some(b"1"),
         }

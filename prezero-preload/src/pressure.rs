@@ -24,7 +24,7 @@
 //! free, its lazy reserve), never in a process that only asks for small
 //! blocks; a forked child starts its own.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys;
 
@@ -43,6 +43,24 @@ static WATCHER: AtomicI32 = AtomicI32::new(0);
 static UNTIL: AtomicU64 = AtomicU64::new(0);
 /// Events seen, for the stats line.
 pub static EVENTS: AtomicU64 = AtomicU64::new(0);
+/// The memory left, the smaller of MemAvailable and the memory cgroup's
+/// room, as last read (by the first caller, then each second by the
+/// watcher); [`UNREAD`] before.
+static ROOM: AtomicUsize = AtomicUsize::new(UNREAD);
+const UNREAD: usize = 0;
+
+/// The memory the machine and the memory cgroup have left (`usize::MAX`
+/// where neither says), read again each second: what caps and reserves
+/// are shares of.
+pub fn room() -> usize {
+    match ROOM.load(Ordering::Relaxed) {
+        UNREAD => {
+            low();
+            ROOM.load(Ordering::Relaxed)
+        }
+        r => r,
+    }
+}
 
 fn now_ms() -> u64 {
     let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
@@ -204,6 +222,10 @@ fn run() {
             n += 1;
         }
     }
+    // The room at once: a reserve's first fill is a share of it.
+    if low() {
+        press();
+    }
     let mut looked = now_ms();
     let mut look = crate::threads::first_look();
     loop {
@@ -274,6 +296,11 @@ fn run() {
         if now >= looked + 1000 {
             looked = now;
             fired |= low();
+            if !fired {
+                // The room may have shrunk: the cache keeps no more than
+                // its share.
+                crate::cache::trim();
+            }
         }
         if fired {
             press();
@@ -282,14 +309,21 @@ fn run() {
 }
 
 /// Whether memory is short by the numbers: MemAvailable under a sixteenth
-/// of MemTotal, or the memory cgroup's room under [`LOW_ROOM`].
+/// of MemTotal, or the memory cgroup's room under [`LOW_ROOM`]. Notes the
+/// room left ([`room`]).
 fn low() -> bool {
     use crate::config::meminfo;
-    let short = match (meminfo(b"MemAvailable:"), meminfo(b"MemTotal:")) {
+    let available = meminfo(b"MemAvailable:");
+    let short = match (available, meminfo(b"MemTotal:")) {
         (Some(a), Some(t)) => a < t / 16,
         _ => false,
     };
-    short || crate::cgroup::room().is_some_and(|r| r < LOW_ROOM)
+    let cgroup = crate::cgroup::room();
+    let room = available
+        .unwrap_or(usize::MAX)
+        .min(cgroup.unwrap_or(usize::MAX));
+    ROOM.store(room.max(UNREAD + 1), Ordering::Relaxed);
+    short || cgroup.is_some_and(|r| r < LOW_ROOM)
 }
 
 /// The `high` and `oom` counts of a `memory.events` descriptor, read

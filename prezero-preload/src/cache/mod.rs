@@ -259,6 +259,21 @@ pub fn give_back_free() {
     while range::release_one(&mut g, u64::MAX) {}
 }
 
+/// Gives back the oldest free blocks until what the cache keeps fits its cap
+/// again (the room left shrank): a no-op before the cache starts.
+pub fn trim() {
+    if !STARTED.load(Ordering::Acquire) {
+        return;
+    }
+    let mut g = lock();
+    loop {
+        let c = g.cache();
+        if c.held() <= c.cap() || !range::release_one(&mut g, u64::MAX) {
+            return;
+        }
+    }
+}
+
 /// Whether `p` is in the range: then it is the cache's. Every `free` in the
 /// process asks, so one subtraction and one comparison: SPAN is 0 until the
 /// range exists, and is stored after BASE (read it first, Acquire: free on
@@ -314,6 +329,16 @@ impl Cache {
     /// The lanes in use.
     fn lanes(&mut self) -> impl Iterator<Item = &mut Lane> {
         self.lanes[..self.n_lanes].iter_mut().flatten()
+    }
+
+    /// The most free bytes kept: the configured cap, within a quarter of the
+    /// room the machine and the memory cgroup have left now (read again each
+    /// second); none under memory pressure.
+    fn cap(&self) -> usize {
+        if crate::pressure::pressed() {
+            return 0;
+        }
+        self.cfg.cap.min(crate::pressure::room() / 4)
     }
 
     /// Free bytes with pages behind them, over every lane: what the cap bounds.

@@ -140,12 +140,7 @@ pub extern "C" fn free(p: usize) {
     }
     debug_assert!(l.blocks.check());
     c.peaks();
-    // Under memory pressure nothing is kept.
-    let cap = if crate::pressure::pressed() {
-        0
-    } else {
-        c.cfg.cap
-    };
+    let cap = c.cap();
     // Past the cap: the oldest free memory goes back before this returns.
     while g.cache().held() > cap {
         if !release_one(&mut g, u64::MAX) {

@@ -161,7 +161,7 @@ fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
         return None;
     }
     let c = g.cache();
-    let free_cap = c.cfg.cap.saturating_sub(c.held());
+    let free_cap = c.cap().saturating_sub(c.held());
     let thp = c.cfg.thp;
     // Not in the unbound lane of several: populated by this thread its pages
     // would follow this thread's policy, not the program's threads'.

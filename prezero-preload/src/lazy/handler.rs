@@ -47,7 +47,7 @@
 
 use std::sync::atomic::Ordering;
 
-use super::reserve::{self, DIRTY, EMPTY, READY, SCRUBBING, TAKEN};
+use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{
     fd, give_up, guarded, is_empty, is_huge, lanes, pause, stats, still_ours, stop, thp_always,
     touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
@@ -205,8 +205,12 @@ impl Handler {
         }
         // A program that turned huge pages off for itself gets none moved
         // in: small pages, as the kernel would give it.
+        // Where the program asked for huge pages, an empty reserve is filled
+        // now (the kernel's own huge-page fault, then a move) rather than
+        // leave it small pages.
+        let asked_huge = thp_always() || g.table().asked_huge(block);
         let moved = match lane {
-            Some(lane) if !sys::thp_disabled() => self.move_in(block, lane),
+            Some(lane) if !sys::thp_disabled() => self.move_in(block, lane, asked_huge),
             // Its first touch got the page alone: the rest after this one
             // (a fill of the whole block would stop at that page).
             _ if !is_empty(block, HUGE) => MoveIn::Populated,
@@ -215,7 +219,10 @@ impl Handler {
         // No readahead: a block moved in before the program touches it is
         // memory it may never use, counted as its own (`mincore`, RSS).
         match moved {
-            MoveIn::Moved => self.next = block + HUGE,
+            MoveIn::Moved => {
+                self.next = block + HUGE;
+                reserve::demanded();
+            }
             MoveIn::Populated => {
                 self.next = block + HUGE;
                 self.fill_rest(page, block, write);
@@ -223,6 +230,7 @@ impl Handler {
             MoveIn::Unavailable => {
                 if self.small(page, block, block + HUGE, write) {
                     stats::COPIED.fetch_add(1, Ordering::Relaxed);
+                    reserve::demanded();
                 }
             }
         }
@@ -284,12 +292,12 @@ impl Handler {
     /// the block's empty page table is dropped; a slot of small pages (the
     /// kernel had no huge page to fill it with) a page-table entry at a time
     /// (0.7 ms a block here: still 2.5x what copying zeroes costs).
-    fn move_in(&mut self, block: usize, lane: usize) -> MoveIn {
+    fn move_in(&mut self, block: usize, lane: usize, fill_now: bool) -> MoveIn {
         // A guard page's marker is no page, and a move would erase it.
         if !is_empty(block, HUGE) || guarded(block, HUGE) {
             return MoveIn::Populated;
         }
-        let Some((slot, huge)) = self.slot(lane) else {
+        let Some((slot, huge)) = self.slot(lane, fill_now && !self.no_huge) else {
             return MoveIn::Unavailable;
         };
         let from = reserve::slot_addr(slot);
@@ -350,15 +358,13 @@ impl Handler {
     /// A zeroed slot of the reserve, TAKEN, and whether it is one huge page:
     /// a ready one (the kernel may have taken one's pages back: it is
     /// emptied, and the next looked at, a few at most), else (for a fault) a
-    /// freed one scrubbed here.
-    fn slot(&self, lane: usize) -> Option<(usize, bool)> {
+    /// freed one scrubbed here, else, with `fill_now`, an empty one filled
+    /// here.
+    fn slot(&self, lane: usize, fill_now: bool) -> Option<(usize, bool)> {
         for _ in 0..MAX_RECLAIMED_LOOKS {
             let i = match reserve::take(lane, READY, TAKEN) {
                 Some(i) => i,
-                None if reserve::scrub(reserve::take(lane, DIRTY, SCRUBBING)?, true) => {
-                    stats::SYNC.fetch_add(1, Ordering::Relaxed);
-                    reserve::take(lane, READY, TAKEN)?
-                }
+                None if self.scrub_or_fill(lane, fill_now) => reserve::take(lane, READY, TAKEN)?,
                 None => return None,
             };
             let at = reserve::slot_addr(i);
@@ -369,6 +375,29 @@ impl Handler {
             return Some((i, is_huge(at)));
         }
         None
+    }
+
+    /// Makes a slot of lane `lane` READY for a fault: a freed one scrubbed,
+    /// else, with `fill_now`, an empty one filled. Whether it did.
+    fn scrub_or_fill(&self, lane: usize, fill_now: bool) -> bool {
+        if let Some(i) = reserve::take(lane, DIRTY, SCRUBBING) {
+            let scrubbed = reserve::scrub(i, true);
+            if scrubbed {
+                stats::SYNC.fetch_add(1, Ordering::Relaxed);
+            }
+            return scrubbed;
+        }
+        if !fill_now || reserve::full(lane) {
+            return false;
+        }
+        let Some(i) = reserve::take(lane, EMPTY, FILLING) else {
+            return false;
+        };
+        let filled = reserve::fill(i);
+        if filled {
+            stats::FILLED_NOW.fetch_add(1, Ordering::Relaxed);
+        }
+        filled
     }
 
     /// The reserve's lane for a fault at `addr` by thread `tid` (`None`:

@@ -207,6 +207,7 @@ pub fn configure(cfg: &Config) {
     NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
     SAY_WHY.store(cfg.program, Ordering::Relaxed);
     FILL.store(cfg.program, Ordering::Relaxed);
+    reserve::fill_ahead(cfg.reserve_asked);
     STATE.store(WANTED, Ordering::Release);
     if cfg.program {
         ensure_started();

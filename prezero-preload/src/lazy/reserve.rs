@@ -235,11 +235,53 @@ pub fn takes_back(lane_no: usize) -> bool {
 /// or the lanes together hold as many as one lane has slots.
 pub fn full(lane_no: usize) -> bool {
     let per = PER_LANE.load(Ordering::Acquire);
-    let all: usize = LANE[..lanes()]
+    lane(lane_no).held.load(Ordering::Relaxed) >= per || held() >= per
+}
+
+/// Slots with pages, over every lane.
+fn held() -> usize {
+    LANE[..lanes()]
         .iter()
         .map(|l| l.held.load(Ordering::Relaxed))
-        .sum();
-    lane(lane_no).held.load(Ordering::Relaxed) >= per || all >= per
+        .sum()
+}
+
+/// Whether the workers fill every slot ahead of demand: a reserve a person
+/// asked for (`--reserve`). Else they fill to a share of the demand.
+static AHEAD: AtomicBool = AtomicBool::new(false);
+/// Blocks the program took whole since the reserve last went back.
+static DEMAND: AtomicUsize = AtomicUsize::new(0);
+/// The reserve fills to 1/DEMAND_SHARE of the demand: a program that takes
+/// its memory once is at most that much bigger than plainly (the bound is
+/// 10%), and one that takes it again and again has its next blocks ready.
+const DEMAND_SHARE: usize = 16;
+
+/// Whether the workers fill every slot from start (see [`AHEAD`]).
+pub fn fill_ahead(all: bool) {
+    AHEAD.store(all, Ordering::Relaxed);
+}
+
+/// The program took a block whole (moved in or filled).
+pub fn demanded() {
+    DEMAND.fetch_add(1, Ordering::Relaxed);
+}
+
+/// The reserve went back (idle, or memory short): demand counts anew.
+pub fn forget_demand() {
+    DEMAND.store(0, Ordering::Relaxed);
+}
+
+/// Whether the lanes hold what a fill ahead is for: every slot a person
+/// asked for, else a share of the demand; never more than a tenth of the
+/// room the machine and the memory cgroup have left, as the pressure
+/// watcher last read it.
+pub fn enough() -> bool {
+    let want = if AHEAD.load(Ordering::Relaxed) {
+        PER_LANE.load(Ordering::Acquire)
+    } else {
+        DEMAND.load(Ordering::Relaxed) / DEMAND_SHARE
+    };
+    held() >= want.min(crate::pressure::room() / 10 / HUGE)
 }
 
 /// Lane `lane`'s futex, which its worker sleeps on.
@@ -384,6 +426,7 @@ pub fn reclaimed(i: usize) {
 /// Drops the pages of every READY and DIRTY slot (memory is short); the
 /// number dropped.
 pub fn give_back_all() -> usize {
+    forget_demand();
     let mut n = 0;
     for lane_no in 0..lanes() {
         while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING))

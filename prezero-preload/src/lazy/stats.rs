@@ -39,8 +39,11 @@ pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
 pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
 /// First touches of a block away from the last served: the page alone.
 pub static SPARSE: AtomicU64 = AtomicU64::new(0);
+/// Slots the handler filled itself for a block the program asked huge
+/// pages for (the reserve had none ready; counted in FILLED too).
+pub static FILLED_NOW: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 16] = [
+const ALL: [&AtomicU64; 17] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -57,6 +60,7 @@ const ALL: [&AtomicU64; 16] = [
     &UNSERVED,
     &RECLAIMED,
     &SPARSE,
+    &FILLED_NOW,
 ];
 
 /// A forked child starts its own account.
@@ -79,7 +83,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}{}",
+         mappings registered{}{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -106,6 +110,10 @@ pub fn print() {
         Note(
             SPARSE.load(Relaxed),
             "first touches of a block given their page alone"
+        ),
+        Note(
+            FILLED_NOW.load(Relaxed),
+            "slots filled for a fault that asked for huge pages"
         ),
     );
     let used = LEN - w.len();

@@ -1,7 +1,8 @@
 //! The reserve's background threads, one per lane, at `SCHED_IDLE` (they
 //! run while a core is idle), each bound to its node's CPUs: scrubs the
 //! lane's huge pages moved back (streaming stores), fills its empty slots
-//! ahead of demand once the lane may fill, and gives the lane back to the
+//! ahead of demand once the lane may fill (to a share of what the program
+//! took, or whole where a person sized the reserve), and gives the lane back to the
 //! kernel when the program has neither faulted nor freed a huge page for
 //! the idle time (`PREZERO_IDLE_SECS`); the next fault starts it filling
 //! again.
@@ -43,6 +44,9 @@ pub fn run() {
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
             >= IDLE_MS.load(Ordering::Relaxed);
+        if idle {
+            reserve::forget_demand();
+        }
         if idle && now >= release_from {
             // Ready pages first, then the ones still to scrub.
             if let Some(i) =
@@ -66,7 +70,7 @@ pub fn run() {
             && now >= backoff_until
             && !reserve::pressed(now)
             && !crate::pressure::pressed();
-        if may_fill && !reserve::full(lane) {
+        if may_fill && !reserve::full(lane) && !reserve::enough() {
             if let Some(i) = reserve::take(lane, EMPTY, FILLING) {
                 if !reserve::fill(i) {
                     backoff_until = now + BACKOFF_MS;
