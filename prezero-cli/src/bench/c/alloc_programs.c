@@ -28,6 +28,10 @@
  *   prezero-bench-alloc recycle ROUNDS BYTES
  *       calloc BYTES, write one byte per 4 KiB (checking the page's last word
  *       is zero), free; ROUNDS times.
+ *   prezero-bench-alloc hold BYTES
+ *       recycle once, prints "held" on a line of its own, then waits for
+ *       the end of its standard input: a program that has freed its memory
+ *       and lives on (what prezero keeps for it is still kept).
  *
  * Prints "ns=<time of the work> bad=<blocks or bytes found wrong> sum=<...>"
  * (and rss_anon= for sparse); exits 1 when anything was wrong, 2 on a usage
@@ -40,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 static uint64_t now_ns(void) {
     struct timespec t;
@@ -245,6 +250,15 @@ static void recycle(long rounds, size_t bytes) {
     }
 }
 
+static void hold(size_t bytes) {
+    recycle(1, bytes);
+    printf("held\n");
+    fflush(stdout);
+    char c;
+    while (read(0, &c, 1) > 0) {
+    }
+}
+
 static long arg_long(const char *s) {
     char *end;
     long v = strtol(s, &end, 10);
@@ -273,11 +287,13 @@ int main(int argc, char **argv) {
         rss = sparse((size_t)arg_long(argv[2]), arg_long(argv[3]));
     } else if (!strcmp(mode, "recycle") && argc == 4) {
         recycle(arg_long(argv[2]), (size_t)arg_long(argv[3]));
+    } else if (!strcmp(mode, "hold") && argc == 3) {
+        hold((size_t)arg_long(argv[2]));
     } else {
         fprintf(stderr,
                 "usage: prezero-bench-alloc calloc-big ROUNDS MIN MAX | calloc-mix OPS MAX | "
                 "small OPS | realloc-grow ROUNDS MAX | first-touch COMPUTE_MS BYTES [thp] | "
-                "sparse BYTES STRIDE | recycle ROUNDS BYTES\n");
+                "sparse BYTES STRIDE | recycle ROUNDS BYTES | hold BYTES\n");
         return 2;
     }
     uint64_t t1 = now_ns();

@@ -56,4 +56,12 @@ pub struct Run {
     pub lazy_goal_met: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lazy_peak_rss_bytes: Option<u64>,
+    /// The lowest MemAvailable seen while each arm's processes ran: the
+    /// memory the machine had left beside them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plain_low_available_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prezero_low_available_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lazy_low_available_bytes: Option<u64>,
 }

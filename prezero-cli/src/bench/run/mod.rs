@@ -19,7 +19,13 @@
 //!   512 MiB written a byte per 4 KiB: at least 5x under --lazy), the same
 //!   with MADV_HUGEPAGE (3x), sparse (every 16th 2 MiB block of 8 GiB
 //!   touched: RssAnon within 10% of the touched memory and the reserve) and
-//!   recycle (calloc 256 MiB, touch, free, 20 times: 5x).
+//!   recycle (calloc 256 MiB, touch, free, 20 times: 5x); and pressure (in
+//!   a memory cgroup of 1 GiB, a plain program's 768 MiB beside one of the
+//!   arm that freed as much: `pressure.rs`). The lazy goals depend on the
+//!   reserve: asked for (`--reserve`), it fills ahead and the first touch is
+//!   5x (3x with huge pages); by default it grows with demand, and a
+//!   first-touch program must be no slower and at most 10% bigger than
+//!   plainly.
 //!
 //! The prezero arms get exactly the environment `prezero run` (and with
 //! `--lazy`) would set (`run::environment`), plus `PREZERO_STATS=1`, whose
@@ -35,6 +41,7 @@
 //! what each must show are `programs.rs`, one process's run and the
 //! samples of an arm `sample.rs`.
 
+mod pressure;
 mod programs;
 mod sample;
 
@@ -72,6 +79,8 @@ pub struct Args {
     #[arg(long)]
     json: bool,
 }
+
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// The arms, in the order of their columns.
 const ARMS: [Arm; 3] = [Arm::Plain, Arm::Prezero, Arm::Lazy];
@@ -152,7 +161,10 @@ pub fn run(args: &Args) -> Result<()> {
         Ok(env)
     };
     let envs = [Vec::new(), env_of(false)?, env_of(true)?];
-    let reserve = reserve_bytes(&args.settings)?;
+    let reserve = (
+        reserve_bytes(&args.settings)?,
+        args.settings.reserve.is_some(),
+    );
     let plain_remove: &[&str] = if nested {
         &["LD_PRELOAD", crate::run::MARKER]
     } else {
@@ -195,6 +207,18 @@ pub fn run(args: &Args) -> Result<()> {
             Err(why) => skipped.push((p, why)),
         }
     }
+    // The pressure row's cgroup, if one can be made here.
+    let cgroup = match argv.iter().position(|(p, _)| *p == Program::Pressure) {
+        Some(i) => match pressure::Cgroup::make(Program::cgroup_limit(args.smoke)) {
+            Ok(cg) => Some(cg),
+            Err(why) => {
+                skipped.push((Program::Pressure, crate::message(&why)));
+                argv.remove(i);
+                None
+            }
+        },
+        None => None,
+    };
     for (p, why) in &skipped {
         super::not_measured(&format!("the {} row", p.name()), why);
     }
@@ -212,6 +236,16 @@ pub fn run(args: &Args) -> Result<()> {
     let mut arms: Vec<[Samples; 3]> = argv.iter().map(|_| Default::default()).collect();
     let mut turn = 0;
     let mut pads = Pad::new();
+    // The plain program beside each that has one (the pressure row's).
+    let neighbors: std::collections::HashMap<Program, Vec<OsString>> = argv
+        .iter()
+        .filter_map(|(p, v)| {
+            // The executable, after the shell's four words.
+            let mut n: Vec<OsString> = vec![v[4].clone()];
+            n.extend(p.neighbor_args(args.smoke)?.into_iter().map(OsString::from));
+            Some((*p, as_prezero_run_execs(&n)))
+        })
+        .collect();
     for _ in 0..args.reps {
         for ((p, v), arm) in argv.iter().zip(&mut arms) {
             for _ in 0..p.runs_per_rep() {
@@ -226,7 +260,14 @@ pub fn run(args: &Args) -> Result<()> {
                     let mut env = envs[which].clone();
                     env.push(pads.next());
                     let remove = if which == 0 { plain_remove } else { &[] };
-                    arm[which].samples.push(run_once(v, &env, remove, *p)?);
+                    let sample = match (&cgroup, neighbors.get(p)) {
+                        (Some(cg), Some(n)) => {
+                            let plain = vec![pads.next()];
+                            pressure::run_pair(cg, v, (&env, remove), n, (&plain, plain_remove))?
+                        }
+                        _ => run_once(v, &env, remove, *p)?,
+                    };
+                    arm[which].samples.push(sample);
                 }
             }
         }
@@ -244,7 +285,7 @@ fn print_results(
     arms: &[[Samples; 3]],
     skipped: &[(Program, String)],
     floor: u64,
-    reserve: usize,
+    reserve: (usize, bool),
 ) {
     let table = Table::new(" ")
         .left(15)
@@ -261,13 +302,19 @@ fn print_results(
         .right(9)
         .right(9)
         .gap("  ")
-        .right(14);
+        .right(14)
+        .gap("  ")
+        .right(16);
     if !args.json {
         println!(
             "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
              the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
             args.reps,
-            human_size(reserve)
+            if reserve.1 {
+                format!("{} filled ahead (--reserve)", human_size(reserve.0))
+            } else {
+                format!("grown with demand, {} at most", human_size(reserve.0))
+            }
         );
         table.print(&[
             "program",
@@ -282,6 +329,7 @@ fn print_results(
             "RSS prez.",
             "RSS lazy",
             "held at peak",
+            "MemAvail low",
         ]);
     }
     let mut numpy_bound = None;
@@ -303,7 +351,11 @@ fn print_results(
             let x = |s: &Stats| a.median / s.median.max(1.0);
             let goal_of = |arm| goal(*p, fig, arm, args.smoke, reserve);
             let (gp, gl) = (goal_of(Arm::Prezero), goal_of(Arm::Lazy));
-            let met = |g: &Option<Goal>, s: &Stats| g.as_ref().map(|g| g.met(a.median, s.median));
+            let met = |g: &Option<Goal>, s: &Stats, arm: &Samples| {
+                g.as_ref()
+                    .map(|g| g.met((a.median, s.median), (plain.peak_rss(), arm.peak_rss())))
+            };
+            let low = [plain, pz, lz].map(Samples::low_available);
             // Memory in MiB, time in ms (the row's `_ms` fields, and `unit`).
             let scale = if is_memory(fig) {
                 (1u64 << 20) as f64
@@ -321,7 +373,7 @@ fn print_results(
                     prezero_stdev_pct: round3(b.stdev_pct),
                     speedup: round3(x(&b)),
                     goal: gp.as_ref().map(|g| g.text().to_string()),
-                    goal_met: met(&gp, &b),
+                    goal_met: met(&gp, &b, pz),
                     plain_peak_rss_bytes: plain.peak_rss(),
                     prezero_peak_rss_bytes: pz.peak_rss(),
                     rss_floor_bytes: Some(floor),
@@ -334,8 +386,11 @@ fn print_results(
                     lazy_stdev_pct: Some(round3(c.stdev_pct)),
                     lazy_speedup: Some(round3(x(&c))),
                     lazy_goal: gl.as_ref().map(|g| g.text().to_string()),
-                    lazy_goal_met: met(&gl, &c),
+                    lazy_goal_met: met(&gl, &c, lz),
                     lazy_peak_rss_bytes: Some(lz.peak_rss()),
+                    plain_low_available_bytes: low[0],
+                    prezero_low_available_bytes: low[1],
+                    lazy_low_available_bytes: low[2],
                 })
                 .print();
             } else {
@@ -343,16 +398,11 @@ fn print_results(
                 let cell =
                     |s: &Stats| format!("{:>7.1}{unit} +-{:>3.0}%", s.median / scale, s.stdev_pct);
                 let rss = |bytes: u64| human_size(bytes as usize);
-                let goals: Vec<String> = [("prez.", &gp, &b), ("lazy", &gl, &c)]
+                let goals: Vec<String> = [("prez.", &gp, &b, pz), ("lazy", &gl, &c, lz)]
                     .into_iter()
-                    .filter_map(|(arm, g, s)| {
-                        let g = g.as_ref()?;
-                        let ok = if g.met(a.median, s.median) {
-                            "ok"
-                        } else {
-                            "NO"
-                        };
-                        Some(format!("{arm} {} {ok}", g.text()))
+                    .filter_map(|(arm, g, s, samples)| {
+                        let ok = if met(g, s, samples)? { "ok" } else { "NO" };
+                        Some(format!("{arm} {} {ok}", g.as_ref()?.text()))
                     })
                     .collect();
                 table.print(&[
@@ -371,6 +421,9 @@ fn print_results(
                         || "-".to_string(),
                         |(h, u)| format!("{:.2}G + {:.2}G", u, h),
                     ),
+                    low.map(|b| b.map_or("-".into(), |b| format!("{:.1}", b as f64 / GIB)))
+                        .join("/")
+                        + "G",
                 ]);
             }
         }
@@ -391,7 +444,8 @@ fn print_results(
              prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
              reads at least this bench's own {} (wait4 counts the image a child was \
              spawned from); sparse rss_anon: RssAnon after the touches, the lazy arm's \
-             reserve in it",
+             reserve in it; MemAvail low: the lowest MemAvailable while each arm ran \
+             (plain/prezero/lazy)",
             human_size(floor as usize)
         );
         for (p, why) in skipped {
