@@ -159,7 +159,13 @@ lazy_tests=$(exe prezero-preload test lazy)
 # a process fills only its node's part (the lanes of the placement
 # scenarios are cli-numa's); on both CPUs (a starved handler needs one).
 lazy_612_numa2=("preload-lazy numactl --preferred=0 $lazy_tests --test-threads=1")
-prebuilt=("$top"/target/debug/lazy-c/* "$top"/target/preload/debug/libprezero_preload.so "$lazy_tests")
+# And with every userfaultfd call of a kind failing from the Nth on (the
+# preload's fault injection, as a memory cgroup at its limit fails them).
+faults_tests=$(exe prezero-preload test faults)
+"$faults_tests" --exact the_fault_injecting_library_and_programs_build -q >/dev/null
+lazy_612_numa2+=("preload-faults $faults_tests --exact calls_that_fail_for_good_hang_no_fault --nocapture")
+prebuilt=("$top"/target/debug/lazy-c/* "$top"/target/preload/debug/libprezero_preload.so "$lazy_tests"
+  "$top"/target/debug/preload-c/{preload_stress,libpreload_dl.so} "$top"/target/preload-fault/debug/libprezero_preload.so "$faults_tests")
 
 # The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
 smp8_tests=(

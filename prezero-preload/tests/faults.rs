@@ -195,6 +195,15 @@ fn matrix(all: bool) {
     );
 }
 
+/// Builds what the others run (the guests of `scripts/guest-tests.sh` have
+/// no compiler: the host runs this first).
+#[test]
+fn the_fault_injecting_library_and_programs_build() {
+    if let Some(b) = faulty() {
+        assert!(b.so.exists() && b.stress.exists());
+    }
+}
+
 #[test]
 fn the_first_second_middle_and_last_call_of_each_kind_fail_in_turn() {
     matrix(false);
