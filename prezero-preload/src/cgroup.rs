@@ -7,8 +7,8 @@
 
 use std::ffi::CStr;
 
-use crate::size::parse_size;
 use crate::sys;
+use prezero::env::parse_size;
 
 /// Where a hierarchy's files are, and the two it has for a limit and usage.
 #[derive(Debug, PartialEq, Eq)]

@@ -4,8 +4,8 @@
 use std::ffi::CStr;
 
 use crate::cgroup;
-use crate::size::parse_size;
 use crate::sys;
+use prezero::env::parse_size;
 
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -53,7 +53,6 @@ mod lazy;
 mod next;
 mod nodes;
 mod pressure;
-mod size;
 mod stats;
 mod sys;
 mod threads;

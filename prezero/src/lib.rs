@@ -28,6 +28,7 @@
 
 pub mod clear;
 pub mod cpu;
+pub mod env;
 mod error;
 #[cfg(feature = "ffi")]
 pub mod ffi;

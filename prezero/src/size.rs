@@ -1,6 +1,6 @@
 //! Byte sizes as text, both ways: the one parser and the one formatter of the
-//! workspace (the preload keeps a parser of its own that cannot allocate, held
-//! to this one by a test). Sizes are binary multiples, written three ways:
+//! workspace (`env::parse_size` reads the `PREZERO_*` variables without
+//! allocating, held to this one by a test and a fuzz target). Sizes are binary multiples, written three ways:
 //!
 //! | function | 4096 | 1536 MiB | 1000 | for |
 //! |---|---|---|---|---|

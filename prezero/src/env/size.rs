@@ -1,7 +1,6 @@
 //! Sizes as the `PREZERO_*` variables write them, read exactly as
-//! `prezero::parse_size` reads them, without allocating. Its own file, with
-//! nothing but `std`: the fuzz target `size` compiles it as it is, beside the
-//! library's parser it must agree with.
+//! `prezero::parse_size` reads them, without allocating (the preload reads
+//! them inside `malloc`). The fuzz target `size` holds the two to each other.
 
 /// A size read exactly as `prezero::parse_size` reads it ("4096", "4K",
 /// "4KB", "4KiB", "2M", "1G", "1T", any case, blanks around it; zero
@@ -124,11 +123,7 @@ mod tests {
     #[test]
     fn sizes_read_as_the_library_reads_them() {
         for s in SIZES {
-            assert_eq!(
-                parse_size(s.as_bytes()),
-                prezero::parse_size(s).ok(),
-                "{s:?}"
-            );
+            assert_eq!(parse_size(s.as_bytes()), crate::parse_size(s).ok(), "{s:?}");
         }
         // Bytes that are no UTF-8 reach the preload's alone (the library's
         // takes a `str`): refused.
