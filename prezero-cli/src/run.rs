@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 
 use crate::units::{fmt_size, parse_size, parse_size_or_zero};
 use anyhow::{anyhow, bail, Context, Result};
+use prezero::env;
 
 /// The library, built by build.rs from `prezero-preload`.
 static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
@@ -42,10 +43,6 @@ const PRELOAD_STEM: &str = "libprezero_preload";
 pub const MARKER: &str = "PREZERO_PRELOADED";
 /// Preload this file instead of the embedded library.
 pub const OVERRIDE: &str = "PREZERO_PRELOAD_LIB";
-/// The smallest threshold the library honours (its `config::MIN_THRESHOLD`).
-const MIN_THRESHOLD: usize = 64 << 10;
-/// The smallest reserve the library takes (its `config::MIN_RESERVE`).
-const MIN_RESERVE: usize = 2 << 20;
 
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct Settings {
@@ -115,52 +112,27 @@ fn size_or_zero(flag: &str, s: &str) -> Result<usize> {
     parse_size_or_zero(s).with_context(|| format!("--{flag}"))
 }
 
-/// A threshold (`--threshold`, `PREZERO_THRESHOLD`): a size of 64K at least.
-fn threshold(s: &str) -> Result<usize> {
-    let t = parse_size(s)?;
-    if t < MIN_THRESHOLD {
-        bail!(
-            "{}: at least {} (below it the C library's own arenas serve better)",
-            fmt_size(t),
-            fmt_size(MIN_THRESHOLD)
-        );
-    }
-    Ok(t)
+/// A size flag for `var`, which the contract must take.
+fn sized(var: &env::Var, s: &str) -> Result<usize> {
+    var.takes(parse_size(s)?).map_err(|e| match e {
+        env::Refused::Below(min) if var.name == env::THRESHOLD.name => anyhow!(
+            "at least {} (below it the C library's own arenas serve better)",
+            fmt_size(min)
+        ),
+        env::Refused::Below(min) => anyhow!("at least {} (one huge page)", fmt_size(min)),
+        e => anyhow!("{e}"),
+    })
 }
 
-/// A reserve (`--reserve`, `PREZERO_RESERVE`): a size of 2M at least.
-fn reserve(s: &str) -> Result<usize> {
-    let r = parse_size(s)?;
-    if r < MIN_RESERVE {
-        bail!(
-            "{}: at least {} (one huge page)",
-            fmt_size(r),
-            fmt_size(MIN_RESERVE)
-        );
-    }
-    Ok(r)
-}
-
-/// How the library reads each variable it takes, for [`check_inherited`].
+/// How the library reads a variable of its contract (`prezero::env`), for
+/// [`check_inherited`]; `None` for one it does not read.
 fn read_as(name: &str, value: &str) -> Option<Result<()>> {
-    let flag = || match value {
-        "0" | "1" => Ok(()),
-        _ => Err(anyhow!("1 or 0")),
-    };
-    let r = match name {
-        "PREZERO_THRESHOLD" => threshold(value).map(drop),
-        "PREZERO_CAP" | "PREZERO_PREFILL" | "PREZERO_IDLE_SECS" => {
-            parse_size_or_zero(value).map(drop)
-        }
-        "PREZERO_RESERVE" => reserve(value).map(drop),
-        "PREZERO_STATS"
-        | "PREZERO_THP"
-        | "PREZERO_SPARE"
-        | "PREZERO_LAZY"
-        | "PREZERO_NO_USERFAULTFD" => flag(),
-        _ => return None,
-    };
-    Some(r)
+    let var = env::var(name)?;
+    Some(
+        var.read(value.as_bytes())
+            .map(drop)
+            .map_err(|e| anyhow!("{e}")),
+    )
 }
 
 /// The library's variables the caller set and no flag replaces, read as the
@@ -189,7 +161,7 @@ impl Settings {
     pub fn variables(&self) -> Result<Vec<(&'static str, String)>> {
         let mut v = Vec::new();
         if let Some(t) = &self.threshold {
-            let t = threshold(t).context("--threshold")?;
+            let t = sized(&env::THRESHOLD, t).context("--threshold")?;
             v.push(("PREZERO_THRESHOLD", t.to_string()));
         }
         if let Some(c) = &self.cap {
@@ -214,7 +186,7 @@ impl Settings {
             v.push(("PREZERO_LAZY", "1".into()));
         }
         if let Some(r) = &self.reserve {
-            let r = reserve(r).context("--reserve")?;
+            let r = sized(&env::RESERVE, r).context("--reserve")?;
             v.push(("PREZERO_RESERVE", r.to_string()));
         }
         Ok(v)
@@ -544,6 +516,29 @@ mod tests {
         // A flag replaces the variable: its old value does not matter.
         let set = [("PREZERO_RESERVE", "4194304".to_string())];
         check_inherited(env(&[("PREZERO_RESERVE", "x")]), &set).unwrap();
+    }
+
+    /// The contract's table (the preload's reader runs it too): what it
+    /// takes is taken here, what it refuses is an error here, inherited or
+    /// given as a flag.
+    #[test]
+    fn the_contracts_cases_read_here_as_the_table_says() {
+        for &(name, raw, want) in prezero::env::CASES {
+            let inherited = check_inherited([(name.into(), raw.into())], &[]);
+            assert_eq!(
+                inherited.is_ok(),
+                want.is_some(),
+                "{name}={raw:?}: {inherited:?}"
+            );
+            let flag = match name {
+                "PREZERO_THRESHOLD" => Some(sized(&env::THRESHOLD, raw)),
+                "PREZERO_RESERVE" => Some(sized(&env::RESERVE, raw)),
+                _ => None,
+            };
+            if let Some(f) = flag {
+                assert_eq!(f.ok(), want, "--{name}={raw:?}");
+            }
+        }
     }
 
     #[test]

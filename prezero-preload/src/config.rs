@@ -5,7 +5,7 @@ use std::ffi::CStr;
 
 use crate::cgroup;
 use crate::sys;
-use prezero::env::parse_size;
+use prezero::env::{self, parse_size, Value, Var};
 
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,31 +62,20 @@ pub struct Config {
     pub no_userfaultfd: bool,
 }
 
-/// The smallest threshold accepted: below it the next allocator's own
-/// arenas serve better than page-granular blocks.
-pub const MIN_THRESHOLD: usize = 64 << 10;
-
 fn env(name: &CStr) -> Option<&'static [u8]> {
     // SAFETY: the string getenv returns lives as long as the environment
     // entry, which nothing here changes.
     unsafe { sys::getenv(name) }
 }
 
-/// A size, or zero written `0` (`prezero run --cap 0` sets it so), as the
-/// `prezero` command reads its flags: the size parser refuses zero.
-fn size_or_zero(s: &[u8]) -> Option<usize> {
-    if std::str::from_utf8(s).is_ok_and(|t| t.trim() == "0") {
-        return Some(0);
+/// A variable's value as the contract reads it: a number (0/1 for a flag),
+/// `None` where it is unset or refused (the default stands).
+fn number(value: Option<&[u8]>, var: &Var) -> Option<usize> {
+    match var.read(value?) {
+        Ok(Value::Number(n)) => Some(n),
+        Ok(Value::Flag(f)) => Some(usize::from(f)),
+        Err(_) => None,
     }
-    parse_size(s)
-}
-
-/// The smallest reserve: one huge page.
-pub const MIN_RESERVE: usize = 2 << 20;
-
-/// A pid: digits only (the size parser would read `1K` as 1024).
-fn pid(s: &[u8]) -> Option<usize> {
-    s.iter().all(u8::is_ascii_digit).then(|| parse_size(s))?
 }
 
 /// A field of /proc/meminfo in bytes, read into a stack buffer.
@@ -98,13 +87,16 @@ pub fn meminfo(field: &[u8]) -> Option<usize> {
     let rest = &text[at + field.len()..];
     let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
     let end = rest.iter().position(|b| !b.is_ascii_digit())?;
-    size_or_zero(&rest[..end])?.checked_mul(1024)
+    match &rest[..end] {
+        b"0" => Some(0),
+        digits => parse_size(digits)?.checked_mul(1024),
+    }
 }
 
 /// Whether this process is the program `prezero run` executed, which keeps
 /// the pid it names in `PREZERO_PREFILL_PID` across the exec.
 pub fn is_program() -> bool {
-    env(c"PREZERO_PREFILL_PID").and_then(pid) == Some(sys::getpid() as usize)
+    number(env(env::PREFILL_PID.cname), &env::PREFILL_PID) == Some(sys::getpid() as usize)
 }
 
 /// The machine's memory.
@@ -114,40 +106,106 @@ pub fn mem_total() -> Option<usize> {
 
 impl Config {
     pub fn from_env() -> Config {
-        let size = |name: &CStr| env(name).and_then(size_or_zero);
         let available = meminfo(b"MemAvailable:");
+        Config::read(
+            |v| env(v.cname),
+            available,
+            cgroup::room,
+            sys::getpid() as usize,
+        )
+    }
+
+    /// The settings `get` gives (a variable's value), with `available`
+    /// bytes of MemAvailable, the memory cgroup's `room` (read only for a
+    /// default reserve) and this process's `pid`: every variable read by the
+    /// contract (`prezero::env`), a refused one as if unset.
+    fn read<'a>(
+        get: impl Fn(&Var) -> Option<&'a [u8]>,
+        available: Option<usize>,
+        room: impl Fn() -> Option<usize>,
+        pid: usize,
+    ) -> Config {
+        let num = |v: &Var| number(get(v), v);
+        let on = |v: &Var| num(v) == Some(1);
         let default_cap = available.map_or(1 << 30, |m| m / 4).min(8 << 30);
         // Read only when it counts: the lazy mode with no reserve asked for.
         let default_reserve = || {
-            let room = cgroup::room().map_or(usize::MAX, |r| r / 10);
+            let room = room().map_or(usize::MAX, |r| r / 10);
             available.map_or(1 << 30, |m| m / 10).min(1 << 30).min(room)
         };
-        let pid = env(c"PREZERO_PREFILL_PID").map(pid);
-        let program = is_program();
-        let lazy = env(c"PREZERO_LAZY") == Some(b"1");
-        let asked = env(c"PREZERO_RESERVE")
-            .and_then(parse_size)
-            .filter(|&r| r >= MIN_RESERVE);
+        // A pid set, even one refused, names some other process's program.
+        let program = num(&env::PREFILL_PID) == Some(pid);
+        let someone_elses = get(&env::PREFILL_PID).is_some() && !program;
+        let lazy = on(&env::LAZY);
+        let asked = num(&env::RESERVE);
         Config {
-            threshold: size(c"PREZERO_THRESHOLD")
-                .unwrap_or(1 << 20)
-                .max(MIN_THRESHOLD),
-            cap: size(c"PREZERO_CAP").unwrap_or(default_cap),
-            prefill: match pid {
-                Some(_) if !program => 0,
-                _ => size(c"PREZERO_PREFILL").unwrap_or(0),
+            threshold: num(&env::THRESHOLD).unwrap_or(1 << 20),
+            cap: num(&env::CAP).unwrap_or(default_cap),
+            prefill: match someone_elses {
+                true => 0,
+                false => num(&env::PREFILL).unwrap_or(0),
             },
-            spare: env(c"PREZERO_SPARE") == Some(b"1"),
-            idle_secs: env(c"PREZERO_IDLE_SECS")
-                .and_then(size_or_zero)
-                .map_or(5, |s| s as u64),
-            stats: env(c"PREZERO_STATS") == Some(b"1"),
-            thp: env(c"PREZERO_THP") == Some(b"1") && !lazy,
+            spare: on(&env::SPARE),
+            idle_secs: num(&env::IDLE_SECS).map_or(5, |s| s as u64),
+            stats: on(&env::STATS),
+            thp: on(&env::THP) && !lazy,
             lazy,
             reserve: asked.unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
             reserve_asked: asked.is_some(),
             program,
-            no_userfaultfd: env(c"PREZERO_NO_USERFAULTFD") == Some(b"1"),
+            no_userfaultfd: on(&env::NO_USERFAULTFD),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The field `name` sets, as a number (a flag as 0/1).
+    fn field(c: &Config, name: &str) -> usize {
+        match name {
+            "PREZERO_THRESHOLD" => c.threshold,
+            "PREZERO_CAP" => c.cap,
+            "PREZERO_PREFILL" => c.prefill,
+            "PREZERO_IDLE_SECS" => c.idle_secs as usize,
+            "PREZERO_STATS" => usize::from(c.stats),
+            "PREZERO_THP" => usize::from(c.thp),
+            "PREZERO_SPARE" => usize::from(c.spare),
+            "PREZERO_LAZY" => usize::from(c.lazy),
+            "PREZERO_RESERVE" => c.reserve,
+            "PREZERO_NO_USERFAULTFD" => usize::from(c.no_userfaultfd),
+            // Whether it names this process (pid 4187 here).
+            "PREZERO_PREFILL_PID" => usize::from(c.program) * 4187,
+            other => panic!("no field for {other}"),
+        }
+    }
+
+    /// The contract's table, read by this reader: a value it takes sets its
+    /// field; one it refuses leaves the default, as an unset one does.
+    #[test]
+    fn the_contracts_cases_read_here_as_the_table_says() {
+        let read = |vars: &[(&str, &str)]| {
+            Config::read(
+                |v| {
+                    vars.iter()
+                        .find(|(k, _)| *k == v.name)
+                        .map(|(_, raw)| raw.as_bytes())
+                },
+                Some(16 << 30),
+                || None,
+                4187,
+            )
+        };
+        let defaults = read(&[]);
+        for &(name, raw, want) in env::CASES {
+            let got = field(&read(&[(name, raw)]), name);
+            let want = want.unwrap_or_else(|| field(&defaults, name));
+            assert_eq!(got, want, "{name}={raw:?}");
+        }
+        // Every variable has a field here.
+        for v in env::ALL {
+            field(&defaults, v.name);
         }
     }
 }
