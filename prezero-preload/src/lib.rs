@@ -33,7 +33,7 @@
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
-//!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `fault.rs`
+//!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `sys/fault.rs`
 //!   fails chosen ones, in a test build.
 //!
 //! Ownership is a range check: every block lives in one reserved address
@@ -47,8 +47,6 @@ mod blocks;
 mod cache;
 mod cgroup;
 mod config;
-#[cfg(feature = "fault-injection")]
-mod fault;
 mod lazy;
 mod next;
 mod nodes;

@@ -30,13 +30,15 @@ macro_rules! inject {
     };
     ($kind:ident, $errno:expr, $failure:expr) => {
         #[cfg(feature = "fault-injection")]
-        if crate::fault::fails(crate::fault::Kind::$kind) {
+        if crate::sys::fault::fails(crate::sys::fault::Kind::$kind) {
             crate::sys::set_errno($errno);
             return $failure;
         }
     };
 }
 
+#[cfg(feature = "fault-injection")]
+mod fault;
 mod numa;
 mod sync;
 mod thread;
