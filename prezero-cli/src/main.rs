@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod calibrate;
 mod client;
-mod exec;
 mod generate;
 mod info;
 mod output;

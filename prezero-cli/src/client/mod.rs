@@ -13,6 +13,8 @@ use prezero::PageKind;
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
+mod exec;
+
 #[derive(clap::Subcommand)]
 pub enum Which {
     /// Ask for zeroed memory, check every byte, print which path served it.
@@ -24,7 +26,7 @@ pub enum Which {
     Churn(ChurnArgs),
     /// Take zeroed memory as memfds and exec PROGRAM with them inherited
     /// (`{path}`, `{fd}`, `{size}` in its arguments name them).
-    Exec(crate::exec::ExecArgs),
+    Exec(exec::ExecArgs),
 }
 
 /// The options every `prezero client` command has (`#[command(flatten)]`).
@@ -148,7 +150,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Alloc(a) => alloc(&a),
         Which::Stats(a) => stats(&a),
         Which::Churn(a) => churn(&a),
-        Which::Exec(a) => crate::exec::run(&a),
+        Which::Exec(a) => exec::run(&a),
     }
 }
 

@@ -30,9 +30,9 @@ pub struct ExecArgs {
     #[arg(long, default_value = "2MB")]
     page: String,
     #[command(flatten)]
-    common: crate::client::Common,
+    common: super::Common,
     #[command(flatten)]
-    node: crate::client::NodeArgs,
+    node: super::NodeArgs,
     /// Fail rather than fall back to a local memfd.
     #[arg(long)]
     no_fallback: bool,
@@ -307,7 +307,7 @@ pub fn run(args: &ExecArgs) -> Result<()> {
                 client.path().display(),
                 if *segments == 1 { "" } else { "s" },
                 fmt_size(*segment_size),
-                crate::client::on_node(*node)
+                super::on_node(*node)
             ),
             Source::Local { reason } => {
                 if mem.page().is_hugetlb() {
