@@ -1,8 +1,8 @@
 //! `prezero calibrate`: measure this machine and write the profile Auto follows.
 //!
 //! Per size class and temperature the fastest kernel; the elision knee of
-//! `rep stos` (seeds 001/002); the smallest `clear_bounded` chunk that keeps
-//! within 10% of a full-extent clear; scaling with threads; and whether
+//! `rep stos` (as Linux's huge-page clearing found on AMD Zen); the smallest
+//! `clear_bounded` chunk that keeps within 10% of a full-extent clear; scaling with threads; and whether
 //! streaming beats temporal stores for the pool's scrubber; and for template
 //! fills, the streaming and temporal kernels and the size from which to
 //! stream. Every figure the profile was derived from is stored with it.

@@ -9,7 +9,7 @@
 //! and the next `calloc` of that size faults in fresh pages that the kernel
 //! zeroes on the critical path, one 4 KiB page at a time. Here a freed block
 //! stays mapped and populated; a scrubber thread at `SCHED_IDLE` clears it
-//! with streaming stores while a core is idle (seed 003), so the next
+//! with streaming stores while a core is idle (as Linux's "Prezeroing V2" scrubd), so the next
 //! `calloc` of that size finds it zero and its pages present.
 //!
 //! * `blocks/`: which part of the reserved range is which block (pure): the

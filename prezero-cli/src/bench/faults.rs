@@ -1,4 +1,4 @@
-//! `prezero bench faults`: seed 003's table. Rows by threads (each faulting its
+//! `prezero bench faults`: the fault-rate table of Linux's "Prezeroing V2". Rows by threads (each faulting its
 //! own part) and by cache lines touched per 4 KiB, for fresh kernel pages (mmap
 //! and touch: the kernel zeroes each page at its fault) against memory prezero
 //! keeps mapped and clears itself before each pass.

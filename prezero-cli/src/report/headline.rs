@@ -108,7 +108,7 @@ fn prefer<T: PartialEq + Clone>(values: impl Iterator<Item = T>, preferred: T) -
 }
 
 /// First touch of fresh memory: kernel faults against memory prezero keeps
-/// mapped and clears (seed 003), one thread, fewest lines touched.
+/// mapped and clears (prezeroing), one thread, fewest lines touched.
 fn first_touch(r: &Rows) -> Option<Line> {
     let page = prefer(r.faults.iter().map(|f| f.page.as_str()), "4KB")?;
     let rs: Vec<_> = (r.faults.iter())

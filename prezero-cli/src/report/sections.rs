@@ -296,7 +296,7 @@ pub fn template(r: &Rows) -> String {
     if r.template.is_empty() {
         return String::new();
     }
-    let mut h = String::from("<h2>Template fill (seed 004)</h2>\n<p>64-byte struct-page records: per-field initialisation, template copies, prezero's streaming fills, and the streaming-store ceiling.</p>\n");
+    let mut h = String::from("<h2>Template fill (memmap initialisation)</h2>\n<p>64-byte struct-page records: per-field initialisation, template copies, prezero's streaming fills, and the streaming-store ceiling.</p>\n");
     let layouts = distinct(&r.template, |t| t.layout.clone());
     let series = distinct(&r.template, |t| t.method.clone())
         .into_iter()

@@ -109,7 +109,8 @@ pub(super) fn take(
         }
         if zeroed && kind == Kind::Dirty {
             // The caller is about to use it: ordinary stores while it fits a
-            // cache, streaming past that (the profile decides, seed 003).
+            // cache, streaming past that (the profile decides: memory about to be
+            // touched is best zeroed hot).
             // SAFETY: [s, s + l) is part of the block just handed to this
             // caller, writable (ensure_writable), and no one else's.
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };

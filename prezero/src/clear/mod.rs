@@ -1,11 +1,12 @@
 //! Clearing memory: the kernels, the choice between them, and the three ways of
 //! ordering a large clear that the seeds describe.
 //!
-//! - [`clear`] / [`clear_with`]: one extent, one kernel (seed 001: give the CPU the
-//!   whole extent, not a page at a time).
-//! - [`clear_bounded`]: the extent in chunks with a callback between them (seeds
-//!   000-002: a latency bound), keeping the kernel chosen for the whole extent.
-//! - [`clear_near`]: locality order (seed 001): away from the hint first, streamed;
+//! - [`clear`] / [`clear_with`]: one extent, one kernel (as Linux's multi-page
+//!   huge-page clearing does: the CPU gets the whole extent, not a page at a time).
+//! - [`clear_bounded`]: the extent in chunks with a callback between them (as Linux
+//!   clears huge pages in 8-32 MB batches: a latency bound), keeping the kernel chosen for the whole extent.
+//! - [`clear_near`]: locality order (Linux's huge-page fault clear):
+//!   away from the hint first, streamed;
 //!   the hint's neighbourhood last, with ordinary stores, so it is cache-hot.
 //! - [`clear_parallel`]: the extent split on page boundaries over threads.
 
@@ -203,7 +204,7 @@ pub(crate) fn bounded(
 }
 
 /// The neighbourhood kept for last by [`clear_near`]: this many base pages on
-/// each side of the hint's page (seed 001 uses 2).
+/// each side of the hint's page (Linux's huge-page fault clear uses 2).
 pub const NEAR_PAGES: usize = 2;
 
 /// Zeroes `buf` in locality order around `hint` (an offset into `buf`): first

@@ -7,8 +7,8 @@ use super::kernel::Kernel;
 use crate::cpu::Cpu;
 use crate::error::{Error, Result};
 
-/// What the caller knows about the memory it is about to clear (seed 003's rule:
-/// memory about to be touched is best zeroed hot, memory not in cache is best
+/// What the caller knows about the memory it is about to clear (the rule of the
+/// Linux prezeroing work: memory about to be touched is best zeroed hot, memory not in cache is best
 /// zeroed with streaming stores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub enum Temperature {

@@ -140,10 +140,11 @@ impl Cpu {
 
     /// How many bytes of recently written memory can be expected to still be
     /// in cache: where a "hot" extent stops being hot. AMD Zen elides the
-    /// read-for-ownership of `rep stos` above ~LLC size (seeds 001/002), so it
-    /// keeps pace with streaming there; elsewhere the LLC is shared with other
-    /// cores (and, in a VM, other tenants): measured on a 260 MiB-LLC Xeon VM,
-    /// temporal stores fell to DRAM speed from ~64 MiB, a quarter of the LLC.
+    /// read-for-ownership of `rep stos` above ~LLC size (Linux's huge-page
+    /// clearing measured it), so it keeps pace with streaming there;
+    /// elsewhere the LLC is shared with other cores (and, in a VM, other
+    /// tenants): measured on a 260 MiB-LLC Xeon VM, temporal stores fell to
+    /// DRAM speed from ~64 MiB, a quarter of the LLC.
     pub fn hot_capacity(&self) -> usize {
         let llc = self.llc();
         if self.vendor == "AuthenticAMD" {

@@ -65,7 +65,7 @@ impl PoolBuilder {
         self
     }
 
-    /// Zeroed chunks below which the scrubber starts (seed 003's `scrub_start`;
+    /// Zeroed chunks below which the scrubber starts ("Prezeroing V2"'s `scrub_start`;
     /// default: the high watermark, i.e. scrub whenever below it).
     pub fn low_watermark(mut self, chunks: usize) -> Self {
         self.low = Some(chunks);

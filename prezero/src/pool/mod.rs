@@ -1,5 +1,5 @@
-//! A pool of pre-zeroed chunks with a background scrubber: seed 003's
-//! "Prezeroing V2" in user space.
+//! A pool of pre-zeroed chunks with a background scrubber: Linux's
+//! "Prezeroing V2" (2004) in user space.
 //!
 //! Freed chunks are dirty; a scrubber thread at idle priority clears them with
 //! streaming stores while a core is free, between watermarks, so `alloc_zeroed`
@@ -349,7 +349,7 @@ impl Pool {
 
     /// A chunk whose contents are whatever this process last wrote there (or
     /// zero): for callers that overwrite it whole. Takes dirty chunks first, so
-    /// the zeroed ones stay for `alloc_zeroed` (seed 003).
+    /// the zeroed ones stay for `alloc_zeroed`.
     pub fn alloc(&self) -> Result<Chunk> {
         self.shared.hand_out(false)
     }

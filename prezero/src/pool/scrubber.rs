@@ -1,4 +1,4 @@
-//! The background scrubber (seed 003's scrubd): clears dirty chunks with
+//! The background scrubber (the scrubd of Linux's "Prezeroing V2"): clears dirty chunks with
 //! streaming stores, in bounded steps, at idle priority.
 
 use std::ops::ControlFlow;

@@ -169,7 +169,8 @@ impl State {
     }
 
     /// A chunk for `alloc_zeroed` on `node` (any with `None`): a hot dirty
-    /// chunk (cleared in cache beats a cold zero chunk, seed 003), then a
+    /// chunk (cleared in cache beats a cold zero chunk: memory about
+    /// to be touched is best zeroed hot), then a
     /// zeroed one, then a cold dirty one, then a released one. `None`: the
     /// caller must grow the pool, take a foreign chunk, or give up.
     pub(crate) fn take_zeroed(
@@ -185,7 +186,7 @@ impl State {
     }
 
     /// A chunk for `alloc` (contents not needed): dirty first, so that zeroed
-    /// chunks stay for `alloc_zeroed` (seed 003).
+    /// chunks stay for `alloc_zeroed`.
     pub(crate) fn take_any(
         &mut self,
         hot_chunks: u64,
@@ -342,7 +343,8 @@ impl State {
         self.released.push(id);
     }
 
-    /// Whether a scrubber has work, with seed 003's watermarks: start when fewer
+    /// Whether a scrubber has work, between watermarks (as
+    /// Linux's "Prezeroing V2" scrubd): start when fewer
     /// than `low` chunks are zeroed, keep going until `high` are or nothing is dirty.
     pub(crate) fn wants_scrub(&mut self, low: usize, high: usize) -> bool {
         let zeroed = self.zeroed.len();

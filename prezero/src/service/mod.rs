@@ -1,7 +1,7 @@
 //! `prezero serve` and its clients: a node-wide service that keeps hugetlb
 //! memory populated and zero, hands it out as memfds over a unix socket, and
-//! scrubs what comes back in the background (seed 003's scrubd, for whole
-//! machines). A 64 GiB VM's memory then costs page-table set-up, not zeroing.
+//! scrubs what comes back in the background (the scrubd of Linux's "Prezeroing
+//! V2", for whole machines). A 64 GiB VM's memory then costs page-table set-up, not zeroing.
 //!
 //! * [`Client`] / [`ServiceMemory`]: ask for memory; it arrives mapped,
 //!   populated and zero, or from a local fallback that says why.

@@ -1,6 +1,6 @@
 //! Which template kernels the free functions use in this process: a streaming
-//! one for large fills, a temporal one below `stream_from` bytes (seed 003's
-//! rule: memory about to be touched is best written hot, memory not in cache
+//! one for large fills, a temporal one below `stream_from` bytes (the rule of
+//! Linux's prezeroing work: memory about to be touched is best written hot, memory not in cache
 //! streamed). `prezero calibrate` measures all three and stores them in the
 //! profile's `"template"` section; without one, the built-in choice holds.
 

@@ -1,8 +1,9 @@
-//! Template initialisation of large record arrays with streaming stores (seed 004).
+//! Template initialisation of large record arrays with streaming stores, as Linux
+//! initialises the ZONE_DEVICE memmap (a template `struct page`, MOVNTI, one SFENCE).
 //!
 //! Build one record through your slow path, then let prezero copy it into every
 //! element with non-temporal stores, refreshing the per-record fields first, and
-//! drain once at the end. The reviewers of seed 004 asked for exactly this: a
+//! drain once at the end. The reviewers of that kernel patch asked for exactly this: a
 //! generic streaming-copy primitive with a plain fallback, not open-coded stores.
 //!
 //! Two forms:

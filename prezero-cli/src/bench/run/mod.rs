@@ -5,7 +5,7 @@
 //! above 1 is faster).
 //!
 //! The programs:
-//! * numpy, the loop of issue 16: `a = np.zeros(64 << 20)` (512 MiB), `a += 1.0`
+//! * numpy, the loop prezero run was first measured on: `a = np.zeros(64 << 20)` (512 MiB), `a += 1.0`
 //!   (the first pass, where the kernel faults and zeroes every page),
 //!   `a += 1.0` again (resident memory); each a mean of 10 per process. Skipped
 //!   with a reason where `python3 -c "import numpy"` fails.
@@ -15,7 +15,7 @@
 //!   what the preload must not slow down; it runs three times as often, as
 //!   its 3% bound needs) and realloc-grow (64 KiB grown by 1.5x to 1 GiB:
 //!   the preload must stay within 10% of glibc's mremap growth); and for the
-//!   lazy mode (issue 28): first-touch (2 s of computing, then an mmap of
+//!   lazy mode: first-touch (2 s of computing, then an mmap of
 //!   512 MiB written a byte per 4 KiB: at least 5x under --lazy), the same
 //!   with MADV_HUGEPAGE (3x), sparse (every 16th 2 MiB block of 8 GiB
 //!   touched: RssAnon within 10% of the touched memory and the reserve) and

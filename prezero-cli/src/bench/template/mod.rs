@@ -1,4 +1,4 @@
-//! `prezero bench template`: seed 004's memmap initialisation. 64-byte records
+//! `prezero bench template`: Linux's ZONE_DEVICE memmap initialisation. 64-byte records
 //! laid out like `struct page`, for 100 GiB of 4 KiB pages (26,214,400 records)
 //! and in 2 MiB compound groups (1 head + 511 tails), initialised per field (as
 //! `__init_single_page` does), from a template with plain copies, with

@@ -1,5 +1,5 @@
 //! SSE2 `movnti` 8-byte non-temporal stores: the streaming store every x86_64 CPU
-//! has (seed 004's MOVNTI), eight per line so each line is written whole.
+//! has (the MOVNTI of Linux's ZONE_DEVICE memmap initialisation), eight per line so each line is written whole.
 
 use core::arch::x86_64::{_mm_sfence, _mm_stream_si64};
 

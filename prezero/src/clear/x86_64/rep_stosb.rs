@@ -1,4 +1,4 @@
-//! `rep stosb`: the extent clear of seed 001. Given the whole extent at once, the
+//! `rep stosb`: the extent clear Linux uses for huge pages. Given the whole extent at once, the
 //! CPU's microcode picks its own store width and, on AMD Zen above ~LLC size,
 //! skips the read-for-ownership of each line (cacheline-allocation elision).
 
