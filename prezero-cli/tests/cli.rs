@@ -136,7 +136,7 @@ fn bench_mmap_json_and_perf_text() {
 
 #[test]
 fn bench_mmap_hugetlb_shortage_is_explained() {
-    let Some(pool) = prezero::cpu::hugetlb_pool(1 << 30) else {
+    let Some(pool) = prezero::mm::hugetlb_pool(1 << 30) else {
         eprintln!("skipped: no 1 GiB hugetlb pool");
         return;
     };
@@ -187,7 +187,7 @@ fn reserve_is_undone_on_ctrl_c() {
         eprintln!("skipped: cannot write {NR} (not root)");
         return;
     }
-    let free = prezero::cpu::hugetlb_pool(2 << 20).unwrap().free;
+    let free = prezero::mm::hugetlb_pool(2 << 20).unwrap().free;
     let pages = free + 256;
     let size = format!("{}M", pages * 2);
     let mut child = Command::new(env!("CARGO_BIN_EXE_prezero"))

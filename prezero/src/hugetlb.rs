@@ -2,8 +2,8 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-use crate::cpu::{hugetlb_pool, HugetlbPool};
 use crate::error::{Error, Result};
+use crate::mm::{hugetlb_pool, HugetlbPool};
 use crate::sys;
 
 /// Serialises reservations of one page size in this process, so one never

@@ -40,6 +40,7 @@ pub mod hugetlb;
 #[doc(hidden)]
 pub mod interleavings;
 mod json;
+pub mod mm;
 pub mod numa;
 pub mod pool;
 pub mod prefault;
@@ -56,9 +57,10 @@ pub use clear::{
     clear_parallel, clear_parallel_on_nodes, clear_parallel_with, clear_raw, clear_raw_with,
     clear_with, forced_kernel, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
 };
-pub use cpu::{cpu, memory};
+pub use cpu::cpu;
 pub use error::{Error, Result};
 pub use hugetlb::HugetlbReservation;
+pub use mm::memory;
 pub use pool::{Chunk, FreeRunning, Pool, PoolBuilder, PoolStats, ScrubPriority};
 pub use prefault::{prefault, prefault_on_nodes, prefault_raw};
 pub use profile::{source as profile_source, PROFILE_FORMAT};

@@ -4,8 +4,8 @@ use std::fmt;
 use std::ptr::NonNull;
 use std::str::FromStr;
 
-use crate::cpu::{self, HugetlbPool};
 use crate::error::{Error, Result};
+use crate::mm::{self, HugetlbPool};
 use crate::sys;
 
 /// The pages backing a [`Region`].
@@ -34,7 +34,7 @@ impl PageKind {
     /// The granule a region of this kind is rounded up to.
     pub fn page_size(self) -> usize {
         match self {
-            PageKind::Base => cpu::cpu().page_size,
+            PageKind::Base => crate::cpu::cpu().page_size,
             PageKind::Thp => thp_size(),
             PageKind::Huge2M => 2 << 20,
             PageKind::Huge1G => 1 << 30,
@@ -98,7 +98,7 @@ impl FromStr for PageKind {
 }
 
 fn thp_size() -> usize {
-    match cpu::memory().thp.pmd_size {
+    match mm::memory().thp.pmd_size {
         0 => 2 << 20,
         n => n,
     }
@@ -220,12 +220,12 @@ fn map_error(e: std::io::Error, len: usize, kind: PageKind) -> Error {
 /// many pages it needed, how many are free, and the command that reserves enough.
 pub(crate) fn hugetlb_shortage(kind: PageKind, len: usize) -> Error {
     let page = kind.page_size();
-    let free = cpu::hugetlb_pool(page).map_or(0, |p| p.free);
+    let free = mm::hugetlb_pool(page).map_or(0, |p| p.free);
     shortage(page, len / page, free)
 }
 
 fn check_hugetlb(page: usize, needed: usize) -> Result<()> {
-    match cpu::hugetlb_pool(page) {
+    match mm::hugetlb_pool(page) {
         None => Err(Error::Unsupported {
             kernel: "hugetlb",
             needs: "a kernel with hugetlb pages of this size",
@@ -236,7 +236,7 @@ fn check_hugetlb(page: usize, needed: usize) -> Result<()> {
 }
 
 fn shortage(page_size: usize, needed: usize, free: usize) -> Error {
-    let total = cpu::hugetlb_pool(page_size).map_or(0, |p| p.total);
+    let total = mm::hugetlb_pool(page_size).map_or(0, |p| p.total);
     Error::HugetlbShortage {
         page_size,
         needed,

@@ -315,7 +315,7 @@ fn verify_mode_catches_a_non_zero_hand_out() {
 
 #[test]
 fn hugetlb_backing_without_pages_is_a_clear_error() {
-    let Some(p) = prezero::cpu::hugetlb_pool(1 << 30) else {
+    let Some(p) = prezero::mm::hugetlb_pool(1 << 30) else {
         eprintln!("skipped: no 1 GiB hugetlb pool");
         return;
     };

@@ -39,7 +39,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// Reserves `pages` hugetlb pages for the test, or says why not (also when
 /// they could not be mapped anyway). Call with `serial` held.
 fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
-    if prezero::cpu::hugetlb_pool(page_size).is_some() {
+    if prezero::mm::hugetlb_pool(page_size).is_some() {
         if let Some(why) = common::hugetlb_unmappable(page_size) {
             eprintln!("skipped: {why}");
             return None;
@@ -162,7 +162,7 @@ fn hugetlb_mappings() -> usize {
 fn hugetlb_shortage_is_a_clear_error_and_leaks_nothing() {
     let _serial = serial();
     for kind in [PageKind::Huge2M, PageKind::Huge1G] {
-        let Some(pool) = prezero::cpu::hugetlb_pool(kind.page_size()) else {
+        let Some(pool) = prezero::mm::hugetlb_pool(kind.page_size()) else {
             eprintln!("skipped: no hugetlb pool for {kind}");
             continue;
         };
@@ -266,7 +266,7 @@ fn prefault_hugetlb_2m() {
 #[test]
 fn a_reservation_is_restored_even_when_the_work_fails() {
     let _serial = serial();
-    let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
+    let Some(before) = prezero::mm::hugetlb_pool(MB2) else {
         eprintln!("skipped: no 2 MiB hugetlb pool");
         return;
     };
@@ -279,7 +279,7 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
         let region = Region::new(2 * MB2, PageKind::Huge2M)?;
         prezero::prefault(&region, 1)?;
         assert!(
-            prezero::cpu::hugetlb_pool(MB2).unwrap().total > r.previous_total() || before.free >= 2
+            prezero::mm::hugetlb_pool(MB2).unwrap().total > r.previous_total() || before.free >= 2
         );
         Err(Error::InvalidArgument("injected failure".into()))
     };
@@ -292,7 +292,7 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
         Ok(()) => unreachable!(),
     }
     // The region and the reservation are gone; the pool is back where it was.
-    assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
+    assert_eq!(prezero::mm::hugetlb_pool(MB2).unwrap().total, before.total);
 }
 
 /// The other process of the next test, which runs it (ignored otherwise: it
@@ -305,7 +305,7 @@ fn other_process_holding_a_reservation() {
     if std::env::var_os("PREZERO_TEST_HOLD_HUGETLB").is_none() {
         return;
     }
-    let free = prezero::cpu::hugetlb_pool(MB2).unwrap().free;
+    let free = prezero::mm::hugetlb_pool(MB2).unwrap().free;
     let r = HugetlbReservation::ensure_free(MB2, free + 2).unwrap();
     println!("held {}", r.previous_total());
     let _ = std::io::Read::read(&mut std::io::stdin(), &mut [0u8; 1]);
@@ -318,7 +318,7 @@ fn other_process_holding_a_reservation() {
 fn reservations_of_two_processes_do_not_undo_each_other() {
     use std::io::BufRead;
     let _serial = serial();
-    let Some(before) = prezero::cpu::hugetlb_pool(MB2) else {
+    let Some(before) = prezero::mm::hugetlb_pool(MB2) else {
         eprintln!("skipped: no 2 MiB hugetlb pool");
         return;
     };
@@ -349,12 +349,12 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
             return;
         }
     }
-    let theirs = prezero::cpu::hugetlb_pool(MB2).unwrap();
+    let theirs = prezero::mm::hugetlb_pool(MB2).unwrap();
     match HugetlbReservation::ensure_free(MB2, theirs.free + 2) {
         Ok(mine) => {
             drop(child.stdin.take());
             assert!(child.wait().unwrap().success());
-            let after_theirs = prezero::cpu::hugetlb_pool(MB2).unwrap();
+            let after_theirs = prezero::mm::hugetlb_pool(MB2).unwrap();
             assert_eq!(after_theirs.total, before.total + 2, "mine stay");
             assert!(after_theirs.free >= before.free + 2, "{after_theirs:?}");
             drop(mine);
@@ -365,7 +365,7 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
             eprintln!("skipped: cannot reserve two more hugetlb pages: {e}");
         }
     }
-    assert_eq!(prezero::cpu::hugetlb_pool(MB2).unwrap().total, before.total);
+    assert_eq!(prezero::mm::hugetlb_pool(MB2).unwrap().total, before.total);
 }
 
 /// Each node's own pool grows by what that node lacks, and only by that; the

@@ -18,20 +18,17 @@ pub fn hugetlb_for_run(
     let page = kind.page_size();
     let pages = bytes.div_ceil(page);
     if !reserve {
-        let free = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.free);
+        let free = prezero::mm::hugetlb_pool(page).map_or(0, |p| p.free);
         if free < pages {
             bail!(
                 "page {kind}: {pages} hugetlb pages needed, {free} free; rerun with --reserve (as root) or: echo {pages} > {}",
-                prezero::cpu::HugetlbPool::nr_path(page)
+                prezero::mm::HugetlbPool::nr_path(page)
             );
         }
         return Ok(None);
     }
     let r = HugetlbReservation::ensure_free(page, pages).context("--reserve")?;
-    interrupt::restore_on_interrupt(
-        &prezero::cpu::HugetlbPool::nr_path(page),
-        r.previous_total(),
-    );
+    interrupt::restore_on_interrupt(&prezero::mm::HugetlbPool::nr_path(page), r.previous_total());
     Ok(Some(r))
 }
 

@@ -77,7 +77,7 @@ pub fn pages_come_back(page: PageKind, free_before: usize) {
 }
 
 pub fn free_pages_of(page: PageKind) -> usize {
-    prezero::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free)
+    prezero::mm::hugetlb_pool(page.page_size()).map_or(0, |p| p.free)
 }
 
 impl Daemon {

@@ -1,10 +1,9 @@
-//! What the CPU and the kernel offer: features, caches, page sizes.
+//! What the CPU offers: features, caches, page sizes.
 //!
 //! [`cpu()`] is detected once and cached: it cannot change while the process runs.
 //! `PREZERO_CPU` (see [`mask`]) narrows what it reports, and with it what every
-//! kernel, template and Auto choice in the library may use.
-//! [`memory()`] reads the kernel's current state (THP mode, free hugetlb pages)
-//! afresh on every call, since another process may change it at any time.
+//! kernel, template and Auto choice in the library may use. The kernel's
+//! memory state, which may change at any time, is `mm`'s.
 
 use std::sync::OnceLock;
 
@@ -297,120 +296,6 @@ fn sysfs_caches() -> Option<Vec<Cache>> {
         .collect();
     caches.sort_by_key(|c| c.level);
     Some(caches)
-}
-
-/// Transparent huge page settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Thp {
-    /// "always", "madvise" or "never" (or "unavailable").
-    pub mode: String,
-    /// PMD (huge page) size in bytes, 0 if unknown.
-    pub pmd_size: usize,
-}
-
-/// One hugetlb page size and its pool counts at the time of reading.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HugetlbPool {
-    /// Page size in bytes.
-    pub page_size: usize,
-    /// Pages reserved in the pool (`nr_hugepages`).
-    pub total: usize,
-    /// Pages not yet handed out (`free_hugepages`).
-    pub free: usize,
-}
-
-impl HugetlbPool {
-    /// The sysfs file whose value is the pool's size.
-    pub fn nr_path(page_size: usize) -> String {
-        format!(
-            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            page_size / 1024
-        )
-    }
-}
-
-/// Memory-management state of the kernel, read now.
-#[derive(Debug, Clone)]
-pub struct Memory {
-    /// THP mode and size.
-    pub thp: Thp,
-    /// Every hugetlb size the kernel supports, smallest first.
-    pub hugetlb: Vec<HugetlbPool>,
-    /// NUMA nodes online (1 on a machine without NUMA).
-    pub numa_nodes: usize,
-    /// `uname -r`.
-    pub kernel_release: String,
-    /// `MemAvailable` in bytes: what can be allocated without swapping.
-    pub available: usize,
-}
-
-/// The kernel's memory-management state at this moment.
-pub fn memory() -> Memory {
-    let thp_mode = sys::read_text("/sys/kernel/mm/transparent_hugepage/enabled")
-        .and_then(|s| {
-            let start = s.find('[')? + 1;
-            let end = s[start..].find(']')? + start;
-            Some(s[start..end].to_owned())
-        })
-        .unwrap_or_else(|| "unavailable".into());
-    let pmd_size =
-        sys::read_usize("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").unwrap_or(0);
-    Memory {
-        thp: Thp {
-            mode: thp_mode,
-            pmd_size,
-        },
-        hugetlb: hugetlb_pools(),
-        numa_nodes: numa_nodes(),
-        kernel_release: sys::read_text("/proc/sys/kernel/osrelease").unwrap_or_default(),
-        available: sys::mem_available(),
-    }
-}
-
-/// The hugetlb pool of one page size, read now.
-pub fn hugetlb_pool(page_size: usize) -> Option<HugetlbPool> {
-    let dir = format!("/sys/kernel/mm/hugepages/hugepages-{}kB", page_size / 1024);
-    Some(HugetlbPool {
-        page_size,
-        total: sys::read_usize(format!("{dir}/nr_hugepages"))?,
-        free: sys::read_usize(format!("{dir}/free_hugepages"))?,
-    })
-}
-
-fn hugetlb_pools() -> Vec<HugetlbPool> {
-    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else {
-        return Vec::new();
-    };
-    let mut pools: Vec<HugetlbPool> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let kb: usize = name
-                .strip_prefix("hugepages-")?
-                .strip_suffix("kB")?
-                .parse()
-                .ok()?;
-            hugetlb_pool(kb * 1024)
-        })
-        .collect();
-    pools.sort_by_key(|p| p.page_size);
-    pools
-}
-
-fn numa_nodes() -> usize {
-    std::fs::read_dir("/sys/devices/system/node")
-        .map(|d| {
-            d.flatten()
-                .filter(|e| {
-                    let n = e.file_name();
-                    let n = n.to_string_lossy();
-                    n.strip_prefix("node")
-                        .is_some_and(|r| !r.is_empty() && r.bytes().all(|b| b.is_ascii_digit()))
-                })
-                .count()
-        })
-        .unwrap_or(0)
-        .max(1)
 }
 
 #[cfg(test)]

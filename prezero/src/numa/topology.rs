@@ -268,7 +268,7 @@ fn node_hugetlb(node_dir: &Path) -> Vec<NodeHugetlb> {
 
 /// A kernel without NUMA sysfs: one node holding everything.
 fn single_node() -> Topology {
-    let memory = crate::cpu::memory();
+    let memory = crate::mm::memory();
     let mem_total = sys::read_text("/proc/meminfo")
         .and_then(|m| {
             let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;

@@ -75,7 +75,7 @@ fn memory_budget() -> usize {
     let avail = avail
         + [PageKind::Huge2M, PageKind::Huge1G]
             .iter()
-            .filter_map(|k| prezero::cpu::hugetlb_pool(k.page_size()))
+            .filter_map(|k| prezero::mm::hugetlb_pool(k.page_size()))
             .map(|p| p.free * p.page_size)
             .sum::<usize>();
     avail.saturating_sub(4 << 30)

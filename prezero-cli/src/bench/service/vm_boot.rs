@@ -39,15 +39,15 @@ impl BootPath {
 /// run meets host-cold memory, as a VM booting on an idle host does.
 fn cool_hugetlb(kind: PageKind, pages: usize, secs: u64) -> Result<()> {
     let page = kind.page_size();
-    let path = prezero::cpu::HugetlbPool::nr_path(page);
-    let total = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
+    let path = prezero::mm::HugetlbPool::nr_path(page);
+    let total = prezero::mm::hugetlb_pool(page).map_or(0, |p| p.total);
     let write = |n: usize| {
         std::fs::write(&path, n.to_string()).with_context(|| format!("cannot write {n} to {path}"))
     };
     write(total.saturating_sub(pages))?;
     std::thread::sleep(Duration::from_secs(secs));
     write(total)?;
-    let now = prezero::cpu::hugetlb_pool(page).map_or(0, |p| p.total);
+    let now = prezero::mm::hugetlb_pool(page).map_or(0, |p| p.total);
     if now < total {
         bail!(
             "could not take back {} hugetlb pages after cooling",

@@ -104,7 +104,7 @@ pub(super) fn local_file(
             .node(n)
             .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == page.page_size()))
             .map_or(0, |h| h.free),
-        _ => crate::cpu::hugetlb_pool(page.page_size()).map_or(0, |p| p.free),
+        _ => crate::mm::hugetlb_pool(page.page_size()).map_or(0, |p| p.free),
     };
     let home = node.zip(topology).map(|(n, t)| (n, t.usable_cpus(n)));
     let hugetlb = if free < pages {

@@ -72,7 +72,7 @@ fn a_local_hugetlb_file_is_whole_pages_sealed_populated_zero_and_can_be_inherite
 fn a_plain_local_file_is_whole_base_pages_not_hugetlb_pages() {
     // 1 GiB pages are rarely free: then a plain memfd of two base pages
     // serves 4097 bytes, not a 1 GiB one.
-    let free = crate::cpu::hugetlb_pool(1 << 30).map_or(0, |p| p.free);
+    let free = crate::mm::hugetlb_pool(1 << 30).map_or(0, |p| p.free);
     if free > 0 {
         eprintln!("skipped: the plain local file ({free} 1 GiB pages are free)");
         return;

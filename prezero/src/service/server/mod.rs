@@ -112,7 +112,7 @@ fn check_page_size(page: PageKind) -> Result<()> {
     if !matches!(page, PageKind::Huge2M | PageKind::Huge1G) {
         return Ok(());
     }
-    let nr = crate::cpu::HugetlbPool::nr_path(page.page_size());
+    let nr = crate::mm::HugetlbPool::nr_path(page.page_size());
     if std::path::Path::new(&nr).exists() {
         return Ok(());
     }
