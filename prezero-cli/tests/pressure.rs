@@ -603,3 +603,93 @@ fn a_one_shot_program_is_no_bigger_under_lazy() {
         println!("skipped: the reserve's fill ahead (the lazy mode does not run here: {line})");
     }
 }
+
+/// A mapping that asks for huge pages: 64 MiB mapped, `MADV_HUGEPAGE`, a
+/// byte written per 4 KiB; prints its huge pages (`huge=` bytes, from
+/// `AnonHugePages` of /proc/self/smaps_rollup).
+#[test]
+#[ignore = "the program of a_mapping_that_asks_for_huge_pages_gets_them_under_lazy"]
+fn thp_role() {
+    if std::env::var_os("PREZERO_PRESSURE_ROLE").is_none() {
+        return;
+    }
+    let len = 64 * MB;
+    // SAFETY: a new private anonymous mapping, ours alone.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED);
+    // SAFETY: advice on the mapping above.
+    assert_eq!(unsafe { libc::madvise(p, len, libc::MADV_HUGEPAGE) }, 0);
+    let p = p.cast::<u8>();
+    for i in (0..len).step_by(4096) {
+        // SAFETY: within the mapping above.
+        unsafe {
+            assert_eq!(p.add(i).read_volatile(), 0);
+            p.add(i).write_volatile(1);
+        }
+    }
+    let rollup = std::fs::read_to_string("/proc/self/smaps_rollup").unwrap();
+    let kb: usize = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("AnonHugePages:"))
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    println!("\nhuge={}", kb * 1024);
+}
+
+/// A mapping that asked for huge pages gets them under `--lazy` as plainly
+/// (a block at most less: where moved huge pages arrive split, before Linux
+/// 6.14, the lazy mode learns it at its first move and hands such mappings
+/// to the kernel's own faults from then on).
+#[test]
+fn a_mapping_that_asks_for_huge_pages_gets_them_under_lazy() {
+    let _serial = serial();
+    let huge = |lazy: bool| {
+        let mut c = if lazy {
+            let mut c = Command::new(env!("CARGO_BIN_EXE_prezero"));
+            c.args(["run", "--lazy", "--"])
+                .arg(std::env::current_exe().unwrap())
+                .args(["--exact", "thp_role", "--ignored", "--nocapture"])
+                .env("PREZERO_PRESSURE_ROLE", "1")
+                .env("PREZERO_STATS", "1")
+                .env_remove("LD_PRELOAD");
+            c
+        } else {
+            role("thp_role")
+        };
+        let out = c.output().unwrap();
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{said}");
+        let huge: usize = String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("huge=")?.parse().ok())
+            .unwrap();
+        let line = said
+            .lines()
+            .find(|l| l.starts_with("prezero-preload: lazy:"))
+            .unwrap_or("")
+            .to_owned();
+        (huge, line)
+    };
+    let (plain, _) = huge(false);
+    let (lazy, line) = huge(true);
+    println!(
+        "64 MiB asked huge: {} MiB in huge pages plainly, {} MiB under --lazy\n    {line}",
+        plain / MB,
+        lazy / MB
+    );
+    assert!(
+        lazy + 2 * MB >= plain,
+        "{} MiB huge under --lazy against {} MiB plainly: {line}",
+        lazy / MB,
+        plain / MB
+    );
+}

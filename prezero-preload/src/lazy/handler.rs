@@ -180,6 +180,19 @@ impl Handler {
             self.small(page, page, page + PAGE, write);
             return;
         };
+        // Where moved huge pages arrive split (before Linux 6.14), a mapping
+        // of the program's that asked for huge pages is the kernel's from
+        // its next fault on: the kernel's own fault gives them whole, which
+        // no move here can (unregistering wakes the fault).
+        if self.no_huge && (thp_always() || g.table().asked_huge(block)) {
+            if let Some(r) = g.table().find(page) {
+                if uffd::unregister(self.fd, r.start, r.end - r.start).is_ok() {
+                    g.table().remove(r.start, r.end);
+                    stats::TO_KERNEL.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+            }
+        }
         if !self.bounds(&mut g, block) {
             // An edge of a mapping: small pages to the end of the block or
             // the mapping.

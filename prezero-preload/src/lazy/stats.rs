@@ -42,8 +42,11 @@ pub static SPARSE: AtomicU64 = AtomicU64::new(0);
 /// Slots the handler filled itself for a block the program asked huge
 /// pages for (the reserve had none ready; counted in FILLED too).
 pub static FILLED_NOW: AtomicU64 = AtomicU64::new(0);
+/// Mappings that asked for huge pages handed to the kernel's own faults
+/// (moved huge pages arrive split here).
+pub static TO_KERNEL: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 17] = [
+const ALL: [&AtomicU64; 18] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -61,6 +64,7 @@ const ALL: [&AtomicU64; 17] = [
     &RECLAIMED,
     &SPARSE,
     &FILLED_NOW,
+    &TO_KERNEL,
 ];
 
 /// A forked child starts its own account.
@@ -75,7 +79,7 @@ pub fn print() {
     if FAULTS.load(Relaxed) == 0 && MAPPINGS.load(Relaxed) == 0 && RECYCLED.load(Relaxed) == 0 {
         return;
     }
-    const LEN: usize = 768;
+    const LEN: usize = 1024;
     let mut buf = [0u8; LEN];
     let mut w = &mut buf[..];
     let _ = writeln!(
@@ -83,7 +87,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}{}{}",
+         mappings registered{}{}{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -114,6 +118,10 @@ pub fn print() {
         Note(
             FILLED_NOW.load(Relaxed),
             "slots filled for a fault that asked for huge pages"
+        ),
+        Note(
+            TO_KERNEL.load(Relaxed),
+            "mappings that asked for huge pages handed to the kernel"
         ),
     );
     let used = LEN - w.len();
