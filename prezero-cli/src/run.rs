@@ -85,9 +85,9 @@ pub struct Settings {
     pub lazy: bool,
     /// With --lazy: most pre-zeroed memory each process keeps (default: the
     /// smallest of 1G, 10% of MemAvailable and 10% of what its memory cgroup
-    /// has left; at least 2M), filled to a sixteenth of what the program has
-    /// taken. Given here, it is filled whole ahead of demand. Sets
-    /// PREZERO_RESERVE.
+    /// has left; at least 2M), filled to a sixteenth of the memory the
+    /// program has resident. Given here, it is filled whole ahead of demand.
+    /// Sets PREZERO_RESERVE.
     #[arg(long, value_name = "SIZE")]
     pub reserve: Option<String>,
 }

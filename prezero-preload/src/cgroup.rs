@@ -51,11 +51,14 @@ fn memory_line(line: &[u8]) -> Option<(Hierarchy, &[u8])> {
 }
 
 /// The cgroup at `path` and its ancestors, deepest last, each as the length
-/// of `path` that names it (`/a/b`: `/a`, `/a/b`; the root is left out: it
-/// has no limit).
+/// of `path` that names it (`/a/b`: the mount's root, `/a`, `/a/b`). The
+/// machine's root has no limit (v2) or none that binds (v1); in a cgroup
+/// namespace, or a container that mounts its own cgroup, the mount's root
+/// is the container's cgroup, with its limit (and `/proc/self/cgroup`'s
+/// path may name nothing under the mount).
 fn ancestors(path: &[u8]) -> impl Iterator<Item = usize> + '_ {
     let path = path.strip_suffix(b"/").unwrap_or(path);
-    (1..=path.len()).filter(move |&i| i == path.len() || path[i] == b'/')
+    std::iter::once(0).chain((1..=path.len()).filter(move |&i| i == path.len() || path[i] == b'/'))
 }
 
 /// The number in the file `root` `dir` `/` `name` (`None` for `max`, or a
@@ -94,6 +97,9 @@ fn read_stat(h: &Hierarchy, dir: &[u8]) -> Option<usize> {
 /// (reclaim takes them first: a container that reads files sits near its
 /// limit without being short).
 pub fn room() -> Option<usize> {
+    // Files that are not there (another hierarchy, a container's view) set
+    // errno, which `malloc` and `free` must keep.
+    let _kept = sys::KeepErrno::new();
     let mut buf = [0u8; 4096];
     let n = sys::read_file_start(c"/proc/self/cgroup", &mut buf).ok()?;
     let mut least: Option<usize> = None;
@@ -157,10 +163,10 @@ mod tests {
     }
 
     #[test]
-    fn a_cgroup_and_its_ancestors_not_the_root() {
+    fn a_cgroup_its_ancestors_and_the_mounts_root() {
         let names = |p: &'static [u8]| ancestors(p).map(|e| &p[..e]).collect::<Vec<_>>();
-        assert_eq!(names(b"/a/b/c"), [&b"/a"[..], b"/a/b", b"/a/b/c"]);
-        assert_eq!(names(b"/a/"), [&b"/a"[..]]);
-        assert!(names(b"/").is_empty());
+        assert_eq!(names(b"/a/b/c"), [&b""[..], b"/a", b"/a/b", b"/a/b/c"]);
+        assert_eq!(names(b"/a/"), [&b""[..], b"/a"]);
+        assert_eq!(names(b"/"), [&b""[..]]);
     }
 }

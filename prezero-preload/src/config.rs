@@ -106,6 +106,8 @@ pub fn mem_total() -> Option<usize> {
 
 impl Config {
     pub fn from_env() -> Config {
+        // Read inside the program's first `malloc`, which keeps errno.
+        let _kept = sys::KeepErrno::new();
         let available = meminfo(b"MemAvailable:");
         Config::read(
             |v| env(v.cname),

@@ -55,6 +55,7 @@ const UNREAD: usize = 0;
 pub fn room() -> usize {
     match ROOM.load(Ordering::Relaxed) {
         UNREAD => {
+            let _kept = sys::KeepErrno::new();
             low();
             ROOM.load(Ordering::Relaxed)
         }

@@ -219,6 +219,19 @@ fn blocks_from_constructors_and_from_glibc_directly() {
     run(b, &["early"], &[], true).ok();
 }
 
+/// `free` keeps errno, as POSIX promises: the preload's reads of the
+/// memory cgroup's files inside it (a hierarchy this host does not mount
+/// answers ENOENT) must not leak their errno into the program's. Under the
+/// lazy mode too, whose reserve reads the program's resident memory.
+#[test]
+fn free_keeps_errno() {
+    let Some(b) = built() else { return };
+    let _s = serial();
+    run(b, &["errno"], &[LOW], false).ok();
+    run(b, &["errno"], &[LOW], true).ok();
+    run(b, &["errno"], &[LOW, ("PREZERO_LAZY", "1")], true).ok();
+}
+
 // ---- stats, cap, idle, prefill --------------------------------------------
 
 #[test]

@@ -31,6 +31,8 @@
  *   starve                  calloc latency while spinning threads take every core
  *   vmas ITERS              realloc churn; prints mappings before and after
  *   mremap-race SECS        realloc by mremap on one thread, mmap/munmap on two
+ *   errno                   free() keeps errno (POSIX): large blocks calloc'd,
+ *                           touched and freed with errno set before each free
  *   checker ITERS SEED      calloc/malloc/realloc/free on one thread, every answer
  *                           checked: calloc zero, contents kept, NULL only with
  *                           ENOMEM (a failed realloc keeps its block): the
@@ -1234,6 +1236,24 @@ static int mode_checker(int argc, char **argv) {
   return 0;
 }
 
+static int mode_errno(void) {
+  for (int round = 0; round < 4; round++) {
+    size_t n = (size_t)64 << 20;
+    unsigned char *p = calloc(1, n);
+    if (!p) fail("calloc(%zu) returned NULL", n);
+    p[0] = 1;
+    p[n - 1] = 1;
+    /* Through a volatile: the compiler may assume free keeps errno. */
+    volatile int *e = &errno;
+    *e = 4321;
+    free(p);
+    int after = *e;
+    if (after != 4321) fail("round %d: free changed errno to %d (%s)", round, after, strerror(after));
+  }
+  printf("errno: kept across 4 frees\n");
+  return 0;
+}
+
 int main(int argc, char **argv) {
   PAGE = (size_t)sysconf(_SC_PAGESIZE);
   /* the sizes are chosen around this; PRELOAD_TEST_T: around another */
@@ -1262,6 +1282,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "starve")) return mode_starve();
   if (!strcmp(m, "mremap-race")) return mode_mremap_race(argc, argv);
   if (!strcmp(m, "checker")) return mode_checker(argc, argv);
+  if (!strcmp(m, "errno")) return mode_errno();
   fail("unknown mode %s", m);
   return 2;
 }

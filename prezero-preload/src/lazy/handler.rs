@@ -10,9 +10,13 @@
 //! waiting in the block. A slot the kernel filled with small pages (no
 //! huge page to be had) moves a page-table entry at a time. With nothing
 //! ready in the reserve the handler scrubs a freed page itself if there is
-//! one; else the whole block gets small pages in one call. It does not fill a slot for the fault: a fresh
-//! huge page costs the kernel anything from 0.5 to 12 ms here (compaction),
-//! 2 MiB of small pages in one call about 1.7 ms, 512 small faults 2.4 ms.
+//! one; else the whole block gets small pages in one call. It fills a slot
+//! for the fault only where the program asked for huge pages (the kernel's
+//! own fault would give one; not while memory is short): a fresh huge page
+//! costs the kernel anything from 0.5 to 12 ms here (compaction), 2 MiB of
+//! small pages in one call about 1.7 ms, 512 small faults 2.4 ms. Where
+//! moved huge pages arrive split (before Linux 6.14), such a mapping is
+//! handed to the kernel's own faults instead.
 //!
 //! Small pages: a write gets zeroed copies (`UFFDIO_COPY` from a mapping
 //! that reads zero: real pages, no second fault for the write), a read the
@@ -234,7 +238,9 @@ impl Handler {
         match moved {
             MoveIn::Moved => {
                 self.next = block + HUGE;
-                reserve::demanded();
+                if let Some(l) = lane {
+                    reserve::demanded(l);
+                }
             }
             MoveIn::Populated => {
                 self.next = block + HUGE;
@@ -243,7 +249,9 @@ impl Handler {
             MoveIn::Unavailable => {
                 if self.small(page, block, block + HUGE, write) {
                     stats::COPIED.fetch_add(1, Ordering::Relaxed);
-                    reserve::demanded();
+                    if let Some(l) = lane {
+                        reserve::demanded(l);
+                    }
                 }
             }
         }
@@ -400,13 +408,19 @@ impl Handler {
             }
             return scrubbed;
         }
-        if !fill_now || reserve::full(lane) {
+        // Not while memory is short: the fault gets small pages, as the
+        // kernel's own fault would under reclaim.
+        if !fill_now
+            || reserve::full(lane)
+            || crate::pressure::pressed()
+            || reserve::pressed(super::now_ms())
+        {
             return false;
         }
         let Some(i) = reserve::take(lane, EMPTY, FILLING) else {
             return false;
         };
-        let filled = reserve::fill(i);
+        let filled = reserve::fill(i, false);
         if filled {
             stats::FILLED_NOW.fetch_add(1, Ordering::Relaxed);
         }

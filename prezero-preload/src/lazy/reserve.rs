@@ -247,41 +247,52 @@ fn held() -> usize {
 }
 
 /// Whether the workers fill every slot ahead of demand: a reserve a person
-/// asked for (`--reserve`). Else they fill to a share of the demand.
+/// asked for (`--reserve`). Else they fill to [`BOUND`].
 static AHEAD: AtomicBool = AtomicBool::new(false);
-/// Blocks the program took whole since the reserve last went back.
-static DEMAND: AtomicUsize = AtomicUsize::new(0);
-/// The reserve fills to 1/DEMAND_SHARE of the demand: a program that takes
-/// its memory once is at most that much bigger than plainly (the bound is
-/// 10%), and one that takes it again and again has its next blocks ready.
-const DEMAND_SHARE: usize = 16;
+/// Slots the default reserve fills to: a sixteenth of the memory the
+/// program has resident beside the reserve, as the worker last read it. It
+/// grows as the program takes memory and shrinks as it gives it back, so a
+/// program is never more than a sixteenth bigger than plainly for it.
+static BOUND: AtomicUsize = AtomicUsize::new(0);
+/// The share of the program's resident memory the default reserve holds.
+const RESIDENT_SHARE: usize = 16;
+/// Blocks the program took whole; every [`WAKE_EVERY`]th wakes the worker
+/// to fill again (it would look only each second).
+static TAKEN_BLOCKS: AtomicUsize = AtomicUsize::new(0);
+const WAKE_EVERY: usize = 8;
 
 /// Whether the workers fill every slot from start (see [`AHEAD`]).
 pub fn fill_ahead(all: bool) {
     AHEAD.store(all, Ordering::Relaxed);
 }
 
-/// The program took a block whole (moved in or filled).
-pub fn demanded() {
-    DEMAND.fetch_add(1, Ordering::Relaxed);
+/// The program took a block whole (moved in or filled) in lane `lane_no`.
+pub fn demanded(lane_no: usize) {
+    if TAKEN_BLOCKS.fetch_add(1, Ordering::Relaxed) % WAKE_EVERY == WAKE_EVERY - 1 {
+        wake(lane(lane_no));
+    }
 }
 
-/// The reserve went back (idle, or memory short): demand counts anew.
-pub fn forget_demand() {
-    DEMAND.store(0, Ordering::Relaxed);
+/// Reads the program's resident memory again: [`BOUND`] follows it.
+pub fn update_bound() {
+    if let Some(resident) = sys::resident_private() {
+        let own = resident.saturating_sub(held() * HUGE);
+        BOUND.store(own / RESIDENT_SHARE / HUGE, Ordering::Relaxed);
+    }
 }
 
 /// Whether the lanes hold what a fill ahead is for: every slot a person
-/// asked for, else a share of the demand; never more than a tenth of the
-/// room the machine and the memory cgroup have left, as the pressure
-/// watcher last read it.
+/// asked for, within half the room the machine and the memory cgroup have
+/// left (as the pressure watcher last read it); else [`BOUND`], within a
+/// tenth of that room.
 pub fn enough() -> bool {
+    let room = crate::pressure::room() / HUGE;
     let want = if AHEAD.load(Ordering::Relaxed) {
-        PER_LANE.load(Ordering::Acquire)
+        PER_LANE.load(Ordering::Acquire).min(room / 2)
     } else {
-        DEMAND.load(Ordering::Relaxed) / DEMAND_SHARE
+        BOUND.load(Ordering::Relaxed).min(room / 10)
     };
-    held() >= want.min(crate::pressure::room() / 10 / HUGE)
+    held() >= want
 }
 
 /// Lane `lane`'s futex, which its worker sleeps on.
@@ -341,8 +352,10 @@ fn discard(i: usize) -> bool {
 /// huge page where it has one to give, else small ones: READY, or (the
 /// kernel refused) EMPTY and false. A slot not seen empty (pages a drop
 /// left, whose bytes the population would keep; or the kernel could not
-/// say) is DIRTY instead, and false.
-pub fn fill(i: usize) -> bool {
+/// say) is DIRTY instead, and false. `ahead`: filled ahead of demand, its
+/// pages marked free for the kernel to take back meanwhile (not one filled
+/// for a fault, moved out at once).
+pub fn fill(i: usize, ahead: bool) -> bool {
     let at = slot_addr(i);
     if !is_empty(at, HUGE) {
         set(i, DIRTY);
@@ -351,7 +364,7 @@ pub fn fill(i: usize) -> bool {
     let run = prezero::FreeRunning::start();
     let ok = sys::madvise(at, HUGE, Advice::PopulateWrite).is_ok() && on_its_node(i);
     if ok {
-        if run.still() {
+        if ahead && run.still() {
             mark_free(i);
         }
         let kind = if is_huge(at) {
@@ -426,7 +439,6 @@ pub fn reclaimed(i: usize) {
 /// Drops the pages of every READY and DIRTY slot (memory is short); the
 /// number dropped.
 pub fn give_back_all() -> usize {
-    forget_demand();
     let mut n = 0;
     for lane_no in 0..lanes() {
         while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING))

@@ -1,8 +1,8 @@
 //! The reserve's background threads, one per lane, at `SCHED_IDLE` (they
 //! run while a core is idle), each bound to its node's CPUs: scrubs the
 //! lane's huge pages moved back (streaming stores), fills its empty slots
-//! ahead of demand once the lane may fill (to a share of what the program
-//! took, or whole where a person sized the reserve), and gives the lane back to the
+//! ahead of demand once the lane may fill (to a sixteenth of the memory the
+//! program has resident, or whole where a person sized the reserve), and gives the lane back to the
 //! kernel when the program has neither faulted nor freed a huge page for
 //! the idle time (`PREZERO_IDLE_SECS`); the next fault starts it filling
 //! again.
@@ -33,6 +33,7 @@ pub fn run() {
     prezero::ScrubPriority::Idle.apply_to_current_thread();
     let mut backoff_until = 0;
     let mut release_from = 0;
+    let mut bound_read = 0;
     let mut look = threads::first_look();
     loop {
         let seen = reserve::work(lane).load(Ordering::Acquire);
@@ -44,9 +45,6 @@ pub fn run() {
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
             >= IDLE_MS.load(Ordering::Relaxed);
-        if idle {
-            reserve::forget_demand();
-        }
         if idle && now >= release_from {
             // Ready pages first, then the ones still to scrub.
             if let Some(i) =
@@ -65,6 +63,12 @@ pub fn run() {
             reserve::scrub(i, false);
             continue;
         }
+        // The program's resident memory, which the default reserve is a
+        // share of: read again at most every 100 ms.
+        if now >= bound_read + 100 {
+            bound_read = now;
+            reserve::update_bound();
+        }
         let may_fill = !idle
             && reserve::filling(lane)
             && now >= backoff_until
@@ -72,7 +76,7 @@ pub fn run() {
             && !crate::pressure::pressed();
         if may_fill && !reserve::full(lane) && !reserve::enough() {
             if let Some(i) = reserve::take(lane, EMPTY, FILLING) {
-                if !reserve::fill(i) {
+                if !reserve::fill(i, true) {
                     backoff_until = now + BACKOFF_MS;
                 }
                 continue;

@@ -64,6 +64,43 @@ pub fn set_errno(e: c_int) {
     unsafe { *libc::__errno_location() = e };
 }
 
+/// The process's resident memory that is its own (not file pages or
+/// shared memory), in bytes: `/proc/self/statm`'s resident less shared.
+pub fn resident_private() -> Option<usize> {
+    let _kept = KeepErrno::new();
+    let mut buf = [0u8; 256];
+    let n = read_file_start(c"/proc/self/statm", &mut buf).ok()?;
+    let mut fields = buf[..n].split(|&b| b == b' ').skip(1);
+    let mut page_count = || -> Option<usize> {
+        std::str::from_utf8(fields.next()?)
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    };
+    let (resident, shared) = (page_count()?, page_count()?);
+    // SAFETY: sysconf reads a constant of the system; no memory is passed.
+    let page = usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).ok()?;
+    Some(resident.saturating_sub(shared) * page)
+}
+
+/// The calling thread's errno, put back as it was when this is dropped:
+/// the C library's `free` promises to keep it, and our reads of `/proc`
+/// and `/sys` inside `malloc` and `free` may fail.
+pub struct KeepErrno(c_int);
+
+impl KeepErrno {
+    pub fn new() -> KeepErrno {
+        KeepErrno(Errno::last().0)
+    }
+}
+
+impl Drop for KeepErrno {
+    fn drop(&mut self) {
+        set_errno(self.0);
+    }
+}
+
 /// A system call's result: its value, or the errno it failed with.
 fn checked(r: libc::c_long) -> Result<usize, Errno> {
     if r == -1 {

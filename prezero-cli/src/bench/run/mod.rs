@@ -65,7 +65,8 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Only these programs (numpy, calloc-big, calloc-mix, small,
-    /// realloc-grow, first-touch, first-touch-thp, sparse, recycle).
+    /// realloc-grow, first-touch, first-touch-thp, sparse, recycle,
+    /// pressure).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Tiny sizes: checks that every row runs here; the figures mean little.
@@ -313,7 +314,11 @@ fn print_results(
             if reserve.1 {
                 format!("{} filled ahead (--reserve)", human_size(reserve.0))
             } else {
-                format!("grown with demand, {} at most", human_size(reserve.0))
+                format!(
+                    "grown with demand, {} at most (the pressure row's: a tenth of its \
+                     cgroup's room)",
+                    human_size(reserve.0)
+                )
             }
         );
         table.print(&[
