@@ -51,7 +51,7 @@ for m in "${masks[@]}"; do
   run "$out/$m.smoke.log" "$bin" bench all --smoke "${reserve[@]}" \
     --report "$out/$m.html" --json-out "$out/$m.jsonl"
   passed=$(grep -o '[0-9]* passed' "$out/$m.tests.log" | awk '{n += $1} END {print n}')
-  skipped=$(grep -o "^skipped: kernel '\?[a-z0-9-]*" "$out/$m.tests.log" | awk '{print $3}' | tr -d "'" | sort -u | tr '\n' ' ')
+  skipped=$(grep -o "^skipped (cpu): kernel '\?[a-z0-9-]*" "$out/$m.tests.log" | awk '{print $4}' | tr -d "'" | sort -u | tr '\n' ' ')
   echo "PREZERO_CPU=$m: $passed tests passed (kernels skipped: ${skipped:-none}), bench all --smoke: $(wc -l <"$out/$m.jsonl") rows"
 done
 unset PREZERO_CPU

@@ -21,8 +21,8 @@
 # busybox, numactl or a kernel package it says "skipped: ..." and exits 0;
 # once they are there, any failing test fails it, and so does a test that
 # skips for want of what the guest has: NUMA nodes, and on 6.12 the lazy mode
-# and a memory cgroup (PREZERO_REQUIRE). PREZERO_GUEST_FILTER=pattern runs
-# only the tests whose name matches (grep -E).
+# and a memory cgroup (PREZERO_REQUIRE: prezero-testkit's kinds).
+# PREZERO_GUEST_FILTER=pattern runs only the tests whose name matches (grep -E).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 top=$PWD
@@ -216,10 +216,14 @@ build_initramfs() { # kernel topology -> path of the image
     done
   done
   echo 600 >"$dir/guest/limit"
-  # A test that would skip for want of nodes, numactl or pages fails here,
-  # and on 6.12 one that would for want of the lazy mode or a memory cgroup.
-  local require=()
+  # A test that would skip for want of a small machine fails here (every
+  # guest is one), so does one that would for want of nodes, numactl or pages
+  # (but in smp8), in numa3m one that would for want of its CPU-only node, and
+  # on 6.12 one that would for want of the lazy mode or a memory cgroup
+  # (prezero-testkit's kinds).
+  local require=(machine)
   [ "$2" = smp8 ] || { echo 1 >"$dir/guest/require-numa"; require+=(numa); }
+  [ "$2" != numa3m ] || require+=(topology)
   [ "$1" = 6.12 ] && require+=(uffd memcg)
   { echo "export PREZERO_TEST_PREBUILT=1"
     echo "export PREZERO_REQUIRE=$(IFS=,; echo "${require[*]}")"; } >"$dir/guest/env"

@@ -137,7 +137,7 @@ fn bench_mmap_json_and_perf_text() {
 #[test]
 fn bench_mmap_hugetlb_shortage_is_explained() {
     let Some(pool) = prezero::mm::hugetlb_pool(1 << 30) else {
-        eprintln!("skipped: no 1 GiB hugetlb pool");
+        prezero_testkit::skip("hugetlb", "no 1 GiB hugetlb pool");
         return;
     };
     let size = format!("{}G", pool.free + 1);
@@ -180,11 +180,11 @@ fn reserve_is_undone_on_ctrl_c() {
             .and_then(|s| s.trim().parse::<usize>().ok())
     };
     let Some(before) = read() else {
-        eprintln!("skipped: no 2 MiB hugetlb pool");
+        prezero_testkit::skip("hugetlb", "no 2 MiB hugetlb pool");
         return;
     };
     if std::fs::write(NR, before.to_string()).is_err() {
-        eprintln!("skipped: cannot write {NR} (not root)");
+        prezero_testkit::skip("root", format!("cannot write {NR} (not root)"));
         return;
     }
     let free = prezero::mm::hugetlb_pool(2 << 20).unwrap().free;
@@ -216,9 +216,12 @@ fn reserve_is_undone_on_ctrl_c() {
     if read() == Some(before) {
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
-        eprintln!(
-            "skipped: the pool never grew: {}",
-            String::from_utf8_lossy(&out.stderr)
+        prezero_testkit::skip(
+            "state",
+            format!(
+                "the pool never grew: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
         );
         return;
     }
@@ -679,7 +682,10 @@ fn bench_all_smoke_runs_every_step_into_the_report() {
 #[test]
 fn a_failed_step_keeps_the_rows_of_the_others() {
     if !is_root() {
-        eprintln!("skipped: the step made to fail (service) runs only with --reserve, as root");
+        prezero_testkit::skip(
+            "root",
+            "the step made to fail (service) runs only with --reserve, as root",
+        );
         return;
     }
     let _hugetlb = hugetlb_lock();

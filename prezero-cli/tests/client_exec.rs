@@ -346,7 +346,10 @@ fn without_a_daemon_a_local_memfd_serves() {
             "{err}"
         );
     } else {
-        eprintln!("skipped: the plain-memfd fallback ({free} 2 MiB pages free)");
+        prezero_testkit::skip(
+            "state",
+            format!("the plain-memfd fallback ({free} 2 MiB pages free)"),
+        );
     }
     drop(lock);
     // A plain memfd is whole base pages, not whole hugetlb pages: 1 byte on
@@ -380,13 +383,19 @@ fn without_a_daemon_a_local_memfd_serves() {
             "{err}"
         );
     } else {
-        eprintln!("skipped: the plain memfd in base pages ({free} 1 GiB pages free)");
+        prezero_testkit::skip(
+            "state",
+            format!("the plain memfd in base pages ({free} 1 GiB pages free)"),
+        );
     }
     // A hugetlb memfd when the pool has the pages.
     let _pages = match HugetlbReservation::ensure_free(PAGE, 8) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: the hugetlb local fallback: cannot reserve 2 MiB pages: {e}");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("the hugetlb local fallback: cannot reserve 2 MiB pages: {e}"),
+            );
             return;
         }
     };
@@ -566,7 +575,10 @@ fn memfd_mapping_page_kb(pid: u32, kb: usize) -> Vec<usize> {
 #[test]
 fn qemu_boots_on_service_memory_that_is_hugetlb_zero_and_quarantined_while_it_runs() {
     let Some(qemu) = on_path("qemu-system-x86_64") else {
-        eprintln!("skipped: qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)");
+        prezero_testkit::skip(
+            "tool",
+            "qemu-system-x86_64 is not installed (apt-get install qemu-system-x86)",
+        );
         return;
     };
     let Some(d) = Daemon::start("target=64M,cap=64M,segment=64M", &[]) else {

@@ -343,7 +343,7 @@ fn the_daemon_killed_at_random_moments_under_tenant_load_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: running tenants under other uids needs root");
+        prezero_testkit::skip("root", "running tenants under other uids needs root");
         return;
     }
     let rounds: usize = std::env::var(ROUNDS_ENV)

@@ -140,7 +140,10 @@ fn builtin_defaults_hold_on_every_recorded_machine() {
         let vendor = info["cpu"]["vendor"].as_str().unwrap_or_default();
         let x86 = matches!(vendor, "AuthenticAMD" | "GenuineIntel");
         if x86 != cfg!(target_arch = "x86_64") {
-            eprintln!("skipped: {name} was recorded on another architecture than this build's");
+            prezero_testkit::skip(
+                "cpu",
+                format!("{name} was recorded on another architecture than this build's"),
+            );
             continue;
         }
         let cpu = recorded_cpu(&info);
@@ -239,7 +242,10 @@ fn builtin_template_choice_holds_on_every_recorded_machine() {
         let info = read_json(&dir.join("info.json"));
         let vendor = info["cpu"]["vendor"].as_str().unwrap_or_default();
         if matches!(vendor, "AuthenticAMD" | "GenuineIntel") != cfg!(target_arch = "x86_64") {
-            eprintln!("skipped: {name} was recorded on another architecture than this build's");
+            prezero_testkit::skip(
+                "cpu",
+                format!("{name} was recorded on another architecture than this build's"),
+            );
             continue;
         }
         let b = prezero::TemplateProfile::builtin(&recorded_cpu(&info));

@@ -10,13 +10,10 @@
 mod common;
 
 /// Says why a test checks nothing here; in a NUMA guest of
-/// `scripts/guest-tests.sh` (`PREZERO_REQUIRE_NUMA=1`) that is a failure.
+/// `scripts/guest-tests.sh` (`PREZERO_REQUIRE=numa`) that is a failure,
+/// whatever the reason (nodes, numactl, pages on each).
 fn skip(why: &str) {
-    assert!(
-        std::env::var_os("PREZERO_REQUIRE_NUMA").is_none(),
-        "would skip in a NUMA guest: {why}"
-    );
-    eprintln!("skipped: {why}");
+    prezero_testkit::skip("numa", why);
 }
 
 use std::process::Command;
@@ -275,8 +272,7 @@ fn prezero_run_lazy_places_blocks_as_the_kernel_would() {
     if !numactl() {
         return skip("--lazy placement (no numactl)");
     }
-    let required =
-        std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "uffd"));
+    let required = prezero_testkit::required("uffd");
     let (from, to) = (nodes[0], nodes[nodes.len() - 1]);
     let (bind, prefer) = (format!("--membind={to}"), format!("--preferred={to}"));
     let (ft, first) = (format!("{from} {to}"), format!("{to} {to} 0"));
@@ -643,8 +639,8 @@ fn bench_mmap_populates_each_part_on_its_node() {
 fn a_thread_on_a_node_without_memory_gets_the_nearest_nodes() {
     let t = Topology::read();
     let Some(cpu_only) = t.nodes.iter().find(|n| !n.has_memory && !n.cpus.is_empty()) else {
-        // Only the numa3m guest has one; no other test environment requires it.
-        return eprintln!("skipped: no NUMA node with CPUs and no memory here");
+        // Only the numa3m guest has one, and requires it.
+        return prezero_testkit::skip("topology", "no NUMA node with CPUs and no memory here");
     };
     let nearest = t
         .nearest_memory_node(cpu_only.id)

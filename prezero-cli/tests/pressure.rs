@@ -79,11 +79,7 @@ fn a_plain_program_beside_a_churning_one_finishes() {
     let total = meminfo("MemTotal:");
     if total > 4 << 30 {
         let why = "the churn scenario needs a machine of 4 GiB at most (the guests of scripts/guest-tests.sh)";
-        assert!(
-            std::env::var_os("PREZERO_REQUIRE_NUMA").is_none(),
-            "would skip in a guest: {why}"
-        );
-        return eprintln!("skipped: {why}");
+        return prezero_testkit::skip("machine", why);
     }
     let prezero = env!("CARGO_BIN_EXE_prezero");
     for arm in ["plain", "prezero run", "prezero run --lazy"] {
@@ -189,12 +185,10 @@ impl Memcg {
                 return Some(cg);
             }
         }
-        let why = "no memory cgroup to make (no memory controller, or not root)";
-        assert!(
-            !std::env::var("PREZERO_REQUIRE").is_ok_and(|r| r.split(',').any(|k| k == "memcg")),
-            "PREZERO_REQUIRE has memcg but the test would skip: {why}"
+        prezero_testkit::skip(
+            "memcg",
+            "no memory cgroup to make (no memory controller, or not root)",
         );
-        eprintln!("skipped: {why}");
         None
     }
 
@@ -435,11 +429,7 @@ fn eight_lazy_programs_and_a_plain_one_finish() {
     if total > 4 << 30 {
         let why =
             "the scenario needs a machine of 4 GiB at most (the guests of scripts/guest-tests.sh)";
-        assert!(
-            std::env::var_os("PREZERO_REQUIRE_NUMA").is_none(),
-            "would skip in a guest: {why}"
-        );
-        return eprintln!("skipped: {why}");
+        return prezero_testkit::skip("machine", why);
     }
     let prezero = env!("CARGO_BIN_EXE_prezero");
     for lazy in [false, true] {
@@ -609,7 +599,10 @@ fn a_one_shot_program_is_no_bigger_under_lazy() {
     if line.contains("blocks moved in") {
         assert!(ahead >= 64 * MB, "{} MiB: {ahead_line}", ahead / MB);
     } else {
-        println!("skipped: the reserve's fill ahead (the lazy mode does not run here: {line})");
+        prezero_testkit::skip(
+            "uffd",
+            format!("the reserve's fill ahead (the lazy mode does not run here: {line})"),
+        );
     }
 }
 

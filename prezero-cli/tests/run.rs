@@ -237,7 +237,7 @@ int main(void) {
 #[test]
 fn stats_print_one_summary_line() {
     let Some(exe) = calloc_twice() else {
-        eprintln!("skipped: no C compiler (cc) to build the calloc program");
+        prezero_testkit::skip("tool", "no C compiler (cc) to build the calloc program");
         return;
     };
     let exe = exe.to_str().unwrap();
@@ -341,7 +341,7 @@ int main(void) {
 }
 "#,
     ) else {
-        eprintln!("skipped: no C compiler (cc) to build the program");
+        prezero_testkit::skip("tool", "no C compiler (cc) to build the program");
         return;
     };
     let exe = exe.to_str().unwrap();

@@ -72,15 +72,18 @@ impl SmallFs {
             Ok(o) if o.status.success() => Some(SmallFs { dir }),
             Ok(o) => {
                 let _ = std::fs::remove_dir(&dir);
-                eprintln!(
-                    "skipped: cannot mount a 64 KiB tmpfs: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
+                prezero_testkit::skip(
+                    "root",
+                    format!(
+                        "cannot mount a 64 KiB tmpfs: {}",
+                        String::from_utf8_lossy(&o.stderr).trim()
+                    ),
                 );
                 None
             }
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
-                eprintln!("skipped: cannot run mount: {e}");
+                prezero_testkit::skip("tool", format!("cannot run mount: {e}"));
                 None
             }
         }

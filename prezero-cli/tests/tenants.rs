@@ -50,7 +50,7 @@ fn is_root() -> bool {
     if unsafe { libc::geteuid() } == 0 {
         return true;
     }
-    eprintln!("skipped: running tenants under other uids needs root");
+    prezero_testkit::skip("root", "running tenants under other uids needs root");
     false
 }
 
@@ -397,9 +397,12 @@ fn an_io_uring_fixed_buffer_kept_after_release_never_reaches_the_next_tenant() {
     // The tenant pins the segment's first page in the kernel, with no file.
     let reg = a.ask("uring-register 2M");
     if reg.has("skip") {
-        eprintln!(
-            "skipped: io_uring is not available here (io_uring_setup: errno {})",
-            reg.num("skip")
+        prezero_testkit::skip(
+            "kernel",
+            format!(
+                "io_uring is not available here (io_uring_setup: errno {})",
+                reg.num("skip")
+            ),
         );
         return;
     }
@@ -458,9 +461,12 @@ fn with_reuse_fresh_a_tenants_own_io_uring_pin_never_reaches_its_next_hand_out()
     let (mut a, first) = holding_a_segment(&d, TENANT_A, 17);
     let reg = a.ask("uring-register 2M");
     if reg.has("skip") {
-        eprintln!(
-            "skipped: io_uring is not available here (io_uring_setup: errno {})",
-            reg.num("skip")
+        prezero_testkit::skip(
+            "kernel",
+            format!(
+                "io_uring is not available here (io_uring_setup: errno {})",
+                reg.num("skip")
+            ),
         );
         return;
     }
@@ -545,7 +551,7 @@ fn a_users_processes_in_a_user_namespace_it_made_share_its_cap() {
         .stderr(Stdio::piped())
         .spawn();
     let Ok(child) = child else {
-        eprintln!("skipped: setpriv and unshare (util-linux) are not installed");
+        prezero_testkit::skip("tool", "setpriv and unshare (util-linux) are not installed");
         return;
     };
     let pid = child.id();
@@ -570,7 +576,10 @@ fn a_users_processes_in_a_user_namespace_it_made_share_its_cap() {
         String::from_utf8_lossy(&out.stderr)
     );
     if let Err(e) = mapped {
-        eprintln!("skipped: user namespaces cannot be made or mapped here ({e}; {text})");
+        prezero_testkit::skip(
+            "kernel",
+            format!("user namespaces cannot be made or mapped here ({e}; {text})"),
+        );
         return;
     }
     assert!(!out.status.success(), "served past A's cap: {text}");

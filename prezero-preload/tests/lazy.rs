@@ -12,8 +12,8 @@
 //! small reserve (64 MiB) makes the programs run it dry and recycle.
 //!
 //! Where userfaultfd is not allowed or the kernel has no `UFFDIO_MOVE`, the
-//! tests of the mechanism print `skipped: ...` with the program's own reason
-//! and pass; the fallback's test runs everywhere.
+//! tests of the mechanism skip (`uffd`) with the program's own reason and
+//! pass; the fallback's test runs everywhere.
 
 mod common;
 
@@ -23,7 +23,8 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{can_build, finish, gcc, profile_dir, serial, shared_object, skip, sources, Run};
+use common::{can_build, finish, gcc, profile_dir, serial, shared_object, sources, Run};
+use prezero_testkit::skip;
 
 struct Built {
     so: PathBuf,
@@ -64,7 +65,7 @@ fn built() -> Option<&'static Built> {
     match b {
         Ok(b) => Some(b),
         Err(why) => {
-            skip("cc", why);
+            skip("tool", why);
             None
         }
     }
@@ -242,7 +243,7 @@ fn available() -> Option<&'static Built> {
     match why {
         None => Some(b),
         Some(why) => {
-            skip("uffd", &format!("the lazy mode does not run here: {why}"));
+            skip("uffd", format!("the lazy mode does not run here: {why}"));
             None
         }
     }
@@ -260,7 +261,7 @@ fn the_c_test_programs_build() {
 fn the_kernel_moves_huge_pages_whole() {
     let Some(b) = available() else { return };
     let Some(probe) = &b.probe else {
-        println!("skipped: the probe is x86_64's");
+        skip("cpu", "the probe is x86_64's");
         return;
     };
     let _s = serial();
@@ -437,7 +438,7 @@ fn the_preload_stress_modes_under_the_lazy_mode() {
 fn a_jvm_with_a_pretouched_heap() {
     let Some(b) = available() else { return };
     if Command::new("java").arg("-version").output().is_err() {
-        skip("java", "no java");
+        skip("tool", "no java");
         return;
     }
     let _s = serial();
@@ -452,6 +453,22 @@ fn a_jvm_with_a_pretouched_heap() {
     r.ok();
     let s = r.lazy();
     assert!(s.mappings > 0 && s.faults > 0, "{s:?}");
+}
+
+/// Counts the skip a C program's mode reported on its stdout (`skipped:
+/// REASON`, its protocol), if any. Its kind from the reason: the programs
+/// skip for want of root (or of the memlock limit root lifts), else for
+/// what the kernel does not allow.
+fn child_skip(mode: &str, stdout: &str) {
+    let Some(why) = stdout.lines().find_map(|l| l.strip_prefix("skipped: ")) else {
+        return;
+    };
+    let kind = if why.contains("not root") || why.starts_with("mlock") {
+        "root"
+    } else {
+        "kernel"
+    };
+    skip(kind, format!("{mode}: {why}"));
 }
 
 /// Runs lazy_review.c's `args` with `env`.
@@ -474,13 +491,18 @@ fn a_give_back_under_mlockall_hands_out_no_old_bytes() {
     ];
     let r = review(b, &["lockdrop", "256"], &env);
     r.ok();
-    if !r.stdout.contains("skipped") {
+    if r.stdout.contains("skipped") {
+        child_skip("lockdrop", &r.stdout);
+    } else {
         let s = r.lazy();
         // Before 6.14 moved huge pages arrive split (the faulting block's
         // page table stays), and only whole ones go back to the reserve:
         // the scenario cannot arise there.
         if s.notes.contains("arrived split") {
-            println!("skipped: the recycled part (moved huge pages arrive split here)");
+            skip(
+                "kernel",
+                "the recycled part (moved huge pages arrive split here)",
+            );
         } else {
             assert!(s.recycled > 0, "nothing waited in the reserve: {s:?}");
         }
@@ -499,7 +521,9 @@ fn a_pipe_delivers_the_bytes_of_a_mapping_unmapped_after_vmsplice() {
     let _s = serial();
     let r = review(b, &["vmsplice", "64"], &[]);
     r.ok();
-    if !r.stdout.contains("skipped") {
+    if r.stdout.contains("skipped") {
+        child_skip("vmsplice", &r.stdout);
+    } else {
         let s = r.lazy();
         assert!(s.moved > 0 && s.recycled == 0, "{s:?}");
     }
@@ -751,6 +775,7 @@ fn ordinary_programs_behave_as_they_do_plainly() {
                 .filter(|l| l.starts_with("prezero: --lazy"))
                 .collect::<Vec<_>>()
         );
+        child_skip(mode, &lazy.stdout);
         if matches!(mode, "unshare-user" | "setpriv") && !lazy.stdout.starts_with("skipped") {
             // The case is real: the preload's threads ran at the call.
             let threads = |r: &Run| {

@@ -6,7 +6,7 @@
 //! `LD_PRELOAD` set to the shared object cargo built for this package (built
 //! first if it is missing or older than the sources). Where glibc's own answer
 //! is the reference, the same mode runs without the preload and the outputs
-//! are compared. Without gcc every test prints `skipped: ...` and passes.
+//! are compared. Without gcc every test skips (`tool`) and passes.
 //!
 //! The tests run one at a time (a lock): they measure resident memory and
 //! time, and the machines that run them have two cores.
@@ -469,7 +469,7 @@ fn under_an_address_space_limit_everything_goes_to_glibc() {
     let Some(b) = built() else { return };
     let _s = serial();
     if Command::new("prlimit").arg("--version").output().is_err() {
-        println!("skipped: no prlimit (util-linux)");
+        prezero_testkit::skip("tool", "no prlimit (util-linux)");
         return;
     }
     let r = run_with(
@@ -548,7 +548,7 @@ fn sanitizer_builds_of_the_test_program() {
         run(&b2, args, env, preload)
     };
     match gcc(&args) {
-        Err(e) => println!("skipped: the ASan build of preload_stress.c: {e}"),
+        Err(e) => prezero_testkit::skip("tool", format!("the ASan build of preload_stress.c: {e}")),
         Ok(()) => {
             // Not the modes early (its __libc_malloc blocks are not ASan's
             // to free), huge and align (about glibc's answers, not the
@@ -579,7 +579,9 @@ fn sanitizer_builds_of_the_test_program() {
         "-ldl",
     ]);
     match gcc(&args) {
-        Err(e) => println!("skipped: the UBSan build of preload_stress.c: {e}"),
+        Err(e) => {
+            prezero_testkit::skip("tool", format!("the UBSan build of preload_stress.c: {e}"))
+        }
         Ok(()) => {
             for mode in [&["mix", "4", "800", "1"][..], &["realloc"], &["early"]] {
                 run_as(&ubsan, mode, &[LOW], true).ok();
@@ -602,7 +604,7 @@ fn valgrind_memcheck_under_the_preload() {
     let Some(b) = built() else { return };
     let _s = serial();
     if Command::new("valgrind").arg("--version").output().is_err() {
-        println!("skipped: valgrind is not installed (.ci/run installs it)");
+        prezero_testkit::skip("tool", "valgrind is not installed (.ci/run installs it)");
         return;
     }
     let vg = [
@@ -647,7 +649,7 @@ fn exports_only_the_allocator() {
     {
         Ok(o) if o.status.success() => o,
         _ => {
-            println!("skipped: no nm to list the exports");
+            prezero_testkit::skip("tool", "no nm to list the exports");
             return;
         }
     };

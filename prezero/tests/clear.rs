@@ -167,7 +167,7 @@ fn raw_forms_match_the_slice_forms() {
 #[test]
 fn unavailable_kernels_are_errors_everywhere() {
     let Some(k) = Kernel::ALL.into_iter().find(|k| !k.is_available()) else {
-        eprintln!("skipped: this CPU has every kernel, none to refuse");
+        prezero_testkit::skip("cpu", "this CPU has every kernel, none to refuse");
         return;
     };
     let mut b = vec![DIRTY; 8192];

@@ -19,7 +19,10 @@ fn available(s: Strategy) -> bool {
                 Some(m) => format!("which this CPU lacks or PREZERO_CPU={m} removed"),
                 None => "which this CPU lacks".to_string(),
             };
-            eprintln!("skipped: kernel {} needs {}, {why}", k.name(), k.needs());
+            prezero_testkit::skip(
+                "cpu",
+                format!("kernel {} needs {}, {why}", k.name(), k.needs()),
+            );
             let mut b = [DIRTY; 8];
             let e = prezero::clear_with(&mut b, k).expect_err("an unavailable kernel must refuse");
             assert!(e.to_string().contains(k.name()));

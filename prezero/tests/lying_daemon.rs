@@ -483,10 +483,16 @@ fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
     // The truth mapped: a segment longer than the request, mapped in part
     // (three free 2 MiB pages).
     match HugetlbReservation::ensure_free(M, 3) {
-        Err(e) => eprintln!("skipped: the honest answer mapped (no hugetlb pages: {e})"),
-        Ok(_reservation) if common::hugetlb_unmappable(M).is_some() => eprintln!(
-            "skipped: the honest answer mapped ({})",
-            common::hugetlb_unmappable(M).unwrap_or_default()
+        Err(e) => prezero_testkit::skip(
+            "hugetlb",
+            format!("the honest answer mapped (no hugetlb pages: {e})"),
+        ),
+        Ok(_reservation) if common::hugetlb_unmappable(M).is_some() => prezero_testkit::skip(
+            "hugetlb",
+            format!(
+                "the honest answer mapped ({})",
+                common::hugetlb_unmappable(M).unwrap_or_default()
+            ),
         ),
         Ok(_reservation) => {
             let released = fake.serve(lie(vec![(4 * U, huge(4 * M))]), |client| {
@@ -556,13 +562,19 @@ fn node_lies(fake: &Fake, before: usize) {
     // Pages on node 0 said to be on node 1: the kernel tells.
     let t = prezero::numa::Topology::read();
     if !t.memory_nodes().starts_with(&[0, 1]) {
-        eprintln!("skipped: pages on one node said to be on another (needs NUMA nodes 0 and 1)");
+        prezero_testkit::skip(
+            "numa",
+            "pages on one node said to be on another (needs NUMA nodes 0 and 1)",
+        );
         return;
     }
     let _pages = match HugetlbReservation::ensure_free_on_nodes(M, &[(0, 2), (1, 2)]) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: pages on one node said to be on another ({e})");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("pages on one node said to be on another ({e})"),
+            );
             return;
         }
     };

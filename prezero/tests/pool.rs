@@ -316,11 +316,14 @@ fn verify_mode_catches_a_non_zero_hand_out() {
 #[test]
 fn hugetlb_backing_without_pages_is_a_clear_error() {
     let Some(p) = prezero::mm::hugetlb_pool(1 << 30) else {
-        eprintln!("skipped: no 1 GiB hugetlb pool");
+        prezero_testkit::skip("hugetlb", "no 1 GiB hugetlb pool");
         return;
     };
     if p.free > 0 {
-        eprintln!("skipped: 1 GiB hugetlb pages are reserved here, cannot test the shortage");
+        prezero_testkit::skip(
+            "state",
+            "1 GiB hugetlb pages are reserved here, cannot test the shortage",
+        );
         return;
     }
     let pool = Pool::builder()
@@ -436,7 +439,10 @@ fn scrubbed_chunks_are_memory_the_kernel_can_take_back() {
     if common::lazy_free_shows_madv_free() {
         assert!(marked >= 8 * CHUNK as u64, "LazyFree {marked} bytes");
     } else {
-        println!("skipped: LazyFree does not show MADV_FREE here (an emulator?)");
+        prezero_testkit::skip(
+            "kernel",
+            "LazyFree does not show MADV_FREE here (an emulator?)",
+        );
     }
     for (p, len) in spans {
         // SAFETY: the pool's own chunks, zero and unused (Zeroed): paging

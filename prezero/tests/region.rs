@@ -41,16 +41,19 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
     if prezero::mm::hugetlb_pool(page_size).is_some() {
         if let Some(why) = common::hugetlb_unmappable(page_size) {
-            eprintln!("skipped: {why}");
+            prezero_testkit::skip("hugetlb", why);
             return None;
         }
     }
     match HugetlbReservation::ensure_free(page_size, pages) {
         Ok(r) => Some(r),
         Err(e) => {
-            eprintln!(
-                "skipped: cannot reserve {pages} hugetlb pages of {} KiB: {e}",
-                page_size / 1024
+            prezero_testkit::skip(
+                "hugetlb",
+                format!(
+                    "cannot reserve {pages} hugetlb pages of {} KiB: {e}",
+                    page_size / 1024
+                ),
             );
             None
         }
@@ -163,7 +166,7 @@ fn hugetlb_shortage_is_a_clear_error_and_leaks_nothing() {
     let _serial = serial();
     for kind in [PageKind::Huge2M, PageKind::Huge1G] {
         let Some(pool) = prezero::mm::hugetlb_pool(kind.page_size()) else {
-            eprintln!("skipped: no hugetlb pool for {kind}");
+            prezero_testkit::skip("hugetlb", format!("no hugetlb pool for {kind}"));
             continue;
         };
         let maps_before = hugetlb_mappings();
@@ -267,11 +270,11 @@ fn prefault_hugetlb_2m() {
 fn a_reservation_is_restored_even_when_the_work_fails() {
     let _serial = serial();
     let Some(before) = prezero::mm::hugetlb_pool(MB2) else {
-        eprintln!("skipped: no 2 MiB hugetlb pool");
+        prezero_testkit::skip("hugetlb", "no 2 MiB hugetlb pool");
         return;
     };
     if let Some(why) = common::hugetlb_unmappable(MB2) {
-        eprintln!("skipped: {why}");
+        prezero_testkit::skip("hugetlb", why);
         return;
     }
     let work = || -> prezero::Result<()> {
@@ -286,7 +289,7 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
     match work() {
         Err(Error::InvalidArgument(m)) => assert_eq!(m, "injected failure"),
         Err(e) => {
-            eprintln!("skipped: cannot reserve hugetlb pages here: {e}");
+            prezero_testkit::skip("hugetlb", format!("cannot reserve hugetlb pages here: {e}"));
             return;
         }
         Ok(()) => unreachable!(),
@@ -319,12 +322,12 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
     use std::io::BufRead;
     let _serial = serial();
     let Some(before) = prezero::mm::hugetlb_pool(MB2) else {
-        eprintln!("skipped: no 2 MiB hugetlb pool");
+        prezero_testkit::skip("hugetlb", "no 2 MiB hugetlb pool");
         return;
     };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: reserving hugetlb pages needs root");
+        prezero_testkit::skip("root", "reserving hugetlb pages needs root");
         return;
     }
     let mut child = std::process::Command::new(std::env::current_exe().unwrap())
@@ -344,7 +347,7 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
     while !line.starts_with("held") {
         line.clear();
         if out.read_line(&mut line).unwrap() == 0 {
-            eprintln!("skipped: the other process could not reserve two pages");
+            prezero_testkit::skip("state", "the other process could not reserve two pages");
             let _ = child.wait();
             return;
         }
@@ -362,7 +365,10 @@ fn reservations_of_two_processes_do_not_undo_each_other() {
         Err(e) => {
             drop(child.stdin.take());
             let _ = child.wait();
-            eprintln!("skipped: cannot reserve two more hugetlb pages: {e}");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("cannot reserve two more hugetlb pages: {e}"),
+            );
         }
     }
     assert_eq!(prezero::mm::hugetlb_pool(MB2).unwrap().total, before.total);
@@ -388,11 +394,11 @@ fn a_reservation_on_every_node_grows_each_nodes_pool_and_gives_it_back() {
         })
         .collect();
     if before.iter().any(Option::is_none) {
-        eprintln!("skipped: no per-node 2 MiB hugetlb pool in sysfs");
+        prezero_testkit::skip("kernel", "no per-node 2 MiB hugetlb pool in sysfs");
         return;
     }
     if let Some(why) = common::hugetlb_unmappable(MB2) {
-        eprintln!("skipped: {why}");
+        prezero_testkit::skip("hugetlb", why);
         return;
     }
     let want: Vec<(u32, usize)> = nodes
@@ -403,7 +409,10 @@ fn a_reservation_on_every_node_grows_each_nodes_pool_and_gives_it_back() {
     let r = match HugetlbReservation::ensure_free_on_nodes(MB2, &want) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: cannot reserve 2 pages more on every node: {e}");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("cannot reserve 2 pages more on every node: {e}"),
+            );
             return;
         }
     };

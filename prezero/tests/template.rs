@@ -332,7 +332,7 @@ macro_rules! copy_kernel_suite {
                 match Streamer::new($kernel) {
                     Ok(s) => Some(s),
                     Err(e) => {
-                        eprintln!("skipped: {e}");
+                        prezero_testkit::skip("cpu", e);
                         None
                     }
                 }

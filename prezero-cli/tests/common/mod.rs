@@ -56,7 +56,10 @@ fn reserve_for(page: PageKind, pools: &[&str]) -> Option<HugetlbReservation> {
     match HugetlbReservation::ensure_free(page.page_size(), cap / page.page_size() + slack) {
         Ok(r) => Some(r),
         Err(e) => {
-            eprintln!("skipped: cannot reserve {page} hugetlb pages: {e}");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("cannot reserve {page} hugetlb pages: {e}"),
+            );
             None
         }
     }
@@ -430,12 +433,15 @@ pub fn client_as_nobody(d: &Daemon, args: &[&str]) -> (bool, String) {
 pub fn can_switch_uid() -> bool {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: running a client under another uid needs root");
+        prezero_testkit::skip("root", "running a client under another uid needs root");
         return false;
     }
     let (ok, out) = prezero_as(NOBODY, &["--version"]);
     if !ok {
-        eprintln!("skipped: uid {NOBODY} cannot run {} ({out})", bin());
+        prezero_testkit::skip(
+            "state",
+            format!("uid {NOBODY} cannot run {} ({out})", bin()),
+        );
     }
     ok
 }

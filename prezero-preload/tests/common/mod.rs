@@ -123,18 +123,6 @@ pub fn can_build() -> Result<(), String> {
     }
 }
 
-/// Prints why a test does not run; a failure where `PREZERO_REQUIRE` (a
-/// comma-separated list of kinds) names `kind`, as in the guests on a kernel
-/// that has what the test needs.
-pub fn skip(kind: &str, why: &str) {
-    let required = std::env::var("PREZERO_REQUIRE").unwrap_or_default();
-    assert!(
-        !required.split(',').any(|k| k == kind),
-        "PREZERO_REQUIRE={required} but the test would skip ({kind}): {why}"
-    );
-    println!("skipped: {why}");
-}
-
 /// Runs gcc, or where the programs are prebuilt checks that the output
 /// (the argument after `-o`) is there.
 pub fn gcc(args: &[&str]) -> Result<(), String> {
@@ -207,7 +195,7 @@ pub fn built() -> Option<&'static Built> {
     match b {
         Ok(b) => Some(b),
         Err(why) => {
-            skip("cc", why);
+            prezero_testkit::skip("tool", why);
             None
         }
     }

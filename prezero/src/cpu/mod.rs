@@ -334,7 +334,7 @@ mod tests {
     fn cpuid_caches_agree_with_sysfs_roughly() {
         let from_cpuid = arch::cpuid_caches();
         if from_cpuid.is_empty() {
-            eprintln!("skipped: this CPU reports no deterministic cache parameters");
+            prezero_testkit::skip("cpu", "this CPU reports no deterministic cache parameters");
             return;
         }
         assert!(from_cpuid.iter().any(|c| c.level == 1 && c.kind == "Data"));

@@ -43,13 +43,19 @@ fn a_local_hugetlb_file_is_whole_pages_sealed_populated_zero_and_can_be_inherite
     let _pages = match crate::HugetlbReservation::ensure_free(M as usize, 4) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: the hugetlb local file (cannot reserve four 2 MiB pages: {e})");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("the hugetlb local file (cannot reserve four 2 MiB pages: {e})"),
+            );
             return;
         }
     };
     // qemu-user reserves the pages but cannot map them.
     let Ok(probe) = sys::mmap_anon(M as usize, libc::MAP_HUGETLB) else {
-        eprintln!("skipped: the hugetlb local file (hugetlb pages cannot be mapped here)");
+        prezero_testkit::skip(
+            "hugetlb",
+            "the hugetlb local file (hugetlb pages cannot be mapped here)",
+        );
         return;
     };
     // SAFETY: the probe mapping just made, unused.
@@ -74,7 +80,10 @@ fn a_plain_local_file_is_whole_base_pages_not_hugetlb_pages() {
     // serves 4097 bytes, not a 1 GiB one.
     let free = crate::mm::hugetlb_pool(1 << 30).map_or(0, |p| p.free);
     if free > 0 {
-        eprintln!("skipped: the plain local file ({free} 1 GiB pages are free)");
+        prezero_testkit::skip(
+            "state",
+            format!("the plain local file ({free} 1 GiB pages are free)"),
+        );
         return;
     }
     let f = local_file(4097, PageKind::Huge1G, 2, "no service".into(), None).unwrap();
@@ -213,7 +222,7 @@ fn a_local_fallback_never_hands_out_another_nodes_hugetlb_pages() {
     let t = crate::numa::Topology::read();
     let nodes = t.memory_nodes();
     let [elsewhere, wanted, ..] = nodes[..] else {
-        eprintln!("skipped: one memory node");
+        prezero_testkit::skip("numa", "one memory node");
         return;
     };
     let free = |n: u32| {
@@ -228,7 +237,10 @@ fn a_local_fallback_never_hands_out_another_nodes_hugetlb_pages() {
     ) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("skipped: cannot reserve 4 hugetlb pages on node {elsewhere}: {e}");
+            prezero_testkit::skip(
+                "hugetlb",
+                format!("cannot reserve 4 hugetlb pages on node {elsewhere}: {e}"),
+            );
             return;
         }
     };
