@@ -53,18 +53,13 @@ fn pool(page_size: usize) -> Result<HugetlbPool> {
     })
 }
 
-/// The sysfs folder of `node`'s pool of `page_size` pages.
-fn node_dir(node: u32, page_size: usize) -> String {
-    format!(
-        "/sys/devices/system/node/node{node}/hugepages/hugepages-{}kB",
-        page_size / 1024
-    )
-}
-
 /// Where the size of `node`'s pool of `page_size` pages is written: its own
 /// file, or on a kernel without NUMA sysfs (one node) the machine's.
 pub(crate) fn nr_path(node: u32, page_size: usize) -> String {
-    let own = format!("{}/nr_hugepages", node_dir(node, page_size));
+    let own = format!(
+        "{}/nr_hugepages",
+        crate::mm::pool_dir(Some(node), page_size)
+    );
     if std::path::Path::new(&own).exists() || node != 0 || std::path::Path::new(NODES).exists() {
         own
     } else {
@@ -82,18 +77,10 @@ fn pool_of(node: Option<u32>, page_size: usize) -> Result<(String, HugetlbPool)>
     let Some(node) = node else {
         return Ok((HugetlbPool::nr_path(page_size), pool(page_size)?));
     };
-    let dir = node_dir(node, page_size);
-    let read = |f: &str| sys::read_usize(format!("{dir}/{f}"));
-    match (read("nr_hugepages"), read("free_hugepages")) {
-        (Some(total), Some(free)) => Ok((
-            format!("{dir}/nr_hugepages"),
-            HugetlbPool {
-                page_size,
-                total,
-                free,
-            },
-        )),
-        _ => Err(Error::invalid(format!(
+    let dir = crate::mm::pool_dir(Some(node), page_size);
+    match crate::mm::pool_at(std::path::Path::new(&dir), page_size) {
+        Some(pool) => Ok((format!("{dir}/nr_hugepages"), pool)),
+        None => Err(Error::invalid(format!(
             "no hugetlb pool of {} KiB pages on NUMA node {node} ({dir})",
             page_size / 1024
         ))),

@@ -2,6 +2,8 @@
 //! hugetlb pools, its NUMA nodes, MemAvailable. Read afresh on every call,
 //! since another process may change any of it at any time.
 
+use std::path::Path;
+
 use crate::sys;
 
 /// Transparent huge page settings.
@@ -14,7 +16,7 @@ pub struct Thp {
 }
 
 /// One hugetlb page size and its pool counts at the time of reading.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HugetlbPool {
     /// Page size in bytes.
     pub page_size: usize,
@@ -25,12 +27,9 @@ pub struct HugetlbPool {
 }
 
 impl HugetlbPool {
-    /// The sysfs file whose value is the pool's size.
+    /// The sysfs file whose value is the machine's pool's size.
     pub fn nr_path(page_size: usize) -> String {
-        format!(
-            "/sys/kernel/mm/hugepages/hugepages-{}kB/nr_hugepages",
-            page_size / 1024
-        )
+        format!("{}/nr_hugepages", pool_dir(None, page_size))
     }
 }
 
@@ -65,7 +64,7 @@ pub fn memory() -> Memory {
             mode: thp_mode,
             pmd_size,
         },
-        hugetlb: hugetlb_pools(),
+        hugetlb: pools_in(Path::new("/sys/kernel/mm/hugepages")),
         numa_nodes: numa_nodes(),
         kernel_release: sys::read_text("/proc/sys/kernel/osrelease").unwrap_or_default(),
         available: sys::mem_available(),
@@ -74,19 +73,37 @@ pub fn memory() -> Memory {
 
 /// The hugetlb pool of one page size, read now.
 pub fn hugetlb_pool(page_size: usize) -> Option<HugetlbPool> {
-    let dir = format!("/sys/kernel/mm/hugepages/hugepages-{}kB", page_size / 1024);
+    pool_at(Path::new(&pool_dir(None, page_size)), page_size)
+}
+
+/// The sysfs folder of `node`'s pool of `page_size` pages, or (`None`) the
+/// machine's.
+pub(crate) fn pool_dir(node: Option<u32>, page_size: usize) -> String {
+    match node {
+        Some(n) => format!(
+            "/sys/devices/system/node/node{n}/hugepages/hugepages-{}kB",
+            page_size / 1024
+        ),
+        None => format!("/sys/kernel/mm/hugepages/hugepages-{}kB", page_size / 1024),
+    }
+}
+
+/// The pool whose sysfs folder is `dir`.
+pub(crate) fn pool_at(dir: &Path, page_size: usize) -> Option<HugetlbPool> {
     Some(HugetlbPool {
         page_size,
-        total: sys::read_usize(format!("{dir}/nr_hugepages"))?,
-        free: sys::read_usize(format!("{dir}/free_hugepages"))?,
+        total: sys::read_usize(dir.join("nr_hugepages"))?,
+        free: sys::read_usize(dir.join("free_hugepages"))?,
     })
 }
 
-fn hugetlb_pools() -> Vec<HugetlbPool> {
-    let Ok(dir) = std::fs::read_dir("/sys/kernel/mm/hugepages") else {
+/// Every pool under `dir` (a `hugepages` folder: the machine's, or a
+/// node's), smallest page first.
+pub(crate) fn pools_in(dir: &Path) -> Vec<HugetlbPool> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
         return Vec::new();
     };
-    let mut pools: Vec<HugetlbPool> = dir
+    let mut pools: Vec<HugetlbPool> = entries
         .flatten()
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
@@ -95,7 +112,7 @@ fn hugetlb_pools() -> Vec<HugetlbPool> {
                 .strip_suffix("kB")?
                 .parse()
                 .ok()?;
-            hugetlb_pool(kb * 1024)
+            pool_at(&e.path(), kb * 1024)
         })
         .collect();
     pools.sort_by_key(|p| p.page_size);

@@ -27,16 +27,9 @@ pub struct Node {
     pub distances: Vec<u32>,
 }
 
-/// A node's hugetlb pages of one size.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeHugetlb {
-    /// Page size in bytes.
-    pub page_size: usize,
-    /// Pages reserved on this node.
-    pub total: usize,
-    /// Of those, pages not in use.
-    pub free: usize,
-}
+/// A node's hugetlb pages of one size (`total` reserved on the node, `free`
+/// of those not in use).
+pub type NodeHugetlb = crate::mm::HugetlbPool;
 
 /// The online nodes, ascending by id. On a kernel without NUMA (no
 /// `/sys/devices/system/node`), one node 0 with every CPU and all memory.
@@ -243,27 +236,7 @@ fn meminfo(node_dir: &Path) -> (u64, u64) {
 }
 
 fn node_hugetlb(node_dir: &Path) -> Vec<NodeHugetlb> {
-    let Ok(dir) = std::fs::read_dir(node_dir.join("hugepages")) else {
-        return Vec::new();
-    };
-    let mut pools: Vec<NodeHugetlb> = dir
-        .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            let kb: usize = name
-                .strip_prefix("hugepages-")?
-                .strip_suffix("kB")?
-                .parse()
-                .ok()?;
-            Some(NodeHugetlb {
-                page_size: kb * 1024,
-                total: sys::read_usize(e.path().join("nr_hugepages"))?,
-                free: sys::read_usize(e.path().join("free_hugepages"))?,
-            })
-        })
-        .collect();
-    pools.sort_by_key(|p| p.page_size);
-    pools
+    crate::mm::pools_in(&node_dir.join("hugepages"))
 }
 
 /// A kernel without NUMA sysfs: one node holding everything.
