@@ -3,7 +3,7 @@
 # one process (-jobs=1: the machines that run it have two cores):
 #
 #   scripts/fuzz.sh MINUTES [TARGET...]   a campaign by hand: MINUTES per target
-#   scripts/fuzz.sh --ci                  the bounded pass .ci/run makes: 15 s each
+#   scripts/fuzz.sh --ci                  the bounded pass .ci/run makes: 10 s each
 #
 # A campaign of every target first runs the preload's whole fault matrix
 # (prezero-preload/tests/faults.rs, ignored in the ordinary suite: minutes).
@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 targets=(request reply alloc_answer size cpu_mask ffi profile config ledger)
 matrix=false
 case "${1:-}" in
-  --ci) secs=15 ;;
+  --ci) secs=10 ;;
   '' | *[!0-9]*) echo "usage: $0 MINUTES [TARGET...] | --ci" >&2; exit 2 ;;
   *) secs=$(($1 * 60)); shift
      if [ $# -gt 0 ]; then targets=("$@"); else matrix=true; fi ;;
