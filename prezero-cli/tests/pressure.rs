@@ -604,17 +604,16 @@ fn a_one_shot_program_is_no_bigger_under_lazy() {
 }
 
 /// Why the lazy mode does not run here (its one line), if it does not: the
-/// tests of what it does then skip.
+/// tests of what it does then skip. Asked of a program that takes a large
+/// block (`once_role`, 4 MiB), which is when the lazy mode starts or says
+/// why it cannot.
 fn lazy_refused() -> Option<String> {
-    let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
-        .args(["run", "--lazy", "--", "true"])
-        .env_remove("LD_PRELOAD")
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&out.stderr).into_owned();
-    said.lines()
-        .find(|l| l.starts_with("prezero: --lazy"))
-        .map(str::to_owned)
+    let env = [
+        ("PREZERO_ONCE_BYTES", (4 * MB).to_string()),
+        ("PREZERO_ONCE_WAIT_RSS", "0".to_string()),
+    ];
+    let (_, line) = figure_of("once_role", Some(&["--lazy"]), &env, "hwm");
+    line.starts_with("prezero: --lazy").then_some(line)
 }
 
 /// The number (KiB) of the line `field` of the file `path` (/proc's).
