@@ -47,16 +47,14 @@ export CARGO_TARGET_DIR=target/aarch64
 export CARGO_PROFILE_DEV_DEBUG=false
 
 start=$SECONDS
-# Unit, integration and doc tests, all through the runner. Without the C ABI (the
-# `ffi` feature): its template entry compiles the register form once per word count,
-# minutes under this build, and the C tests run natively.
-# The service's unit tests (its ledger's exhaustive exploration, the protocol's
-# every truncation) and the pool state machine's exhaustive exploration are
-# logic, the same on every architecture and slow under emulation (40 s): they
-# run natively only.
-cargo test -p prezero --no-default-features --target "$target" -- --skip service:: \
-  --skip pool::state::tests::every_sequence
+# Unit, integration and doc tests of the library, all through the runner. Not the C
+# ABI (prezero-capi): its template entry compiles the register form once per word
+# count, minutes under this build, and the C tests run natively. Not the service
+# (its ledger's exhaustive exploration, the protocol's every truncation) nor the
+# pool state machine's exhaustive exploration: logic, the same on every
+# architecture and slow under emulation (40 s), run natively only.
+cargo test -p prezero --target "$target" -- --skip pool::state::tests::every_sequence
 # The portable paths an arm64 CPU without `dc zva` takes (DCZID_EL0.DZP set).
-PREZERO_CPU=armv8.0,-dc-zva cargo test -q -p prezero --no-default-features --target "$target" \
+PREZERO_CPU=armv8.0,-dc-zva cargo test -q -p prezero --target "$target" \
   --test kernels --test template --test pool --test clear
 echo "aarch64 tests under qemu: passed in $((SECONDS - start)) s (and again without dc-zva)"

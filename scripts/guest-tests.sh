@@ -128,7 +128,7 @@ exe() { # package kind name -> path
 # sense on another kernel and topology (the exhaustive explorations of pure
 # state machines are logic, the same everywhere, and slow under TCG: they run
 # natively), the NUMA placement tests, and the CLI's placement scenarios.
-lib_skips="--skip service::ledger --skip pool::state::tests::every_sequence --skip service::protocol"
+lib_skips="--skip pool::state::tests::every_sequence"
 tests=(
   "lib-numa $(exe prezero lib prezero) numa::"
   "numa $(exe prezero test numa) --nocapture"
@@ -136,10 +136,11 @@ tests=(
   "region $(exe prezero test region)"
   "pool $(exe prezero test pool)"
   "lib $(exe prezero lib prezero) $lib_skips"
+  "service-lib $(exe prezero-service lib prezero_service) --skip ledger:: --skip protocol::"
   "clear $(exe prezero test clear)"
   "kernels $(exe prezero test kernels)"
   "template $(exe prezero test template)"
-  "lying-daemon $(exe prezero test lying_daemon)"
+  "lying-daemon $(exe prezero-service test lying_daemon)"
   # On 6.1 (no UFFDIO_MOVE) prezero run --lazy says so once and runs the program.
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )

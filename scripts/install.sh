@@ -40,17 +40,18 @@ libdir=${LIBDIR:-$prefix/lib}
 if [ "$prefix" = /usr ]; then sysconfdir=${SYSCONFDIR:-/etc}; else sysconfdir=${SYSCONFDIR:-$prefix/etc}; fi
 at() { echo "${DESTDIR:-}$1"; }
 flag=(); [ $profile = release ] && flag=(--release)
-packages=(-p prezero); $lib_only || packages+=(-p prezero-cli)
+packages=(-p prezero-capi); $lib_only || packages+=(-p prezero-cli)
 cargo build -q "${flag[@]}" "${packages[@]}"
 out=target/$profile
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 install -d "$(at "$libdir/pkgconfig")" "$(at "$prefix/include")"
-install -m 644 $out/libprezero.a "$(at "$libdir/libprezero.a")"
-# The file under its version, found by its SONAME (libprezero.so.0.MINOR);
-# libprezero.so, the name `-lprezero` links, points at it.
-soname=$(objdump -p $out/libprezero.so | sed -n 's/^ *SONAME *//p')
-install -m 644 $out/libprezero.so "$(at "$libdir/libprezero.so.$version")"
+# The C ABI's crate (prezero-capi) builds libprezero_capi.*: installed as libprezero.
+install -m 644 $out/libprezero_capi.a "$(at "$libdir/libprezero.a")"
+# The file under its version, found by its SONAME (libprezero.so.0.MINOR, set by
+# prezero-capi/build.rs); libprezero.so, the name `-lprezero` links, points at it.
+soname=$(objdump -p $out/libprezero_capi.so | sed -n 's/^ *SONAME *//p')
+install -m 644 $out/libprezero_capi.so "$(at "$libdir/libprezero.so.$version")"
 ln -sf "libprezero.so.$version" "$(at "$libdir/$soname")"
 ln -sf "$soname" "$(at "$libdir/libprezero.so")"
 install -m 644 include/prezero.h "$(at "$prefix/include/prezero.h")"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Miri over the pure models, where undefined behaviour would not show in a native
 # run: the pool's state machine (prezero/src/pool/state.rs), the service's ledger
-# model (prezero/src/service/ledger/) and the preload's block model
+# model (prezero-service/src/ledger/) and the preload's block model
 # (prezero-preload/src/blocks/). Miri is some thousand times slower than a native
 # run, so their explorations go less deep under it (cfg(miri) in each test).
 # Needs a nightly toolchain with miri: without one, a line says why it was skipped.
@@ -17,8 +17,8 @@ fi
 # Miri's own standard library, built once (it is kept in ~/.cache/miri).
 cargo +nightly miri setup >/dev/null 2>&1 || skip "miri could not build its sysroot"
 
-# Without the C ABI: the models need none of it.
-cargo +nightly miri test -q -p prezero --no-default-features --lib -- pool::state service::ledger::model
+cargo +nightly miri test -q -p prezero --lib -- pool::state
+cargo +nightly miri test -q -p prezero-service --lib -- ledger::model
 # The block tests leak their block lists on purpose: Blocks holds a `&'static mut`
 # list, as the preload's own lists are mappings kept for the life of the process.
 MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-ignore-leaks" \

@@ -9,8 +9,8 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use prezero::fuzzing::alloc_tile;
-use prezero::service::protocol::{alloc_messages, AllocAnswer, Reply, SegmentRecord, MAX_FDS};
+use prezero_service::fuzzing::alloc_tile;
+use prezero_service::protocol::{alloc_messages, AllocAnswer, Reply, SegmentRecord, MAX_FDS};
 
 #[derive(Arbitrary, Debug)]
 struct Message {

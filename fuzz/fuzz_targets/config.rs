@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
 use prezero::numa::Topology;
-use prezero::service::protocol::MAX_POOLS;
-use prezero::service::PoolNode;
+use prezero_service::protocol::MAX_POOLS;
+use prezero_service::PoolNode;
 
 #[path = "../../prezero-cli/src/serve/config.rs"]
 mod config;

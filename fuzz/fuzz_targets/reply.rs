@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prezero::service::protocol::{Reply, MAX_MESSAGE};
+use prezero_service::protocol::{Reply, MAX_MESSAGE};
 
 fuzz_target!(|data: &[u8]| {
     let Ok((seq, reply)) = Reply::decode(data) else {

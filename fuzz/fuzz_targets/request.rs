@@ -6,7 +6,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use prezero::service::protocol::Request;
+use prezero_service::protocol::Request;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok((seq, req)) = Request::decode(data) {

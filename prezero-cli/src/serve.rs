@@ -6,8 +6,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
-use prezero::service::{PoolConfig, PoolNode, Server, ServerConfig};
 use prezero::{HugetlbReservation, PageKind};
+use prezero_service::{PoolConfig, PoolNode, Server, ServerConfig};
 
 use crate::units::fmt_size;
 

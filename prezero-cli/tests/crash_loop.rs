@@ -560,8 +560,8 @@ mod load {
     use std::sync::{Arc, Condvar, Mutex};
     use std::time::Duration;
 
-    use prezero::service::{Client, ServiceMemory, Source};
     use prezero::PageKind;
+    use prezero_service::{Client, ServiceMemory, Source};
 
     use super::{next, MARK, SEGMENT};
     use crate::common::{files_of, NO_FALLBACK};

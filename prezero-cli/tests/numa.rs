@@ -20,8 +20,8 @@ use std::process::Command;
 
 use common::{bin, Daemon, MB, PAGE};
 use prezero::numa::{placement, run_on_node, Placement, Topology};
-use prezero::service::{AllocOptions, NodeChoice, Source};
 use prezero::{HugetlbReservation, PageKind};
+use prezero_service::{AllocOptions, NodeChoice, Source};
 
 /// Nodes with memory and CPUs, if there are two or more; else why not.
 fn nodes() -> Result<Vec<u32>, String> {

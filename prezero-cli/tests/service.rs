@@ -14,9 +14,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::*;
-use prezero::service::protocol::{self, Request};
-use prezero::service::{Client, Source};
 use prezero::PageKind;
+use prezero_service::protocol::{self, Request};
+use prezero_service::{Client, Source};
 
 #[test]
 fn every_byte_is_zero_across_cycles_of_garbage() {

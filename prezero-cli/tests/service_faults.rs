@@ -19,7 +19,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use common::*;
-use prezero::service::ServiceMemory;
+use prezero_service::ServiceMemory;
 
 /// Held by each test for its whole run: two take every free hugetlb page,
 /// which the pools of the others need to grow back.
@@ -568,7 +568,7 @@ mod role {
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
     use std::path::Path;
 
-    use prezero::service::protocol::{self, Reply, Request};
+    use prezero_service::protocol::{self, Reply, Request};
 
     use super::ALLOC_BYTES;
     use crate::common::{seqpacket_connect, PAGE};

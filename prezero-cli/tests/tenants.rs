@@ -24,8 +24,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
-use prezero::service::{Client, Source};
 use prezero::PageKind;
+use prezero_service::{Client, Source};
 
 const TENANT_A: u32 = 64201;
 const TENANT_B: u32 = 64202;
@@ -1066,9 +1066,9 @@ mod role {
     use std::time::{Duration, Instant};
 
     use io_uring::{opcode, types, IoUring};
-    use prezero::service::protocol::{self, Reply};
-    use prezero::service::{Client, ServiceMemory, Source};
     use prezero::PageKind;
+    use prezero_service::protocol::{self, Reply};
+    use prezero_service::{Client, ServiceMemory, Source};
 
     use super::MARK;
     use crate::common::{seqpacket_connect, MB, NO_FALLBACK, PAGE};

@@ -41,6 +41,9 @@
 
 use std::io::Write;
 
+mod hugetlb;
+pub use hugetlb::hugetlb_unmappable;
+
 /// Every kind a skip may have; see the crate's documentation for each.
 pub const KINDS: &[&str] = &[
     "root", "tool", "kernel", "cpu", "hugetlb", "numa", "topology", "uffd", "memcg", "machine",

@@ -62,11 +62,13 @@ pub enum Error {
 }
 
 impl Error {
-    pub(crate) fn invalid(msg: impl Into<String>) -> Self {
+    /// [`Error::InvalidArgument`] with this message.
+    pub fn invalid(msg: impl Into<String>) -> Self {
         Error::InvalidArgument(msg.into())
     }
 
-    pub(crate) fn os(call: &'static str, source: io::Error) -> Self {
+    /// [`Error::Os`]: `call` failed with `source`.
+    pub fn os(call: &'static str, source: io::Error) -> Self {
         Error::Os { call, source }
     }
 

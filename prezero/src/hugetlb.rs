@@ -55,7 +55,7 @@ fn pool(page_size: usize) -> Result<HugetlbPool> {
 
 /// Where the size of `node`'s pool of `page_size` pages is written: its own
 /// file, or on a kernel without NUMA sysfs (one node) the machine's.
-pub(crate) fn nr_path(node: u32, page_size: usize) -> String {
+pub fn nr_path(node: u32, page_size: usize) -> String {
     let own = format!(
         "{}/nr_hugepages",
         crate::mm::pool_dir(Some(node), page_size)

@@ -20,9 +20,12 @@
 //! (the kernels and how they are chosen), [`profile`] (the calibration profile
 //! file both choices can come from), [`region`] and [`prefault`] (mapping and
 //! populating), [`pool`] (pre-zeroed chunks and their scrubber), [`template`]
-//! (record arrays with streaming stores), [`service`] (`prezero serve` and its
-//! client: pre-zeroed hugetlb memory for the whole machine), and [`ffi`] (the C
-//! ABI). See `docs/ARCHITECTURE.md`.
+//! (record arrays with streaming stores), [`numa`] and [`mm`] (the machine's
+//! nodes and the kernel's memory state) and [`sys`] (the OS layer).
+//!
+//! Beside it: `prezero-service` (`prezero serve` and its client), `prezero-capi`
+//! (the C ABI, libprezero), `prezero-preload` and `prezero-cli`, which import
+//! this crate and never the reverse. See `docs/ARCHITECTURE.md`.
 
 #![warn(missing_docs)]
 
@@ -30,8 +33,6 @@ pub mod clear;
 pub mod cpu;
 pub mod env;
 mod error;
-#[cfg(feature = "ffi")]
-pub mod ffi;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -46,9 +47,8 @@ pub mod pool;
 pub mod prefault;
 pub mod profile;
 pub mod region;
-pub mod service;
 mod size;
-mod sys;
+pub mod sys;
 pub mod template;
 mod verify;
 

@@ -173,12 +173,12 @@ pub(crate) fn node_parts(start: usize, len: usize, granule: usize, nodes: &[u32]
         .collect()
 }
 
-/// [`prefault_as`] from threads that run on `cpus` only (all of them when
+/// `prefault_as` from threads that run on `cpus` only (all of them when
 /// empty): the service's worker fills a node's segment from that node.
 ///
 /// # Safety
-/// As [`prefault_as`].
-pub(crate) unsafe fn prefault_from(
+/// As `prefault_as`.
+pub unsafe fn prefault_from(
     ptr: *mut u8,
     len: usize,
     threads: usize,

@@ -66,7 +66,7 @@ impl PageKind {
 
     /// The `memfd_create` flags of a file of this kind's pages: hugetlb and
     /// its size, or none (a plain memfd has base pages).
-    pub(crate) fn memfd_flags(self) -> libc::c_uint {
+    pub fn memfd_flags(self) -> libc::c_uint {
         match self {
             PageKind::Base | PageKind::Thp => 0,
             PageKind::Huge2M => libc::MFD_HUGETLB | libc::MFD_HUGE_2MB,
@@ -218,7 +218,7 @@ fn map_error(e: std::io::Error, len: usize, kind: PageKind) -> Error {
 
 /// A mapping of `len` bytes of hugetlb `kind` pages was refused (ENOMEM): how
 /// many pages it needed, how many are free, and the command that reserves enough.
-pub(crate) fn hugetlb_shortage(kind: PageKind, len: usize) -> Error {
+pub fn hugetlb_shortage(kind: PageKind, len: usize) -> Error {
     let page = kind.page_size();
     let free = mm::hugetlb_pool(page).map_or(0, |p| p.free);
     shortage(page, len / page, free)

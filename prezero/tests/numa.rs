@@ -63,7 +63,7 @@ fn prefault_on_nodes_puts_every_page_of_each_part_on_its_node() {
 #[test]
 fn prefault_on_nodes_takes_each_nodes_own_hugetlb_pages() {
     let nodes = nodes();
-    if let Some(why) = common::hugetlb_unmappable(MB2) {
+    if let Some(why) = prezero_testkit::hugetlb_unmappable(MB2) {
         skip(&why);
         return;
     }

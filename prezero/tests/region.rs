@@ -40,7 +40,7 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// they could not be mapped anyway). Call with `serial` held.
 fn reserve(page_size: usize, pages: usize) -> Option<HugetlbReservation> {
     if prezero::mm::hugetlb_pool(page_size).is_some() {
-        if let Some(why) = common::hugetlb_unmappable(page_size) {
+        if let Some(why) = prezero_testkit::hugetlb_unmappable(page_size) {
             prezero_testkit::skip("hugetlb", why);
             return None;
         }
@@ -273,7 +273,7 @@ fn a_reservation_is_restored_even_when_the_work_fails() {
         prezero_testkit::skip("hugetlb", "no 2 MiB hugetlb pool");
         return;
     };
-    if let Some(why) = common::hugetlb_unmappable(MB2) {
+    if let Some(why) = prezero_testkit::hugetlb_unmappable(MB2) {
         prezero_testkit::skip("hugetlb", why);
         return;
     }
@@ -397,7 +397,7 @@ fn a_reservation_on_every_node_grows_each_nodes_pool_and_gives_it_back() {
         prezero_testkit::skip("kernel", "no per-node 2 MiB hugetlb pool in sysfs");
         return;
     }
-    if let Some(why) = common::hugetlb_unmappable(MB2) {
+    if let Some(why) = prezero_testkit::hugetlb_unmappable(MB2) {
         prezero_testkit::skip("hugetlb", why);
         return;
     }

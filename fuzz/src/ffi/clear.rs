@@ -5,7 +5,7 @@
 use std::ffi::{c_int, c_void};
 
 use arbitrary::Arbitrary;
-use prezero::ffi;
+use prezero_capi as ffi;
 
 use super::{assert_bytes, succeeded, Buffers, Span, Target};
 

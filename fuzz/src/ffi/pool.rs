@@ -8,7 +8,7 @@
 use std::ffi::c_void;
 
 use arbitrary::Arbitrary;
-use prezero::ffi::{self, PzPool, PzPoolConfig, PzPoolStats};
+use prezero_capi::{self as ffi, PzPool, PzPoolConfig, PzPoolStats};
 
 use super::{succeeded, Buffers};
 

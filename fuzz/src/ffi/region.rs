@@ -5,7 +5,7 @@
 //! space) is an error, never a crash.
 
 use arbitrary::Arbitrary;
-use prezero::ffi;
+use prezero_capi as ffi;
 
 use super::{assert_bytes, succeeded, Buffers, Span, Target};
 

@@ -7,8 +7,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use prezero::service::{AllocOptions, Client, ServiceMemory, ServiceStats};
 use prezero::PageKind;
+use prezero_service::{AllocOptions, Client, ServiceMemory, ServiceStats};
 
 use crate::units::fmt_size;
 

@@ -16,8 +16,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::process::CommandExt;
 
 use anyhow::{anyhow, bail, Context, Result};
-use prezero::service::{AllocOptions, Source};
 use prezero::PageKind;
+use prezero_service::{AllocOptions, Source};
 
 use crate::units::{fmt_size, parse_size};
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context, Result};
 use serde_json::json;
 
-use prezero::service::{AllocOptions, Client, NodeChoice, Refusal, ServiceStats, Source};
 use prezero::PageKind;
+use prezero_service::{AllocOptions, Client, NodeChoice, Refusal, ServiceStats, Source};
 
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
@@ -230,7 +230,7 @@ fn stats(args: &StatsArgs) -> Result<()> {
         return Ok(());
     }
     if args.prometheus {
-        print!("{}", prezero::service::metrics::prometheus(&s));
+        print!("{}", prezero_service::metrics::prometheus(&s));
         return Ok(());
     }
     let table = Table::new(" ")

@@ -6,8 +6,8 @@
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
-use prezero::service::{PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
 use prezero::{parse_size, PageKind, ScrubPriority};
+use prezero_service::{PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
 use serde::Deserialize;
 
 /// The configuration file. Sizes are strings like "256M" or "8G". The flags
@@ -121,7 +121,7 @@ impl File {
         cfg.ledger = self.ledger;
         cfg.metrics_textfile = self.metrics_textfile;
         if let Some(secs) = self.metrics_interval {
-            let most = prezero::service::MAX_METRICS_INTERVAL.as_secs_f64();
+            let most = prezero_service::MAX_METRICS_INTERVAL.as_secs_f64();
             if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
                 bail!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
             }

@@ -12,9 +12,9 @@ use std::process::{Child, Command};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use prezero::service::protocol;
-use prezero::service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
 use prezero::{HugetlbReservation, PageKind};
+use prezero_service::protocol;
+use prezero_service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
 
 pub const MB: usize = 1 << 20;
 pub const PAGE: usize = 2 * MB;

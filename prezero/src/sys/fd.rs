@@ -22,7 +22,7 @@ fn off(n: usize) -> io::Result<libc::off_t> {
 /// (`MFD_ALLOW_SEALING`, `MFD_HUGETLB` and its size).
 ///
 /// pre: none (unknown flags are EINVAL).
-pub(crate) fn memfd_create(name: &CStr, flags: libc::c_uint) -> io::Result<OwnedFd> {
+pub fn memfd_create(name: &CStr, flags: libc::c_uint) -> io::Result<OwnedFd> {
     #[cfg(debug_assertions)]
     super::fault::check(super::fault::Kind::MemfdCreate)?;
     // SAFETY: `name` is NUL-terminated; the kernel copies it.
@@ -33,7 +33,7 @@ pub(crate) fn memfd_create(name: &CStr, flags: libc::c_uint) -> io::Result<Owned
 ///
 /// pre: none. (Shrinking a file that is mapped makes an access past its new
 /// end a SIGBUS, not undefined behaviour; the seals forbid it where it matters.)
-pub(crate) fn ftruncate(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
+pub fn ftruncate(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
     // SAFETY: ftruncate has no memory-safety preconditions.
     check(unsafe { libc::ftruncate(fd.as_raw_fd(), off(len)?) }).map(drop)
 }
@@ -42,7 +42,7 @@ pub(crate) fn ftruncate(fd: BorrowedFd<'_>, len: usize) -> io::Result<()> {
 ///
 /// pre: none (a file that cannot be sealed is EINVAL; one sealed with
 /// `F_SEAL_SEAL` is EPERM).
-pub(crate) fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
+pub fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()> {
     // SAFETY: fcntl(F_ADD_SEALS) takes an int and touches no memory of ours.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) }).map(drop)
 }
@@ -50,7 +50,7 @@ pub(crate) fn add_seals(fd: BorrowedFd<'_>, seals: libc::c_int) -> io::Result<()
 /// The seals (`F_SEAL_*`) the file carries.
 ///
 /// pre: none.
-pub(crate) fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+pub fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
     // SAFETY: fcntl(F_GET_SEALS) takes no argument.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GET_SEALS) })
 }
@@ -58,7 +58,7 @@ pub(crate) fn seals(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
 /// The file status flags (`F_GETFL`: the access mode, `O_NONBLOCK`, ...).
 ///
 /// pre: none.
-pub(crate) fn status_flags(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
+pub fn status_flags(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
     // SAFETY: fcntl(F_GETFL) takes no argument.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })
 }
@@ -67,7 +67,7 @@ pub(crate) fn status_flags(fd: BorrowedFd<'_>) -> io::Result<libc::c_int> {
 /// every duplicate of the descriptor).
 ///
 /// pre: none.
-pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+pub fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     let fl = status_flags(fd)?;
     let fl = if on {
         fl | libc::O_NONBLOCK
@@ -81,7 +81,7 @@ pub(crate) fn set_nonblocking(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// Sets or clears `FD_CLOEXEC`. Async-signal-safe (a `pre_exec` hook may call it).
 ///
 /// pre: none.
-pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
+pub fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
     let flags = if on { libc::FD_CLOEXEC } else { 0 };
     // SAFETY: fcntl(F_SETFD) takes an int and touches no memory of ours.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFD, flags) }).map(drop)
@@ -90,7 +90,7 @@ pub(crate) fn set_cloexec(fd: BorrowedFd<'_>, on: bool) -> io::Result<()> {
 /// `fchmod(2)`: the file's permission bits.
 ///
 /// pre: none.
-pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: libc::mode_t) -> io::Result<()> {
+pub fn fchmod(fd: BorrowedFd<'_>, mode: libc::mode_t) -> io::Result<()> {
     // SAFETY: fchmod has no memory-safety preconditions.
     check(unsafe { libc::fchmod(fd.as_raw_fd(), mode) }).map(drop)
 }
@@ -101,7 +101,7 @@ pub(crate) fn fchmod(fd: BorrowedFd<'_>, mode: libc::mode_t) -> io::Result<()> {
 ///
 /// pre: none (a number that names nothing is EBADF; reading metadata changes
 /// nothing).
-pub(crate) fn fstat(fd: impl AsRawFd) -> io::Result<libc::stat> {
+pub fn fstat(fd: impl AsRawFd) -> io::Result<libc::stat> {
     // SAFETY: an all-zero stat is valid; fstat writes into the local.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat writes one stat into the local.
@@ -112,7 +112,7 @@ pub(crate) fn fstat(fd: impl AsRawFd) -> io::Result<libc::stat> {
 /// `fstatfs(2)`: the file system the file is on.
 ///
 /// pre: none.
-pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs> {
+pub fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs> {
     // SAFETY: an all-zero statfs is valid; fstatfs writes into the local.
     let mut fs: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: fstatfs writes one statfs into the local.
@@ -127,7 +127,7 @@ pub(crate) fn fstatfs(fd: BorrowedFd<'_>) -> io::Result<libc::statfs> {
 /// pre: the caller drops a lease it took before it could matter: while it is
 /// held, another opener waits up to `/proc/sys/fs/lease-break-time` and this
 /// process gets SIGIO.
-pub(crate) fn set_lease(fd: BorrowedFd<'_>, kind: libc::c_int) -> io::Result<()> {
+pub fn set_lease(fd: BorrowedFd<'_>, kind: libc::c_int) -> io::Result<()> {
     // SAFETY: fcntl(F_SETLEASE) takes an int and touches no memory of ours.
     check(unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETLEASE, kind) }).map(drop)
 }
@@ -137,7 +137,7 @@ pub(crate) fn set_lease(fd: BorrowedFd<'_>, kind: libc::c_int) -> io::Result<()>
 /// range stays valid: the next access faults a page in again.
 ///
 /// pre: none.
-pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<()> {
+pub fn punch_hole(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<()> {
     #[cfg(debug_assertions)]
     super::fault::check(super::fault::Kind::Fallocate)?;
     let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
@@ -148,7 +148,7 @@ pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::R
 /// A new eventfd (counter 0), nonblocking and close-on-exec.
 ///
 /// pre: none.
-pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+pub fn eventfd() -> io::Result<OwnedFd> {
     // SAFETY: eventfd has no memory-safety preconditions.
     owned(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })
 }
@@ -156,7 +156,7 @@ pub(crate) fn eventfd() -> io::Result<OwnedFd> {
 /// Adds `n` to an eventfd's counter (makes it readable).
 ///
 /// pre: `fd` is an eventfd (other files take the 8 bytes as data).
-pub(crate) fn eventfd_add(fd: BorrowedFd<'_>, n: u64) -> io::Result<()> {
+pub fn eventfd_add(fd: BorrowedFd<'_>, n: u64) -> io::Result<()> {
     // SAFETY: an 8-byte write from a local.
     let r = unsafe { libc::write(fd.as_raw_fd(), (&n as *const u64).cast(), 8) };
     if r < 0 {
@@ -169,7 +169,7 @@ pub(crate) fn eventfd_add(fd: BorrowedFd<'_>, n: u64) -> io::Result<()> {
 /// nonblocking).
 ///
 /// pre: `fd` is an eventfd.
-pub(crate) fn eventfd_take(fd: BorrowedFd<'_>) -> io::Result<u64> {
+pub fn eventfd_take(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut n = 0u64;
     // SAFETY: an 8-byte read into a local.
     let r = unsafe { libc::read(fd.as_raw_fd(), (&mut n as *mut u64).cast(), 8) };
@@ -182,7 +182,7 @@ pub(crate) fn eventfd_take(fd: BorrowedFd<'_>) -> io::Result<u64> {
 /// A `pollfd` waiting for `fd` to be readable (a negative `fd` is skipped).
 ///
 /// pre: none.
-pub(crate) fn pollfd_in(fd: RawFd) -> libc::pollfd {
+pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
     libc::pollfd {
         fd,
         events: libc::POLLIN,
@@ -195,7 +195,7 @@ pub(crate) fn pollfd_in(fd: RawFd) -> libc::pollfd {
 /// whether to wait again).
 ///
 /// pre: none (a number in `fds` that names nothing reports `POLLNVAL`).
-pub(crate) fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
+pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
     // SAFETY: `fds` is a live array of `fds.len()` pollfds.
     let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
     check(n).map(|n| n as usize)

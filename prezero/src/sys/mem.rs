@@ -57,7 +57,7 @@ const ANON: libc::c_int = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
 ///
 /// pre: `len > 0`; for hugetlb flags, `len` is a multiple of the huge page
 /// size; no `MAP_FIXED` (checked).
-pub(crate) fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
+pub fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     mmap_fresh(len, prot, ANON | flags, -1)
 }
@@ -69,7 +69,7 @@ pub(crate) fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8
 ///
 /// pre: `len > 0`; `align` is a power of two and a multiple of the page size;
 /// no `MAP_FIXED` (checked).
-pub(crate) fn mmap_anon_aligned(
+pub fn mmap_anon_aligned(
     len: usize,
     align: usize,
     prot: libc::c_int,
@@ -101,11 +101,7 @@ pub(crate) fn mmap_anon_aligned(
 ///
 /// pre: no `MAP_FIXED` (checked). The file may shrink under the mapping only if
 /// it is not sealed against it; then an access past its end is a SIGBUS.
-pub(crate) fn mmap_shared(
-    fd: BorrowedFd<'_>,
-    len: usize,
-    flags: libc::c_int,
-) -> io::Result<NonNull<u8>> {
+pub fn mmap_shared(fd: BorrowedFd<'_>, len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
     let prot = libc::PROT_READ | libc::PROT_WRITE;
     mmap_fresh(len, prot, libc::MAP_SHARED | flags, fd.as_raw_fd())
 }
@@ -114,7 +110,7 @@ pub(crate) fn mmap_shared(
 /// to look at a file's pages without being able to change them.
 ///
 /// pre: none (a mapping nothing else knows of).
-pub(crate) fn mmap_shared_ro(
+pub fn mmap_shared_ro(
     fd: BorrowedFd<'_>,
     len: usize,
     flags: libc::c_int,
@@ -133,7 +129,7 @@ pub(crate) fn mmap_shared_ro(
 /// # Safety
 /// pre: `[addr, addr+len)` is the caller's (a part of its own reservation) and
 /// nothing uses it.
-pub(crate) unsafe fn mmap_shared_fixed(
+pub unsafe fn mmap_shared_fixed(
     addr: NonNull<u8>,
     fd: BorrowedFd<'_>,
     len: usize,
@@ -157,7 +153,7 @@ pub(crate) unsafe fn mmap_shared_fixed(
 /// # Safety
 /// pre: `[ptr, ptr+len)` lies in mappings this crate made (all of one, or
 /// part), and nothing borrows it any more.
-pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
+pub unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     // SAFETY: the caller guarantees the range is ours and unborrowed.
     if unsafe { libc::munmap(ptr.as_ptr().cast(), len) } != 0 {
         return Err(io::Error::last_os_error());
@@ -167,7 +163,7 @@ pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
 
 /// Advice that keeps a range's contents: safe to give any range.
 #[derive(Clone, Copy, Debug)]
-pub(crate) enum Advice {
+pub enum Advice {
     /// MADV_HUGEPAGE: back the range with transparent huge pages where possible.
     HugePage,
     /// MADV_POPULATE_WRITE: fault every page in writable, contents unchanged.
@@ -179,7 +175,7 @@ pub(crate) enum Advice {
 /// pre: none: the kernel checks the range (ENOMEM for one not mapped), and
 /// neither advice changes a byte, so a wrong range is an error, never
 /// undefined behaviour.
-pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
+pub fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
     let advice = match advice {
         Advice::HugePage => libc::MADV_HUGEPAGE,
         Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
@@ -200,7 +196,7 @@ pub(crate) fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()
 /// # Safety
 /// pre: `[ptr, ptr+len)` lies in mappings this crate made, reads zero, and
 /// nothing writes it while this runs (a write after it keeps the page).
-pub(crate) unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
+pub unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
     // SAFETY: zero memory of ours (pre): taken back or not, it reads zero.
     if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_FREE) } != 0 {
         return Err(io::Error::last_os_error());
@@ -214,7 +210,7 @@ pub(crate) unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
 /// # Safety
 /// pre: `[ptr, ptr+len)` lies in private anonymous mappings this crate made,
 /// and nothing else reads or writes it while this runs (its contents vanish).
-pub(crate) unsafe fn discard(ptr: *mut u8, len: usize) -> io::Result<()> {
+pub unsafe fn discard(ptr: *mut u8, len: usize) -> io::Result<()> {
     // SAFETY: the caller owns the range and nothing else uses it.
     if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) } != 0 {
         return Err(io::Error::last_os_error());
@@ -225,7 +221,7 @@ pub(crate) unsafe fn discard(ptr: *mut u8, len: usize) -> io::Result<()> {
 /// Base pages of `[ptr, ptr+len)` resident in memory (`mincore(2)`).
 ///
 /// pre: `ptr` is page-aligned. An unmapped range is an error (ENOMEM), not a crash.
-pub(crate) fn resident_pages(ptr: *mut u8, len: usize) -> io::Result<usize> {
+pub fn resident_pages(ptr: *mut u8, len: usize) -> io::Result<usize> {
     let page = page_size();
     let mut vec = vec![0u8; len.div_ceil(page)];
     // SAFETY: `vec` has one byte per page of the range, as mincore requires; the
@@ -240,7 +236,7 @@ pub(crate) fn resident_pages(ptr: *mut u8, len: usize) -> io::Result<usize> {
 /// without reading `/proc/self/maps`: `mincore` in steps of a stack buffer.
 ///
 /// pre: none (the kernel validates the range).
-pub(crate) fn check_mapped(start: usize, len: usize) -> io::Result<()> {
+pub fn check_mapped(start: usize, len: usize) -> io::Result<()> {
     let page = page_size();
     let start_page = start & !(page - 1);
     let end = start
@@ -307,7 +303,7 @@ fn vmas() -> Vec<Vma> {
 /// Whether every byte of `[start, start+len)` lies in writable mappings.
 ///
 /// pre: none.
-pub(crate) fn range_is_writable(start: usize, len: usize) -> bool {
+pub fn range_is_writable(start: usize, len: usize) -> bool {
     let end = start + len;
     let mut at = start;
     for v in vmas() {
@@ -327,7 +323,7 @@ pub(crate) fn range_is_writable(start: usize, len: usize) -> bool {
 /// Whether any part of `[start, start+len)` is a hugetlb mapping.
 ///
 /// pre: none.
-pub(crate) fn range_is_hugetlb(start: usize, len: usize) -> bool {
+pub fn range_is_hugetlb(start: usize, len: usize) -> bool {
     let base = page_size();
     vmas()
         .iter()

@@ -31,12 +31,12 @@ mod process;
 mod sched;
 mod socket;
 
-pub(crate) use fd::*;
-pub(crate) use mem::*;
-pub(crate) use numa::*;
-pub(crate) use process::*;
-pub(crate) use sched::*;
-pub(crate) use socket::*;
+pub use fd::*;
+pub use mem::*;
+pub use numa::*;
+pub use process::*;
+pub use sched::*;
+pub use socket::*;
 // Public as `service::protocol::Received`.
 pub use socket::Received;
 
@@ -68,7 +68,7 @@ fn owned(r: libc::c_int) -> io::Result<OwnedFd> {
 /// The base page size (4 KiB on x86_64, 4/16/64 KiB on aarch64).
 ///
 /// pre: none.
-pub(crate) fn page_size() -> usize {
+pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
     let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     if v > 0 {
@@ -81,28 +81,28 @@ pub(crate) fn page_size() -> usize {
 /// Online logical CPUs this process may run on.
 ///
 /// pre: none.
-pub(crate) fn online_cpus() -> usize {
+pub fn online_cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// A sysfs/procfs file as trimmed text, or `None` if it is missing or unreadable.
 ///
 /// pre: none.
-pub(crate) fn read_text(path: impl AsRef<Path>) -> Option<String> {
+pub fn read_text(path: impl AsRef<Path>) -> Option<String> {
     fs::read_to_string(path).ok().map(|s| s.trim().to_owned())
 }
 
 /// A sysfs/procfs file holding one unsigned number.
 ///
 /// pre: none.
-pub(crate) fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
+pub fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
     read_text(path)?.parse().ok()
 }
 
 /// `MemAvailable` of `/proc/meminfo` in bytes (0 if unreadable).
 ///
 /// pre: none.
-pub(crate) fn mem_available() -> usize {
+pub fn mem_available() -> usize {
     read_text("/proc/meminfo")
         .and_then(|m| {
             let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
@@ -114,6 +114,6 @@ pub(crate) fn mem_available() -> usize {
 /// Writes a sysfs/procfs file (hugetlb reservations).
 ///
 /// pre: none (the kernel checks the value; writing needs root).
-pub(crate) fn write_text(path: impl AsRef<Path>, text: &str) -> io::Result<()> {
+pub fn write_text(path: impl AsRef<Path>, text: &str) -> io::Result<()> {
     fs::write(path, text)
 }

@@ -8,28 +8,28 @@ use std::io;
 /// Node masks are this many bits: the kernel's largest `MAX_NUMNODES`
 /// (`CONFIG_NODES_SHIFT=10` on distribution kernels). A node id at or past it
 /// is refused before any call.
-pub(crate) const MASK_BITS: usize = 1024;
+pub const MASK_BITS: usize = 1024;
 const MASK_WORDS: usize = MASK_BITS / 64;
 
 /// A set of node ids, as the policy calls take and give them.
-pub(crate) type NodeMask = [u64; MASK_WORDS];
+pub type NodeMask = [u64; MASK_WORDS];
 
 /// `mode` values of the policy calls not in the `libc` crate.
-pub(crate) const MPOL_PREFERRED_MANY: libc::c_int = 5;
+pub const MPOL_PREFERRED_MANY: libc::c_int = 5;
 /// Linux 6.9.
-pub(crate) const MPOL_WEIGHTED_INTERLEAVE: libc::c_int = 6;
+pub const MPOL_WEIGHTED_INTERLEAVE: libc::c_int = 6;
 /// `get_mempolicy`'s mode flag: the mask is relative to the cpuset's nodes.
-pub(crate) const MPOL_F_RELATIVE_NODES: libc::c_int = 1 << 14;
+pub const MPOL_F_RELATIVE_NODES: libc::c_int = 1 << 14;
 /// The mode without its flags (`MPOL_F_STATIC_NODES`, `_RELATIVE_NODES`,
 /// `_NUMA_BALANCING`).
-pub(crate) const MPOL_MODE_MASK: libc::c_int = 0xff;
+pub const MPOL_MODE_MASK: libc::c_int = 0xff;
 /// `mbind` flag: fail where a page already present is on another node.
 const MPOL_MF_STRICT: libc::c_uint = 1;
 
 /// The mask holding `nodes` (ids below [`MASK_BITS`]), or EINVAL.
 ///
 /// pre: none.
-pub(crate) fn mask_of(nodes: &[u32]) -> io::Result<NodeMask> {
+pub fn mask_of(nodes: &[u32]) -> io::Result<NodeMask> {
     let mut mask = [0u64; MASK_WORDS];
     for &n in nodes {
         let n = n as usize;
@@ -44,7 +44,7 @@ pub(crate) fn mask_of(nodes: &[u32]) -> io::Result<NodeMask> {
 /// The node ids in `mask`, ascending.
 ///
 /// pre: none.
-pub(crate) fn nodes_of(mask: &NodeMask) -> Vec<u32> {
+pub fn nodes_of(mask: &NodeMask) -> Vec<u32> {
     (0..MASK_BITS)
         .filter(|&n| mask[n / 64] & (1 << (n % 64)) != 0)
         .map(|n| n as u32)
@@ -56,7 +56,7 @@ pub(crate) fn nodes_of(mask: &NodeMask) -> Vec<u32> {
 /// and local policies).
 ///
 /// pre: none.
-pub(crate) fn thread_mempolicy() -> io::Result<(libc::c_int, NodeMask)> {
+pub fn thread_mempolicy() -> io::Result<(libc::c_int, NodeMask)> {
     let mut mode: libc::c_int = 0;
     let mut mask = [0u64; MASK_WORDS];
     // SAFETY: both out-pointers are locals of the sizes given (`MASK_BITS`
@@ -83,7 +83,9 @@ pub(crate) fn thread_mempolicy() -> io::Result<(libc::c_int, NodeMask)> {
 ///
 /// pre: none (the range is the kernel's to check: one not mapped is EFAULT,
 /// one not page-aligned EINVAL).
-pub(crate) fn mbind(
+// The pointer goes to the kernel, which checks the range; nothing here reads it.
+#[allow(clippy::not_unsafe_ptr_arg_deref)]
+pub fn mbind(
     addr: *mut u8,
     len: usize,
     mode: libc::c_int,
@@ -118,7 +120,7 @@ pub(crate) fn mbind(
 /// no target nodes moves nothing; it only answers.
 ///
 /// pre: none (addresses are only looked up).
-pub(crate) fn page_nodes(pages: &[*const u8]) -> io::Result<Vec<i32>> {
+pub fn page_nodes(pages: &[*const u8]) -> io::Result<Vec<i32>> {
     let mut status = vec![i32::MIN; pages.len()];
     // One call per batch keeps the kernel's work per call bounded.
     for (addrs, out) in pages.chunks(4096).zip(status.chunks_mut(4096)) {
@@ -145,7 +147,7 @@ pub(crate) fn page_nodes(pages: &[*const u8]) -> io::Result<Vec<i32>> {
 /// The CPU and node the calling thread runs on now.
 ///
 /// pre: none.
-pub(crate) fn getcpu() -> io::Result<(u32, u32)> {
+pub fn getcpu() -> io::Result<(u32, u32)> {
     let (mut cpu, mut node) = (0u32, 0u32);
     // SAFETY: both out-pointers are locals; the third argument (a cache) is
     // unused by Linux since 2.6.24 and may be null.
@@ -167,7 +169,7 @@ pub(crate) fn getcpu() -> io::Result<(u32, u32)> {
 /// answers from the vDSO or rseq without a system call.
 ///
 /// pre: none.
-pub(crate) fn current_cpu() -> Option<usize> {
+pub fn current_cpu() -> Option<usize> {
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).ok()
@@ -176,7 +178,7 @@ pub(crate) fn current_cpu() -> Option<usize> {
 /// The CPUs the calling thread may run on, ascending.
 ///
 /// pre: none.
-pub(crate) fn thread_affinity() -> io::Result<Vec<usize>> {
+pub fn thread_affinity() -> io::Result<Vec<usize>> {
     // SAFETY: a cpu_set_t is plain bits; all zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // SAFETY: `set` is a local of the size given; pid 0 is the calling thread.
@@ -193,7 +195,7 @@ pub(crate) fn thread_affinity() -> io::Result<Vec<usize>> {
 /// Lets the calling thread run only on `cpus` (ids below `CPU_SETSIZE`).
 ///
 /// pre: none (an empty or offline set is the kernel's EINVAL).
-pub(crate) fn set_thread_affinity(cpus: &[usize]) -> io::Result<()> {
+pub fn set_thread_affinity(cpus: &[usize]) -> io::Result<()> {
     // SAFETY: a cpu_set_t is plain bits; all zero is the empty set.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for &cpu in cpus {

@@ -13,7 +13,7 @@ use super::{check, owned};
 /// This process's effective uid.
 ///
 /// pre: none.
-pub(crate) fn geteuid() -> u32 {
+pub fn geteuid() -> u32 {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() }
 }
@@ -22,7 +22,7 @@ pub(crate) fn geteuid() -> u32 {
 ///
 /// pre: none (the mask is the whole process's: a file another thread creates
 /// meanwhile gets it too).
-pub(crate) fn umask(mask: libc::mode_t) -> libc::mode_t {
+pub fn umask(mask: libc::mode_t) -> libc::mode_t {
     // SAFETY: umask has no memory-safety preconditions.
     unsafe { libc::umask(mask) }
 }
@@ -30,7 +30,7 @@ pub(crate) fn umask(mask: libc::mode_t) -> libc::mode_t {
 /// Ignores signal `sig` (`SIG_IGN`) in the whole process.
 ///
 /// pre: none (no handler is installed; SIGKILL and SIGSTOP are EINVAL).
-pub(crate) fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
+pub fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
     // SAFETY: SIG_IGN runs no code of ours.
     if unsafe { libc::signal(sig, libc::SIG_IGN) } == libc::SIG_ERR {
         return Err(io::Error::last_os_error());
@@ -42,7 +42,7 @@ pub(crate) fn ignore_signal(sig: libc::c_int) -> io::Result<()> {
 /// reach it through `/proc/PID` (its descriptors) and ptrace.
 ///
 /// pre: none.
-pub(crate) fn set_dumpable(on: bool) -> io::Result<()> {
+pub fn set_dumpable(on: bool) -> io::Result<()> {
     // SAFETY: PR_SET_DUMPABLE takes an integer and touches no memory of ours.
     check(unsafe { libc::prctl(libc::PR_SET_DUMPABLE, libc::c_ulong::from(on), 0, 0, 0) }).map(drop)
 }
@@ -52,7 +52,7 @@ pub(crate) fn set_dumpable(on: bool) -> io::Result<()> {
 /// inherit the mask, so call it before any.
 ///
 /// pre: none.
-pub(crate) fn signals_to_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
+pub fn signals_to_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
     // SAFETY: an all-zero sigset_t is valid storage; sigemptyset initialises it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: the set operations write the local; pthread_sigmask and signalfd
@@ -77,7 +77,7 @@ pub(crate) fn signals_to_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
 /// Raises the soft limit on open descriptors (`RLIMIT_NOFILE`) to the hard one.
 ///
 /// pre: none.
-pub(crate) fn raise_nofile_limit() -> io::Result<()> {
+pub fn raise_nofile_limit() -> io::Result<()> {
     let mut r = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -96,7 +96,7 @@ pub(crate) fn raise_nofile_limit() -> io::Result<()> {
 /// final symbolic link) to `value`.
 ///
 /// pre: none (a path with a NUL in it is EINVAL).
-pub(crate) fn lsetxattr(path: &Path, name: &CStr, value: &[u8]) -> io::Result<()> {
+pub fn lsetxattr(path: &Path, name: &CStr, value: &[u8]) -> io::Result<()> {
     let path = std::ffi::CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: both strings are NUL-terminated; the value is `value.len()` bytes.
@@ -117,7 +117,7 @@ pub(crate) fn lsetxattr(path: &Path, name: &CStr, value: &[u8]) -> io::Result<()
 /// process itself (`SO_PEERPIDFD`).
 ///
 /// pre: none.
-pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+pub fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
     // SAFETY: pidfd_open has no memory-safety preconditions.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     owned(fd as libc::c_int)
@@ -127,7 +127,7 @@ pub(crate) fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
 /// Linux 6.11).
 ///
 /// pre: none (a descriptor that is no pidfd, or an older kernel, is an error).
-pub(crate) fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     const PIDFD_GET_USER_NAMESPACE: libc::c_ulong = 0xff09; // _IO(0xFF, 9)
                                                             // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
     owned(unsafe { libc::ioctl(pidfd.as_raw_fd(), PIDFD_GET_USER_NAMESPACE) })
@@ -137,7 +137,7 @@ pub(crate) fn pidfd_user_namespace(pidfd: BorrowedFd<'_>) -> io::Result<OwnedFd>
 /// EPERM at the caller's own namespace or above it.
 ///
 /// pre: none.
-pub(crate) fn namespace_parent(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub fn namespace_parent(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     const NS_GET_PARENT: libc::c_ulong = 0xb702; // _IO(0xb7, 2)
                                                  // SAFETY: the ioctl takes no argument and returns a new descriptor or -1.
     owned(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT) })
@@ -147,7 +147,7 @@ pub(crate) fn namespace_parent(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// (`NS_GET_OWNER_UID`).
 ///
 /// pre: none.
-pub(crate) fn namespace_owner(ns: BorrowedFd<'_>) -> io::Result<u32> {
+pub fn namespace_owner(ns: BorrowedFd<'_>) -> io::Result<u32> {
     const NS_GET_OWNER_UID: libc::c_ulong = 0xb704; // _IO(0xb7, 4)
     let mut uid: libc::uid_t = 0;
     // SAFETY: NS_GET_OWNER_UID writes one uid_t into the local.
@@ -159,7 +159,7 @@ pub(crate) fn namespace_owner(ns: BorrowedFd<'_>) -> io::Result<u32> {
 ///
 /// pre: none.
 #[cfg(target_arch = "aarch64")]
-pub(crate) fn auxval(kind: libc::c_ulong) -> u64 {
+pub fn auxval(kind: libc::c_ulong) -> u64 {
     // SAFETY: getauxval has no preconditions.
     unsafe { libc::getauxval(kind) as u64 }
 }

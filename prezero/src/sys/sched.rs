@@ -6,12 +6,12 @@ use std::io;
 use crate::pool::ScrubPriority;
 
 /// A thread's kernel id (0 names the calling thread where a call takes one).
-pub(crate) type Tid = libc::pid_t;
+pub type Tid = libc::pid_t;
 
 /// The calling thread's kernel id.
 ///
 /// pre: none.
-pub(crate) fn gettid() -> Tid {
+pub fn gettid() -> Tid {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() }
 }
@@ -23,7 +23,7 @@ pub(crate) fn gettid() -> Tid {
 ///
 /// pre: none (a tid that names no thread of ours is refused: ESRCH, or EPERM
 /// for another user's).
-pub(crate) fn set_priority(tid: Tid, priority: ScrubPriority) -> &'static str {
+pub fn set_priority(tid: Tid, priority: ScrubPriority) -> &'static str {
     match priority {
         ScrubPriority::Idle if set_policy(tid, libc::SCHED_IDLE).is_ok() => "SCHED_IDLE",
         ScrubPriority::Idle if set_nice(tid, 19).is_ok() => "nice 19 (SCHED_IDLE refused)",
@@ -39,7 +39,7 @@ pub(crate) fn set_priority(tid: Tid, priority: ScrubPriority) -> &'static str {
 /// thread cannot leave `SCHED_IDLE` or lower its nice value).
 ///
 /// pre: none (as [`set_priority`]).
-pub(crate) fn set_normal_priority(tid: Tid) -> io::Result<()> {
+pub fn set_normal_priority(tid: Tid) -> io::Result<()> {
     let policy = set_sched_normal(tid);
     let nice = set_nice(tid, 0);
     policy.and(nice)
@@ -50,7 +50,7 @@ pub(crate) fn set_normal_priority(tid: Tid) -> io::Result<()> {
 /// core is busy).
 ///
 /// pre: none (as [`set_priority`]).
-pub(crate) fn set_sched_normal(tid: Tid) -> io::Result<()> {
+pub fn set_sched_normal(tid: Tid) -> io::Result<()> {
     set_policy(tid, libc::SCHED_OTHER)
 }
 

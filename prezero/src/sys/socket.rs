@@ -13,7 +13,7 @@ use super::{check, owned};
 use crate::error::{Error, Result};
 
 /// A unix socket's address: a path of at most 107 bytes (`sockaddr_un`).
-pub(crate) struct UnixAddr {
+pub struct UnixAddr {
     addr: libc::sockaddr_un,
     len: libc::socklen_t,
 }
@@ -21,7 +21,7 @@ pub(crate) struct UnixAddr {
 impl UnixAddr {
     /// The address of `path`; a path that does not fit (or holds a NUL) is an
     /// error.
-    pub(crate) fn new(path: &Path) -> Result<UnixAddr> {
+    pub fn new(path: &Path) -> Result<UnixAddr> {
         // SAFETY: an all-zero sockaddr_un is valid (and NUL-terminates the path).
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
@@ -52,7 +52,7 @@ impl UnixAddr {
 /// (`SOCK_NONBLOCK`).
 ///
 /// pre: none.
-pub(crate) fn seqpacket_socket(flags: libc::c_int) -> io::Result<OwnedFd> {
+pub fn seqpacket_socket(flags: libc::c_int) -> io::Result<OwnedFd> {
     let kind = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags;
     // SAFETY: socket() has no memory-safety preconditions.
     owned(unsafe { libc::socket(libc::AF_UNIX, kind, 0) })
@@ -62,7 +62,7 @@ pub(crate) fn seqpacket_socket(flags: libc::c_int) -> io::Result<OwnedFd> {
 /// full fails with EAGAIN at once).
 ///
 /// pre: none.
-pub(crate) fn connect(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
+pub fn connect(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
     // SAFETY: `addr` is a valid sockaddr_un of `addr.len` bytes.
     check(unsafe { libc::connect(sock.as_raw_fd(), addr.as_ptr(), addr.len) }).map(drop)
 }
@@ -70,7 +70,7 @@ pub(crate) fn connect(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
 /// `bind(2)` to `addr`: creates the socket file, of mode 0777 less the umask.
 ///
 /// pre: none.
-pub(crate) fn bind(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
+pub fn bind(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
     // SAFETY: `addr` is a valid sockaddr_un of `addr.len` bytes.
     check(unsafe { libc::bind(sock.as_raw_fd(), addr.as_ptr(), addr.len) }).map(drop)
 }
@@ -78,7 +78,7 @@ pub(crate) fn bind(sock: BorrowedFd<'_>, addr: &UnixAddr) -> io::Result<()> {
 /// `listen(2)` with the largest backlog the system allows.
 ///
 /// pre: none.
-pub(crate) fn listen(sock: BorrowedFd<'_>) -> io::Result<()> {
+pub fn listen(sock: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: listen has no memory-safety preconditions.
     check(unsafe { libc::listen(sock.as_raw_fd(), libc::SOMAXCONN) }).map(drop)
 }
@@ -86,7 +86,7 @@ pub(crate) fn listen(sock: BorrowedFd<'_>) -> io::Result<()> {
 /// Takes a waiting connection, as a nonblocking close-on-exec socket.
 ///
 /// pre: none.
-pub(crate) fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
     // SAFETY: with null address buffers accept4 writes nothing of ours.
     owned(unsafe {
@@ -103,7 +103,7 @@ pub(crate) fn accept(listener: BorrowedFd<'_>) -> io::Result<OwnedFd> {
 /// so does every holder of the socket here.
 ///
 /// pre: none.
-pub(crate) fn shutdown(sock: BorrowedFd<'_>) -> io::Result<()> {
+pub fn shutdown(sock: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: shutdown has no memory-safety preconditions.
     check(unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) }).map(drop)
 }
@@ -112,7 +112,7 @@ pub(crate) fn shutdown(sock: BorrowedFd<'_>) -> io::Result<()> {
 /// `SO_RCVTIMEO`), to whole seconds.
 ///
 /// pre: none.
-pub(crate) fn set_timeouts(sock: BorrowedFd<'_>, d: Duration) -> io::Result<()> {
+pub fn set_timeouts(sock: BorrowedFd<'_>, d: Duration) -> io::Result<()> {
     let tv = libc::timeval {
         tv_sec: d.as_secs() as libc::time_t,
         tv_usec: 0,
@@ -152,7 +152,7 @@ unsafe fn get_option(
 /// The peer's pid, uid and gid as of its `connect` (`SO_PEERCRED`).
 ///
 /// pre: none.
-pub(crate) fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
+pub fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
     // SAFETY: an all-zero ucred is valid.
     let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
     let mut len = size_of::<libc::ucred>() as libc::socklen_t;
@@ -172,7 +172,7 @@ pub(crate) fn peer_cred(sock: BorrowedFd<'_>) -> io::Result<libc::ucred> {
 /// however many.
 ///
 /// pre: none.
-pub(crate) fn peer_groups(sock: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
+pub fn peer_groups(sock: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
     let mut groups = vec![0u32; 64];
     loop {
         let mut len = (groups.len() * 4) as libc::socklen_t;
@@ -204,7 +204,7 @@ pub(crate) fn peer_groups(sock: BorrowedFd<'_>) -> io::Result<Vec<u32>> {
 /// connected, immune to pid reuse.
 ///
 /// pre: none.
-pub(crate) fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub fn peer_pidfd(sock: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     const SO_PEERPIDFD: libc::c_int = 77;
     let mut fd: libc::c_int = -1;
     let mut len = size_of::<libc::c_int>() as libc::socklen_t;
@@ -236,11 +236,7 @@ const fn cmsg_words(n: usize) -> usize {
 /// Never raises SIGPIPE.
 ///
 /// pre: `fds.len() <= MAX_FDS_PER_MESSAGE` (checked).
-pub(crate) fn send_with_fds(
-    sock: BorrowedFd<'_>,
-    msg: &[u8],
-    fds: &[BorrowedFd<'_>],
-) -> io::Result<()> {
+pub fn send_with_fds(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     assert!(
         fds.len() <= MAX_FDS_PER_MESSAGE,
         "at most SCM_MAX_FD descriptors per message"
@@ -304,7 +300,7 @@ pub struct Received {
 /// recvmsg(2) takes them (`MSG_DONTWAIT`).
 ///
 /// pre: `max_fds <= MAX_FDS_PER_MESSAGE` (checked).
-pub(crate) fn recv_with_fds(
+pub fn recv_with_fds(
     sock: BorrowedFd<'_>,
     buf: &mut [u8],
     flags: libc::c_int,

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
-use prezero::service::Client;
 use prezero::{PageKind, Region, Temperature};
+use prezero_service::Client;
 
 use super::{memory_budget, Args};
 use crate::bench::daemon::{alloc, wait_ready, Daemon};

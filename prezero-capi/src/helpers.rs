@@ -1,0 +1,166 @@
+//! What every area of the C ABI shares: the panic boundary, and turning C's
+//! pointers, sizes and handles into Rust values or error codes.
+
+use std::any::TypeId;
+use std::collections::BTreeMap;
+use std::ffi::{c_int, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::RwLock;
+
+use prezero::{Error, Result};
+
+/// Runs `f` behind the panic boundary, turning its `Result` into a return code.
+pub(super) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => -e.errno(),
+        Err(_) => -libc::ENOTRECOVERABLE,
+    }
+}
+
+pub(super) fn inval(msg: &str) -> Error {
+    Error::invalid(msg)
+}
+
+/// NULL is an error: for the pointers a call cannot do without.
+pub(super) fn not_null<T>(p: *const T, what: &str) -> Result<()> {
+    if p.is_null() {
+        return Err(inval(&format!("NULL {what}")));
+    }
+    Ok(())
+}
+
+/// Writes `value` to an optional output: NULL skips it.
+///
+/// # Safety
+/// `out` is NULL or writable for a `T`.
+pub(super) unsafe fn write_opt<T>(out: *mut T, value: T) {
+    if !out.is_null() {
+        // SAFETY: not NULL, so writable (the caller's promise).
+        unsafe { out.write(value) };
+    }
+}
+
+/// A writable `(ptr, len)` from C as a slice: NULL is an error unless `len == 0`;
+/// a range that wraps the address space or exceeds `isize::MAX` is an error.
+///
+/// # Safety
+/// `[ptr, ptr + len)` is writable and nothing else accesses it while the slice
+/// lives (the C caller's promise, as for `memset`).
+pub(super) unsafe fn bytes_mut<'a>(ptr: *mut c_void, len: usize) -> Result<&'a mut [u8]> {
+    if len == 0 {
+        return Ok(&mut []);
+    }
+    not_null(ptr, "pointer")?;
+    if len > isize::MAX as usize || (ptr as usize).checked_add(len).is_none() {
+        return Err(inval("size overflows the address space"));
+    }
+    // SAFETY: the caller promises [ptr, ptr+len) is valid and unaliased.
+    Ok(unsafe { std::slice::from_raw_parts_mut(ptr.cast(), len) })
+}
+
+/// A readable `(ptr, len)` from C as a slice, checked as [`bytes_mut`].
+///
+/// # Safety
+/// `[ptr, ptr + len)` is readable and nothing writes it while the slice lives.
+pub(super) unsafe fn bytes<'a>(ptr: *const c_void, len: usize) -> Result<&'a [u8]> {
+    // SAFETY: as bytes_mut; the slice is only read.
+    unsafe { bytes_mut(ptr.cast_mut(), len).map(|b| &*b) }
+}
+
+/// NUMA node ids from C: `(nodes, n)` as a slice; NULL or `n == 0` is an
+/// error (a call given nodes needs one), as is a count no array could hold.
+///
+/// # Safety
+/// `nodes` is NULL or readable for `n` ids.
+pub(super) unsafe fn node_ids<'a>(nodes: *const u32, n: usize) -> Result<&'a [u32]> {
+    not_null(nodes, "node array")?;
+    if n == 0 || n > isize::MAX as usize / 4 {
+        return Err(inval("a node count of 0, or more than an array holds"));
+    }
+    // SAFETY: not NULL, and readable for n ids (the caller's promise).
+    Ok(unsafe { std::slice::from_raw_parts(nodes, n) })
+}
+
+/// A caller's versioned struct (its first field is `size_t struct_size`): not
+/// NULL, and of the size this library was built with.
+///
+/// # Safety
+/// `p` is NULL or readable for at least a `size_t`.
+pub(super) unsafe fn versioned<T>(p: *const T, name: &str) -> Result<()> {
+    not_null(p, "argument")?;
+    // SAFETY: not NULL, and every versioned struct begins with its size as a size_t.
+    if unsafe { p.cast::<usize>().read() } != std::mem::size_of::<T>() {
+        return Err(Error::invalid(format!(
+            "unknown {name}.struct_size (set it to sizeof({name}))"
+        )));
+    }
+    Ok(())
+}
+
+/// Every live handle: its address and the type behind it. A handle C passes
+/// is looked up here before it is dereferenced, so one freed already, one of
+/// another type, or any other pointer is `-EINVAL`, never undefined
+/// behaviour. (What the registry cannot catch: a handle freed by one thread
+/// while another uses it, which the header forbids, and a freed handle whose
+/// address a new handle of the same type has taken, as a closed fd's number
+/// comes back.) A read lock per call:
+/// calls on live handles from many threads do not wait for each other.
+static LIVE: RwLock<BTreeMap<usize, TypeId>> = RwLock::new(BTreeMap::new());
+
+fn is_live<T: 'static>(h: *const T) -> bool {
+    let live = LIVE.read().unwrap_or_else(|e| e.into_inner());
+    live.get(&(h as usize)) == Some(&TypeId::of::<T>())
+}
+
+fn not_live(what: &str) -> Error {
+    inval(&format!("not a live {what} (freed already, or never one)"))
+}
+
+/// Hands `value` to C as an opaque handle, owned by the caller until the one
+/// call that frees it ([`free_handle`]).
+pub(super) fn into_handle<T: 'static>(value: T) -> *mut T {
+    let h = Box::into_raw(Box::new(value));
+    let mut live = LIVE.write().unwrap_or_else(|e| e.into_inner());
+    live.insert(h as usize, TypeId::of::<T>());
+    h
+}
+
+/// A live handle as a shared reference: NULL, a freed handle, a handle of
+/// another type and any other pointer are errors.
+///
+/// # Safety
+/// No other thread frees `h` while the reference lives (the C caller's
+/// promise: a handle's free is its last call).
+pub(super) unsafe fn handle<'a, T: 'static>(h: *const T, what: &str) -> Result<&'a T> {
+    not_null(h, what)?;
+    if !is_live(h) {
+        return Err(not_live(what));
+    }
+    // SAFETY: registered by into_handle (a live Box of T) and not freed since;
+    // shared access only.
+    Ok(unsafe { &*h })
+}
+
+/// Takes a handle back from C and drops what it holds: NULL, a handle freed
+/// already and anything else not live are errors.
+///
+/// # Safety
+/// No other call on the handle runs during or after this one.
+pub(super) unsafe fn free_handle<T: 'static>(h: *mut T, what: &str) -> Result<()> {
+    not_null(h, what)?;
+    let removed = {
+        let mut live = LIVE.write().unwrap_or_else(|e| e.into_inner());
+        match live.get(&(h as usize)) {
+            Some(t) if *t == TypeId::of::<T>() => live.remove(&(h as usize)).is_some(),
+            _ => false,
+        }
+    };
+    if !removed {
+        return Err(not_live(what));
+    }
+    // SAFETY: from Box::into_raw in into_handle, and just taken out of the
+    // registry by this call alone, so dropped once.
+    drop(unsafe { Box::from_raw(h) });
+    Ok(())
+}
