@@ -53,7 +53,7 @@ use crate::nodes::{Nodes, MAX_LANES};
 use crate::stats;
 use crate::sys;
 
-// Only entry.rs calls them, and a test build leaves it out.
+// Only entry/ calls them, and a test build leaves it out.
 #[cfg(not(test))]
 pub use requests::{alloc, free, realloc, usable_size};
 pub use scrubber::is_scrubber;

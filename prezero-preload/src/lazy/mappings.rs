@@ -1,6 +1,6 @@
 //! The program's own mappings: which `mmap`s are registered, and what
 //! `munmap`, `mremap`, `mmap(MAP_FIXED)` and `madvise` do to registered
-//! ranges. `interpose.rs` calls these from the C entry points, which have
+//! ranges. `entry/lazy.rs` calls these from the C entry points, which have
 //! already forwarded everything while the lazy mode was not asked for.
 //!
 //! Registered: anonymous private read-write mappings of at least the

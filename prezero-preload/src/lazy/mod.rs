@@ -10,7 +10,7 @@
 //! cache's whole range, `MADV_NOHUGEPAGE` (in a range the kernel may fault
 //! huge pages into, it allocates and zeroes one before it reports the fault,
 //! then frees it), and the program's own large anonymous private mappings
-//! (`mmap` is interposed: `interpose.rs`, the ranges in `table.rs`), which
+//! (`mmap` is interposed: `entry/lazy.rs`, the ranges in `table.rs`), which
 //! say it only under THP `always`, so that they merge with their neighbours
 //! as they would plainly.
 //!
@@ -23,7 +23,7 @@
 //! * `realloc.rs`: the cache's `realloc` of registered blocks;
 //! * `pause.rs`: the handler's and workers' part in `crate::threads`;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
-//!   registered ranges; `interpose.rs` the C entry points;
+//!   registered ranges (their C entry points are in `entry/lazy.rs`);
 //! * `table.rs`: the registered mappings (pure).
 //!
 //! Locks: `POP` orders everything that populates or unmaps registered
@@ -55,10 +55,8 @@
 //! parent's memory.
 
 mod handler;
-#[cfg(not(test))]
-mod interpose;
 mod lanes;
-mod mappings;
+pub mod mappings;
 mod pause;
 mod realloc;
 mod recycle;

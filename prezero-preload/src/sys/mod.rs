@@ -110,7 +110,7 @@ fn checked(r: libc::c_long) -> Result<usize, Errno> {
 }
 
 /// The kernel's `mmap(2)`, not the C library's: this library exports `mmap`
-/// itself (`lazy/interpose.rs`), and the C library's name would resolve to
+/// itself (`entry/lazy.rs`), and the C library's name would resolve to
 /// that. So do `munmap`, `mremap` and `madvise` below.
 ///
 /// # Safety

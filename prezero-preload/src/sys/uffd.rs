@@ -463,7 +463,7 @@ fn scan_with(
 /// pre: `fd` is this crate's own, and nothing uses it after.
 pub fn close(fd: c_int) {
     // The system call, not the C library's `close`, which this library
-    // interposes (`lazy/interpose.rs`).
+    // interposes (`entry/lazy.rs`).
     // SAFETY: the descriptor is ours and unused from here (pre).
     unsafe { libc::syscall(libc::SYS_close, fd) };
 }

@@ -105,7 +105,7 @@ pub(super) fn left() {
 
 /// Runs `call` (a `set*id` of the program's) once every thread of ours has
 /// the caller's capabilities and securebits.
-pub(super) fn agreeing<T>(call: impl FnOnce() -> T) -> T {
+pub fn agreeing<T>(call: impl FnOnce() -> T) -> T {
     if !ours() {
         return call();
     }

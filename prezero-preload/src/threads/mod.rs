@@ -28,15 +28,18 @@
 //! one would miss it), and is held with signals blocked.
 
 mod creds;
-#[cfg(not(test))]
-mod entry;
 mod stop;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
+// Only entry/ calls these, and a test build leaves it out.
+#[cfg(not(test))]
+pub use creds::agreeing;
 pub use stop::stopping;
+#[cfg(not(test))]
+pub use stop::{alone, setns_needs_one_thread, unshare_needs_one_thread};
 
 /// Threads of ours at most besides the handler: a worker per lane, a
 /// scrubber, a watcher.

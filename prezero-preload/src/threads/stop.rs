@@ -42,7 +42,7 @@ pub fn stopping(owner: Owner) -> bool {
 }
 
 /// Runs `call` with none of our threads running.
-pub(super) fn alone<T>(call: impl FnOnce() -> T) -> T {
+pub fn alone<T>(call: impl FnOnce() -> T) -> T {
     if !ours() {
         return call();
     }
@@ -107,7 +107,7 @@ fn wait_gone(left: usize) {
 /// Whether `flags` of `unshare` ask what only a single-threaded process may
 /// have: a user namespace (which implies the thread group), its signal
 /// handlers or its memory.
-pub(super) fn unshare_needs_one_thread(flags: libc::c_int) -> bool {
+pub fn unshare_needs_one_thread(flags: libc::c_int) -> bool {
     let one = libc::CLONE_NEWUSER | libc::CLONE_THREAD | libc::CLONE_SIGHAND | libc::CLONE_VM;
     flags & one != 0
 }
@@ -115,7 +115,7 @@ pub(super) fn unshare_needs_one_thread(flags: libc::c_int) -> bool {
 /// Whether `setns` of namespace type `kind` may need a single-threaded
 /// process: a user, mount or time namespace, or any (0: the descriptor's
 /// own type, which may be one of them; a pidfd's set of types).
-pub(super) fn setns_needs_one_thread(kind: libc::c_int) -> bool {
+pub fn setns_needs_one_thread(kind: libc::c_int) -> bool {
     let one = libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWTIME;
     kind == 0 || kind & one != 0
 }

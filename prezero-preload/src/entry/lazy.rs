@@ -12,7 +12,7 @@
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::{closing, mappings, wanted};
+use crate::lazy::{closing, mappings, wanted};
 use crate::sys::{self, set_errno, Errno};
 
 fn answer<T>(r: Result<T, Errno>, failed: T) -> T {
@@ -34,7 +34,7 @@ pub unsafe extern "C" fn mmap(
     off: libc::off_t,
 ) -> *mut c_void {
     let a = addr as usize;
-    crate::entry::boot_once();
+    super::boot_once();
     let r = if wanted() {
         // SAFETY: the caller's arguments, as mmap(2) takes them.
         unsafe { mappings::mmap(a, len, prot, flags, fd, off) }

@@ -15,13 +15,16 @@
 //! make into libc, errno's set-up among them, go through `sys` like every
 //! other file's.
 
+mod lazy;
+mod threads;
+
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
 use crate::config::Config;
 use crate::next::{self, Next};
 use crate::sys::{self, set_errno};
-use crate::{cache, lazy, stats};
+use crate::{cache, stats};
 
 const UNINIT: u8 = 0;
 /// Finding the next allocator: only the arena serves.
@@ -123,7 +126,7 @@ fn boot() -> u8 {
     THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
     let started = cache::start(cfg);
     // After the cache, whose range it registers; its mappings need no cache.
-    lazy::configure(&cfg);
+    crate::lazy::configure(&cfg);
     if cfg.stats {
         sys::atexit(at_exit);
     }
@@ -136,7 +139,7 @@ fn boot() -> u8 {
 
 extern "C" fn at_exit() {
     stats::print();
-    lazy::stats::print();
+    crate::lazy::stats::print();
 }
 
 /// A large block from the cache, else from the next allocator.

@@ -6,9 +6,8 @@
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::creds::agreeing;
-use super::stop::{alone, setns_needs_one_thread, unshare_needs_one_thread};
 use crate::sys::{next_symbol, set_errno};
+use crate::threads::{agreeing, alone, setns_needs_one_thread, unshare_needs_one_thread};
 
 /// The next definition of `name` (the C library's), as type `$ty`.
 macro_rules! next_fn {
