@@ -35,9 +35,13 @@
 //!   `realloc`, `usable_size`);
 //! * `range.rs`: the range's mappings: reserved, made writable, given back;
 //! * `scrubber.rs`: the scrubber thread, the prefill and the spare;
-//! * `fork.rs`: the `pthread_atfork` handlers.
+//! * `fork.rs`: the `pthread_atfork` handlers;
+//! * `hooks.rs`: what the lazy mode does at three points of the cache's
+//!   work (a block handed out, a block moved by `realloc`, free memory given
+//!   back), set by it at start-up: the cache never names it.
 
 mod fork;
+mod hooks;
 #[cfg(test)]
 mod interleavings;
 mod range;
@@ -53,10 +57,14 @@ use crate::nodes::{Nodes, MAX_LANES};
 use crate::stats;
 use crate::sys;
 
+// The lazy mode's way in (see hooks.rs).
+pub use hooks::{set_hooks, Hooks, Moved};
+pub use requests::move_plain;
+pub use scrubber::is_scrubber;
+
 // Only entry/ calls them, and a test build leaves it out.
 #[cfg(not(test))]
 pub use requests::{alloc, free, realloc, usable_size};
-pub use scrubber::is_scrubber;
 
 /// One lane of the range: a node's, or the unbound one (see `nodes.rs`).
 struct Lane {

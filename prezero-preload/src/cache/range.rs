@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::hooks::hooks;
 use super::{now, signal_all, Guard, Lane, SHARED, WRITABLE};
 use crate::blocks::{Block, Kind};
 use crate::stats;
@@ -118,9 +119,11 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     // else touches it.
     // SAFETY: `g` holds the mutex; it is taken again below, before `g` is used.
     unsafe { SHARED.mutex.unlock() };
-    // Its huge pages to the lazy mode's reserve first, scrubbed there
-    // instead of faulted anew.
-    crate::lazy::recycle(s, l);
+    // The lazy mode moves its huge pages into its reserve first, scrubbed
+    // there instead of faulted anew.
+    if let Some(h) = hooks() {
+        (h.releasing)(s, l);
+    }
     // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
     let ok = unsafe { sys::discard(s, l) }.is_ok();
     SHARED.mutex.lock();

@@ -5,6 +5,7 @@
 use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
+use super::hooks::{hooks, Moved};
 use super::range::release_one;
 use super::scrubber::ensure_scrubber;
 use super::{caller_lane, lane_node, lane_of, lock, now, signal_all, WAITING};
@@ -18,7 +19,9 @@ use crate::sys::{self, Advice, NotMoved};
 pub fn alloc(size: usize, align: usize, zeroed: bool) -> *mut c_void {
     // The lazy mode, if asked for, starts with the process's first large
     // block, before any of its pages is touched.
-    crate::lazy::ensure_started();
+    if let Some(h) = hooks() {
+        (h.before_alloc)();
+    }
     take(caller_lane(), size, align, zeroed, true)
 }
 
@@ -208,80 +211,73 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
     // inside it (it could between an mremap that unmaps and an mmap
     // MAP_FIXED that fills the hole again, which then replaced that thread's
     // mapping with ours).
-    // Under the lazy mode the move populates [q, q + old) by other than a
-    // fault: the fault handler must not meanwhile find a block there empty
-    // and drop it. The kernel does not carry the range's registration over
-    // to what the move and the fresh mapping make: registered again below.
-    let populating = crate::lazy::populating();
-    if let Some(g) = populating.as_ref().filter(|_| old <= crate::lazy::MOVE_MAX) {
-        let n = crate::lazy::move_block(g, p, old, q as usize);
-        if n < old {
-            // A page shared with a child stopped the move, or the kernel
-            // refused it: the rest copied (what the block lacks: the kernel
-            // may not have counted all it moved), the guard still held.
-            crate::lazy::copy_missing(g, p, old, q as usize);
-            drop(populating);
-            free(p);
-            return Some(q);
+    let moved = match hooks() {
+        // The lazy mode's: its own move, or the plain one with its lock held.
+        Some(h) => (h.realloc_move)(p, old, q as usize),
+        None => move_plain(p, old, q as usize, &|| {}),
+    };
+    match moved {
+        Moved::Emptied { remapped } => {
+            let mut g = lock();
+            if remapped && g.cache().cfg.thp {
+                let _ = sys::madvise(p, old, Advice::HugePage);
+            }
+            // The fresh mapping has no policy: its lane's node again.
+            if let Some(node) = lane_node(lane).filter(|_| remapped) {
+                let _ = sys::prefer_node(p, old, node);
+            }
+            g.cache().lane(lane).blocks.free_fresh(p);
+            stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+            signal_all();
         }
-        drop(populating);
-        let mut g = lock();
-        g.cache().lane(lane).blocks.free_fresh(p);
-        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
-        signal_all();
-        return Some(q);
+        Moved::Filled => free(p),
+        Moved::Lost => return Some(std::ptr::null_mut()),
+        Moved::Copy => {
+            // mremap refused: copy.
+            // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
+            unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };
+            free(p);
+        }
     }
+    Some(q)
+}
+
+/// `realloc`'s plain move of the block `[p, p + old)` to the block at `q`
+/// (see `Hooks::realloc_move`): its pages remapped (`mremap`), or
+/// [`Moved::Copy`] where the kernel refuses. `again` runs as soon as the
+/// kernel has changed the range's mappings, before anything else here
+/// touches them (the lazy mode registers them again). The cache's lock is
+/// not held here, and `again` does not take it.
+pub fn move_plain(p: usize, old: usize, q: usize, again: &dyn Fn()) -> Moved {
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
-    let moved = unsafe { sys::move_pages(p, old, q as usize) };
-    if moved.is_ok() {
-        // The vacated part keeps the moved pages' mapping (its offset and
-        // flags differ from its neighbours'), which the kernel will not merge:
-        // a fresh mapping in its place merges again, or every move would leave
-        // mappings behind until the process reaches vm.max_map_count and its
-        // own mmap calls fail. MAP_FIXED over a mapping replaces it in one
-        // step (still no hole); if it fails the empty mapping stays, usable.
-        // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
-        // still this thread's (InUse until free_fresh below).
-        let again = unsafe { sys::map_fresh_over(p, old) }.is_ok();
-        if let Some(g) = &populating {
-            crate::lazy::register_cache_again(g);
+    match unsafe { sys::move_pages(p, old, q) } {
+        Ok(()) => {
+            // The vacated part keeps the moved pages' mapping (its offset and
+            // flags differ from its neighbours'), which the kernel will not
+            // merge: a fresh mapping in its place merges again, or every move
+            // would leave mappings behind until the process reaches
+            // vm.max_map_count and its own mmap calls fail. MAP_FIXED over a
+            // mapping replaces it in one step (still no hole); if it fails the
+            // empty mapping stays, usable.
+            // SAFETY: [p, p + old) is in our range, mapped, with no pages, and
+            // still this thread's (InUse until the caller's free_fresh).
+            let remapped = unsafe { sys::map_fresh_over(p, old) }.is_ok();
+            again();
+            Moved::Emptied { remapped }
         }
-        drop(populating);
-        let mut g = lock();
-        if again && g.cache().cfg.thp {
-            let _ = sys::madvise(p, old, Advice::HugePage);
-        }
-        // The fresh mapping has no policy: its lane's node again.
-        if let Some(node) = lane_node(lane).filter(|_| again) {
-            let _ = sys::prefer_node(p, old, node);
-        }
-        g.cache().lane(lane).blocks.free_fresh(p);
-        stats::REMAPS.fetch_add(1, Ordering::Relaxed);
-        signal_all();
-        return Some(q);
-    }
-    match moved {
-        Err(NotMoved::Lost) => {
-            // Part of q is another mapping now: q stays in use for ever
-            // (never handed out, scrubbed or given back), and the caller
-            // copies p to the next allocator.
-            return Some(std::ptr::null_mut());
-        }
+        // Part of q is another mapping now: q stays in use for ever (never
+        // handed out, scrubbed or given back), and the caller copies p to the
+        // next allocator.
+        Err(NotMoved::Lost) => Moved::Lost,
         Err(NotMoved::Remapped) => {
-            if let Some(g) = &populating {
-                crate::lazy::register_cache_again(g);
+            again();
+            // The fresh mapping at q has no policy: its lane's node again.
+            if let Some(node) = lane_node(lane_of(p)) {
+                let _ = sys::prefer_node(q, old, node);
             }
-            if let Some(node) = lane_node(lane) {
-                let _ = sys::prefer_node(q as usize, old, node);
-            }
+            Moved::Copy
         }
-        _ => {}
+        Err(NotMoved::Refused) => Moved::Copy,
     }
-    drop(populating);
-    // mremap refused: copy.
-    // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
-    unsafe { std::ptr::copy_nonoverlapping(p as *const u8, q.cast::<u8>(), old) };
-    free(p);
-    Some(q)
 }

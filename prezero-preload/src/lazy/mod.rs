@@ -26,6 +26,11 @@
 //!   registered ranges (their C entry points are in `entry/lazy.rs`);
 //! * `table.rs`: the registered mappings (pure).
 //!
+//! The lazy mode uses the cache; the cache never names it, and reaches it
+//! through the hooks set in [`configure`] (their contract in
+//! `cache/hooks.rs`): the start at the first large block, `realloc.rs` and
+//! `recycle.rs`.
+//!
 //! Locks: `POP` orders everything that populates or unmaps registered
 //! memory other than by a fault: the handler holds it from its look at a
 //! block to its move, so a block it found empty is still empty when it drops
@@ -39,7 +44,10 @@
 //! needs no lock. It is not held across `fork`, where the program's own fork
 //! handlers may wait on a thread that maps: the child, which runs without
 //! the lazy mode, starts it unlocked and its table empty. The reserve is
-//! atomics only.
+//! atomics only. The cache's `realloc` hook (`realloc.rs`) holds it across
+//! the cache's plain move, which takes no lock (the cache calls its hooks
+//! without its own, so `POP` and the cache's lock are never held together)
+//! and touches neither block: the hooks' contract in `cache/hooks.rs`.
 //!
 //! Starts: in the program `prezero run` executes, at start-up (its reserve
 //! fills from then on); in any other process at its first large block, and
@@ -73,8 +81,6 @@ use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
 pub use pause::{restart_handler, restart_workers, wake_threads};
-pub use realloc::{copy_missing, move_block, populating, register_cache_again, MOVE_MAX};
-pub use recycle::recycle;
 
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
 /// does not run in this process.
@@ -206,6 +212,16 @@ pub fn configure(cfg: &Config) {
     SAY_WHY.store(cfg.program, Ordering::Relaxed);
     FILL.store(cfg.program, Ordering::Relaxed);
     reserve::fill_ahead(cfg.reserve_asked);
+    // The cache reaches the lazy mode only through these (the contract:
+    // `cache/hooks.rs`); each does the plain thing until the lazy mode runs
+    // in this process.
+    crate::cache::set_hooks(crate::cache::Hooks {
+        before_alloc: || {
+            ensure_started();
+        },
+        realloc_move: realloc::moving,
+        releasing: recycle::recycle,
+    });
     STATE.store(WANTED, Ordering::Release);
     if cfg.program {
         ensure_started();

@@ -1,35 +1,61 @@
-//! The cache's `realloc` under the lazy mode: a block up to [`MOVE_MAX`]
-//! moves with `UFFDIO_MOVE` (no mapping changes), with `POP` held; what the
-//! move leaves is copied, under `POP` too (see [`copy_missing`]); a larger
-//! one moves with `mremap`, after which the cache's range is registered
-//! again.
+//! The cache's `realloc` under the lazy mode (its hook
+//! `Hooks::realloc_move`, [`moving`]): a block up to [`MOVE_MAX`] moves
+//! with `UFFDIO_MOVE` (no mapping changes), with `POP` held; what the move
+//! leaves is copied, under `POP` too (see [`copy_missing`]); a larger one
+//! moves with the cache's plain move (`mremap`), after which the cache's
+//! range is registered again, `POP` held throughout.
 
 use std::sync::atomic::Ordering;
 
 use super::{active, fd, PopGuard, PAGE, PAGEMAP};
+use crate::cache::{self, Moved};
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
-/// The cache's realloc is about to move pages within its range: `POP` held
-/// until the guard drops, if the lazy mode runs.
-pub fn populating() -> Option<PopGuard> {
-    active().then(PopGuard::program)
+/// The cache's `realloc` moves the program's block `[p, p + old)` to its
+/// block at `q` (the hook's contract: `cache/hooks.rs`). The move populates
+/// `[q, q + old)` by other than a fault: the fault handler must not
+/// meanwhile find a block there empty and drop it, so `POP` is held (with
+/// the thread's signals blocked) from before the move until the range is
+/// whole and registered again; the cache's plain move under it takes no
+/// lock and touches neither block (`mremap`, `mmap`, `mbind`). The kernel
+/// does not carry the range's registration over to what `mremap` and the
+/// fresh mapping make: registered again as soon as they are made. Where the
+/// lazy mode does not run in this process (not started, or a forked child),
+/// the plain move alone.
+pub(super) fn moving(p: usize, old: usize, q: usize) -> Moved {
+    if !active() {
+        return cache::move_plain(p, old, q, &|| {});
+    }
+    let g = PopGuard::program();
+    if old <= MOVE_MAX {
+        let n = move_block(&g, p, old, q);
+        if n < old {
+            // A page shared with a child stopped the move, or the kernel
+            // refused it: the rest copied (what the block lacks: the kernel
+            // may not have counted all it moved), the guard still held.
+            copy_missing(&g, p, old, q);
+            return Moved::Filled;
+        }
+        return Moved::Emptied { remapped: false };
+    }
+    cache::move_plain(p, old, q, &|| register_cache_again(&g))
 }
 
 /// Blocks up to this size move with `UFFDIO_MOVE` when the cache's
 /// `realloc` moves them under the lazy mode (see [`move_block`]); larger
 /// ones with `mremap`, whose page-table moves cost nothing per page.
-pub const MOVE_MAX: usize = 8 << 20;
+const MOVE_MAX: usize = 8 << 20;
 
 /// Moves the pages of the cache's block `[from, from + len)` to the block
 /// at `to` (whose own pages are dropped first: the move fills only missing
-/// ones), with the guard of [`populating`] held: the bytes
+/// ones), with `POP` held ([`moving`]): the bytes
 /// moved from the start (all of `len`, or up to a page shared with a forked
 /// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
 /// small page here); `mremap` makes new ones, which the registration then
 /// keeps from merging back (about 25 more per 1000 moves of a realloc churn
 /// here, till vm.max_map_count).
-pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
+fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
     // SAFETY: the block just granted to the caller (the cache's realloc),
     // whose contents it is about to replace.
     if unsafe { sys::discard(to, len) }.is_err() {
@@ -62,7 +88,7 @@ pub fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
 /// registration; or a call the kernel refuses) is copied plainly, which a
 /// fault the handler serves after its wait for `POP` may delay, never
 /// lose.
-pub fn copy_missing(_: &PopGuard, from: usize, len: usize, to: usize) {
+fn copy_missing(_: &PopGuard, from: usize, len: usize, to: usize) {
     for_runs(to, to + len, false, |a, b| {
         for_runs(from + (a - to), from + (b - to), true, |s, e| {
             fill(to + (s - from), s, e - s);
@@ -145,14 +171,14 @@ fn for_runs(mut at: usize, end: usize, present: bool, mut f: impl FnMut(usize, u
 }
 
 /// Registers the cache's whole range again after `mremap` and
-/// `mmap(MAP_FIXED)` changed its mappings, with the guard of [`populating`]
-/// held. The kernel carries no registration over to the mapping a move
+/// `mmap(MAP_FIXED)` changed its mappings, with `POP` held ([`moving`]).
+/// The kernel carries no registration over to the mapping a move
 /// makes, and clears it on the whole mapping that one merges into, which
 /// may take in a neighbour's registered pages: the whole range, then, not
 /// only the two parts that moved (mappings already registered are skipped;
 /// those that are not merge back with their neighbours).
-pub fn register_cache_again(_: &PopGuard) {
-    if let Some((base, len)) = crate::cache::range() {
+fn register_cache_again(_: &PopGuard) {
+    if let Some((base, len)) = cache::range() {
         // SAFETY: the handler thread runs, and answers every fault.
         if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
             let _ = sys::madvise(base, len, sys::Advice::NoHugePage);

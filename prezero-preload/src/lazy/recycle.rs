@@ -23,10 +23,10 @@ use crate::sys::uffd::{self, Region};
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
 /// A no-op where the lazy mode does not run in this process.
 ///
-/// The caller (the cache, giving a freed block back) is about to drop the
-/// range's contents: nothing reads them after, so moving them out first
-/// changes nothing it could see.
-pub fn recycle(start: usize, len: usize) {
+/// The caller (the cache, giving a freed block back: its hook
+/// `Hooks::releasing`) is about to drop the range's contents: nothing reads
+/// them after, so moving them out first changes nothing it could see.
+pub(super) fn recycle(start: usize, len: usize) {
     let lo = start.next_multiple_of(HUGE);
     let hi = (start + len) & !(HUGE - 1);
     // Under memory pressure they go back to the kernel instead.
