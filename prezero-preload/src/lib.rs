@@ -12,24 +12,34 @@
 //! with streaming stores while a core is idle (as Linux's "Prezeroing V2" scrubd), so the next
 //! `calloc` of that size finds it zero and its pages present.
 //!
+//! * `entry/`: every C symbol the library exports, and nothing else: the
+//!   allocator's entry points and start-up (`mod.rs`), `set*id`, `unshare`
+//!   and `setns` (`threads.rs`), the calls the lazy mode takes, `mmap` and
+//!   its family, `close` and `dup2` and theirs, `mlock` and its (`lazy.rs`).
+//!   What they do lives in the folders below.
 //! * `blocks/`: which part of the reserved range is which block (pure): the
 //!   model, the choice of a run, split and merge, the background work's
 //!   Busy blocks.
 //! * `next.rs`: the next allocator, and the arena that serves start-up.
 //! * `cache/`: the cache itself: the lock (`mod.rs`), the entry points'
 //!   large path (`requests.rs`), the range's mappings and the limits
-//!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`).
+//!   (`range.rs`), the scrubber (`scrubber.rs`), fork (`fork.rs`), and the
+//!   hooks the lazy mode sets (`hooks.rs`).
 //! * `nodes.rs`: the NUMA nodes, and which lane of the cache a request
 //!   belongs to.
 //! * `lazy/`: the lazy mode (`PREZERO_LAZY=1`): large blocks populated on
 //!   their first touch by a fault handler that moves pre-zeroed huge pages
 //!   in from a reserve, and the program's own large mappings with them.
+//!   It uses the cache; the cache never names it, and reaches it only
+//!   through the hooks it sets at start-up (`cache/hooks.rs`: the start at
+//!   the first large block, `realloc`'s move, free memory given back): the
+//!   two folders import in one direction only.
 //! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
 //!   pressure what is held ahead goes back.
 //! * `threads/`: the preload's threads, and the calls of the program they
 //!   must agree with: they take the caller's credentials before a `set*id`
 //!   (`creds.rs`), and stop around an `unshare` of a user namespace
-//!   (`stop.rs`).
+//!   (`stop.rs`); the calls themselves are `entry/threads.rs`.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`

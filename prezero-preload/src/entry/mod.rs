@@ -14,6 +14,11 @@
 //! types and errno values (`libc::c_int`, `EINVAL`, `ENOMEM`); the calls they
 //! make into libc, errno's set-up among them, go through `sys` like every
 //! other file's.
+//!
+//! Every other C symbol the library exports is beside this file:
+//! `threads.rs` (`set*id`, `unshare`, `setns`: `crate::threads`) and
+//! `lazy.rs` (`mmap` and its family, the calls that close descriptors,
+//! `mlock` and its family: `crate::lazy`).
 
 mod lazy;
 mod threads;

@@ -1,7 +1,8 @@
-//! The C entry points: each calls the C library's, `set*id` once our
-//! threads have the caller's credentials, `unshare` and `setns` of what
-//! needs a single-threaded process with our threads stopped. Not in a test
-//! build (the harness's threads would go through them).
+//! The C entry points of `crate::threads`: each calls the C library's,
+//! `set*id` once our threads have the caller's credentials, `unshare` and
+//! `setns` of what needs a single-threaded process with our threads
+//! stopped. Not in a test build (the harness's threads would go through
+//! them).
 
 use std::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
