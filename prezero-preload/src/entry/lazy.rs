@@ -10,8 +10,8 @@
 //! harness would map through them).
 
 use std::ffi::{c_int, c_uint, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::missing;
 use crate::lazy::{closing, mappings, wanted};
 use crate::sys::{self, set_errno, Errno};
 
@@ -118,29 +118,6 @@ pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: c_int) -
     answer(r.map(|()| 0), -1)
 }
 
-/// The C library's function `$name` of type `$ty`, found once
-/// (`dlsym(RTLD_NEXT)`); `None` where it has none.
-macro_rules! next {
-    ($name:literal, $ty:ty) => {{
-        static AT: AtomicUsize = AtomicUsize::new(0);
-        let mut at = AT.load(Ordering::Relaxed);
-        if at == 0 {
-            at = sys::next_symbol($name).unwrap_or(0);
-            AT.store(at, Ordering::Relaxed);
-        }
-        // SAFETY: the next definition of the C function of that name, whose
-        // signature the type states.
-        (at != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(at) })
-    }};
-}
-
-/// ENOSYS where the C library has no such function (it never does: the
-/// program could not have been linked to it).
-fn missing<T>(failed: T) -> T {
-    set_errno(libc::ENOSYS);
-    failed
-}
-
 /// # Safety
 /// As C's `close`.
 #[no_mangle]
@@ -148,7 +125,7 @@ pub unsafe extern "C" fn close(fd: c_int) -> c_int {
     if wanted() {
         closing(fd, fd);
     }
-    match next!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
+    match next_fn!(c"close", unsafe extern "C" fn(c_int) -> c_int) {
         // SAFETY: the caller's argument.
         Some(f) => unsafe { f(fd) },
         None => missing(-1),
@@ -164,7 +141,7 @@ pub unsafe extern "C" fn close_range(first: c_uint, last: c_uint, flags: c_int) 
         let clamp = |fd: c_uint| c_int::try_from(fd).unwrap_or(c_int::MAX);
         closing(clamp(first), clamp(last));
     }
-    match next!(
+    match next_fn!(
         c"close_range",
         unsafe extern "C" fn(c_uint, c_uint, c_int) -> c_int
     ) {
@@ -181,7 +158,7 @@ pub unsafe extern "C" fn closefrom(low: c_int) {
     if wanted() {
         closing(low, c_int::MAX);
     }
-    if let Some(f) = next!(c"closefrom", unsafe extern "C" fn(c_int)) {
+    if let Some(f) = next_fn!(c"closefrom", unsafe extern "C" fn(c_int)) {
         // SAFETY: the caller's argument.
         unsafe { f(low) }
     }
@@ -194,7 +171,7 @@ pub unsafe extern "C" fn dup2(old: c_int, new: c_int) -> c_int {
     if wanted() && old != new {
         closing(new, new);
     }
-    match next!(c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) {
+    match next_fn!(c"dup2", unsafe extern "C" fn(c_int, c_int) -> c_int) {
         // SAFETY: the caller's arguments.
         Some(f) => unsafe { f(old, new) },
         None => missing(-1),
@@ -208,7 +185,7 @@ pub unsafe extern "C" fn dup3(old: c_int, new: c_int, flags: c_int) -> c_int {
     if wanted() && old != new {
         closing(new, new);
     }
-    match next!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) {
+    match next_fn!(c"dup3", unsafe extern "C" fn(c_int, c_int, c_int) -> c_int) {
         // SAFETY: the caller's arguments.
         Some(f) => unsafe { f(old, new, flags) },
         None => missing(-1),
@@ -223,7 +200,7 @@ pub unsafe extern "C" fn mlock(addr: *const c_void, len: usize) -> c_int {
         let a = addr as usize;
         mappings::to_kernel(a, a.saturating_add(len));
     }
-    match next!(
+    match next_fn!(
         c"mlock",
         unsafe extern "C" fn(*const c_void, usize) -> c_int
     ) {
@@ -242,7 +219,7 @@ pub unsafe extern "C" fn mlock2(addr: *const c_void, len: usize, flags: c_uint) 
         let a = addr as usize;
         mappings::to_kernel(a, a.saturating_add(len));
     }
-    match next!(
+    match next_fn!(
         c"mlock2",
         unsafe extern "C" fn(*const c_void, usize, c_uint) -> c_int
     ) {
@@ -259,7 +236,7 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
     if wanted() {
         mappings::locking_all(flags);
     }
-    match next!(c"mlockall", unsafe extern "C" fn(c_int) -> c_int) {
+    match next_fn!(c"mlockall", unsafe extern "C" fn(c_int) -> c_int) {
         // SAFETY: the caller's argument.
         Some(f) => unsafe { f(flags) },
         None => missing(-1),
@@ -270,7 +247,7 @@ pub unsafe extern "C" fn mlockall(flags: c_int) -> c_int {
 /// As C's `munlockall`.
 #[no_mangle]
 pub unsafe extern "C" fn munlockall() -> c_int {
-    let r = match next!(c"munlockall", unsafe extern "C" fn() -> c_int) {
+    let r = match next_fn!(c"munlockall", unsafe extern "C" fn() -> c_int) {
         // SAFETY: no arguments.
         Some(f) => unsafe { f() },
         None => missing(-1),

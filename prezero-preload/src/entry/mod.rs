@@ -20,6 +20,23 @@
 //! `lazy.rs` (`mmap` and its family, the calls that close descriptors,
 //! `mlock` and its family: `crate::lazy`).
 
+/// The C library's function `$name` of type `$ty`, found once
+/// (`dlsym(RTLD_NEXT)`); `None` where it has none. Before the modules
+/// below, which use it.
+macro_rules! next_fn {
+    ($name:expr, $ty:ty) => {{
+        static AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut at = AT.load(std::sync::atomic::Ordering::Relaxed);
+        if at == 0 {
+            at = crate::sys::next_symbol($name).unwrap_or(0);
+            AT.store(at, std::sync::atomic::Ordering::Relaxed);
+        }
+        // SAFETY: the next definition of the C function of that name, whose
+        // signature the type states.
+        (at != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(at) })
+    }};
+}
+
 mod lazy;
 mod threads;
 
@@ -431,6 +448,13 @@ pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
             std::ptr::null_mut()
         }
     }
+}
+
+/// ENOSYS where the C library has no such function (it never does: the
+/// program could not have been linked to it): `failed`, the call's failure.
+fn missing<T>(failed: T) -> T {
+    set_errno(libc::ENOSYS);
+    failed
 }
 
 fn page() -> usize {

@@ -5,32 +5,9 @@
 //! them).
 
 use std::ffi::c_int;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::sys::{next_symbol, set_errno};
+use super::missing;
 use crate::threads::{agreeing, alone, setns_needs_one_thread, unshare_needs_one_thread};
-
-/// The next definition of `name` (the C library's), as type `$ty`.
-macro_rules! next_fn {
-    ($name:expr, $ty:ty) => {{
-        static AT: AtomicUsize = AtomicUsize::new(0);
-        let mut at = AT.load(Ordering::Relaxed);
-        if at == 0 {
-            at = next_symbol($name).unwrap_or(0);
-            AT.store(at, Ordering::Relaxed);
-        }
-        // SAFETY: the next definition of the C function of that name, whose
-        // signature the type states.
-        (at != 0).then(|| unsafe { std::mem::transmute::<usize, $ty>(at) })
-    }};
-}
-
-/// ENOSYS where the C library has no such function (it never does: the
-/// program could not have been linked to it).
-fn missing() -> c_int {
-    set_errno(libc::ENOSYS);
-    -1
-}
 
 /// Entry points that glibc makes every thread repeat: each the C
 /// library's, once our threads have the caller's credentials.
@@ -43,7 +20,7 @@ macro_rules! every_thread {
             match next_fn!($c_name, unsafe extern "C" fn($($t),*) -> c_int) {
                 // SAFETY: the caller's arguments, as the function takes them.
                 Some(f) => agreeing(|| unsafe { f($($arg),*) }),
-                None => missing(),
+                None => missing(-1),
             }
         }
     )*};
@@ -73,7 +50,7 @@ pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
         Some(f) if unshare_needs_one_thread(flags) => alone(|| unsafe { f(flags) }),
         // SAFETY: as above.
         Some(f) => unsafe { f(flags) },
-        None => missing(),
+        None => missing(-1),
     }
 }
 
@@ -86,6 +63,6 @@ pub unsafe extern "C" fn setns(fd: c_int, kind: c_int) -> c_int {
         Some(f) if setns_needs_one_thread(kind) => alone(|| unsafe { f(fd, kind) }),
         // SAFETY: as above.
         Some(f) => unsafe { f(fd, kind) },
-        None => missing(),
+        None => missing(-1),
     }
 }
