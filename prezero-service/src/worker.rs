@@ -133,7 +133,7 @@ impl Worker {
             .name("prezero-serve-scrub".into())
             .spawn(move || {
                 t.store(sys::gettid(), Ordering::Release);
-                sys::set_priority(0, priority);
+                priority.apply_to(0);
                 let env = Env {
                     done,
                     wake: &wake,
@@ -174,7 +174,7 @@ impl Worker {
         if urgent {
             sys::set_normal_priority(tid)?;
         } else {
-            sys::set_priority(tid, self.priority);
+            self.priority.apply_to(tid);
         }
         Ok(())
     }
@@ -289,7 +289,7 @@ impl Env<'_> {
         let _ = sys::set_normal_priority(0);
         let r = f();
         if !self.urgent.load(Ordering::Acquire) {
-            sys::set_priority(0, self.priority);
+            self.priority.apply_to(0);
         }
         r
     }

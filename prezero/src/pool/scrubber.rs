@@ -27,7 +27,23 @@ impl ScrubPriority {
     /// (for scrubbers of one's own: the LD_PRELOAD front's). Returns the
     /// scheduling in force, as [`PoolStats`](crate::PoolStats) reports it.
     pub fn apply_to_current_thread(self) -> &'static str {
-        crate::sys::set_priority(0, self)
+        self.apply_to(0)
+    }
+
+    /// Puts thread `tid` (0: the calling thread) at this priority: `Idle` is
+    /// `SCHED_IDLE`, or nice 19 where the policy is refused; `Nice19` is nice
+    /// 19; `Normal` changes nothing. Returns the scheduling in force. A tid
+    /// that names no thread of ours is refused, and reads as refused here.
+    pub fn apply_to(self, tid: crate::sys::Tid) -> &'static str {
+        use crate::sys::{set_nice, set_policy};
+        match self {
+            ScrubPriority::Idle if set_policy(tid, libc::SCHED_IDLE).is_ok() => "SCHED_IDLE",
+            ScrubPriority::Idle if set_nice(tid, 19).is_ok() => "nice 19 (SCHED_IDLE refused)",
+            ScrubPriority::Idle => "normal (SCHED_IDLE and nice 19 refused)",
+            ScrubPriority::Nice19 if set_nice(tid, 19).is_ok() => "nice 19",
+            ScrubPriority::Nice19 => "normal (nice 19 refused)",
+            ScrubPriority::Normal => "normal",
+        }
     }
 }
 
