@@ -12,6 +12,7 @@ mod generate;
 mod info;
 mod output;
 mod report;
+mod rows;
 mod run;
 mod serve;
 mod stats;

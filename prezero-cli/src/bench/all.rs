@@ -13,7 +13,7 @@ use prezero::Kernel;
 
 use super::clear::Method;
 use super::progress::Progress;
-use super::rows::{self, AllRun, Row, Status};
+use crate::rows::{self, AllRun, Row, Status};
 
 #[derive(clap::Args)]
 pub struct Args {

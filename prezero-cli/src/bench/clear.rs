@@ -16,7 +16,7 @@ use prezero::{Kernel, PageKind, Region, Strategy, Temperature};
 
 use super::memory::verify_zero;
 use super::progress::Progress;
-use super::rows::{self, Row};
+use crate::rows::{self, Row};
 use crate::stats::{gbps, round2, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, parse_sizes};

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::Result;
 use serde_json::Value;
 
-use crate::report::read_rows;
+use crate::rows::read_rows;
 use crate::table::Table;
 
 #[derive(clap::Args)]

@@ -10,7 +10,7 @@ use prezero::{PageKind, Region};
 
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_lines;
-use super::rows;
+use crate::rows;
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 

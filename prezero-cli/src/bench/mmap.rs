@@ -12,7 +12,7 @@ use super::daemon::{alloc, wait_ready, Daemon};
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_pages;
 use super::pool::wait_scrubbed;
-use super::rows::{self, Row};
+use crate::rows::{self, Row};
 use crate::stats::{gbps, round2, Stats};
 use crate::units::{fmt_size, parse_size};
 

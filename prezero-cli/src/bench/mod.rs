@@ -17,7 +17,6 @@ mod memory;
 mod mmap;
 mod pool;
 mod progress;
-pub(crate) mod rows;
 mod run;
 mod service;
 pub(crate) mod template;

@@ -15,7 +15,7 @@ use prezero::{Chunk, PageKind, Pool, Region, ScrubPriority};
 
 use super::hugetlb::hugetlb_for_run;
 use super::memory::touch_lines;
-use super::rows::{self, PoolCase, Row};
+use crate::rows::{self, PoolCase, Row};
 use crate::stats::{gbps, round3, Sorted, Stats};
 use crate::table::Table;
 use crate::units::{fmt_size, human_size, parse_size};

@@ -3,9 +3,9 @@
 //! machine beside it), then one section per bench (sections.rs) with charts
 //! drawn by plotters as inline SVG (chart.rs) and every number in a table
 //! (fmt.rs: three significant figures and a unit), the raw JSON at the end.
-//! The rows are read into the types the benches write them from
-//! (`bench/rows/`), gathered by kind in rows.rs, which also reads a file of
-//! them (here and for `bench compare`).
+//! The rows are read (`crate::rows::read_rows`, as `bench compare` reads
+//! them) into the types the benches write them from (`rows/`), and gathered
+//! by kind in rows.rs.
 
 mod chart;
 mod fmt;
@@ -18,9 +18,9 @@ use std::fmt::Write;
 use anyhow::{Context, Result};
 use serde_json::Value;
 
-use crate::bench::rows::{AllRun, Status};
+use crate::rows::read_rows;
+use crate::rows::{AllRun, Status};
 use fmt::esc;
-pub(crate) use rows::read_rows;
 use rows::{Info, Rows};
 
 /// `prezero report`: the HTML report again, from a `bench all --json-out` file.

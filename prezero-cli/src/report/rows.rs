@@ -1,43 +1,18 @@
 //! The rows the report reads: a run's bench rows gathered by kind (their
-//! types are the benches' own, `crate::bench::rows`), and the `info` row
+//! types are the rows format's, `crate::rows`), and the `info` row
 //! (`prezero info --json`), whose types are here: fields it writes only
 //! sometimes are `Option`s; fields the report does not show are not declared
 //! (serde skips them).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 
-use anyhow::{Context, Result};
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::bench::rows::{
+use crate::rows::{
     AllRun, Clear, Faults, Interference, Mmap, PoolCase, PoolHandout, PoolSustained, Row, Run,
     Scrub, ServiceHandout, ServiceTable, Template, VmBoot, Vmm,
 };
-
-/// Every row of a file of `prezero bench ... --json` lines (what is not a JSON
-/// object, such as a line a shell added, is passed over).
-pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
-    let text = std::fs::read_to_string(path)
-        .with_context(|| format!("cannot read the rows {}", path.display()))?;
-    let rows: Vec<Value> = text
-        .lines()
-        .enumerate()
-        .filter(|(_, l)| l.trim_start().starts_with('{'))
-        .map(|(i, l)| {
-            serde_json::from_str(l)
-                .with_context(|| format!("{}: line {} is not a JSON row", path.display(), i + 1))
-        })
-        .collect::<Result<_>>()?;
-    if rows.is_empty() {
-        anyhow::bail!(
-            "{} holds no JSON row (`bench all --json-out` writes one per line)",
-            path.display()
-        );
-    }
-    Ok(rows)
-}
 
 /// `prezero info --json`. Everything may be missing: a run whose `info` step
 /// failed still has a report, under an unknown machine.

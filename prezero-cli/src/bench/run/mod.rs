@@ -51,7 +51,7 @@ use programs::{alloc_programs, goal, python_with_numpy, Arm, Goal, Program, ALL,
 use sample::{own_peak_rss, run_once, Pad, Samples};
 
 use super::progress::Progress;
-use super::rows::{self, Row};
+use crate::rows::{self, Row};
 use crate::run::Settings;
 use crate::stats::{round3, Stats};
 use crate::table::Table;

@@ -10,7 +10,7 @@ use prezero_service::Client;
 use super::{memory_budget, Args};
 use crate::bench::daemon::{alloc, wait_ready, Daemon};
 use crate::bench::memory::verify_zero;
-use crate::bench::rows::{self, Row, ServiceTable};
+use crate::rows::{self, Row, ServiceTable};
 use crate::stats::{gbps, round2, Sorted, Stats};
 use crate::table::Table;
 use crate::units::fmt_size;

@@ -10,7 +10,7 @@ use super::{memory_budget, Args};
 use crate::bench::daemon::{alloc, wait_ready, Daemon};
 use crate::bench::hugetlb::hugetlb_for_run;
 use crate::bench::memory::{touch_pages, verify_zero};
-use crate::bench::rows::{self, Row, ServiceTable};
+use crate::rows::{self, Row, ServiceTable};
 use crate::stats::{round2, Stats};
 use crate::table::Table;
 use crate::units::fmt_size;

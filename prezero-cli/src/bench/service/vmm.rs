@@ -15,7 +15,7 @@ use prezero::PageKind;
 use super::{memory_budget, Args};
 use crate::bench::daemon::{ready, wait_ready, Daemon};
 use crate::bench::hugetlb::hugetlb_for_run;
-use crate::bench::rows::{self, Row, ServiceTable};
+use crate::rows::{self, Row, ServiceTable};
 use crate::stats::{round2, Stats};
 use crate::table::Table;
 use crate::units::fmt_size;

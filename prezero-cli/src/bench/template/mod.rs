@@ -25,7 +25,7 @@ use anyhow::{bail, Result};
 use prezero::{CopyKernel, PageKind, Region, Streamer};
 
 use super::progress::Progress;
-use super::rows;
+use crate::rows;
 use crate::stats::{round2, Stats};
 use crate::table::Table;
 use crate::units::parse_sizes;

@@ -10,7 +10,7 @@ use prezero::{CopyKernel, PageKind, Region, Streamer};
 use super::model::{pages, templates, varying, Layout, Page, WORDS};
 use super::{verify, Method};
 use crate::bench::progress::Progress;
-use crate::bench::rows;
+use crate::rows;
 use crate::stats::{gbps, round2, Stats};
 use crate::table::Table;
 use crate::units::fmt_size;

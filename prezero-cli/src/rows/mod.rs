@@ -17,6 +17,9 @@ mod run;
 mod service;
 mod template;
 
+use std::path::Path;
+
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -62,6 +65,29 @@ impl Row {
     pub fn print(&self) {
         println!("{}", self.to_value());
     }
+}
+
+/// Every row of a file of `prezero bench ... --json` lines (what is not a JSON
+/// object, such as a line a shell added, is passed over).
+pub fn read_rows(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the rows {}", path.display()))?;
+    let rows: Vec<Value> = text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| l.trim_start().starts_with('{'))
+        .map(|(i, l)| {
+            serde_json::from_str(l)
+                .with_context(|| format!("{}: line {} is not a JSON row", path.display(), i + 1))
+        })
+        .collect::<Result<_>>()?;
+    if rows.is_empty() {
+        anyhow::bail!(
+            "{} holds no JSON row (`bench all --json-out` writes one per line)",
+            path.display()
+        );
+    }
+    Ok(rows)
 }
 
 #[cfg(test)]
