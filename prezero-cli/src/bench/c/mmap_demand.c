@@ -2,7 +2,7 @@
  * An independent check of `prezero bench mmap -f demand`: mmap + one write per
  * page, timed like perf's `bench mem mmap` (the munmap is not timed).
  *
- *   gcc -O2 -o /tmp/mmap_demand tools/mmap_demand.c -lm
+ *   gcc -O2 -o /tmp/mmap_demand prezero-cli/src/bench/c/mmap_demand.c -lm
  *   /tmp/mmap_demand <page: 4K|2M|1G> <bytes> <loops>
  */
 #define _GNU_SOURCE
