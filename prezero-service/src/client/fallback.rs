@@ -5,7 +5,7 @@
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
 
-use super::segments::Backing;
+use super::held::Backing;
 use super::{SegmentFiles, ServiceMemory, Source};
 use crate::SEALS;
 use prezero::numa::Topology;

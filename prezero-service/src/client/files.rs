@@ -5,7 +5,7 @@
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
-use super::segments::{lease_accessors, Backing};
+use super::held::{lease_accessors, Backing};
 use super::{SegmentView, Source};
 use prezero::region::PageKind;
 use prezero::sys;

@@ -6,7 +6,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 
 use super::exchange::Conn;
-use super::segments::{check_on, lease_accessors, take_segments, Backing, Taken, Want};
+use super::held::{check_on, lease_accessors, take_segments, Backing, Taken, Want};
 use super::{SegmentView, Source};
 use prezero::region::{PageKind, Region};
 use prezero::sys;

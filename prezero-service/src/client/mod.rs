@@ -5,15 +5,15 @@
 //! `prezero client exec`), with a sealed, populated local memfd as the fallback.
 //!
 //! Here the [`Client`] and what it is asked; the connection and its exchanges
-//! in `exchange.rs`, an `ALLOC` answer checked and held in `segments.rs`,
+//! in `exchange.rs`, an `ALLOC` answer's segments checked and held in `held.rs`,
 //! mapped in `mapping.rs` ([`ServiceMemory`]) or kept as files in `files.rs`
 //! ([`SegmentFiles`]), the local fallback in `fallback.rs`.
 
 mod exchange;
 mod fallback;
 mod files;
+mod held;
 mod mapping;
-mod segments;
 
 use std::io;
 use std::os::fd::BorrowedFd;
@@ -24,18 +24,18 @@ use super::protocol::{Reply, Request, ServiceStats};
 use super::DEFAULT_SOCKET;
 use exchange::Conn;
 use fallback::{local, local_file};
+use held::{take_segments, Backing, Want};
 use mapping::from_service;
 use prezero::numa::Topology;
 use prezero::region::PageKind;
 use prezero::sys::UnixAddr;
 use prezero::{Error, Result};
-use segments::{take_segments, Backing, Want};
 
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
 pub use files::{InheritedFile, SegmentFiles};
-pub use mapping::ServiceMemory;
 #[cfg(feature = "fuzzing")]
-pub(crate) use segments::tile;
+pub(crate) use held::tile;
+pub use mapping::ServiceMemory;
 
 /// Options of [`Client::alloc_with`].
 #[derive(Debug, Clone, Copy)]

@@ -3,7 +3,7 @@
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
-use super::segments::tile;
+use super::held::tile;
 use super::*;
 use crate::SEALS;
 use prezero::sys;
