@@ -27,14 +27,12 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use common::tenant::{can_run_tenants, role_command, tenant_daemon, RoleProcess};
 use common::*;
 
 const TENANT_A: u32 = 64221;
@@ -48,8 +46,6 @@ const ROUNDS_ENV: &str = "PREZERO_CRASH_ROUNDS";
 const ROLE_ENV: &str = "PREZERO_CRASH_ROLE";
 const SOCKET_ENV: &str = "PREZERO_CRASH_SOCKET";
 const SEED_ENV: &str = "PREZERO_CRASH_SEED";
-/// Starts every answer line of a tenant (libtest writes its own lines too).
-const MARK: &str = "@@ ";
 
 /// Held by each test for its whole run: the crash loop counts the machine's
 /// free hugetlb pages at the end, which a daemon of another test would change.
@@ -69,10 +65,7 @@ fn next(rng: &mut u64) -> u64 {
 /// One tenant process: commands a line on stdin, answers on stdout.
 struct Tenant {
     uid: u32,
-    child: Child,
-    stdin: ChildStdin,
-    answers: Receiver<String>,
-    output: Arc<Mutex<String>>,
+    p: RoleProcess,
 }
 
 /// What a paused tenant holds.
@@ -84,64 +77,38 @@ struct Holding {
 
 impl Tenant {
     fn spawn(uid: u32, seed: u64, socket: &Path) -> Tenant {
-        let exe = std::env::current_exe().unwrap();
-        let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "load_role", "--nocapture"])
-            .arg("--test-threads=1")
-            .env(ROLE_ENV, "load")
+        let mut cmd = role_command("load_role");
+        cmd.env(ROLE_ENV, "load")
             .env(SOCKET_ENV, socket)
             .env(SEED_ENV, seed.to_string())
             .uid(uid)
-            .gid(uid)
-            .current_dir("/")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {} as uid {uid}: {e}", exe.display()));
-        let output = Arc::new(Mutex::new(String::new()));
-        let (tx, answers) = std::sync::mpsc::channel();
-        collect(child.stdout.take().unwrap(), Some(tx), output.clone());
-        collect(child.stderr.take().unwrap(), None, output.clone());
-        let stdin = child.stdin.take().unwrap();
+            .gid(uid);
         let mut t = Tenant {
             uid,
-            child,
-            stdin,
-            answers,
-            output,
+            p: RoleProcess::spawn(cmd, format!("tenant uid {uid}")),
         };
         t.answer("start");
         t
     }
 
-    fn output(&self) -> String {
-        self.output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
     fn answer(&mut self, what: &str) -> String {
-        match self.answers.recv_timeout(Duration::from_secs(30)) {
-            Ok(line) => line,
-            Err(_) => panic!(
+        match self.p.answer(Duration::from_secs(30)) {
+            Some(line) => line,
+            None => panic!(
                 "tenant uid {} gave no answer to '{what}' ({}); its threads:\n{}\n{}",
                 self.uid,
-                match self.child.try_wait() {
+                match self.p.child.try_wait() {
                     Ok(Some(status)) => format!("it ended: {status}"),
                     _ => "it runs".into(),
                 },
-                threads_of(self.child.id()),
-                self.output()
+                threads_of(self.p.child.id()),
+                self.p.output()
             ),
         }
     }
 
     fn ask(&mut self, cmd: &str) -> String {
-        if let Err(e) = writeln!(self.stdin, "{cmd}").and_then(|()| self.stdin.flush()) {
-            panic!("tenant uid {} is gone ({e}):\n{}", self.uid, self.output());
-        }
+        self.p.send(cmd);
         self.answer(cmd)
     }
 
@@ -158,7 +125,8 @@ impl Tenant {
             panic!(
                 "tenant uid {}: {a}\n{}",
                 self.uid,
-                self.output()
+                self.p
+                    .output()
                     .lines()
                     .rev()
                     .take(20)
@@ -179,13 +147,6 @@ impl Tenant {
             bytes: field("bytes=").parse().unwrap(),
             files,
         }
-    }
-}
-
-impl Drop for Tenant {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -210,25 +171,6 @@ fn threads_of(pid: u32) -> String {
         ));
     }
     out
-}
-
-/// Collects lines of a tenant's stdout or stderr; answers go to `answers`.
-fn collect(
-    from: impl Read + Send + 'static,
-    answers: Option<Sender<String>>,
-    output: Arc<Mutex<String>>,
-) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { break };
-            if let (Some(tx), Some(at)) = (&answers, line.find(MARK)) {
-                let _ = tx.send(line[at + MARK.len()..].to_owned());
-            }
-            let mut o = output.lock().unwrap_or_else(|e| e.into_inner());
-            o.push_str(&line);
-            o.push('\n');
-        }
-    });
 }
 
 /// Where a round's kill is aimed.
@@ -341,9 +283,7 @@ struct Tally {
 #[test]
 fn the_daemon_killed_at_random_moments_under_tenant_load_loses_nothing() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        prezero_testkit::skip("root", "running tenants under other uids needs root");
+    if !can_run_tenants() {
         return;
     }
     let rounds: usize = std::env::var(ROUNDS_ENV)
@@ -358,8 +298,7 @@ fn the_daemon_killed_at_random_moments_under_tenant_load_loses_nothing() {
             t.unwrap().as_nanos() as u64 | 1
         });
     eprintln!("crash loop: {rounds} rounds, {SEED_ENV}={seed}");
-    let (a, b) = (TENANT_A.to_string(), TENANT_B.to_string());
-    let Some(mut d) = Daemon::start(POOL, &["--allow-uid", &a, "--allow-uid", &b]) else {
+    let Some(mut d) = tenant_daemon(&[TENANT_A, TENANT_B], POOL, &[]) else {
         return;
     };
     let ledger = ledger_path(&d);
@@ -555,7 +494,7 @@ mod load {
     //! A tenant's load in a thread of its own; commands on stdin (`pause`,
     //! `resume`, `exit`) each answered with one line `@@ ...` on stdout.
 
-    use std::io::{BufRead, Write};
+    use std::io::BufRead;
     use std::path::{Path, PathBuf};
     use std::sync::{Arc, Condvar, Mutex};
     use std::time::Duration;
@@ -563,14 +502,9 @@ mod load {
     use prezero::PageKind;
     use prezero_service::{Client, ServiceMemory, Source};
 
-    use super::{next, MARK, SEGMENT};
+    use super::{next, SEGMENT};
+    use crate::common::tenant::say;
     use crate::common::{files_of, NO_FALLBACK};
-
-    fn say(s: &str) {
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "{MARK}{s}");
-        let _ = out.flush();
-    }
 
     #[derive(Default)]
     struct Control {

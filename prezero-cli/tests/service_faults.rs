@@ -11,13 +11,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
+use common::tenant::{role_command, RoleProcess};
 use common::*;
 use prezero_service::ServiceMemory;
 
@@ -27,12 +27,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 fn one_at_a_time() -> MutexGuard<'static, ()> {
     ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn wait_for_log(d: &Daemon, needle: &str, limit: Duration) {
-    wait_for(&format!("'{needle}' in the log"), limit, || {
-        d.log().contains(needle)
-    });
 }
 
 /// Bytes ready in the daemon's pool.
@@ -239,65 +233,6 @@ fn a_full_disk_under_the_ledger_and_the_metrics_file_stops_growth_not_service() 
 // ---------------------------------------------------------------------------
 // Hugetlb pages running out.
 
-/// Every free 2 MiB hugetlb page no mapping has reserved, taken by a mapping
-/// of the test's own, and given back on drop.
-struct Hog(Vec<(usize, usize)>);
-
-impl Hog {
-    fn take() -> Hog {
-        let map = |pages: usize| {
-            // SAFETY: a new private anonymous mapping at a kernel-chosen
-            // address; hugetlb reserves its pages at mmap or fails.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    pages * PAGE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE
-                        | libc::MAP_ANONYMOUS
-                        | libc::MAP_HUGETLB
-                        | libc::MAP_HUGE_2MB
-                        | libc::MAP_POPULATE,
-                    -1,
-                    0,
-                )
-            };
-            (p != libc::MAP_FAILED).then_some((p as usize, pages * PAGE))
-        };
-        let mut hog = Hog(Vec::new());
-        let n = unreserved_pages();
-        if n > 0 {
-            hog.0.extend(map(n));
-        }
-        // Whatever came free meanwhile, one page at a time.
-        while let Some(m) = map(1) {
-            hog.0.push(m);
-        }
-        assert_eq!(unreserved_pages(), 0, "every free page taken");
-        hog
-    }
-}
-
-impl Drop for Hog {
-    fn drop(&mut self) {
-        for &(p, len) in &self.0 {
-            // SAFETY: our own mapping from `take`, unused by anything.
-            unsafe { libc::munmap(p as *mut libc::c_void, len) };
-        }
-    }
-}
-
-/// Free 2 MiB pages no mapping has reserved.
-fn unreserved_pages() -> usize {
-    let read = |name: &str| -> usize {
-        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{name}"))
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    read("free_hugepages").saturating_sub(read("resv_hugepages"))
-}
-
 /// A pipe holding references to the first MiB of `m` (`vmsplice`), as an
 /// io_uring fixed buffer or an RDMA pin would: that page stays out of the
 /// hugetlb pool after the daemon punches it out of the segment.
@@ -333,6 +268,7 @@ fn hugetlb_pages_running_out_mid_conversion_cost_that_segment_not_service() {
     m.as_mut_slice().fill(0x5a);
     let pipe = splice_first_mib(&m);
     let hog = Hog::take();
+    assert_eq!(unreserved_pages(), 0, "every free page taken");
     // The punch gives back 7 of the segment's 8 pages (the pipe keeps the
     // first): the refill runs out at its last page.
     drop(m);
@@ -368,6 +304,7 @@ fn hugetlb_pages_running_out_mid_refill_in_place_cost_that_segment_not_service()
     let r = unsafe { libc::fallocate(fd, mode, (8 * MB) as i64, (4 * MB) as i64) };
     assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
     let hog = Hog::take();
+    assert_eq!(unreserved_pages(), 0, "every free page taken");
     // Scrubbed in place for the same uid, the segment is refilled first: its
     // first 4 pages are there, the 5th cannot be had.
     drop(m);
@@ -511,30 +448,18 @@ fn a_client_killed_between_any_two_messages_leaks_nothing() {
         return;
     };
     let c = d.client();
-    let exe = std::env::current_exe().unwrap();
     for step in STEPS {
         // The whole pool ready: the client's request is served.
         d.wait_all_ready();
-        let mut child = Command::new(&exe)
-            .args(["--ignored", "--exact", "client_role", "--nocapture"])
-            .args(["--test-threads=1"])
-            .env(ROLE_ENV, step)
-            .env(SOCKET_ENV, &d.socket)
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut seen = String::new();
-        let at = format!("@@ at {step}");
-        while !seen.contains(&at) {
-            let mut line = String::new();
-            if out.read_line(&mut line).unwrap() == 0 {
-                panic!("the client ended before {step}:\n{seen}");
-            }
-            seen.push_str(&line);
+        let mut cmd = role_command("client_role");
+        cmd.env(ROLE_ENV, step).env(SOCKET_ENV, &d.socket);
+        let mut client = RoleProcess::spawn(cmd, "the client".into());
+        let at = client.answer(Duration::from_secs(30));
+        if at.as_deref() != Some(&format!("at {step}")) {
+            panic!("the client ended before {step}:\n{}", client.output());
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        // Killed there.
+        drop(client);
         // Everything back, and the next hand-out zero and whole.
         d.wait_all_ready();
         d.assert_serves();
@@ -564,19 +489,18 @@ mod role {
     //! Speaks the protocol by hand up to the step it is given, says so on
     //! stdout, and waits there to be killed.
 
-    use std::io::Write;
     use std::os::fd::{AsFd, AsRawFd, OwnedFd};
     use std::path::Path;
 
     use prezero_service::protocol::{self, Reply, Request};
 
     use super::ALLOC_BYTES;
+    use crate::common::tenant::say;
     use crate::common::{seqpacket_connect, PAGE};
 
     fn at(here: &str, step: &str) {
         if here == step {
-            println!("@@ at {here}");
-            let _ = std::io::stdout().flush();
+            say(&format!("at {here}"));
             loop {
                 std::thread::park();
             }

@@ -16,6 +16,8 @@ use prezero::{HugetlbReservation, PageKind};
 use prezero_service::protocol;
 use prezero_service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
 
+pub mod tenant;
+
 pub const MB: usize = 1 << 20;
 pub const PAGE: usize = 2 * MB;
 pub const NOBODY: u32 = 65534;
@@ -81,6 +83,69 @@ pub fn pages_come_back(page: PageKind, free_before: usize) {
 
 pub fn free_pages_of(page: PageKind) -> usize {
     prezero::mm::hugetlb_pool(page.page_size()).map_or(0, |p| p.free)
+}
+
+/// Free 2 MiB pages no mapping has reserved.
+pub fn unreserved_pages() -> usize {
+    let read = |name: &str| -> usize {
+        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{name}"))
+            .ok()
+            .and_then(|t| t.trim().parse().ok())
+            .unwrap_or(0)
+    };
+    read("free_hugepages").saturating_sub(read("resv_hugepages"))
+}
+
+/// Every free 2 MiB hugetlb page no mapping has reserved, taken by mappings
+/// of this process's own, and given back on drop.
+pub struct Hog(Vec<(usize, usize)>);
+
+impl Hog {
+    pub fn take() -> Hog {
+        let map = |pages: usize| {
+            // SAFETY: a new private anonymous mapping at a kernel-chosen
+            // address; hugetlb reserves its pages at mmap or fails.
+            let p = unsafe {
+                libc::mmap(
+                    std::ptr::null_mut(),
+                    pages * PAGE,
+                    libc::PROT_READ | libc::PROT_WRITE,
+                    libc::MAP_PRIVATE
+                        | libc::MAP_ANONYMOUS
+                        | libc::MAP_HUGETLB
+                        | libc::MAP_HUGE_2MB
+                        | libc::MAP_POPULATE,
+                    -1,
+                    0,
+                )
+            };
+            (p != libc::MAP_FAILED).then_some((p as usize, pages * PAGE))
+        };
+        let mut hog = Hog(Vec::new());
+        let n = unreserved_pages();
+        if n > 0 {
+            hog.0.extend(map(n));
+        }
+        // Whatever came free meanwhile, one page at a time.
+        while let Some(m) = map(1) {
+            hog.0.push(m);
+        }
+        hog
+    }
+
+    /// How many pages it holds.
+    pub fn pages(&self) -> usize {
+        self.0.iter().map(|&(_, len)| len / PAGE).sum()
+    }
+}
+
+impl Drop for Hog {
+    fn drop(&mut self) {
+        for &(p, len) in &self.0 {
+            // SAFETY: our own mapping from `take`, unused by anything.
+            unsafe { libc::munmap(p as *mut libc::c_void, len) };
+        }
+    }
 }
 
 impl Daemon {
@@ -315,6 +380,18 @@ pub fn wait_for(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     let t = Instant::now();
     while !cond() {
         assert!(t.elapsed() < limit, "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+pub fn wait_for_log(d: &Daemon, needle: &str, limit: Duration) {
+    let t = Instant::now();
+    while !d.log().contains(needle) {
+        assert!(
+            t.elapsed() < limit,
+            "the daemon did not log '{needle}' within {limit:?}:\n{}",
+            d.log()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
 }

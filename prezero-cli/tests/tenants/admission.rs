@@ -112,7 +112,8 @@ fn a_users_processes_in_a_user_namespace_it_made_share_its_cap() {
 
 #[test]
 fn a_uid_in_300_groups_one_of_them_allowed_is_served() {
-    let Some(d) = daemon(ONE_SEGMENT, &["--allow-gid", &ALLOWED_GID.to_string()]) else {
+    let Some(d) = tenant_daemon(&[], ONE_SEGMENT, &["--allow-gid", &ALLOWED_GID.to_string()])
+    else {
         return;
     };
     // The allowed group last, well past the first 256.

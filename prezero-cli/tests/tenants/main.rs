@@ -27,14 +27,11 @@ mod kept;
 mod role;
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use common::tenant::{role_command, tenant_daemon, RoleProcess};
 use common::*;
 
 const TENANT_A: u32 = 64201;
@@ -49,45 +46,19 @@ const ONE_SEGMENT: &str = "target=16M,cap=16M,segment=16M";
 
 const ROLE_ENV: &str = "PREZERO_TENANT_ROLE";
 const SOCKET_ENV: &str = "PREZERO_TENANT_SOCKET";
-/// Starts every answer line of a tenant (libtest writes its own lines too).
-const MARK: &str = "@@ ";
 
 // ---------------------------------------------------------------------------
 // The test's side: tenant processes and their answers.
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        return true;
-    }
-    prezero_testkit::skip("root", "running tenants under other uids needs root");
-    false
-}
-
-/// A daemon with a 2 MiB pool, started only if tenants can be run.
-fn daemon(pool: &str, extra: &[&str]) -> Option<Daemon> {
-    if !is_root() {
-        return None;
-    }
-    Daemon::start(pool, extra)
-}
-
 /// A daemon both tenants may use.
 fn daemon_for_tenants(pool: &str, extra: &[&str]) -> Option<Daemon> {
-    let (a, b) = (TENANT_A.to_string(), TENANT_B.to_string());
-    let mut args = vec!["--allow-uid", &a, "--allow-uid", &b];
-    args.extend(extra);
-    daemon(pool, &args)
+    tenant_daemon(&[TENANT_A, TENANT_B], pool, extra)
 }
 
 /// One tenant process (see the module comment). Killed on drop.
 struct Tenant {
     uid: u32,
-    child: Child,
-    stdin: ChildStdin,
-    answers: Receiver<String>,
-    /// Everything it wrote, for failure messages.
-    output: Arc<Mutex<String>>,
+    p: RoleProcess,
 }
 
 /// One answer: `ok key=value ... [why=free text]`.
@@ -136,25 +107,6 @@ impl std::fmt::Display for Answer {
     }
 }
 
-/// Collects lines of a tenant's stdout or stderr; answers go to `answers`.
-fn collect(
-    from: impl Read + Send + 'static,
-    answers: Option<Sender<String>>,
-    output: Arc<Mutex<String>>,
-) {
-    std::thread::spawn(move || {
-        for line in BufReader::new(from).lines() {
-            let Ok(line) = line else { break };
-            if let (Some(tx), Some(at)) = (&answers, line.find(MARK)) {
-                let _ = tx.send(line[at + MARK.len()..].to_owned());
-            }
-            let mut o = output.lock().unwrap_or_else(|e| e.into_inner());
-            o.push_str(&line);
-            o.push('\n');
-        }
-    });
-}
-
 /// The limit `res` with its soft value raised toward `want`, up to the hard one.
 fn soft_limit(res: libc::__rlimit_resource_t, want: libc::rlim_t) -> libc::rlimit {
     let mut r = libc::rlimit {
@@ -171,21 +123,8 @@ impl Tenant {
     /// This test binary again, as `uid` with primary group `uid` and
     /// supplementary `groups`, serving commands for the daemon at `socket`.
     fn spawn(uid: u32, groups: &[u32], socket: &Path) -> Tenant {
-        let exe = std::env::current_exe().unwrap();
-        let mut cmd = Command::new(&exe);
-        cmd.args([
-            "--ignored",
-            "--exact",
-            "tenant_role",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(ROLE_ENV, "tenant")
-        .env(SOCKET_ENV, socket)
-        .current_dir("/")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        let mut cmd = role_command("tenant_role");
+        cmd.env(ROLE_ENV, "tenant").env(SOCKET_ENV, socket);
         // Everything the child needs is made before the fork: it must not allocate.
         let groups: Vec<libc::gid_t> = groups.to_vec();
         let gid = uid as libc::gid_t;
@@ -217,49 +156,31 @@ impl Tenant {
                 Ok(())
             });
         }
-        let mut child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {} as uid {uid}: {e}", exe.display()));
-        let output = Arc::new(Mutex::new(String::new()));
-        let (tx, answers) = std::sync::mpsc::channel();
-        collect(child.stdout.take().unwrap(), Some(tx), output.clone());
-        collect(child.stderr.take().unwrap(), None, output.clone());
-        let stdin = child.stdin.take().unwrap();
         let mut t = Tenant {
             uid,
-            child,
-            stdin,
-            answers,
-            output,
+            p: RoleProcess::spawn(cmd, format!("tenant uid {uid}")),
         };
         t.answer("start", Duration::from_secs(20));
         t
     }
 
-    fn output(&self) -> String {
-        self.output
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
-    }
-
     /// Waits up to `limit` for the next answer; a failed command is a panic.
     fn answer(&mut self, what: &str, limit: Duration) -> Answer {
-        match self.answers.recv_timeout(limit) {
-            Ok(line) => {
+        match self.p.answer(limit) {
+            Some(line) => {
                 if let Some(e) = line.strip_prefix("err ") {
                     panic!(
                         "tenant uid {}: '{what}' failed: {e}\n{}",
                         self.uid,
-                        self.output()
+                        self.p.output()
                     );
                 }
                 Answer::parse(line.strip_prefix("ok").unwrap_or(&line).trim().to_owned())
             }
-            Err(_) => panic!(
+            None => panic!(
                 "tenant uid {} gave no answer to '{what}' within {limit:?} (or exited):\n{}",
                 self.uid,
-                self.output()
+                self.p.output()
             ),
         }
     }
@@ -270,9 +191,7 @@ impl Tenant {
     }
 
     fn ask_within(&mut self, cmd: &str, limit: Duration) -> Answer {
-        if let Err(e) = writeln!(self.stdin, "{cmd}").and_then(|()| self.stdin.flush()) {
-            panic!("tenant uid {} is gone ({e}):\n{}", self.uid, self.output());
-        }
+        self.p.send(cmd);
         let a = self.answer(cmd, limit);
         if std::env::var_os("PREZERO_TENANT_TRACE").is_some() {
             eprintln!("tenant uid {}: {cmd} -> {a}", self.uid);
@@ -281,42 +200,22 @@ impl Tenant {
     }
 
     fn pid(&self) -> u32 {
-        self.child.id()
+        self.p.child.id()
     }
 
     /// Lets the tenant end on its own (dropping what it holds), and reaps it.
     fn exit(mut self) {
         self.ask("exit");
         let t = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
+        while self.p.child.try_wait().unwrap().is_none() {
             assert!(
                 t.elapsed() < Duration::from_secs(10),
                 "tenant uid {} did not exit:\n{}",
                 self.uid,
-                self.output()
+                self.p.output()
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-    }
-}
-
-impl Drop for Tenant {
-    fn drop(&mut self) {
-        // Our own child, by its handle.
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_for_log(d: &Daemon, needle: &str, limit: Duration) {
-    let t = Instant::now();
-    while !d.log().contains(needle) {
-        assert!(
-            t.elapsed() < limit,
-            "the daemon did not log '{needle}' within {limit:?}:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
@@ -325,17 +224,6 @@ fn ledger_segments(d: &Daemon) -> usize {
     let mut p = d.socket.clone().into_os_string();
     p.push(".ledger");
     std::fs::read_to_string(PathBuf::from(p)).map_or(0, |t| t.lines().skip(1).count())
-}
-
-/// Free 2 MiB pages no mapping has reserved.
-fn unreserved_pages() -> usize {
-    let read = |name: &str| -> usize {
-        std::fs::read_to_string(format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{name}"))
-            .ok()
-            .and_then(|t| t.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    read("free_hugepages").saturating_sub(read("resv_hugepages"))
 }
 
 fn signal(d: &Daemon, sig: libc::c_int) {

@@ -1,7 +1,7 @@
 //! Runs commands from stdin, one a line, each answered on stdout with
 //! `@@ ok key=value ...` or `@@ err why`.
 
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -10,8 +10,8 @@ use prezero_service::protocol::{self, Reply};
 use prezero_service::{Client, ServiceMemory, Source};
 use prezero::PageKind;
 
-use super::MARK;
-use crate::common::{seqpacket_connect, MB, NO_FALLBACK, PAGE};
+use crate::common::tenant::say;
+use crate::common::{seqpacket_connect, unreserved_pages, Hog, MB, NO_FALLBACK};
 
 mod pins;
 
@@ -21,12 +21,6 @@ type Result<T> = std::result::Result<T, String>;
 
 /// How long an `alloc` waits for a segment to be ready.
 const READY_WITHIN: Duration = Duration::from_secs(10);
-
-fn say(s: &str) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{MARK}{s}");
-    let _ = out.flush();
-}
 
 pub fn serve(socket: PathBuf) {
     let mut t = State {
@@ -53,7 +47,6 @@ pub fn serve(socket: PathBuf) {
             Err(e) => say(&format!("err {e}")),
         }
     }
-    t.unhog();
 }
 
 struct State {
@@ -64,8 +57,8 @@ struct State {
     ring: Option<Ring>,
     /// (read end, write end)
     pipe: Option<(OwnedFd, OwnedFd)>,
-    /// Anonymous hugetlb mappings: (address, bytes).
-    hog: Vec<(usize, usize)>,
+    /// Free hugetlb pages taken.
+    hog: Vec<Hog>,
     /// Connections, and what the daemon said on each (an errno; CLOSED).
     conns: Vec<(OwnedFd, Option<i32>)>,
     heavy: Vec<std::fs::File>,
@@ -116,20 +109,6 @@ fn fstat(fd: libc::c_int) -> Result<libc::stat> {
         return Err(format!("fstat: {}", std::io::Error::last_os_error()));
     }
     Ok(st)
-}
-
-fn read_sys(name: &str) -> Result<usize> {
-    let p = format!("/sys/kernel/mm/hugepages/hugepages-2048kB/{name}");
-    std::fs::read_to_string(&p)
-        .map_err(|e| format!("{p}: {e}"))?
-        .trim()
-        .parse()
-        .map_err(|e| format!("{p}: {e}"))
-}
-
-/// Free 2 MiB pages no mapping has reserved.
-fn unreserved() -> Result<usize> {
-    Ok(read_sys("free_hugepages")?.saturating_sub(read_sys("resv_hugepages")?))
 }
 
 impl State {
@@ -255,7 +234,7 @@ impl State {
             "pipe-read" => self.pipe_read(arg(w, 1)?.parse().map_err(|e| format!("{e}"))?),
             "hog" => self.hog(),
             "unhog" => {
-                self.unhog();
+                self.hog.clear();
                 Ok(String::new())
             }
             "conns" => self.conns(arg(w, 1)?.parse().map_err(|e| format!("{e}"))?),
@@ -316,51 +295,13 @@ impl State {
 
     /// Takes every free 2 MiB hugetlb page no one has reserved.
     fn hog(&mut self) -> Result<String> {
-        let map = |pages: usize| {
-            // SAFETY: a new private anonymous mapping at a kernel-chosen
-            // address; hugetlb reserves its pages at mmap or fails.
-            let p = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    pages * PAGE,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE
-                        | libc::MAP_ANONYMOUS
-                        | libc::MAP_HUGETLB
-                        | libc::MAP_HUGE_2MB
-                        | libc::MAP_POPULATE,
-                    -1,
-                    0,
-                )
-            };
-            (p != libc::MAP_FAILED).then_some((p as usize, pages * PAGE))
-        };
-        let mut pages = 0;
-        let n = unreserved()?;
-        if n > 0 {
-            if let Some(m) = map(n) {
-                self.hog.push(m);
-                pages += n;
-            }
-        }
-        // Whatever came free meanwhile, one page at a time.
-        for _ in 0..4096 {
-            match map(1) {
-                Some(m) => {
-                    self.hog.push(m);
-                    pages += 1;
-                }
-                None => break,
-            }
-        }
-        Ok(format!("pages={pages} unreserved_after={}", unreserved()?))
-    }
-
-    fn unhog(&mut self) {
-        for (p, len) in self.hog.drain(..) {
-            // SAFETY: our own mapping from `hog`, unused by anything.
-            unsafe { libc::munmap(p as *mut libc::c_void, len) };
-        }
+        let hog = Hog::take();
+        let pages = hog.pages();
+        self.hog.push(hog);
+        Ok(format!(
+            "pages={pages} unreserved_after={}",
+            unreserved_pages()
+        ))
     }
 
     /// `n` more connections (blocking connect), held idle.
