@@ -1,3 +1,6 @@
+//! What the tests share: [`Guarded`] memory, fenced by `PROT_NONE` pages (the
+//! library's tests and the fuzz targets), and their skips.
+//!
 //! What the tests do when they cannot check what they are about on this
 //! machine: they skip, and say so through [`skip`], with one of a fixed set
 //! of kinds. A skip passes, and cargo hides its output, so two variables make
@@ -41,7 +44,10 @@
 
 use std::io::Write;
 
+mod guarded;
 mod hugetlb;
+
+pub use guarded::Guarded;
 pub use hugetlb::hugetlb_unmappable;
 
 /// Every kind a skip may have; see the crate's documentation for each.

@@ -5,13 +5,14 @@ mod common;
 use std::cell::Cell;
 use std::ops::ControlFlow;
 
-use common::{assert_cleared_exactly, Guarded, DIRTY};
+use common::{assert_cleared_exactly, DIRTY};
 use prezero::{Error, Kernel, Strategy, Temperature};
+use prezero_testkit::Guarded;
 
 #[test]
 fn bounded_clears_everything_at_any_chunk_size() {
     let mut g = Guarded::new(3 * 4096 + 1000);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     for len in [0, 1, 63, 64, 65, 4095, 4096, 4097, 3 * 4096 + 777] {
         for off in [0, 1, 63] {
             for chunk in [1, 2, 63, 64, 100, 4095, 4096, 8192, 1 << 20, usize::MAX] {
@@ -42,7 +43,7 @@ fn bounded_clears_everything_at_any_chunk_size() {
 fn bounded_early_stop_clears_exactly_the_reported_prefix() {
     let len = 10 * 4096 + 123;
     let mut g = Guarded::new(len + 64);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     for chunk in [1000, 4096, 5000] {
         for stop_after in 1..4 {
             let w = &mut buf[..7 + len + 64];
@@ -69,7 +70,7 @@ fn bounded_early_stop_clears_exactly_the_reported_prefix() {
 #[test]
 fn bounded_chunks_end_on_page_boundaries() {
     let mut g = Guarded::new(64 * 4096);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     let base = buf.as_ptr() as usize + 100;
     prezero::clear_bounded(&mut buf[100..], 3 * 4096 + 5, |done| {
         assert_eq!((base + done) % 4096, 0);
@@ -89,7 +90,7 @@ fn bounded_with_zero_chunk_is_an_error() {
 #[test]
 fn near_clears_everything_for_every_hint() {
     let mut g = Guarded::new(40 * 4096);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     for len in [
         0usize,
         1,
@@ -124,7 +125,7 @@ fn near_clears_everything_for_every_hint() {
 fn parallel_clears_everything_with_any_thread_count() {
     let len = 37 * 4096 + 555;
     let mut g = Guarded::new(len + 4096 + 64);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     for threads in 1..=8 {
         for (off, n) in [
             (0, len),

@@ -5,8 +5,9 @@
 
 mod common;
 
-use common::{assert_cleared_exactly, Guarded, DIRTY};
+use common::{assert_cleared_exactly, DIRTY};
 use prezero::{Kernel, Strategy, Temperature};
+use prezero_testkit::Guarded;
 
 /// Guard bytes checked on each side of small clears.
 const GUARD: usize = 64;
@@ -38,7 +39,7 @@ fn small_lengths_every_offset(s: Strategy) {
         return;
     }
     let mut g = Guarded::new(1024 + 64 + 2 * GUARD);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     for len in 0..=1024 {
         for off in 0..64 {
             let window = &mut buf[..GUARD + off + len + GUARD];
@@ -55,7 +56,7 @@ fn large_lengths_against_guard_pages(s: Strategy) {
     }
     let max = LARGE.iter().max().unwrap() + 64;
     let mut g = Guarded::new(max);
-    let buf = g.bytes();
+    let buf = g.bytes_mut();
     let end = buf.len();
     for len in LARGE {
         for off in 0..64 {
@@ -79,7 +80,7 @@ fn exact_fit_between_guard_pages(s: Strategy) {
     // The whole accessible span: the first and the last byte border a guard page.
     for pages in [1, 2, 17, 513] {
         let mut g = Guarded::new(pages * 4096);
-        let buf = g.bytes();
+        let buf = g.bytes_mut();
         buf.fill(DIRTY);
         prezero::clear_with(buf, s).unwrap();
         assert!(

@@ -14,8 +14,7 @@
 use std::ffi::{c_int, c_void};
 
 use arbitrary::Arbitrary;
-
-use crate::guarded::Guarded;
+use prezero_testkit::Guarded;
 
 pub mod clear;
 pub mod pool;

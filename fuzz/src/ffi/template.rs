@@ -10,9 +10,9 @@ use std::ffi::{c_int, c_void};
 
 use arbitrary::Arbitrary;
 use prezero_capi as ffi;
+use prezero_testkit::Guarded;
 
 use super::{assert_bytes, succeeded, Buffers};
-use crate::guarded::Guarded;
 
 /// One fill into the destination buffer.
 #[derive(Arbitrary, Debug)]
