@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The service's crash loop by hand (issue 30): ROUNDS (default 200) SIGKILLs of
+# The service's crash loop by hand: ROUNDS (default 200) SIGKILLs of
 # `prezero serve` under the load of tenants of two uids, each followed by a
 # restart and every check of prezero-cli/tests/crash_loop.rs; a line per round,
 # then the tally of where the kills landed. `cargo test` runs 10 rounds (CI).

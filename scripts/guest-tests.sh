@@ -145,7 +145,7 @@ tests=(
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )
 
-# Memory pressure (issue 33): a plain program beside one under prezero that
+# Memory pressure: a plain program beside one under prezero that
 # churns, and a memory cgroup past its high mark, on 2 GiB; in the guests that
 # CI runs on each kernel with NUMA (a minute and a half each under TCG).
 pressure_tests=("pressure $(exe prezero-cli test pressure) --nocapture")

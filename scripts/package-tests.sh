@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Debian package as an operator meets it (issue 35): built (from the dev
+# The Debian package as an operator meets it: built (from the dev
 # build CI has already; scripts/package-deb.sh without --debug makes the
 # release one), checked by lintian, installed by dpkg into a fresh root, its
 # `prezero info` run from there, its unit verified and scored by

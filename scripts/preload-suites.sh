@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# Two real programs' own test suites, with and without libprezero_preload.so
-# (issue 16), and under its lazy mode (issue 28, PREZERO_LAZY=1 as
-# `prezero run --lazy` sets it): they must pass exactly as they pass without it
-# (the same counts of passed, failed, skipped), the preload must have served
-# large blocks (its PREZERO_STATS=1 line says how many), at a threshold of
-# 64 KiB so that most of their buffers go through it, and the lazy mode must
-# have answered page faults (where it cannot run here, its arm says why and
-# is compared all the same).
+# Two real programs' own test suites, with and without libprezero_preload.so,
+# and under its lazy mode (PREZERO_LAZY=1 as `prezero run --lazy` sets it): they
+# must pass exactly as they pass without it (the same counts of passed, failed,
+# skipped), the preload must have served large blocks (its PREZERO_STATS=1 line
+# says how many), at a threshold of 64 KiB so that most of their buffers go
+# through it, and the lazy mode must have answered page faults (where it cannot
+# run here, its arm says why and is compared all the same).
 #
 #   1. CPython's regrtest on the modules that move big buffers (bytes, array,
 #      mmap, zlib, struct, memoryview, bz2, lzma, hashlib, bigaddrspace).

@@ -1,4 +1,4 @@
-/* Initialise a large array of records from a template (seed 004), streaming. */
+/* Initialise a large array of records from a template, streaming. */
 #include <prezero.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -1,11 +1,10 @@
-//! Crash consistency of `prezero serve` (issue 30, part 5): a loop SIGKILLs
-//! the daemon at random moments under tenant load and restarts it each time.
-//! The moments are aimed as well as a test outside the daemon can aim them:
-//! anywhere while tenants allocate and release, while the event loop runs (a
-//! hand-out, a release, a ledger write), while a ledger write is under way
-//! (its temporary file exists), while the worker thread runs (a fill, a
-//! scrub, a verification), and during start-up (the first fill, the take-over
-//! of held segments).
+//! Crash consistency of `prezero serve`: a loop SIGKILLs the daemon at random
+//! moments under tenant load and restarts it each time. The moments are aimed
+//! as well as a test outside the daemon can aim them: anywhere while tenants
+//! allocate and release, while the event loop runs (a hand-out, a release, a
+//! ledger write), while a ledger write is under way (its temporary file
+//! exists), while the worker thread runs (a fill, a scrub, a verification), and
+//! during start-up (the first fill, the take-over of held segments).
 //!
 //! The tenants are processes of two uids, two each, that allocate (8 or 16
 //! MiB), check each hand-out zero and whole, write a tag into every 4 KiB

@@ -1,5 +1,5 @@
-//! Commands that write a file check it before their work: a run of minutes
-//! that could not write its result failed only at its end (issue 35).
+//! Commands that write a file check it before their work: a run of minutes that
+//! could not write its result used to fail only at its end, its work lost.
 
 use std::process::Command;
 

@@ -1,7 +1,6 @@
-//! `prezero serve` checks what would stop it before it fills any pool
-//! (issue 35): it filled its pools, then failed to write its ledger and
-//! destroyed what it made, or made any directory path it was given, as
-//! root, without a word.
+//! `prezero serve` checks what would stop it before it fills any pool. It used
+//! to fill its pools, then fail to write its ledger and destroy what it made,
+//! or make any directory path it was given, as root, without a word.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;

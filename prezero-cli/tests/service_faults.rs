@@ -1,10 +1,9 @@
-//! Faults injected under `prezero serve` (issue 30, part 4): a full disk under
-//! the ledger and the metrics file, hugetlb pages running out in the middle
-//! of a refill, ENOMEM from `memfd_create` and `fallocate` (the library's
-//! `PREZERO_SYS_FAULT`, in debug builds), and a client killed between any two
-//! messages. In each the daemon keeps serving what it can, logs what it
-//! cannot, and never hands out a segment it did not finish: every hand-out is
-//! checked zero and whole.
+//! Faults injected under `prezero serve`: a full disk under the ledger and the
+//! metrics file, hugetlb pages running out in the middle of a refill, ENOMEM
+//! from `memfd_create` and `fallocate` (the library's `PREZERO_SYS_FAULT`, in
+//! debug builds), and a client killed between any two messages. In each the
+//! daemon keeps serving what it can, logs what it cannot, and never hands out a
+//! segment it did not finish: every hand-out is checked zero and whole.
 //!
 //! Tests skip (printing why) when the hugetlb pages cannot be reserved (not
 //! root, or no memory), and the full disk when a tmpfs cannot be mounted.

@@ -1,4 +1,4 @@
-//! libprezero_preload.so under injected failures (issue 30). Built with the
+//! libprezero_preload.so under injected failures. Built with the
 //! feature `fault-injection` (`src/sys/fault.rs`, in a target dir of its own), it
 //! fails the Nth `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`, thread
 //! creation, or call of the lazy mode's (opening a userfaultfd and its

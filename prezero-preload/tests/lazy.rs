@@ -1,9 +1,10 @@
-//! The preload's lazy mode (`PREZERO_LAZY=1`, issue 28) against C programs:
-//! tests/c/lazy_stress.c (one mode per run: see its header), tests/c/
-//! lazy_review.c (what a hostile review found, a mode each), tests/c/
-//! lazy_plain.c (programs that must behave as they do plainly), tests/c/
-//! preload_stress.c's modes run again under the lazy mode, tests/c/
-//! uffd_probe.c (the kernel's side of it), and a JVM when there is one.
+//! The preload's lazy mode (`PREZERO_LAZY=1`: page faults served from a reserve
+//! of zeroed pages, with userfaultfd and `UFFDIO_MOVE`) against C programs:
+//! tests/c/lazy_stress.c (one mode per run: see its header),
+//! tests/c/lazy_review.c (what a hostile review found, a mode each),
+//! tests/c/lazy_plain.c (programs that must behave as they do plainly),
+//! tests/c/preload_stress.c's modes run again under the lazy mode,
+//! tests/c/uffd_probe.c (the kernel's side of it), and a JVM when there is one.
 //!
 //! Each program runs as `prezero run --lazy` runs it: the preload in
 //! `LD_PRELOAD`, `PREZERO_LAZY=1`, and `PREZERO_PREFILL_PID` naming the

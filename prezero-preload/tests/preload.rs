@@ -1,4 +1,5 @@
-//! libprezero_preload.so against C programs, as a hostile tester (issue 16).
+//! libprezero_preload.so against C programs, as a hostile tester would run
+//! them.
 //!
 //! The programs are tests/c/preload_stress.c (one binary, one mode per run:
 //! see its header) and tests/c/preload_dl.c (a library that allocates in its

@@ -1,4 +1,4 @@
-/* The preload's lazy mode (issue 28) against what a hostile review of it
+/* The preload's lazy mode (PREZERO_LAZY=1) against what a hostile review of it
  * found, run by prezero-preload/tests/lazy.rs under PREZERO_LAZY=1: one mode
  * per finding, each the review's reproducer made a test. One mode per run:
  *

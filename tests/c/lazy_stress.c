@@ -1,4 +1,4 @@
-/* The test program of the preload's lazy mode (issue 28), run by
+/* The test program of the preload's lazy mode (PREZERO_LAZY=1), run by
  * prezero-preload/tests/lazy.rs under PREZERO_LAZY=1. One mode per run:
  *
  *   zero ROUNDS      calloc, malloc and mmap of 1-64 MiB (whole blocks, edges,

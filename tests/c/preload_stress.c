@@ -1,4 +1,4 @@
-/* The hostile test program for libprezero_preload.so (issue 16), run by
+/* The hostile test program for libprezero_preload.so, run by
  * prezero-preload/tests/preload.rs with and without LD_PRELOAD. One binary,
  * one mode per run:
  *

@@ -1,5 +1,6 @@
 /* What UFFDIO_MOVE of pre-zeroed transparent huge pages costs on this machine
- * (issue 28), before the preload builds on it.
+ * (faults served by moving zeroed pages in), before the preload's lazy mode
+ * builds on it.
  *
  *   uffd_probe [MiB]      default 512
  *

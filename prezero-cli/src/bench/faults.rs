@@ -87,7 +87,7 @@ pub fn run(args: &Args) -> Result<()> {
                         Source::Prezero => "kept mapped, cleared by prezero::clear, then touched",
                     }
                 );
-                // Seed 003's header as it printed it: over the rows' columns,
+                // Prezeroing V2's header as it printed it: over the rows' columns,
                 // its labels left of the units.
                 println!("  Gb Rep Threads CLine   User    System   Wall  flt/cpu/s  fault/wsec");
             }

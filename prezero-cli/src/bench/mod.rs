@@ -27,11 +27,11 @@ pub enum Which {
     Clear(clear::Args),
     /// perf's `bench mem mmap`: map + populate GB/s by page size and function.
     Mmap(mmap::Args),
-    /// Seed 003's fault-rate table: by threads and by cache lines touched per page.
+    /// Linux's "Prezeroing V2" fault-rate table: by threads and by cache lines touched per page.
     Faults(faults::Args),
     /// The pre-zeroed pool: hand-out latency, sustained GB/s, interference.
     Pool(pool::Args),
-    /// Seed 004's memmap init: per-field vs template + streaming vs the ceiling.
+    /// ZONE_DEVICE memmap init: per-field vs template + streaming vs the ceiling.
     Template(template::Args),
     /// prezero serve: hand-out latency, scrub GB/s, VM boot vs the kernel.
     Service(service::Args),
