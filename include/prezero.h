@@ -591,7 +591,8 @@ int pz_template_fill(void *dst,
                      void (*update)(size_t i, void *work, void *ctx),
                      void *ctx);
 
-// Seed 004's compound groups: the first record of every `group_len` from `head`,
+// Groups, as the kernel initialises a compound page's `struct page`s: the
+// first record of every `group_len` from `head`,
 // the others from `tail`, each refreshed by `update(i, is_head, work, ctx)`.
 //
 // # Safety

@@ -131,7 +131,8 @@ pub unsafe extern "C" fn pz_template_fill(
     })
 }
 
-/// Seed 004's compound groups: the first record of every `group_len` from `head`,
+/// Groups, as the kernel initialises a compound page's `struct page`s: the
+/// first record of every `group_len` from `head`,
 /// the others from `tail`, each refreshed by `update(i, is_head, work, ctx)`.
 ///
 /// # Safety

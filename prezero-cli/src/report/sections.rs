@@ -130,7 +130,7 @@ pub fn faults(r: &Rows) -> String {
     if r.faults.is_empty() {
         return String::new();
     }
-    let mut h = String::from("<h2>Seed 003's fault tables</h2>\n<p>Faults per wall second by cache lines touched per 4 KiB: fresh kernel pages against memory prezero keeps and clears.</p>\n");
+    let mut h = String::from("<h2>Fault tables (as Linux's \"Prezeroing V2\" gives them)</h2>\n<p>Faults per wall second by cache lines touched per 4 KiB: fresh kernel pages against memory prezero keeps and clears.</p>\n");
     let one_thread: Vec<_> = r.faults.iter().filter(|f| f.threads == 1).collect();
     let mut series = Vec::new();
     for page in distinct(&one_thread, |f| f.page.clone()) {

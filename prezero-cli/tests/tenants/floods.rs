@@ -5,8 +5,8 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use prezero_service::{Client, Source};
 use prezero::PageKind;
+use prezero_service::{Client, Source};
 
 use super::*;
 

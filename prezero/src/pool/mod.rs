@@ -3,8 +3,9 @@
 //!
 //! Freed chunks are dirty; a scrubber thread at idle priority clears them with
 //! streaming stores while a core is free, between watermarks, so `alloc_zeroed`
-//! usually finds a zero chunk and costs a list pop. Seed 003's rule decides how a
-//! chunk that must be cleared on the spot is cleared: one handed out recently
+//! usually finds a zero chunk and costs a list pop. The rule of Linux's
+//! "Prezeroing V2" review decides how a chunk that must be cleared on the spot
+//! is cleared: one handed out recently
 //! (still in cache, about to be touched again) with ordinary stores, anything
 //! older with streaming stores.
 //!

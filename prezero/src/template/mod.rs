@@ -113,7 +113,8 @@ pub fn template_fill<T: Record>(dst: &mut [T], template: &T, update: impl FnMut(
     Streamer::for_bytes(size_of_val(dst)).fill(dst, template, update)
 }
 
-/// Seed 004's compound pages: records come in groups of `group_len`; the first of
+/// Groups, as the kernel initialises a compound page's `struct page`s (a head,
+/// then tails): records come in groups of `group_len`; the first of
 /// each group from (a working copy of) `head`, the others from `tail`, each
 /// refreshed by `update(i, is_head, &mut working)`. A last group shorter than
 /// `group_len` is fine. `group_len == 0` is an error.

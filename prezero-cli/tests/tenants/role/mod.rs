@@ -6,9 +6,9 @@ use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use prezero::PageKind;
 use prezero_service::protocol::{self, Reply};
 use prezero_service::{Client, ServiceMemory, Source};
-use prezero::PageKind;
 
 use crate::common::tenant::say;
 use crate::common::{seqpacket_connect, unreserved_pages, Hog, MB, NO_FALLBACK};
