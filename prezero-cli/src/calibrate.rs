@@ -62,10 +62,10 @@ pub fn run(args: &Args) -> Result<()> {
     if args.check {
         return check(&path, &measured);
     }
-    let file = derive(&measured);
+    let (file, template) = derive(&measured);
     std::fs::write(&path, file.to_json())
         .with_context(|| format!("cannot write the profile {}", path.display()))?;
-    summarise(&file);
+    summarise(&file, &template);
     println!(
         "wrote {} in {:.1} s",
         path.display(),
@@ -236,7 +236,8 @@ fn file_figure(mode: &str, size: usize, method: String, stats: &Stats) -> profil
     }
 }
 
-fn derive(m: &Measurements) -> ProfileFile {
+/// The profile file, and the template choice in it.
+fn derive(m: &Measurements) -> (ProfileFile, TemplateProfile) {
     let mut sizes: Vec<usize> = m.figures.iter().map(|f| f.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -311,13 +312,13 @@ fn derive(m: &Measurements) -> ProfileFile {
     };
     let cpu = prezero::cpu();
     let (template, template_figures) = derive_template(&m.template);
-    ProfileFile {
+    let file = ProfileFile {
         format: PROFILE_FORMAT,
         cpu_model: cpu.model_name.clone(),
         cpu_id: cpu.identity(),
         date: utc_now(),
-        profile,
-        template: Some(template),
+        classes: profile.to_rows(),
+        template: Some(template.to_row()),
         measured: profile::Measured {
             microcode: cpuinfo_field("microcode"),
             kernel_release: Some(prezero::memory().kernel_release),
@@ -338,7 +339,8 @@ fn derive(m: &Measurements) -> ProfileFile {
                 .collect(),
             template_figures,
         },
-    }
+    };
+    (file, template)
 }
 
 /// The template choice: the streaming kernel fastest on the largest cold
@@ -435,20 +437,18 @@ fn derive_template(figs: &[StoreFigure]) -> (TemplateProfile, Vec<profile::Figur
     (choice, figures)
 }
 
-fn summarise(p: &ProfileFile) {
+fn summarise(p: &ProfileFile, template: &TemplateProfile) {
     println!("profile for {}", p.cpu_model);
-    for t in Temperature::ALL {
-        let cls: Vec<String> = p
-            .profile
-            .classes(t)
+    for (name, rows) in p.classes.by_name() {
+        let cls: Vec<String> = rows
             .iter()
             .map(|c| match c.below {
-                usize::MAX => format!("rest {}", c.kernel.name()),
+                None => format!("rest {}", c.kernel),
                 // Class bounds lie between measured sizes (47453132): 3 figures.
-                b => format!("<{} {}", human_size(b), c.kernel.name()),
+                Some(b) => format!("<{} {}", human_size(b), c.kernel),
             })
             .collect();
-        println!("  {:<8} {}", t.name(), cls.join(", "));
+        println!("  {name:<8} {}", cls.join(", "));
     }
     let m = &p.measured;
     for (k, v) in &m.elision_knee {
@@ -482,9 +482,10 @@ fn summarise(p: &ProfileFile) {
             s.streaming_gbps, s.temporal_gbps
         );
     }
-    if let Some(t) = &p.template {
-        println!("  template fills: {}", crate::info::template_choice(t));
-    }
+    println!(
+        "  template fills: {}",
+        crate::info::template_choice(template)
+    );
 }
 
 fn check(path: &std::path::Path, m: &Measurements) -> Result<()> {

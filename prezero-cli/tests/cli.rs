@@ -422,33 +422,47 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
             serde_json::json!({"format": 999, "cpu_model": model, "date": "d", "profile": {}})
                 .to_string(),
             "format 999",
+            None,
         ),
         (
             "other-cpu.json",
             good.to_string().replace(&identity, "Some Other CPU"),
             "measured on",
+            None,
         ),
         (
             "missing.json",
             serde_json::json!({"format": 1, "cpu_model": model}).to_string(),
             "missing field",
+            None,
         ),
         (
             "bad-template.json",
             good.to_string()
                 .replace("\"temporal\":\"portable\"", "\"temporal\":\"movnti\""),
             "template.temporal",
+            Some("template"),
+        ),
+        (
+            "bad-classes.json",
+            good.to_string()
+                .replace("\"kernel\":\"portable\"", "\"kernel\":\"warp-drive\""),
+            "unknown kernel 'warp-drive'",
+            Some("profile"),
         ),
         (
             "truncated.json",
             good.to_string()[..40].to_string(),
             "not valid JSON",
+            None,
         ),
     ];
     let dir = tmp("a-directory");
     std::fs::create_dir_all(&dir).unwrap();
-    cases.push(("", String::new(), "cannot read"));
-    for (name, text, why) in cases {
+    cases.push(("", String::new(), "cannot read", None));
+    // `None`: the file as a whole is refused; a section's name: that section
+    // alone, its choice built in, the rest of the file followed.
+    for (name, text, why, section) in cases {
         let path = if name.is_empty() {
             dir.clone()
         } else {
@@ -469,10 +483,31 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
         );
         assert!(err.contains(why), "{name}: {err}");
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert!(v["profile"]["source"]
-            .as_str()
-            .unwrap()
-            .starts_with("built-in defaults"));
+        let source = v["profile"]["source"].as_str().unwrap();
+        let Some(section) = section else {
+            assert!(source.starts_with("built-in defaults"), "{name}: {source}");
+            continue;
+        };
+        assert!(
+            source.contains(name),
+            "{name}: the file is followed: {source}"
+        );
+        assert!(
+            err.contains(&format!("\"{section}\" section")),
+            "{name}: {err}"
+        );
+        let template = if section == "template" {
+            "built-in"
+        } else {
+            "profile"
+        };
+        assert_eq!(v["template"]["source"], template, "{name}");
+        if section == "profile" && cfg!(target_arch = "x86_64") {
+            // The built-in classes stream the largest hot clear; the file's
+            // are portable at every hot size.
+            let largest = v["auto"].as_array().unwrap().last().unwrap();
+            assert_ne!(largest["hot"], "portable", "{name}");
+        }
     }
     let (ok, out, _) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", "none")]);
     assert!(ok && out.contains("PREZERO_PROFILE=none"));

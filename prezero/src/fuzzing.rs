@@ -1,10 +1,12 @@
 //! What the fuzz targets (`fuzz/`) reach that is not the library's API:
 //! compiled only with the `fuzzing` feature, which nothing else turns on.
 
+use crate::clear::Profile;
 use crate::cpu::mask::{self, Arch};
 use crate::cpu::Features;
 use crate::json::Json;
 use crate::profile::ProfileFile;
+use crate::template::TemplateProfile;
 
 /// `text` applied to `detected` as [`cpu()`](crate::cpu()) applies
 /// `PREZERO_CPU`, with the names of x86_64 or (`aarch64`) of aarch64;
@@ -21,10 +23,16 @@ pub fn cpu_mask(
 }
 
 /// A profile file's bytes, checked and read as [`ProfileFile::read`] reads a
-/// file's (text that is not UTF-8 is an error).
+/// file's (text that is not UTF-8 is an error), its sections then converted
+/// as clearing and the template fills take them.
 pub fn profile(bytes: &[u8]) -> Result<ProfileFile, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("cannot read it: {e}"))?;
-    ProfileFile::parse(text).map_err(|e| e.to_string())
+    let file = ProfileFile::parse(text).map_err(|e| e.to_string())?;
+    Profile::from_rows(&file.classes).map_err(|e| e.to_string())?;
+    if let Some(t) = &file.template {
+        TemplateProfile::from_row(t).map_err(|e| e.to_string())?;
+    }
+    Ok(file)
 }
 
 /// `text` read by the profile's JSON reader and written as the profile is

@@ -8,7 +8,7 @@
 use std::sync::OnceLock;
 
 use super::kernel::{Kernel, KernelFn};
-use super::profile::{Profile, Temperature, MAX_CLASSES};
+use super::profile::{tuning, Profile, Temperature, MAX_CLASSES};
 use crate::cpu::cpu;
 
 /// The kernel to use instead of `k` on a CPU that lacks it: the same kind
@@ -75,10 +75,7 @@ impl Dispatch {
     }
 
     fn from_env() -> Dispatch {
-        let profile = crate::profile::loaded()
-            .profile
-            .clone()
-            .unwrap_or_else(|| Profile::builtin(cpu()));
+        let profile = tuning().cloned().unwrap_or_else(|| Profile::builtin(cpu()));
         let forced = std::env::var("PREZERO_STRATEGY")
             .ok()
             .filter(|s| !s.is_empty() && s != "auto")

@@ -1,11 +1,15 @@
 //! The size classes `Auto` follows per temperature: [`Profile`], what its
 //! classes mean, and the built-in one with the figures behind it. A profile
-//! file's `"profile"` section is read and written in `profile/file.rs`; the
-//! process's choice is made from it in `dispatch.rs`.
+//! file's `"profile"` section is read and written as rows in
+//! `profile/file.rs`; [`tuning`] is where clearing takes them, checked, and
+//! `dispatch.rs` makes the process's choice from that.
+
+use std::sync::OnceLock;
 
 use super::kernel::Kernel;
 use crate::cpu::Cpu;
 use crate::error::{Error, Result};
+use crate::profile::{self, ClassRow, ClassRows};
 
 /// What the caller knows about the memory it is about to clear (the rule of the
 /// Linux prezeroing work: memory about to be touched is best zeroed hot, memory not in cache is best
@@ -191,6 +195,65 @@ impl Profile {
     }
 }
 
+impl Profile {
+    /// The classes a profile file's `"profile"` rows name, checked: every
+    /// kernel known, every temperature's classes as [`validate`](Self::validate)
+    /// requires.
+    pub fn from_rows(rows: &ClassRows) -> Result<Profile> {
+        let classes = |rows: &[ClassRow]| -> Result<Vec<SizeClass>> {
+            rows.iter()
+                .map(|r| {
+                    Ok(SizeClass {
+                        below: r.below.unwrap_or(usize::MAX),
+                        kernel: r.kernel.parse()?,
+                    })
+                })
+                .collect()
+        };
+        let p = Profile {
+            unknown: classes(&rows.unknown)?,
+            hot: classes(&rows.hot)?,
+            cold: classes(&rows.cold)?,
+        };
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// The rows a profile file keeps for these classes (the last class's
+    /// `usize::MAX` as `null`).
+    pub fn to_rows(&self) -> ClassRows {
+        let rows = |classes: &[SizeClass]| {
+            classes
+                .iter()
+                .map(|c| ClassRow {
+                    below: Some(c.below).filter(|&b| b != usize::MAX),
+                    kernel: c.kernel.name().into(),
+                })
+                .collect()
+        };
+        ClassRows {
+            unknown: rows(&self.unknown),
+            hot: rows(&self.hot),
+            cold: rows(&self.cold),
+        }
+    }
+}
+
+/// The size classes of the profile file this process follows, checked once:
+/// the one point where clearing takes its tuning from the file. `None`: no
+/// file is followed, or its classes cannot be used (said once on stderr).
+pub(crate) fn tuning() -> Option<&'static Profile> {
+    static TUNING: OnceLock<Option<Profile>> = OnceLock::new();
+    TUNING
+        .get_or_init(|| {
+            let rows = profile::loaded().classes.as_ref()?;
+            Profile::from_rows(rows)
+                .map_err(|e| profile::refuse_section("profile", e))
+                .ok()
+        })
+        .as_ref()
+}
+
 /// The streaming kernels in the order the defaults prefer them, by what they
 /// reached on cold 1 MiB-1 GiB extents: the widest vector stores first (Zen 4:
 /// `avx512-nt` 71-82, `avx2-nt` 67-79, `clzero` 61-77, `movnti` 37-39; Zen 3:
@@ -235,6 +298,50 @@ pub const MAX_CLASSES: usize = 8;
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::profile::{test_file_text, ProfileFile, PROFILE_FORMAT, TEST_CLASSES};
+
+    /// A profile file's classes as the process takes them: the file read,
+    /// then its rows converted.
+    fn read_classes(text: &str) -> Result<Profile> {
+        ProfileFile::parse(text).and_then(|f| Profile::from_rows(&f.classes))
+    }
+
+    #[test]
+    fn profile_files_round_trip_and_refuse_what_is_wrong() {
+        let good = || test_file_text(PROFILE_FORMAT, TEST_CLASSES);
+        let p = read_classes(&good()).unwrap();
+        assert_eq!(
+            p.unknown[0],
+            SizeClass {
+                below: 4096,
+                kernel: Kernel::Portable
+            }
+        );
+        assert_eq!(p.cold[0].below, usize::MAX);
+        let f = ProfileFile::parse(&good()).unwrap();
+        assert_eq!(p.to_rows(), f.classes, "written back as read");
+        // Another format is reported as such, not parsed further.
+        let e = read_classes(&test_file_text(99, "7")).unwrap_err();
+        assert!(e.to_string().contains("format 99"), "{e}");
+        let bad = [
+            good()[..60].to_string(),
+            r#"{"cpu_model": "x", "date": "d", "profile": {}}"#.to_string(),
+            test_file_text(PROFILE_FORMAT, r#"{"hot": [], "cold": [], "unknown": []}"#),
+            test_file_text(
+                PROFILE_FORMAT,
+                &TEST_CLASSES.replace("movnti", "warp-drive"),
+            ),
+            test_file_text(
+                PROFILE_FORMAT,
+                &TEST_CLASSES.replace("null, \"kernel\": \"movnti", "5, \"kernel\": \"movnti"),
+            ),
+            "not json".to_string(),
+        ];
+        for b in bad {
+            let e = read_classes(&b).unwrap_err();
+            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e:?}");
+        }
+    }
 
     #[test]
     fn malformed_profiles_are_rejected() {

@@ -1,15 +1,15 @@
 //! The profile file's format: every field of `profile.json`, how it is read
-//! and checked, and how it is written. What the size classes mean is
-//! `clear/profile.rs`'s, what the template choice means `template/profile.rs`'s,
-//! and what calibrate measured beside them `measured.rs`'s.
+//! and checked, and how it is written, in rows of names and numbers as the
+//! file has them. What they mean is not this module's: the size classes are
+//! `clear/profile.rs`'s, the template choice `template/profile.rs`'s (each
+//! checks and converts its rows), and what calibrate measured beside them
+//! `measured.rs`'s.
 
 use std::path::Path;
 
 use super::measured::{count, figures_json, Measured, TEMPLATE_FIGURE_BY};
-use crate::clear::{Profile, SizeClass, Temperature};
 use crate::error::{Error, Result};
 use crate::json::Json;
-use crate::template::{CopyKernel, TemplateProfile};
 
 /// The profile file format this library reads and writes (`"format"` in the
 /// file). Format 2 added `"cpu_id"`: format 1 matched on the brand string
@@ -30,14 +30,56 @@ pub struct ProfileFile {
     pub cpu_id: String,
     /// `"date"`, as written.
     pub date: String,
-    /// `"profile"`: the size classes per temperature (`"below": null` is
-    /// `usize::MAX`, the last class).
-    pub profile: Profile,
+    /// `"profile"`: the clearing kernels' size classes per temperature.
+    pub classes: ClassRows,
     /// `"template"`: the template fills' store choice; profiles written
     /// before calibrate measured it have none.
-    pub template: Option<TemplateProfile>,
+    pub template: Option<TemplateRow>,
     /// Everything else calibrate recorded.
     pub measured: Measured,
+}
+
+/// `"profile"`: per temperature, the size classes in the file's order.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ClassRows {
+    /// `"unknown"`
+    pub unknown: Vec<ClassRow>,
+    /// `"hot"`
+    pub hot: Vec<ClassRow>,
+    /// `"cold"`
+    pub cold: Vec<ClassRow>,
+}
+
+/// One size class: `{"below", "kernel"}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClassRow {
+    /// `"below"`: sizes below this many bytes; `None` (`null`): every size.
+    pub below: Option<usize>,
+    /// `"kernel"`: a clearing kernel's name.
+    pub kernel: String,
+}
+
+/// `"template"`: `{"stream", "temporal", "stream_from"}` (and the figures,
+/// which [`Measured`] holds).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TemplateRow {
+    /// `"stream"`: a template kernel's name, for large fills.
+    pub stream: String,
+    /// `"temporal"`: a template kernel's name, for fills below `stream_from`.
+    pub temporal: String,
+    /// `"stream_from"`: the size from which fills stream; `None` (`null`): never.
+    pub stream_from: Option<usize>,
+}
+
+impl ClassRows {
+    /// The three lists under the file's names for them, in the file's order.
+    pub fn by_name(&self) -> [(&'static str, &[ClassRow]); 3] {
+        [
+            ("unknown", &self.unknown),
+            ("hot", &self.hot),
+            ("cold", &self.cold),
+        ]
+    }
 }
 
 impl ProfileFile {
@@ -48,8 +90,9 @@ impl ProfileFile {
         ProfileFile::parse(&text)
     }
 
-    /// Checks and reads the text of a profile file.
-    pub(crate) fn parse(text: &str) -> Result<ProfileFile> {
+    /// Checks and reads the text of a profile file: its layout, not what the
+    /// names in it mean.
+    pub fn parse(text: &str) -> Result<ProfileFile> {
         let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
         let field = |k: &str| {
             v.get(k)
@@ -74,15 +117,14 @@ impl ProfileFile {
             )));
         }
         let cpu_id = text_of("cpu_id")?;
-        let profile = read_classes(field("profile")?)?;
-        profile.validate()?;
+        let classes = read_classes(field("profile")?)?;
         let template = v.get("template").map(read_template).transpose()?;
         Ok(ProfileFile {
             format,
             cpu_model,
             cpu_id,
             date,
-            profile,
+            classes,
             template,
             measured: Measured::read(&v),
         })
@@ -92,29 +134,26 @@ impl ProfileFile {
     /// a final newline. A profile without a template choice has no
     /// `"template"` section (and so no template figures).
     pub fn to_json(&self) -> String {
-        let classes = |t: Temperature| {
-            let list = self.profile.classes(t).iter().map(|c| {
+        let classes = self.classes.by_name().map(|(name, rows)| {
+            let list = rows.iter().map(|c| {
                 Json::Obj(vec![
                     ("below".into(), bound_json(c.below)),
-                    ("kernel".into(), Json::Str(c.kernel.name().into())),
+                    ("kernel".into(), Json::Str(c.kernel.clone())),
                 ])
             });
-            (t.name().to_owned(), Json::Arr(list.collect()))
-        };
+            (name.to_owned(), Json::Arr(list.collect()))
+        });
         let mut members = vec![
             ("format".into(), Json::Int(self.format.into())),
             ("cpu_model".into(), Json::Str(self.cpu_model.clone())),
             ("cpu_id".into(), Json::Str(self.cpu_id.clone())),
             ("date".into(), Json::Str(self.date.clone())),
-            (
-                "profile".into(),
-                Json::Obj(Temperature::ALL.map(classes).into()),
-            ),
+            ("profile".into(), Json::Obj(classes.into())),
         ];
         if let Some(t) = &self.template {
             let section = vec![
-                ("stream".into(), Json::Str(t.stream.name().into())),
-                ("temporal".into(), Json::Str(t.temporal.name().into())),
+                ("stream".into(), Json::Str(t.stream.clone())),
+                ("temporal".into(), Json::Str(t.temporal.clone())),
                 ("stream_from".into(), bound_json(t.stream_from)),
                 (
                     "figures".into(),
@@ -128,28 +167,27 @@ impl ProfileFile {
     }
 }
 
-/// A size bound: a byte count, or `null` for "no bound" (`usize::MAX`).
-fn read_bound(v: Option<&Json>, missing: &str, not_a_count: &str) -> Result<usize> {
+/// A size bound: a byte count, or `null` for "no bound".
+fn read_bound(v: Option<&Json>, missing: &str, not_a_count: &str) -> Result<Option<usize>> {
     match v {
-        Some(Json::Null) => Ok(usize::MAX),
-        Some(b) => b.as_count().ok_or_else(|| Error::invalid(not_a_count)),
+        Some(Json::Null) => Ok(None),
+        Some(b) => b
+            .as_count()
+            .map(Some)
+            .ok_or_else(|| Error::invalid(not_a_count)),
         None => Err(Error::invalid(missing)),
     }
 }
 
-fn bound_json(below: usize) -> Json {
-    if below == usize::MAX {
-        Json::Null
-    } else {
-        count(below)
-    }
+fn bound_json(below: Option<usize>) -> Json {
+    below.map_or(Json::Null, count)
 }
 
 /// `"profile"`: per temperature, a list of `{"below", "kernel"}`.
-fn read_classes(p: &Json) -> Result<Profile> {
-    let classes = |t: Temperature| -> Result<Vec<SizeClass>> {
-        let arr = p.get(t.name()).and_then(Json::as_array).ok_or_else(|| {
-            Error::invalid(format!("\"profile.{}\" is missing or not a list", t.name()))
+fn read_classes(p: &Json) -> Result<ClassRows> {
+    let classes = |name: &str| -> Result<Vec<ClassRow>> {
+        let arr = p.get(name).and_then(Json::as_array).ok_or_else(|| {
+            Error::invalid(format!("\"profile.{name}\" is missing or not a list"))
         })?;
         arr.iter()
             .map(|c| {
@@ -162,26 +200,26 @@ fn read_classes(p: &Json) -> Result<Profile> {
                     .get("kernel")
                     .and_then(Json::as_str)
                     .ok_or_else(|| Error::invalid("a size class has no \"kernel\""))?
-                    .parse()?;
-                Ok(SizeClass { below, kernel })
+                    .to_owned();
+                Ok(ClassRow { below, kernel })
             })
             .collect()
     };
-    Ok(Profile {
-        unknown: classes(Temperature::Unknown)?,
-        hot: classes(Temperature::Hot)?,
-        cold: classes(Temperature::Cold)?,
+    Ok(ClassRows {
+        unknown: classes("unknown")?,
+        hot: classes("hot")?,
+        cold: classes("cold")?,
     })
 }
 
 /// `"template"`: `{"stream", "temporal", "stream_from"}` (and the figures,
 /// which [`Measured`] reads).
-fn read_template(v: &Json) -> Result<TemplateProfile> {
-    let kernel = |k: &str| -> Result<CopyKernel> {
-        v.get(k)
+fn read_template(v: &Json) -> Result<TemplateRow> {
+    let kernel = |k: &str| -> Result<String> {
+        Ok(v.get(k)
             .and_then(Json::as_str)
             .ok_or_else(|| Error::invalid(format!("\"template.{k}\" is missing or not a string")))?
-            .parse()
+            .to_owned())
     };
     let (stream, temporal) = (kernel("stream")?, kernel("temporal")?);
     let stream_from = read_bound(
@@ -189,71 +227,33 @@ fn read_template(v: &Json) -> Result<TemplateProfile> {
         "\"template.stream_from\" is missing",
         "\"template.stream_from\" is not a byte count",
     )?;
-    let t = TemplateProfile {
+    Ok(TemplateRow {
         stream,
         temporal,
         stream_from,
-    };
-    t.validate()?;
-    Ok(t)
+    })
 }
+
+/// A profile file's text for the tests of this module and of the sections'
+/// readers: `body` is its `"profile"` section.
+#[cfg(test)]
+pub(crate) fn test_file_text(format: u32, body: &str) -> String {
+    let cpu = crate::cpu::cpu();
+    format!(
+        r#"{{"format": {format}, "cpu_model": "{}", "cpu_id": "{}", "date": "2026-11-22", "profile": {body}}}"#,
+        cpu.model_name.replace('"', ""),
+        cpu.identity()
+    )
+}
+
+/// A good `"profile"` section for [`test_file_text`].
+#[cfg(test)]
+pub(crate) const TEST_CLASSES: &str = r#"{"unknown": [{"below": 4096, "kernel": "portable"}, {"below": null, "kernel": "portable"}],
+        "hot": [{"below": null, "kernel": "portable"}], "cold": [{"below": null, "kernel": "movnti"}]}"#;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clear::Kernel;
-    use crate::cpu::cpu;
-
-    fn file_text(format: u32, model: &str, body: &str) -> String {
-        format!(
-            r#"{{"format": {format}, "cpu_model": "{model}", "cpu_id": "{}", "date": "2026-11-22", "profile": {body}}}"#,
-            cpu().identity()
-        )
-    }
-
-    const GOOD: &str = r#"{"unknown": [{"below": 4096, "kernel": "portable"}, {"below": null, "kernel": "portable"}],
-        "hot": [{"below": null, "kernel": "portable"}], "cold": [{"below": null, "kernel": "movnti"}]}"#;
-
-    #[test]
-    fn profile_files_round_trip_and_refuse_what_is_wrong() {
-        let model = cpu().model_name.replace('"', "");
-        let f = ProfileFile::parse(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
-        assert_eq!(
-            f.profile.unknown[0],
-            SizeClass {
-                below: 4096,
-                kernel: Kernel::Portable
-            }
-        );
-        assert_eq!(f.profile.cold[0].below, usize::MAX);
-        // Another format is reported as such, not parsed further.
-        let e = ProfileFile::parse(&file_text(99, &model, "7")).unwrap_err();
-        assert!(e.to_string().contains("format 99"), "{e}");
-        let bad = [
-            file_text(PROFILE_FORMAT, &model, GOOD)[..60].to_string(),
-            r#"{"cpu_model": "x", "date": "d", "profile": {}}"#.to_string(),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                r#"{"hot": [], "cold": [], "unknown": []}"#,
-            ),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                &GOOD.replace("movnti", "warp-drive"),
-            ),
-            file_text(
-                PROFILE_FORMAT,
-                &model,
-                &GOOD.replace("null, \"kernel\": \"movnti", "5, \"kernel\": \"movnti"),
-            ),
-            "not json".to_string(),
-        ];
-        for b in bad {
-            let e = ProfileFile::parse(&b).unwrap_err();
-            assert!(matches!(e, Error::InvalidArgument(_)), "{b}: {e:?}");
-        }
-    }
 
     #[test]
     fn unreadable_files_and_directories_are_errors_not_panics() {
@@ -264,32 +264,6 @@ mod tests {
             .contains("cannot read"));
         assert!(ProfileFile::read(Path::new("/proc/self/mem")).is_err());
         assert!(ProfileFile::read(Path::new("/nonexistent/profile.json")).is_err());
-    }
-
-    #[test]
-    fn sections_parse_and_refuse_what_is_wrong() {
-        let p = |s: &str| read_template(&Json::parse(s).unwrap());
-        let ok = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": 4096}"#).unwrap();
-        assert_eq!(ok.stream, CopyKernel::Movnti);
-        assert_eq!(ok.stream_from, 4096);
-        let never = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": null}"#);
-        assert_eq!(never.unwrap().stream_from, usize::MAX);
-        let none = p(r#"{"stream": "portable", "temporal": "portable", "stream_from": 1}"#);
-        assert_eq!(
-            none.unwrap().stream,
-            CopyKernel::Portable,
-            "a CPU with no streaming store"
-        );
-        for bad in [
-            r#"{"stream": "avx2", "temporal": "portable", "stream_from": 1}"#,
-            r#"{"stream": "movnti", "temporal": "movnti", "stream_from": 1}"#,
-            r#"{"stream": "warp", "temporal": "portable", "stream_from": 1}"#,
-            r#"{"stream": "movnti", "temporal": "portable", "stream_from": -1}"#,
-            r#"{"stream": "movnti", "temporal": "portable"}"#,
-            r#"{"temporal": "portable", "stream_from": 1}"#,
-        ] {
-            assert!(p(bad).is_err(), "{bad}");
-        }
     }
 
     /// The profiles calibrate wrote with serde_json, in `machines/`, read and
@@ -330,8 +304,7 @@ mod tests {
     /// `null`, so the profile read back lost the figure: refused instead.
     #[test]
     fn a_number_past_f64_is_refused_not_written_back_as_null() {
-        let model = cpu().model_name.replace('"', "");
-        let text = file_text(PROFILE_FORMAT, &model, GOOD).replace(
+        let text = test_file_text(PROFILE_FORMAT, TEST_CLASSES).replace(
             "\"date\"",
             r#""figures": [{"mode": "cold", "size": 4096, "method": "movnti", "gbps_median": 1e400, "stdev_pct": 2.0}], "date""#,
         );
@@ -341,10 +314,9 @@ mod tests {
 
     #[test]
     fn what_calibrate_measured_is_optional_and_read_as_far_as_it_can_be() {
-        let model = cpu().model_name.replace('"', "");
-        let bare = ProfileFile::parse(&file_text(PROFILE_FORMAT, &model, GOOD)).unwrap();
+        let bare = ProfileFile::parse(&test_file_text(PROFILE_FORMAT, TEST_CLASSES)).unwrap();
         assert_eq!(bare.measured, Measured::default());
-        let text = file_text(PROFILE_FORMAT, &model, GOOD).replace(
+        let text = test_file_text(PROFILE_FORMAT, TEST_CLASSES).replace(
             "\"date\"",
             r#""figures": [{"mode": "cold", "size": 4096, "method": "movnti", "gbps_median": 1.5, "stdev_pct": 2.0},
                 {"mode": "cold"}], "elision_knee": {"rep-stosb": null, "avx2": 33554432, "x": "y"}, "date""#,

@@ -1,20 +1,23 @@
 //! The calibration profile: the file `prezero calibrate` writes (its format in
 //! `file.rs`, what calibrate measured beside its choices in `measured.rs`),
-//! where it is looked for, and the one this process follows. Clearing takes
-//! its size classes from it (`clear/dispatch.rs`), the template fills their
-//! choice (`template/choice.rs`).
+//! where it is looked for, and the one this process follows. Its rows are
+//! names and numbers as the file has them: clearing checks and takes its size
+//! classes from them at one point (`clear::profile::tuning`), the template
+//! fills their choice at another (`template::profile::tuning`). So this module
+//! imports neither.
 
+use std::fmt::Display;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use crate::clear::Profile;
 use crate::cpu::cpu;
-use crate::template::TemplateProfile;
 
 mod file;
 mod measured;
 
-pub use file::{ProfileFile, PROFILE_FORMAT};
+#[cfg(test)]
+pub(crate) use file::{test_file_text, TEST_CLASSES};
+pub use file::{ClassRow, ClassRows, ProfileFile, TemplateRow, PROFILE_FORMAT};
 pub use measured::{Figure, Measured, Scrubber, ThreadFigure};
 
 /// Where `prezero calibrate` writes and the library looks by default:
@@ -33,34 +36,53 @@ pub fn source() -> &'static str {
     &loaded().source
 }
 
-/// The parts of the profile file this process follows (none: the built-in
+/// The rows of the profile file this process follows (none: the built-in
 /// choices), and the sentence [`source`] gives.
 pub(crate) struct Loaded {
-    pub(crate) profile: Option<Profile>,
-    pub(crate) template: Option<TemplateProfile>,
-    pub(crate) source: String,
+    /// `"profile"`, if a file is followed.
+    pub(crate) classes: Option<ClassRows>,
+    /// `"template"`, if a file with one is followed.
+    pub(crate) template: Option<TemplateRow>,
+    source: String,
+    /// The file's path, for a warning about one of its sections.
+    shown: String,
 }
 
-/// The profile file, read once per process. Problems are reported once on
-/// stderr; the built-in choices are used then.
+/// The profile file, read once per process. Problems with the file as a whole
+/// are reported once on stderr; the built-in choices are used then.
 pub(crate) fn loaded() -> &'static Loaded {
     static LOADED: OnceLock<Loaded> = OnceLock::new();
     LOADED.get_or_init(|| {
-        let (file, source) = file_from_env();
+        let (file, source, shown) = file_from_env();
         // Only the choices are kept: the figures calibrate recorded are
         // for people, not for every process that clears memory.
-        let (profile, template) = file.map_or((None, None), |f| (Some(f.profile), f.template));
+        let (classes, template) = file.map_or((None, None), |f| (Some(f.classes), f.template));
         Loaded {
-            profile,
+            classes,
             template,
             source,
+            shown,
         }
     })
 }
 
-fn file_from_env() -> (Option<ProfileFile>, String) {
+/// Says once, on stderr, that a section of the file this process follows
+/// cannot be used (`why`), and so the built-in choice holds for it: each
+/// section's reader calls it once, where it converts the rows.
+pub(crate) fn refuse_section(section: &str, why: impl Display) {
+    let shown = &loaded().shown;
+    eprintln!("prezero: ignoring profile {shown}'s \"{section}\" section: {why}; using the built-in choice for it");
+}
+
+fn file_from_env() -> (Option<ProfileFile>, String, String) {
     let (path, explicit) = match std::env::var_os("PREZERO_PROFILE") {
-        Some(v) if v == "none" => return (None, "built-in defaults (PREZERO_PROFILE=none)".into()),
+        Some(v) if v == "none" => {
+            return (
+                None,
+                "built-in defaults (PREZERO_PROFILE=none)".into(),
+                String::new(),
+            )
+        }
         Some(v) if !v.is_empty() => (PathBuf::from(v), true),
         _ => match default_path() {
             Some(p) => (p, false),
@@ -68,20 +90,23 @@ fn file_from_env() -> (Option<ProfileFile>, String) {
                 return (
                     None,
                     "built-in defaults (no HOME or XDG_CONFIG_HOME)".into(),
+                    String::new(),
                 )
             }
         },
     };
-    let shown = path.display();
+    let shown = path.display().to_string();
     if !explicit && !path.exists() {
         return (
             None,
             format!("built-in defaults (no profile at {shown}; run `prezero calibrate`)"),
+            shown,
         );
     }
     let refuse = |why: String| {
         eprintln!("prezero: ignoring profile {shown}: {why}; using the built-in defaults");
-        (None, format!("built-in defaults ({shown} ignored: {why})"))
+        let source = format!("built-in defaults ({shown} ignored: {why})");
+        (None, source, shown.clone())
     };
     match ProfileFile::read(&path) {
         Err(e) => refuse(e.to_string()),
@@ -93,8 +118,8 @@ fn file_from_env() -> (Option<ProfileFile>, String) {
             cpu().identity()
         )),
         Ok(f) => {
-            let date = f.date.clone();
-            (Some(f), format!("{shown} (calibrated {date})"))
+            let source = format!("{shown} (calibrated {})", f.date);
+            (Some(f), source, shown)
         }
     }
 }

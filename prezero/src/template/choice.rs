@@ -45,5 +45,5 @@ pub fn stream_from() -> usize {
 /// The template choice of the profile file this process follows, if it has
 /// one (the template functions use the built-in choice otherwise).
 pub fn active_template_profile() -> Option<TemplateProfile> {
-    crate::profile::loaded().template
+    super::profile::tuning()
 }

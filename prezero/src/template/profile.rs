@@ -1,11 +1,15 @@
 //! The template fills' part of a profile: [`TemplateProfile`], streaming or
 //! temporal stores by size, what it means and the built-in one with the
 //! figures behind it. A profile file's `"template"` section is read and
-//! written in `profile/file.rs`; the process's choice is made in `choice.rs`.
+//! written as a row in `profile/file.rs`; [`tuning`] is where the template
+//! fills take it, checked, and `choice.rs` makes the process's choice.
+
+use std::sync::OnceLock;
 
 use super::CopyKernel;
 use crate::cpu::Cpu;
 use crate::error::{Error, Result};
+use crate::profile::{self, TemplateRow};
 
 /// The template choice a profile records (`"template"` in the file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -82,6 +86,43 @@ impl TemplateProfile {
     }
 }
 
+impl TemplateProfile {
+    /// The choice a profile file's `"template"` row names, checked: both
+    /// kernels known and of the kind [`validate`](Self::validate) requires.
+    pub fn from_row(row: &TemplateRow) -> Result<TemplateProfile> {
+        let t = TemplateProfile {
+            stream: row.stream.parse()?,
+            temporal: row.temporal.parse()?,
+            stream_from: row.stream_from.unwrap_or(usize::MAX),
+        };
+        t.validate()?;
+        Ok(t)
+    }
+
+    /// The row a profile file keeps for this choice (never streaming as `null`).
+    pub fn to_row(&self) -> TemplateRow {
+        TemplateRow {
+            stream: self.stream.name().into(),
+            temporal: self.temporal.name().into(),
+            stream_from: Some(self.stream_from).filter(|&b| b != usize::MAX),
+        }
+    }
+}
+
+/// The template choice of the profile file this process follows, checked
+/// once: the one point where the template fills take their tuning from the
+/// file. `None`: no file with one is followed, or it cannot be used (said
+/// once on stderr).
+pub(crate) fn tuning() -> Option<TemplateProfile> {
+    static TUNING: OnceLock<Option<TemplateProfile>> = OnceLock::new();
+    *TUNING.get_or_init(|| {
+        let row = profile::loaded().template.as_ref()?;
+        TemplateProfile::from_row(row)
+            .map_err(|e| profile::refuse_section("template", e))
+            .ok()
+    })
+}
+
 /// AMD family 17h (Zen 1 recorded; Zen+ and Zen 2 share the family and are
 /// assumed alike): storing through the caches into cold memory costs far more
 /// than the at most 1.05x that [`TemplateProfile::builtin`]'s rule relies on. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
@@ -98,7 +139,45 @@ const ZEN1_STREAM_FROM: usize = 16 << 10;
 mod tests {
     use super::*;
     use crate::cpu::cpu;
+    use crate::profile::{test_file_text, ProfileFile, PROFILE_FORMAT, TEST_CLASSES};
     use crate::template::Streamer;
+
+    /// A profile file's template choice as the process takes it: the file
+    /// (with `section` as its `"template"`) read, then its row converted.
+    fn read_template(section: &str) -> Result<TemplateProfile> {
+        let text = test_file_text(PROFILE_FORMAT, TEST_CLASSES)
+            .replace("\"date\"", &format!("\"template\": {section}, \"date\""));
+        let f = ProfileFile::parse(&text)?;
+        TemplateProfile::from_row(f.template.as_ref().expect("a template section"))
+    }
+
+    #[test]
+    fn sections_parse_and_refuse_what_is_wrong() {
+        let p = read_template;
+        let ok = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": 4096}"#).unwrap();
+        assert_eq!(ok.stream, CopyKernel::Movnti);
+        assert_eq!(ok.stream_from, 4096);
+        let never = p(r#"{"stream": "movnti", "temporal": "portable", "stream_from": null}"#);
+        assert_eq!(never.unwrap().stream_from, usize::MAX);
+        let none = p(r#"{"stream": "portable", "temporal": "portable", "stream_from": 1}"#);
+        assert_eq!(
+            none.unwrap().stream,
+            CopyKernel::Portable,
+            "a CPU with no streaming store"
+        );
+        for bad in [
+            r#"{"stream": "avx2", "temporal": "portable", "stream_from": 1}"#,
+            r#"{"stream": "movnti", "temporal": "movnti", "stream_from": 1}"#,
+            r#"{"stream": "warp", "temporal": "portable", "stream_from": 1}"#,
+            r#"{"stream": "movnti", "temporal": "portable", "stream_from": -1}"#,
+            r#"{"stream": "movnti", "temporal": "portable"}"#,
+            r#"{"temporal": "portable", "stream_from": 1}"#,
+        ] {
+            assert!(p(bad).is_err(), "{bad}");
+        }
+        let row = TemplateProfile::builtin(cpu()).to_row();
+        assert_eq!(TemplateProfile::from_row(&row).unwrap().to_row(), row);
+    }
 
     #[test]
     fn the_builtin_choice_runs_here() {
