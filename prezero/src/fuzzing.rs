@@ -4,7 +4,6 @@
 use crate::clear::Profile;
 use crate::cpu::mask::{self, Arch};
 use crate::cpu::Features;
-use crate::json::Json;
 use crate::profile::ProfileFile;
 use crate::template::TemplateProfile;
 
@@ -33,16 +32,4 @@ pub fn profile(bytes: &[u8]) -> Result<ProfileFile, String> {
         TemplateProfile::from_row(t).map_err(|e| e.to_string())?;
     }
     Ok(file)
-}
-
-/// `text` read by the profile's JSON reader and written as the profile is
-/// (members sorted by key), then that read and written again: both texts,
-/// or why `text` is not JSON.
-pub fn json_twice(text: &str) -> Result<(String, String), String> {
-    let written = Json::parse(text).map_err(|e| e.to_string())?.to_pretty();
-    let again = match Json::parse(&written) {
-        Ok(v) => v.to_pretty(),
-        Err(e) => format!("not JSON when written: {e}"),
-    };
-    Ok((written, again))
 }

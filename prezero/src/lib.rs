@@ -40,7 +40,6 @@ pub mod hugetlb;
 #[cfg(any(test, feature = "interleavings"))]
 #[doc(hidden)]
 pub mod interleavings;
-mod json;
 pub mod mm;
 pub mod numa;
 pub mod pool;

@@ -7,9 +7,11 @@
 
 use std::path::Path;
 
-use super::measured::{count, figures_json, Measured, TEMPLATE_FIGURE_BY};
+use serde_json::Value;
+
+use super::json::{as_count, count, object};
+use super::measured::{figures_json, Measured, TEMPLATE_FIGURE_BY};
 use crate::error::{Error, Result};
-use crate::json::Json;
 
 /// The profile file format this library reads and writes (`"format"` in the
 /// file). Format 2 added `"cpu_id"`: format 1 matched on the brand string
@@ -93,13 +95,13 @@ impl ProfileFile {
     /// Checks and reads the text of a profile file: its layout, not what the
     /// names in it mean.
     pub fn parse(text: &str) -> Result<ProfileFile> {
-        let v = Json::parse(text).map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
+        let v: Value = serde_json::from_str(text)
+            .map_err(|e| Error::invalid(format!("not valid JSON: {e}")))?;
         let field = |k: &str| {
             v.get(k)
                 .ok_or_else(|| Error::invalid(format!("missing field \"{k}\"")))
         };
-        let format = field("format")?
-            .as_count()
+        let format = as_count(field("format")?)
             .ok_or_else(|| Error::invalid("\"format\" is not a whole number"))?;
         let format = u32::try_from(format).unwrap_or(u32::MAX);
         let text_of = |k: &str| -> Result<String> {
@@ -136,57 +138,57 @@ impl ProfileFile {
     pub fn to_json(&self) -> String {
         let classes = self.classes.by_name().map(|(name, rows)| {
             let list = rows.iter().map(|c| {
-                Json::Obj(vec![
-                    ("below".into(), bound_json(c.below)),
-                    ("kernel".into(), Json::Str(c.kernel.clone())),
+                object(vec![
+                    ("below", bound_json(c.below)),
+                    ("kernel", c.kernel.as_str().into()),
                 ])
             });
-            (name.to_owned(), Json::Arr(list.collect()))
+            (name, Value::Array(list.collect()))
         });
         let mut members = vec![
-            ("format".into(), Json::Int(self.format.into())),
-            ("cpu_model".into(), Json::Str(self.cpu_model.clone())),
-            ("cpu_id".into(), Json::Str(self.cpu_id.clone())),
-            ("date".into(), Json::Str(self.date.clone())),
-            ("profile".into(), Json::Obj(classes.into())),
+            ("format", self.format.into()),
+            ("cpu_model", self.cpu_model.as_str().into()),
+            ("cpu_id", self.cpu_id.as_str().into()),
+            ("date", self.date.as_str().into()),
+            ("profile", object(classes.into())),
         ];
         if let Some(t) = &self.template {
             let section = vec![
-                ("stream".into(), Json::Str(t.stream.clone())),
-                ("temporal".into(), Json::Str(t.temporal.clone())),
-                ("stream_from".into(), bound_json(t.stream_from)),
+                ("stream", t.stream.as_str().into()),
+                ("temporal", t.temporal.as_str().into()),
+                ("stream_from", bound_json(t.stream_from)),
                 (
-                    "figures".into(),
+                    "figures",
                     figures_json(&self.measured.template_figures, TEMPLATE_FIGURE_BY),
                 ),
             ];
-            members.push(("template".into(), Json::Obj(section)));
+            members.push(("template", object(section)));
         }
         members.extend(self.measured.members());
-        Json::Obj(members).to_pretty() + "\n"
+        // Writing a `Value` to a `String` cannot fail: its keys are strings.
+        serde_json::to_string_pretty(&object(members)).expect("a JSON value") + "\n"
     }
 }
 
 /// A size bound: a byte count, or `null` for "no bound".
-fn read_bound(v: Option<&Json>, missing: &str, not_a_count: &str) -> Result<Option<usize>> {
+fn read_bound(v: Option<&Value>, missing: &str, not_a_count: &str) -> Result<Option<usize>> {
     match v {
-        Some(Json::Null) => Ok(None),
-        Some(b) => b
-            .as_count()
+        Some(Value::Null) => Ok(None),
+        Some(b) => as_count(b)
             .map(Some)
             .ok_or_else(|| Error::invalid(not_a_count)),
         None => Err(Error::invalid(missing)),
     }
 }
 
-fn bound_json(below: Option<usize>) -> Json {
-    below.map_or(Json::Null, count)
+fn bound_json(below: Option<usize>) -> Value {
+    below.map_or(Value::Null, count)
 }
 
 /// `"profile"`: per temperature, a list of `{"below", "kernel"}`.
-fn read_classes(p: &Json) -> Result<ClassRows> {
+fn read_classes(p: &Value) -> Result<ClassRows> {
     let classes = |name: &str| -> Result<Vec<ClassRow>> {
-        let arr = p.get(name).and_then(Json::as_array).ok_or_else(|| {
+        let arr = p.get(name).and_then(Value::as_array).ok_or_else(|| {
             Error::invalid(format!("\"profile.{name}\" is missing or not a list"))
         })?;
         arr.iter()
@@ -198,7 +200,7 @@ fn read_classes(p: &Json) -> Result<ClassRows> {
                 )?;
                 let kernel = c
                     .get("kernel")
-                    .and_then(Json::as_str)
+                    .and_then(Value::as_str)
                     .ok_or_else(|| Error::invalid("a size class has no \"kernel\""))?
                     .to_owned();
                 Ok(ClassRow { below, kernel })
@@ -214,10 +216,10 @@ fn read_classes(p: &Json) -> Result<ClassRows> {
 
 /// `"template"`: `{"stream", "temporal", "stream_from"}` (and the figures,
 /// which [`Measured`] reads).
-fn read_template(v: &Json) -> Result<TemplateRow> {
+fn read_template(v: &Value) -> Result<TemplateRow> {
     let kernel = |k: &str| -> Result<String> {
         Ok(v.get(k)
-            .and_then(Json::as_str)
+            .and_then(Value::as_str)
             .ok_or_else(|| Error::invalid(format!("\"template.{k}\" is missing or not a string")))?
             .to_owned())
     };

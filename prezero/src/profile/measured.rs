@@ -6,7 +6,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::json::Json;
+use serde_json::Value;
+
+use super::json::{as_count, count, object};
 
 /// Everything calibrate measured, as the profile file keeps it.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -78,15 +80,17 @@ pub(super) const TEMPLATE_FIGURE_BY: &str = "kernel";
 
 impl Measured {
     /// Reads what it can from a whole profile file.
-    pub(super) fn read(file: &Json) -> Measured {
-        let text = |k: &str| file.get(k).and_then(Json::as_str).map(str::to_owned);
+    pub(super) fn read(file: &Value) -> Measured {
+        let text = |k: &str| file.get(k).and_then(Value::as_str).map(str::to_owned);
         let sizes = |k: &str| -> BTreeMap<String, Option<usize>> {
-            let members = file.get(k).and_then(Json::as_object).unwrap_or_default();
+            let Some(members) = file.get(k).and_then(Value::as_object) else {
+                return BTreeMap::new();
+            };
             members
                 .iter()
                 .filter_map(|(name, v)| match v {
-                    Json::Null => Some((name.clone(), None)),
-                    v => v.as_count().map(|n| (name.clone(), Some(n))),
+                    Value::Null => Some((name.clone(), None)),
+                    v => as_count(v).map(|n| (name.clone(), Some(n))),
                 })
                 .collect()
         };
@@ -94,7 +98,7 @@ impl Measured {
             .iter()
             .filter_map(|t| {
                 Some(ThreadFigure {
-                    threads: t.get("threads")?.as_count()?,
+                    threads: as_count(t.get("threads")?)?,
                     gbps: t.get("gbps")?.as_f64()?,
                 })
             })
@@ -123,63 +127,49 @@ impl Measured {
 
     /// The members of the file's top level this holds (the template figures
     /// go in the template section: [`figures_json`]).
-    pub(super) fn members(&self) -> Vec<(String, Json)> {
-        let text = |t: &Option<String>| t.clone().map_or(Json::Null, Json::Str);
+    pub(super) fn members(&self) -> Vec<(&'static str, Value)> {
+        let text = |t: &Option<String>| t.clone().map_or(Value::Null, Value::String);
         let sizes = |m: &BTreeMap<String, Option<usize>>| {
-            Json::Obj(
-                m.iter()
-                    .map(|(name, n)| (name.clone(), n.map_or(Json::Null, count)))
-                    .collect(),
-            )
+            let members = m
+                .iter()
+                .map(|(name, n)| (name.as_str(), n.map_or(Value::Null, count)));
+            object(members.collect())
         };
         let threads = self
             .threads
             .iter()
-            .map(|t| {
-                Json::Obj(vec![
-                    ("threads".into(), count(t.threads)),
-                    ("gbps".into(), Json::Num(t.gbps)),
-                ])
-            })
+            .map(|t| object(vec![("threads", count(t.threads)), ("gbps", t.gbps.into())]))
             .collect();
-        let scrubber = self.scrubber.map_or(Json::Null, |s| {
-            Json::Obj(vec![
-                ("streaming_gbps".into(), Json::Num(s.streaming_gbps)),
-                ("temporal_gbps".into(), Json::Num(s.temporal_gbps)),
-                ("streaming_wins".into(), Json::Bool(s.streaming_wins)),
+        let scrubber = self.scrubber.map_or(Value::Null, |s| {
+            object(vec![
+                ("streaming_gbps", s.streaming_gbps.into()),
+                ("temporal_gbps", s.temporal_gbps.into()),
+                ("streaming_wins", s.streaming_wins.into()),
             ])
         });
         vec![
-            ("microcode".into(), text(&self.microcode)),
-            ("kernel".into(), text(&self.kernel_release)),
-            ("elision_knee".into(), sizes(&self.elision_knee)),
-            ("bounded_min_chunk".into(), sizes(&self.bounded_min_chunk)),
-            ("threads".into(), Json::Arr(threads)),
-            ("scrubber".into(), scrubber),
-            (
-                "figures".into(),
-                figures_json(&self.figures, CLEAR_FIGURE_BY),
-            ),
+            ("microcode", text(&self.microcode)),
+            ("kernel", text(&self.kernel_release)),
+            ("elision_knee", sizes(&self.elision_knee)),
+            ("bounded_min_chunk", sizes(&self.bounded_min_chunk)),
+            ("threads", Value::Array(threads)),
+            ("scrubber", scrubber),
+            ("figures", figures_json(&self.figures, CLEAR_FIGURE_BY)),
         ]
     }
 }
 
-/// A count or byte count to write.
-pub(super) fn count(n: usize) -> Json {
-    Json::Int(n as u64)
+fn list(v: Option<&Value>) -> &[Value] {
+    v.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
-fn list(v: Option<&Json>) -> &[Json] {
-    v.and_then(Json::as_array).unwrap_or_default()
-}
-
-fn read_figures(v: Option<&Json>, by: &str) -> Vec<Figure> {
+fn read_figures(v: Option<&Value>, by: &str) -> Vec<Figure> {
     list(v)
         .iter()
         .filter_map(|f| {
             Some(Figure {
                 mode: f.get("mode")?.as_str()?.to_owned(),
-                size: f.get("size")?.as_count()?,
+                size: as_count(f.get("size")?)?,
                 method: f.get(by)?.as_str()?.to_owned(),
                 gbps_median: f.get("gbps_median")?.as_f64()?,
                 stdev_pct: f.get("stdev_pct")?.as_f64()?,
@@ -189,19 +179,15 @@ fn read_figures(v: Option<&Json>, by: &str) -> Vec<Figure> {
 }
 
 /// A list of figures, what each measured under the key `by`.
-pub(super) fn figures_json(figures: &[Figure], by: &str) -> Json {
-    Json::Arr(
-        figures
-            .iter()
-            .map(|f| {
-                Json::Obj(vec![
-                    ("mode".into(), Json::Str(f.mode.clone())),
-                    ("size".into(), count(f.size)),
-                    (by.into(), Json::Str(f.method.clone())),
-                    ("gbps_median".into(), Json::Num(f.gbps_median)),
-                    ("stdev_pct".into(), Json::Num(f.stdev_pct)),
-                ])
-            })
-            .collect(),
-    )
+pub(super) fn figures_json(figures: &[Figure], by: &str) -> Value {
+    let figure = |f: &Figure| {
+        object(vec![
+            ("mode", f.mode.as_str().into()),
+            ("size", count(f.size)),
+            (by, f.method.as_str().into()),
+            ("gbps_median", f.gbps_median.into()),
+            ("stdev_pct", f.stdev_pct.into()),
+        ])
+    };
+    Value::Array(figures.iter().map(figure).collect())
 }

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use crate::cpu::cpu;
 
 mod file;
+mod json;
 mod measured;
 
 #[cfg(test)]
