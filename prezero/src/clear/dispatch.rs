@@ -7,8 +7,8 @@
 
 use std::sync::OnceLock;
 
+use super::classes::{tuning, Profile, Temperature, MAX_CLASSES};
 use super::kernel::{Kernel, KernelFn};
-use super::profile::{tuning, Profile, Temperature, MAX_CLASSES};
 use crate::cpu::cpu;
 
 /// The kernel to use instead of `k` on a CPU that lacks it: the same kind

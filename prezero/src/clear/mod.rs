@@ -14,20 +14,20 @@ use std::fmt;
 use std::ops::ControlFlow;
 use std::str::FromStr;
 
+mod classes;
 mod dispatch;
 mod kernel;
 pub(crate) mod portable;
-mod profile;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
+pub use classes::{Profile, SizeClass, Temperature, MAX_CLASSES};
 pub use dispatch::{active_profile, auto_kernel, forced_kernel};
 pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
-pub use profile::{Profile, SizeClass, Temperature, MAX_CLASSES};
 
 use crate::error::{Error, Result};
 use dispatch::dispatch;

@@ -1,7 +1,7 @@
 //! The profile file's format: every field of `profile.json`, how it is read
 //! and checked, and how it is written, in rows of names and numbers as the
 //! file has them. What they mean is not this module's: the size classes are
-//! `clear/profile.rs`'s, the template choice `template/profile.rs`'s (each
+//! `clear/classes.rs`'s, the template choice `template/choice.rs`'s (each
 //! checks and converts its rows), and what calibrate measured beside them
 //! `measured.rs`'s.
 

@@ -44,17 +44,17 @@ use crate::error::Result;
 #[cfg(target_arch = "aarch64")]
 mod aarch64;
 mod choice;
+mod in_force;
 mod kernel;
 mod portable;
-mod profile;
 mod streamer;
 mod words;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub use choice::{active_template_profile, stream_from};
+pub use choice::TemplateProfile;
+pub use in_force::{active_template_profile, stream_from};
 pub use kernel::CopyKernel;
-pub use profile::TemplateProfile;
 pub use streamer::Streamer;
 
 /// A type the template functions may fill: plain old data.

@@ -6,7 +6,7 @@ use std::mem::size_of;
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
-use super::choice::choice;
+use super::in_force::choice;
 use super::kernel::{CopyFn, CopyKernel, UnitKind};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;

@@ -1,0 +1,49 @@
+//! Which template kernels the free functions use in this process: a streaming
+//! one for large fills, a temporal one below `stream_from` bytes (the rule of
+//! Linux's prezeroing work: memory about to be touched is best written hot, memory not in cache
+//! streamed). `prezero calibrate` measures all three and stores them in the
+//! profile's `"template"` section; without one, the built-in choice holds.
+
+use std::sync::OnceLock;
+
+use super::{CopyKernel, Streamer, TemplateProfile};
+use crate::cpu::cpu;
+
+/// The template kernels in force in this process.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Choice {
+    pub stream: Streamer,
+    pub temporal: Streamer,
+    pub stream_from: usize,
+}
+
+pub(super) fn choice() -> &'static Choice {
+    static CHOICE: OnceLock<Choice> = OnceLock::new();
+    CHOICE.get_or_init(|| {
+        let builtin = TemplateProfile::builtin(cpu());
+        let p = active_template_profile().unwrap_or(builtin);
+        // A profile naming a kernel this CPU lacks cannot come from this CPU's
+        // calibration (the identity matched): fall back kernel by kernel.
+        let get = |k: CopyKernel, or: CopyKernel| {
+            Streamer::new(k)
+                .or_else(|_| Streamer::new(or))
+                .expect("built-in kernels are available")
+        };
+        Choice {
+            stream: get(p.stream, builtin.stream),
+            temporal: get(p.temporal, builtin.temporal),
+            stream_from: p.stream_from,
+        }
+    })
+}
+
+/// Fills of at least this many bytes stream; smaller ones store through the caches.
+pub fn stream_from() -> usize {
+    choice().stream_from
+}
+
+/// The template choice of the profile file this process follows, if it has
+/// one (the template functions use the built-in choice otherwise).
+pub fn active_template_profile() -> Option<TemplateProfile> {
+    super::choice::tuning()
+}
