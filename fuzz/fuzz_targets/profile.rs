@@ -1,6 +1,6 @@
 //! The calibration profile reader (`profile/file.rs`, `ProfileFile`, over
-//! serde_json) and the sections' checks (`Profile::from_rows`,
-//! `TemplateProfile::from_row`). Any bytes are a profile or an error in
+//! serde_json) and the sections' checks (`SizeClasses::from_rows`,
+//! `TemplateChoice::from_row`). Any bytes are a profile or an error in
 //! words, never a panic, and a profile read is written (as calibrate writes
 //! it) to text that reads as the same profile.
 #![no_main]

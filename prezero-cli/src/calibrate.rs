@@ -14,7 +14,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{bail, Context, Result};
 use prezero::profile::{self, ProfileFile, Scrubber, ThreadFigure};
 use prezero::{
-    CopyKernel, Kernel, Profile, SizeClass, Temperature, TemplateProfile, MAX_CLASSES,
+    CopyKernel, Kernel, SizeClass, SizeClasses, Temperature, TemplateChoice, MAX_CLASSES,
     PROFILE_FORMAT,
 };
 
@@ -145,11 +145,11 @@ fn median(figs: &[Figure], mode: &str, size: usize, m: Method) -> f64 {
         .map_or(0.0, |f| f.stats.median)
 }
 
-/// The best kernel per size for `mode`. For "unknown" the built-in profile's
+/// The best kernel per size for `mode`. For "unknown" the built-in classes'
 /// assumption holds (a buffer smaller than L2 is hot, a larger one cold), with
 /// the winners measured here, so a profile never guesses worse than the defaults.
 fn best_per_size(m: &Measurements, mode: &str, sizes: &[usize]) -> Vec<Kernel> {
-    let builtin = prezero::Profile::builtin(prezero::cpu());
+    let builtin = prezero::SizeClasses::builtin(prezero::cpu());
     let temp = match mode {
         "hot" => Temperature::Hot,
         "cold" => Temperature::Cold,
@@ -237,13 +237,13 @@ fn file_figure(mode: &str, size: usize, method: String, stats: &Stats) -> profil
 }
 
 /// The profile file, and the template choice in it.
-fn derive(m: &Measurements) -> (ProfileFile, TemplateProfile) {
+fn derive(m: &Measurements) -> (ProfileFile, TemplateChoice) {
     let mut sizes: Vec<usize> = m.figures.iter().map(|f| f.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
     let classes_for =
         |t: Temperature| size_classes(&classes(&sizes, &best_per_size(m, t.name(), &sizes)));
-    let profile = Profile {
+    let size_classes = SizeClasses {
         unknown: classes_for(Temperature::Unknown),
         hot: classes_for(Temperature::Hot),
         cold: classes_for(Temperature::Cold),
@@ -317,7 +317,7 @@ fn derive(m: &Measurements) -> (ProfileFile, TemplateProfile) {
         cpu_model: cpu.model_name.clone(),
         cpu_id: cpu.identity(),
         date: utc_now(),
-        classes: profile.to_rows(),
+        classes: size_classes.to_rows(),
         template: Some(template.to_row()),
         measured: profile::Measured {
             microcode: cpuinfo_field("microcode"),
@@ -349,8 +349,8 @@ fn derive(m: &Measurements) -> (ProfileFile, TemplateProfile) {
 /// worse case (hot or cold) at every size measured: a fill does not say
 /// whether its destination is cached. Kernels within 3% are ties, and a tie
 /// keeps the built-in choice. With it, the figures it was made from.
-fn derive_template(figs: &[StoreFigure]) -> (TemplateProfile, Vec<profile::Figure>) {
-    let builtin = TemplateProfile::builtin(prezero::cpu());
+fn derive_template(figs: &[StoreFigure]) -> (TemplateChoice, Vec<profile::Figure>) {
+    let builtin = TemplateChoice::builtin(prezero::cpu());
     let mut sizes: Vec<usize> = figs.iter().map(|f| f.size).collect();
     sizes.sort_unstable();
     sizes.dedup();
@@ -429,7 +429,7 @@ fn derive_template(figs: &[StoreFigure]) -> (TemplateProfile, Vec<profile::Figur
         .iter()
         .map(|f| file_figure(f.mode, f.size, f.kernel.name().into(), &f.stats))
         .collect();
-    let choice = TemplateProfile {
+    let choice = TemplateChoice {
         stream,
         temporal,
         stream_from: from.unwrap_or(usize::MAX),
@@ -437,7 +437,7 @@ fn derive_template(figs: &[StoreFigure]) -> (TemplateProfile, Vec<profile::Figur
     (choice, figures)
 }
 
-fn summarise(p: &ProfileFile, template: &TemplateProfile) {
+fn summarise(p: &ProfileFile, template: &TemplateChoice) {
     println!("profile for {}", p.cpu_model);
     for (name, rows) in p.classes.by_name() {
         let cls: Vec<String> = rows

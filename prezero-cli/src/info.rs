@@ -3,7 +3,7 @@
 use anyhow::Result;
 use serde_json::{json, Value};
 
-use prezero::{Kernel, Streamer, Temperature, TemplateProfile};
+use prezero::{Kernel, Streamer, Temperature, TemplateChoice};
 
 use crate::table::Table;
 use crate::units::{fmt_size, human_size};
@@ -41,10 +41,10 @@ pub fn run(args: &Args) -> Result<()> {
 fn collect() -> Value {
     let c = prezero::cpu();
     let m = prezero::memory();
-    let profile = prezero::active_profile();
+    let size_classes = prezero::active_size_classes();
     let template = template_in_force();
     let classes = |t: Temperature| -> Value {
-        profile
+        size_classes
             .classes(t)
             .iter()
             .map(|s| json!({"below": if s.below == usize::MAX { Value::Null } else { json!(s.below) }, "kernel": s.kernel.name()}))
@@ -94,7 +94,7 @@ fn collect() -> Value {
             "stream": template.stream.name(),
             "temporal": template.temporal.name(),
             "stream_from": match template.stream_from { usize::MAX => Value::Null, b => json!(b) },
-            "source": if prezero::active_template_profile().is_some() { "profile" } else { "built-in" },
+            "source": if prezero::active_template_choice().is_some() { "profile" } else { "built-in" },
             "kernels": prezero::CopyKernel::ALL.iter().map(|k| json!({
                 "name": k.name(), "available": k.is_available(), "streaming": k.is_streaming(), "needs": k.needs(),
             })).collect::<Vec<_>>(),
@@ -328,7 +328,7 @@ fn print_text(v: &Value) {
 
 /// "avx2 below 8M, avx2-nt from there": the template kernels a choice (in
 /// force, or a calibrated profile's) uses.
-pub fn template_choice(t: &TemplateProfile) -> String {
+pub fn template_choice(t: &TemplateChoice) -> String {
     format!(
         "{} below {}, {} from there",
         t.temporal.name(),
@@ -342,8 +342,8 @@ pub fn template_choice(t: &TemplateProfile) -> String {
 
 /// The template kernels this process uses: the profile's choice or the
 /// built-in one, each as this CPU runs it.
-fn template_in_force() -> TemplateProfile {
-    TemplateProfile {
+fn template_in_force() -> TemplateChoice {
+    TemplateChoice {
         stream: Streamer::auto().kernel(),
         temporal: Streamer::auto_temporal().kernel(),
         stream_from: prezero::template::stream_from(),

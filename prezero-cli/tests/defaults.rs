@@ -16,7 +16,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use prezero::cpu::{Cache, Cpu, Features};
-use prezero::{Kernel, Profile, Temperature};
+use prezero::{Kernel, SizeClasses, Temperature};
 
 /// (mode, size) -> kernel -> GB/s (median).
 type Figures = BTreeMap<(String, u64), BTreeMap<String, f64>>;
@@ -26,7 +26,7 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// The CPU an `info.json` describes, as `Profile::builtin` sees it.
+/// The CPU an `info.json` describes, as `SizeClasses::builtin` sees it.
 fn recorded_cpu(info: &Value) -> Cpu {
     let c = &info["cpu"];
     let features = Features::from_names(
@@ -147,7 +147,7 @@ fn builtin_defaults_hold_on_every_recorded_machine() {
             continue;
         }
         let cpu = recorded_cpu(&info);
-        let builtin = Profile::builtin(&cpu);
+        let builtin = SizeClasses::builtin(&cpu);
         let sources = [
             (
                 "calibrate",
@@ -248,7 +248,7 @@ fn builtin_template_choice_holds_on_every_recorded_machine() {
             );
             continue;
         }
-        let b = prezero::TemplateProfile::builtin(&recorded_cpu(&info));
+        let b = prezero::TemplateChoice::builtin(&recorded_cpu(&info));
         let figs = store_figures(&dir.join("bench-template-stores.jsonl"));
         let mut sizes: Vec<u64> = figs.keys().map(|k| k.1).collect();
         sizes.sort_unstable();

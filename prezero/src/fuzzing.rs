@@ -1,11 +1,11 @@
 //! What the fuzz targets (`fuzz/`) reach that is not the library's API:
 //! compiled only with the `fuzzing` feature, which nothing else turns on.
 
-use crate::clear::Profile;
+use crate::clear::SizeClasses;
 use crate::cpu::mask::{self, Arch};
 use crate::cpu::Features;
 use crate::profile::ProfileFile;
-use crate::template::TemplateProfile;
+use crate::template::TemplateChoice;
 
 /// `text` applied to `detected` as [`cpu()`](crate::cpu()) applies
 /// `PREZERO_CPU`, with the names of x86_64 or (`aarch64`) of aarch64;
@@ -27,9 +27,9 @@ pub fn cpu_mask(
 pub fn profile(bytes: &[u8]) -> Result<ProfileFile, String> {
     let text = std::str::from_utf8(bytes).map_err(|e| format!("cannot read it: {e}"))?;
     let file = ProfileFile::parse(text).map_err(|e| e.to_string())?;
-    Profile::from_rows(&file.classes).map_err(|e| e.to_string())?;
+    SizeClasses::from_rows(&file.classes).map_err(|e| e.to_string())?;
     if let Some(t) = &file.template {
-        TemplateProfile::from_row(t).map_err(|e| e.to_string())?;
+        TemplateChoice::from_row(t).map_err(|e| e.to_string())?;
     }
     Ok(file)
 }

@@ -52,9 +52,9 @@ pub mod template;
 mod verify;
 
 pub use clear::{
-    active_profile, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
+    active_size_classes, auto_kernel, clear, clear_bounded, clear_bounded_with, clear_near,
     clear_parallel, clear_parallel_on_nodes, clear_parallel_with, clear_raw, clear_raw_with,
-    clear_with, forced_kernel, Kernel, Profile, SizeClass, Strategy, Temperature, MAX_CLASSES,
+    clear_with, forced_kernel, Kernel, SizeClass, SizeClasses, Strategy, Temperature, MAX_CLASSES,
 };
 pub use cpu::cpu;
 pub use error::{Error, Result};
@@ -66,8 +66,8 @@ pub use profile::{source as profile_source, PROFILE_FORMAT};
 pub use region::{PageKind, Region};
 pub use size::{fmt_size, human_size, parse_size, size_label};
 pub use template::{
-    active_template_profile, drain, stream_copy, stream_copy_nodrain, template_fill,
+    active_template_choice, drain, stream_copy, stream_copy_nodrain, template_fill,
     template_fill_grouped, template_fill_words, template_fill_words_grouped, CopyKernel, Record,
-    Streamer, TemplateProfile,
+    Streamer, TemplateChoice,
 };
 pub use verify::{first_nonzero, is_zero};

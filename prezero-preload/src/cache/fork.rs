@@ -14,7 +14,7 @@ pub(super) extern "C" fn before_fork() {
         // The clearing kernels' choice is made once, lazily, under a
         // `OnceLock`: forked while another thread makes it, the child would
         // wait for it forever. Made here, before the fork, it is done.
-        let _ = prezero::active_profile();
+        let _ = prezero::active_size_classes();
         // `after_fork`/`in_child` unlock it.
         SHARED.mutex.lock();
     }

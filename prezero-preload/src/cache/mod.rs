@@ -232,7 +232,7 @@ pub fn start(cfg: Config) -> bool {
     }
     // The kernels' choice now, while the process has one thread, not in the
     // first calloc that clears (see before_fork).
-    let _ = prezero::active_profile();
+    let _ = prezero::active_size_classes();
     true
 }
 

@@ -345,7 +345,7 @@ fn start() -> Result<(), Why> {
     // The clearing kernels' choice, made once: here, not in the handler's
     // first scrub, where reading the profile could allocate and wait on a
     // lock a faulting thread holds.
-    let _ = prezero::active_profile();
+    let _ = prezero::active_size_classes();
     let fd = high(uffd::open().map_err(Why::Refused)?);
     let fail = |why: Why| {
         uffd::close(fd);

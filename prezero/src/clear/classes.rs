@@ -1,4 +1,4 @@
-//! The size classes `Auto` follows per temperature: [`Profile`], what its
+//! The size classes `Auto` follows per temperature: [`SizeClasses`], what its
 //! classes mean, and the built-in one with the figures behind it. A profile
 //! file's `"profile"` section is read and written as rows in
 //! `profile/file.rs`; [`tuning`] is where clearing takes them, checked, and
@@ -43,7 +43,7 @@ impl Temperature {
     }
 }
 
-/// Sizes below `below` bytes use `kernel`. A profile's classes ascend and the last
+/// Sizes below `below` bytes use `kernel`. A temperature's classes ascend and the last
 /// one has `below == usize::MAX`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SizeClass {
@@ -55,7 +55,7 @@ pub struct SizeClass {
 
 /// The size thresholds `Auto` follows, per temperature.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Profile {
+pub struct SizeClasses {
     /// Classes for [`Temperature::Unknown`].
     pub unknown: Vec<SizeClass>,
     /// Classes for [`Temperature::Hot`].
@@ -64,7 +64,7 @@ pub struct Profile {
     pub cold: Vec<SizeClass>,
 }
 
-impl Profile {
+impl SizeClasses {
     /// The built-in defaults for `cpu`, good without calibration: checked
     /// against every machine recorded in `machines/` (see the `defaults` test).
     ///
@@ -83,7 +83,7 @@ impl Profile {
     /// - An x86 CPU without ERMS has no fast temporal extent kernel, so cold
     ///   memory streams from `COLD_STREAM_FROM_NO_ERMS` (Zen 1, where KVM hides
     ///   ERMS). aarch64 keeps the three classes: no arm64 machine is recorded.
-    pub fn builtin(cpu: &Cpu) -> Profile {
+    pub fn builtin(cpu: &Cpu) -> SizeClasses {
         let f = &cpu.features;
         let small = Kernel::Portable;
         let extent = if f.erms {
@@ -111,7 +111,7 @@ impl Profile {
             }
             out
         };
-        Profile {
+        SizeClasses {
             // Not knowing, a buffer larger than L2 is more likely cold than hot,
             // and the loss from guessing wrong is lopsided: streaming a hot buffer
             // costs 10-45%, storing through the caches into a cold one 2-3x.
@@ -149,7 +149,7 @@ impl Profile {
         }
     }
 
-    /// The kernel this profile names for `len` bytes at `temp` (before the CPU has
+    /// The kernel these classes name for `len` bytes at `temp` (before the CPU has
     /// had its say; see [`auto_kernel`](super::auto_kernel) for what actually runs).
     pub fn kernel_for(&self, len: usize, temp: Temperature) -> Kernel {
         let classes = self.classes(temp);
@@ -195,11 +195,11 @@ impl Profile {
     }
 }
 
-impl Profile {
+impl SizeClasses {
     /// The classes a profile file's `"profile"` rows name, checked: every
     /// kernel known, every temperature's classes as [`validate`](Self::validate)
     /// requires.
-    pub fn from_rows(rows: &ClassRows) -> Result<Profile> {
+    pub fn from_rows(rows: &ClassRows) -> Result<SizeClasses> {
         let classes = |rows: &[ClassRow]| -> Result<Vec<SizeClass>> {
             rows.iter()
                 .map(|r| {
@@ -210,7 +210,7 @@ impl Profile {
                 })
                 .collect()
         };
-        let p = Profile {
+        let p = SizeClasses {
             unknown: classes(&rows.unknown)?,
             hot: classes(&rows.hot)?,
             cold: classes(&rows.cold)?,
@@ -242,12 +242,12 @@ impl Profile {
 /// The size classes of the profile file this process follows, checked once:
 /// the one point where clearing takes its tuning from the file. `None`: no
 /// file is followed, or its classes cannot be used (said once on stderr).
-pub(crate) fn tuning() -> Option<&'static Profile> {
-    static TUNING: OnceLock<Option<Profile>> = OnceLock::new();
+pub(crate) fn tuning() -> Option<&'static SizeClasses> {
+    static TUNING: OnceLock<Option<SizeClasses>> = OnceLock::new();
     TUNING
         .get_or_init(|| {
             let rows = profile::loaded().classes.as_ref()?;
-            Profile::from_rows(rows)
+            SizeClasses::from_rows(rows)
                 .map_err(|e| profile::refuse_section("profile", e))
                 .ok()
         })
@@ -302,8 +302,8 @@ mod tests {
 
     /// A profile file's classes as the process takes them: the file read,
     /// then its rows converted.
-    fn read_classes(text: &str) -> Result<Profile> {
-        ProfileFile::parse(text).and_then(|f| Profile::from_rows(&f.classes))
+    fn read_classes(text: &str) -> Result<SizeClasses> {
+        ProfileFile::parse(text).and_then(|f| SizeClasses::from_rows(&f.classes))
     }
 
     #[test]
@@ -347,7 +347,7 @@ mod tests {
     fn malformed_profiles_are_rejected() {
         let class = |below, kernel| SizeClass { below, kernel };
         let ok = vec![class(usize::MAX, Kernel::Portable)];
-        let mut p = Profile {
+        let mut p = SizeClasses {
             unknown: ok.clone(),
             hot: ok.clone(),
             cold: vec![],

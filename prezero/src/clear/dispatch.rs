@@ -1,13 +1,13 @@
 //! Which kernel `Auto` runs for which size and temperature: the cached dispatch.
 //!
 //! The choice is made once per process (like the `memchr` crate's dispatch): the
-//! profile (the profile file's size classes, else the built-in ones) is resolved
+//! size classes (the profile file's, else the built-in ones) are resolved
 //! against the CPU into a small table of checked kernels per temperature, and
 //! every later clear is one table walk of at most a few entries.
 
 use std::sync::OnceLock;
 
-use super::classes::{tuning, Profile, Temperature, MAX_CLASSES};
+use super::classes::{tuning, SizeClasses, Temperature, MAX_CLASSES};
 use super::kernel::{Kernel, KernelFn};
 use crate::cpu::cpu;
 
@@ -46,7 +46,7 @@ type Table = [(usize, KernelFn); MAX_CLASSES];
 
 /// The process-wide choice, made once.
 pub(crate) struct Dispatch {
-    profile: Profile,
+    size_classes: SizeClasses,
     forced: Option<KernelFn>,
     /// Per temperature, classes resolved to checked kernels; unused slots repeat
     /// the last class, so the walk always ends by `usize::MAX`.
@@ -54,11 +54,11 @@ pub(crate) struct Dispatch {
 }
 
 impl Dispatch {
-    /// pre: `profile.validate()` passed.
-    fn new(profile: Profile, forced: Option<KernelFn>) -> Dispatch {
-        debug_assert!(profile.validate().is_ok());
+    /// pre: `size_classes.validate()` passed.
+    fn new(size_classes: SizeClasses, forced: Option<KernelFn>) -> Dispatch {
+        debug_assert!(size_classes.validate().is_ok());
         let table = |temp| {
-            let classes = profile.classes(temp);
+            let classes = size_classes.classes(temp);
             let last = classes.len() - 1;
             std::array::from_fn(|i| {
                 let c = classes[i.min(last)];
@@ -68,14 +68,16 @@ impl Dispatch {
         };
         let tables = Temperature::ALL.map(table);
         Dispatch {
-            profile,
+            size_classes,
             forced,
             tables,
         }
     }
 
     fn from_env() -> Dispatch {
-        let profile = tuning().cloned().unwrap_or_else(|| Profile::builtin(cpu()));
+        let size_classes = tuning()
+            .cloned()
+            .unwrap_or_else(|| SizeClasses::builtin(cpu()));
         let forced = std::env::var("PREZERO_STRATEGY")
             .ok()
             .filter(|s| !s.is_empty() && s != "auto")
@@ -86,7 +88,7 @@ impl Dispatch {
                     None
                 }
             });
-        Dispatch::new(profile, forced)
+        Dispatch::new(size_classes, forced)
     }
 
     /// The kernel for `len` bytes at `temp`.
@@ -108,9 +110,9 @@ pub(crate) fn dispatch() -> &'static Dispatch {
     DISPATCH.get_or_init(Dispatch::from_env)
 }
 
-/// The profile `Auto` follows in this process.
-pub fn active_profile() -> &'static Profile {
-    &dispatch().profile
+/// The size classes `Auto` follows in this process.
+pub fn active_size_classes() -> &'static SizeClasses {
+    &dispatch().size_classes
 }
 
 /// The kernel forced by `PREZERO_STRATEGY`, if any.
@@ -130,7 +132,7 @@ mod tests {
 
     #[test]
     fn builtin_profile_is_valid_and_resolves() {
-        let p = Profile::builtin(cpu());
+        let p = SizeClasses::builtin(cpu());
         p.validate().unwrap();
         let d = Dispatch::new(p.clone(), None);
         for temp in Temperature::ALL {
@@ -148,7 +150,7 @@ mod tests {
             class(10_000, Kernel::RepStosb),
             class(usize::MAX, Kernel::Movnti),
         ];
-        let p = Profile {
+        let p = SizeClasses {
             unknown: table.clone(),
             hot: table.clone(),
             cold: table,
@@ -167,7 +169,7 @@ mod tests {
     #[test]
     fn forced_kernel_overrides_every_class() {
         let k = Kernel::Portable.checked().unwrap();
-        let d = Dispatch::new(Profile::builtin(cpu()), Some(k));
+        let d = Dispatch::new(SizeClasses::builtin(cpu()), Some(k));
         for temp in Temperature::ALL {
             assert_eq!(d.pick(1 << 30, temp).kernel(), Kernel::Portable);
         }

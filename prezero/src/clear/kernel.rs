@@ -94,7 +94,7 @@ impl Kernel {
     }
 
     /// Whether a CPU of this architecture with features `f` could run the
-    /// kernel: what [`Profile::builtin`](super::Profile::builtin) asks of a CPU
+    /// kernel: what [`SizeClasses::builtin`](super::SizeClasses::builtin) asks of a CPU
     /// that is not necessarily this one.
     pub fn is_available_with(self, f: &Features) -> bool {
         let x86 = cfg!(target_arch = "x86_64");

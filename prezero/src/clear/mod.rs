@@ -24,8 +24,8 @@ mod aarch64;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub use classes::{Profile, SizeClass, Temperature, MAX_CLASSES};
-pub use dispatch::{active_profile, auto_kernel, forced_kernel};
+pub use classes::{SizeClass, SizeClasses, Temperature, MAX_CLASSES};
+pub use dispatch::{active_size_classes, auto_kernel, forced_kernel};
 pub use kernel::Kernel;
 pub(crate) use kernel::KernelFn;
 
@@ -35,7 +35,7 @@ use dispatch::dispatch;
 /// How to clear: let prezero choose for a temperature, or name a kernel.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Strategy {
-    /// Choose by size from the active [`Profile`], for memory of this temperature.
+    /// Choose by size from the active [`SizeClasses`], for memory of this temperature.
     Auto(Temperature),
     /// Always this kernel (an error if the CPU lacks it).
     Kernel(Kernel),

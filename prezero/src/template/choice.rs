@@ -1,4 +1,4 @@
-//! The template fills' part of a profile: [`TemplateProfile`], streaming or
+//! The template fills' part of a profile: [`TemplateChoice`], streaming or
 //! temporal stores by size, what it means and the built-in one with the
 //! figures behind it. A profile file's `"template"` section is read and
 //! written as a row in `profile/file.rs`; [`tuning`] is where the template
@@ -13,7 +13,7 @@ use crate::profile::{self, TemplateRow};
 
 /// The template choice a profile records (`"template"` in the file).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TemplateProfile {
+pub struct TemplateChoice {
     /// `"stream"`: the streaming kernel for large fills.
     pub stream: CopyKernel,
     /// `"temporal"`: the kernel for fills below `stream_from`.
@@ -23,7 +23,7 @@ pub struct TemplateProfile {
     pub stream_from: usize,
 }
 
-impl TemplateProfile {
+impl TemplateChoice {
     /// The built-in choice for `cpu`, checked against every machine recorded
     /// in `machines/` (the `defaults` test): the widest streaming and temporal
     /// kernels, streaming from where a hot fill stops fitting in cache
@@ -39,7 +39,7 @@ impl TemplateProfile {
     /// 24-26 and would flush the caller's working set. At the DRAM limit all vector widths tie (the `bench
     /// template` ceiling candidates are within 5%); the widest costs the fewest
     /// instructions per line.
-    pub fn builtin(cpu: &Cpu) -> TemplateProfile {
+    pub fn builtin(cpu: &Cpu) -> TemplateChoice {
         let first = |streaming: bool| {
             CopyKernel::ALL
                 .into_iter()
@@ -47,7 +47,7 @@ impl TemplateProfile {
                 .find(|k| k.is_available_with(&cpu.features))
                 .unwrap_or(CopyKernel::Portable)
         };
-        TemplateProfile {
+        TemplateChoice {
             stream: first(true),
             temporal: first(false),
             stream_from: if cold_stores_read_dearly(cpu) {
@@ -86,11 +86,11 @@ impl TemplateProfile {
     }
 }
 
-impl TemplateProfile {
+impl TemplateChoice {
     /// The choice a profile file's `"template"` row names, checked: both
     /// kernels known and of the kind [`validate`](Self::validate) requires.
-    pub fn from_row(row: &TemplateRow) -> Result<TemplateProfile> {
-        let t = TemplateProfile {
+    pub fn from_row(row: &TemplateRow) -> Result<TemplateChoice> {
+        let t = TemplateChoice {
             stream: row.stream.parse()?,
             temporal: row.temporal.parse()?,
             stream_from: row.stream_from.unwrap_or(usize::MAX),
@@ -113,11 +113,11 @@ impl TemplateProfile {
 /// once: the one point where the template fills take their tuning from the
 /// file. `None`: no file with one is followed, or it cannot be used (said
 /// once on stderr).
-pub(crate) fn tuning() -> Option<TemplateProfile> {
-    static TUNING: OnceLock<Option<TemplateProfile>> = OnceLock::new();
+pub(crate) fn tuning() -> Option<TemplateChoice> {
+    static TUNING: OnceLock<Option<TemplateChoice>> = OnceLock::new();
     *TUNING.get_or_init(|| {
         let row = profile::loaded().template.as_ref()?;
-        TemplateProfile::from_row(row)
+        TemplateChoice::from_row(row)
             .map_err(|e| profile::refuse_section("template", e))
             .ok()
     })
@@ -125,7 +125,7 @@ pub(crate) fn tuning() -> Option<TemplateProfile> {
 
 /// AMD family 17h (Zen 1 recorded; Zen+ and Zen 2 share the family and are
 /// assumed alike): storing through the caches into cold memory costs far more
-/// than the at most 1.05x that [`TemplateProfile::builtin`]'s rule relies on. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
+/// than the at most 1.05x that [`TemplateChoice::builtin`]'s rule relies on. Zen 1, 16 KiB to 4 MiB records (GB/s, avx2 /
 /// avx2-nt): cold 7.0 / 10.7-12.2 (1.5-1.8x), hot 12.8-14.0 / 11.4-12.5
 /// (1.1-1.2x): the smaller worst case is streaming from 16 KiB.
 fn cold_stores_read_dearly(cpu: &Cpu) -> bool {
@@ -144,11 +144,11 @@ mod tests {
 
     /// A profile file's template choice as the process takes it: the file
     /// (with `section` as its `"template"`) read, then its row converted.
-    fn read_template(section: &str) -> Result<TemplateProfile> {
+    fn read_template(section: &str) -> Result<TemplateChoice> {
         let text = test_file_text(PROFILE_FORMAT, TEST_CLASSES)
             .replace("\"date\"", &format!("\"template\": {section}, \"date\""));
         let f = ProfileFile::parse(&text)?;
-        TemplateProfile::from_row(f.template.as_ref().expect("a template section"))
+        TemplateChoice::from_row(f.template.as_ref().expect("a template section"))
     }
 
     #[test]
@@ -175,13 +175,13 @@ mod tests {
         ] {
             assert!(p(bad).is_err(), "{bad}");
         }
-        let row = TemplateProfile::builtin(cpu()).to_row();
-        assert_eq!(TemplateProfile::from_row(&row).unwrap().to_row(), row);
+        let row = TemplateChoice::builtin(cpu()).to_row();
+        assert_eq!(TemplateChoice::from_row(&row).unwrap().to_row(), row);
     }
 
     #[test]
     fn the_builtin_choice_runs_here() {
-        let b = TemplateProfile::builtin(cpu());
+        let b = TemplateChoice::builtin(cpu());
         assert!(b.stream.is_streaming() || b.stream == CopyKernel::Portable);
         assert!(Streamer::new(b.temporal).is_ok());
         assert!(b.stream_from > 0);

@@ -6,22 +6,22 @@
 
 use std::sync::OnceLock;
 
-use super::{CopyKernel, Streamer, TemplateProfile};
+use super::{CopyKernel, Streamer, TemplateChoice};
 use crate::cpu::cpu;
 
 /// The template kernels in force in this process.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Choice {
+pub(super) struct InForce {
     pub stream: Streamer,
     pub temporal: Streamer,
     pub stream_from: usize,
 }
 
-pub(super) fn choice() -> &'static Choice {
-    static CHOICE: OnceLock<Choice> = OnceLock::new();
-    CHOICE.get_or_init(|| {
-        let builtin = TemplateProfile::builtin(cpu());
-        let p = active_template_profile().unwrap_or(builtin);
+pub(super) fn in_force() -> &'static InForce {
+    static IN_FORCE: OnceLock<InForce> = OnceLock::new();
+    IN_FORCE.get_or_init(|| {
+        let builtin = TemplateChoice::builtin(cpu());
+        let p = active_template_choice().unwrap_or(builtin);
         // A profile naming a kernel this CPU lacks cannot come from this CPU's
         // calibration (the identity matched): fall back kernel by kernel.
         let get = |k: CopyKernel, or: CopyKernel| {
@@ -29,7 +29,7 @@ pub(super) fn choice() -> &'static Choice {
                 .or_else(|_| Streamer::new(or))
                 .expect("built-in kernels are available")
         };
-        Choice {
+        InForce {
             stream: get(p.stream, builtin.stream),
             temporal: get(p.temporal, builtin.temporal),
             stream_from: p.stream_from,
@@ -39,11 +39,11 @@ pub(super) fn choice() -> &'static Choice {
 
 /// Fills of at least this many bytes stream; smaller ones store through the caches.
 pub fn stream_from() -> usize {
-    choice().stream_from
+    in_force().stream_from
 }
 
 /// The template choice of the profile file this process follows, if it has
 /// one (the template functions use the built-in choice otherwise).
-pub fn active_template_profile() -> Option<TemplateProfile> {
+pub fn active_template_choice() -> Option<TemplateChoice> {
     super::choice::tuning()
 }

@@ -101,7 +101,7 @@ impl CopyKernel {
     }
 
     /// Whether a CPU of this architecture with features `f` could run it:
-    /// what [`TemplateProfile::builtin`](super::TemplateProfile::builtin) asks
+    /// what [`TemplateChoice::builtin`](super::TemplateChoice::builtin) asks
     /// of a CPU that is not necessarily this one.
     pub fn is_available_with(self, f: &Features) -> bool {
         self.parts_with(f).is_some()

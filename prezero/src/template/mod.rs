@@ -22,7 +22,7 @@
 //! The free functions stream fills of at least [`stream_from`] bytes and store
 //! smaller ones through the caches, with the kernels `prezero calibrate`
 //! measured (the profile's `"template"` section) or the built-in choice
-//! ([`TemplateProfile::builtin`]). A [`Streamer`] names one kernel instead.
+//! ([`TemplateChoice::builtin`]). A [`Streamer`] names one kernel instead.
 //!
 //! # Ordering
 //! Functions without `_nodrain` end with [`drain`]: the records are globally
@@ -52,8 +52,8 @@ mod words;
 #[cfg(target_arch = "x86_64")]
 mod x86_64;
 
-pub use choice::TemplateProfile;
-pub use in_force::{active_template_profile, stream_from};
+pub use choice::TemplateChoice;
+pub use in_force::{active_template_choice, stream_from};
 pub use kernel::CopyKernel;
 pub use streamer::Streamer;
 
