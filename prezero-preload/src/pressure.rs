@@ -75,6 +75,13 @@ pub fn pressed() -> bool {
     until != 0 && now_ms() < until
 }
 
+/// What `crate::threads`' looks and stops ask of the watcher.
+static WATCHER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
+    wake,
+    joined: Some(joined),
+    restart: watch,
+};
+
 /// Starts this process's watcher, once.
 pub fn watch() {
     let me = sys::getpid();
@@ -86,6 +93,7 @@ pub fn watch() {
     {
         return;
     }
+    crate::threads::register(crate::threads::Owner::Pressure, &WATCHER_HOOKS);
     // Every signal blocked (as each of ours): a program's handler run on it
     // could wait on the lazy mode's handler, which may wait on the cache's
     // lock this holds.
@@ -147,14 +155,14 @@ pub fn in_child() {
 
 /// After a stop joined the watcher: its bell goes too (the watcher started
 /// again makes another).
-pub fn joined() {
+fn joined() {
     if WATCHER.load(Ordering::Relaxed) == 0 {
         close_bell();
     }
 }
 
 /// Wakes the watcher for a look at `crate::threads`.
-pub fn wake() {
+fn wake() {
     let fd = BELL.load(Ordering::SeqCst);
     if fd >= 0 && WATCHER.load(Ordering::Relaxed) == sys::getpid() && is_bell(fd) {
         let _ = sys::write_byte(fd);

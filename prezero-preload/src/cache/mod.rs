@@ -175,6 +175,9 @@ fn now() -> u64 {
 /// Reserves the range and sets up the cache; false if it cannot (then every
 /// request goes to the next allocator).
 pub fn start(cfg: Config) -> bool {
+    // Before the scrubber can start (here, or at a `free` once the cache
+    // serves): a stop must find how to start it again.
+    crate::threads::register(crate::threads::Owner::Cache, &SCRUBBER_HOOKS);
     // One lane per node with memory, and the unbound one (one in all on a
     // machine of one node, or where sysfs does not say).
     let nodes = Nodes::read().unwrap_or(Nodes::parse(b"0").expect("one node"));
@@ -236,13 +239,20 @@ pub fn start(cfg: Config) -> bool {
     true
 }
 
+/// What `crate::threads`' looks and stops ask of the scrubber.
+static SCRUBBER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
+    wake: wake_scrubber,
+    joined: None,
+    restart: restart_scrubber,
+};
+
 /// Wakes the scrubber for a look at `crate::threads`, under the lock it
 /// looks with (it cannot miss the wake), if the lock is free: the caller
 /// may be a signal handler that interrupted this thread inside the cache's
 /// lock (`set*id` may be called from one), and waiting on it would be for
 /// ever. Where it is taken the scrubber looks at its next wake (a second at
 /// most), within the caller's wait.
-pub fn wake_scrubber() {
+fn wake_scrubber() {
     if STARTED.load(Ordering::Acquire) && SHARED.mutex.try_lock() {
         signal_all();
         // SAFETY: locked just above, by this thread.
@@ -250,8 +260,8 @@ pub fn wake_scrubber() {
     }
 }
 
-/// After a pause: the scrubber again.
-pub fn restart_scrubber() {
+/// After a stop: the scrubber again.
+fn restart_scrubber() {
     if STARTED.load(Ordering::Acquire) {
         scrubber::ensure_scrubber();
     }

@@ -80,8 +80,6 @@ use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
-pub use pause::{restart_handler, restart_workers, wake_threads};
-
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
 /// does not run in this process.
 pub fn give_back() {
@@ -212,6 +210,7 @@ pub fn configure(cfg: &Config) {
     SAY_WHY.store(cfg.program, Ordering::Relaxed);
     FILL.store(cfg.program, Ordering::Relaxed);
     reserve::fill_ahead(cfg.reserve_asked);
+    pause::register();
     // The cache reaches the lazy mode only through these (the contract:
     // `cache/hooks.rs`); each does the plain thing until the lazy mode runs
     // in this process.

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use super::{active, fd, give_up, handler, reserve, uffd, worker, Stop, PAGE};
 use crate::sys::{self, Errno};
-use crate::threads::{self, Kind};
+use crate::threads::{self, Kind, Owner};
 
 /// The bell's address (0: none).
 static BELL: AtomicUsize = AtomicUsize::new(0);
@@ -81,9 +81,28 @@ pub fn start_threads() -> bool {
     true
 }
 
-/// Wakes the handler and the workers for a look at `crate::threads`.
-pub fn wake_threads() {
-    reserve::wake_all();
+/// What `crate::threads`' looks and stops ask of the handler, and of the
+/// workers.
+static HANDLER_HOOKS: threads::Hooks = threads::Hooks {
+    wake: wake_handler,
+    joined: None,
+    restart: restart_handler,
+};
+static WORKER_HOOKS: threads::Hooks = threads::Hooks {
+    wake: reserve::wake_all,
+    joined: None,
+    restart: restart_workers,
+};
+
+/// Registers the handler and the workers with `crate::threads`, at
+/// start-up (before either starts).
+pub fn register() {
+    threads::register(Owner::Handler, &HANDLER_HOOKS);
+    threads::register(Owner::Workers, &WORKER_HOOKS);
+}
+
+/// Wakes the handler for a look at `crate::threads`.
+fn wake_handler() {
     let b = BELL.load(Ordering::Acquire);
     if b != 0 && HANDLER_RUNS.load(Ordering::Acquire) {
         // SAFETY: the bell is this module's mapping, never unmapped, whose
@@ -99,7 +118,7 @@ pub fn wake_threads() {
 /// After a stop: the handler again, where the lazy mode still runs. Without
 /// it no fault would be served: the lazy mode stops instead, and the kernel
 /// serves them.
-pub fn restart_handler() {
+fn restart_handler() {
     if active() && fd() >= 0 && !threads::spawn("prezero-fault", Kind::Handler, handler_main) {
         give_up(Stop::Refused(Errno(libc::EAGAIN)));
     }
@@ -108,7 +127,7 @@ pub fn restart_handler() {
 /// The workers, one per lane (after a stop, or at the start). Without them
 /// nothing is filled or scrubbed ahead: the handler does it for each
 /// fault, slower.
-pub fn restart_workers() {
+fn restart_workers() {
     worker::first_lane();
     for _ in 0..reserve::lanes() {
         let _ = threads::spawn("prezero-reserve", Kind::Other, worker::run);

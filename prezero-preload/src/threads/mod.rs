@@ -20,6 +20,11 @@
 //! workers by their futexes, the scrubber under its lock, the watcher by a
 //! pipe.
 //!
+//! This module names none of the owners: each registers its [`Hooks`]
+//! ([`register`]) before it starts a thread of its own, and a look or a
+//! stop reaches it only through them. An owner not registered has no
+//! thread to wake or start again.
+//!
 //! Invariants: `LIVE` counts our threads from before they are created to
 //! after their last look; a slot of `JOINABLE` (or `HANDLER`) holds a
 //! joinable thread of this process that nobody else joins or detaches (a
@@ -30,7 +35,7 @@
 mod creds;
 mod stop;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
@@ -80,6 +85,54 @@ pub enum Owner {
     Cache = 4,
     /// The pressure watcher.
     Pressure = 8,
+}
+
+impl Owner {
+    /// Its slot in `HOOKS`.
+    fn slot(self) -> usize {
+        (self as u32).trailing_zeros() as usize
+    }
+}
+
+/// What an owner does for a look or a stop, registered once ([`register`]).
+/// Each runs with `PAUSE` held and signals blocked, allocates nothing but
+/// what starting a thread takes, and does nothing in a process where the
+/// owner's threads never started.
+pub struct Hooks {
+    /// Wakes its threads for a look at [`sync`] or [`stopping`].
+    pub wake: fn(),
+    /// After a stop joined our threads, before the call: what they left
+    /// behind goes.
+    pub joined: Option<fn()>,
+    /// After the call, where its threads returned for the stop: starts
+    /// them again.
+    pub restart: fn(),
+}
+
+/// Each owner's hooks, by [`Owner::slot`] (null: not registered). A static
+/// pointer, not a `OnceLock`: a child forked while another thread set one
+/// would wait for that thread for ever.
+static HOOKS: [AtomicPtr<Hooks>; 4] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 4];
+
+/// Sets `owner`'s hooks, before it starts a thread; again, the same ones,
+/// changes nothing.
+pub fn register(owner: Owner, hooks: &'static Hooks) {
+    HOOKS[owner.slot()].store(std::ptr::from_ref(hooks).cast_mut(), Ordering::Release);
+}
+
+/// `owner`'s hooks, if it registered them.
+fn hooks(owner: Owner) -> Option<&'static Hooks> {
+    let p = HOOKS[owner.slot()].load(Ordering::Acquire);
+    // SAFETY: null, or a `&'static Hooks` (`register`), never written
+    // through.
+    unsafe { p.as_ref() }
+}
+
+/// Wakes the threads of `owners`, in that order.
+fn wake(owners: &[Owner]) {
+    for h in owners.iter().filter_map(|&o| hooks(o)) {
+        (h.wake)();
+    }
 }
 
 /// `PAUSE` held by the calling thread, signals blocked.
@@ -174,9 +227,12 @@ pub fn sync(seen: &mut u32) {
 
 /// Wakes every thread of ours for a look at [`sync`] or [`stopping`].
 fn wake_all() {
-    crate::lazy::wake_threads();
-    crate::cache::wake_scrubber();
-    crate::pressure::wake();
+    wake(&[
+        Owner::Workers,
+        Owner::Handler,
+        Owner::Cache,
+        Owner::Pressure,
+    ]);
 }
 
 /// A forked child has none of the parent's threads.

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use super::{ours, wake_all, Owner, Paused, HANDLER, JOINABLE};
+use super::{hooks, ours, wake, wake_all, Owner, Paused, HANDLER, JOINABLE};
 use crate::sys;
 
 /// How long a stop waits for a thread of ours to end.
@@ -25,6 +25,15 @@ const ALL: u8 = 2;
 static STOPPING: AtomicU8 = AtomicU8::new(RUN);
 /// The owners whose threads returned for the stop, to start again.
 static STOPPED: AtomicU32 = AtomicU32::new(0);
+
+/// Every owner, in the order its threads start again after a stop: the
+/// handler first.
+const OWNERS: [Owner; 4] = [
+    Owner::Handler,
+    Owner::Workers,
+    Owner::Cache,
+    Owner::Pressure,
+];
 
 /// Whether a stop asks a thread of `owner`'s to return now; if so it is
 /// counted, to be started again.
@@ -61,32 +70,33 @@ pub fn alone<T>(call: impl FnOnce() -> T) -> T {
     STOPPING.store(ALL, Ordering::SeqCst);
     let handler = HANDLER.load(Ordering::Acquire);
     if handler != 0 {
-        crate::lazy::wake_threads();
+        // The lazy mode's threads, as `wake_all` wakes them.
+        wake(&[Owner::Workers, Owner::Handler]);
         if sys::join(handler as libc::pthread_t, JOIN_MS) {
             HANDLER.store(0, Ordering::Release);
             joined += 1;
         }
     }
     STOPPING.store(RUN, Ordering::SeqCst);
-    crate::pressure::joined();
+    for h in OWNERS.iter().filter_map(|&o| hooks(o)) {
+        if let Some(f) = h.joined {
+            f();
+        }
+    }
     if let Some(n) = before {
         wait_gone(n.saturating_sub(joined));
     }
     let r = call();
     // Starting threads again may set errno; the call's is the program's.
     let errno = sys::Errno::last();
-    let owners = STOPPED.swap(0, Ordering::AcqRel);
-    if owners & Owner::Handler as u32 != 0 {
-        crate::lazy::restart_handler();
-    }
-    if owners & Owner::Workers as u32 != 0 {
-        crate::lazy::restart_workers();
-    }
-    if owners & Owner::Cache as u32 != 0 {
-        crate::cache::restart_scrubber();
-    }
-    if owners & Owner::Pressure as u32 != 0 {
-        crate::pressure::watch();
+    let stopped = STOPPED.swap(0, Ordering::AcqRel);
+    for &o in &OWNERS {
+        if stopped & o as u32 != 0 {
+            // Registered: a thread of its returned for the stop.
+            if let Some(h) = hooks(o) {
+                (h.restart)();
+            }
+        }
     }
     sys::set_errno(errno.0);
     r
