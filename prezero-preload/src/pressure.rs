@@ -23,8 +23,12 @@
 //! Started once a process holds something for later (its cache's first
 //! free, its lazy reserve), never in a process that only asks for small
 //! blocks; a forked child starts its own.
+//!
+//! What goes back is the holders' to say: the cache and the lazy mode each
+//! register their [`Hooks`] at start-up ([`register`]), and this module
+//! names neither.
 
-use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys;
 
@@ -48,6 +52,47 @@ pub static EVENTS: AtomicU64 = AtomicU64::new(0);
 /// watcher); [`UNREAD`] before.
 static ROOM: AtomicUsize = AtomicUsize::new(UNREAD);
 const UNREAD: usize = 0;
+
+/// What a holder of memory kept ahead does under pressure, registered once
+/// ([`register`]). Each runs on the watcher, with signals blocked and no
+/// lock of this module's held; it may take the holder's own lock, allocates
+/// nothing, and does nothing before the holder has started.
+pub struct Hooks {
+    /// Memory is short: everything held ahead goes back.
+    pub give_back: fn(),
+    /// A second without an event (the room may have shrunk): no more is
+    /// kept than the holder's share of it.
+    pub trim: Option<fn()>,
+}
+
+/// The holders' hooks, in the order registered (null: a free slot): the
+/// cache's, then the lazy mode's. Static pointers, not `OnceLock`s: a
+/// child forked while another thread set one would wait for that thread
+/// for ever.
+static HOLDERS: [AtomicPtr<Hooks>; 2] = [const { AtomicPtr::new(std::ptr::null_mut()) }; 2];
+
+/// Registers a holder's hooks, before it holds anything; again, the same
+/// ones, changes nothing.
+pub fn register(hooks: &'static Hooks) {
+    let h = std::ptr::from_ref(hooks).cast_mut();
+    let kept = HOLDERS.iter().any(|slot| {
+        match slot.compare_exchange(std::ptr::null_mut(), h, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => true,
+            Err(there) => there == h,
+        }
+    });
+    debug_assert!(kept, "a third holder: HOLDERS has room for two");
+}
+
+/// The holders' hooks, in the order registered.
+fn holders() -> impl Iterator<Item = &'static Hooks> {
+    HOLDERS.iter().filter_map(|slot| {
+        let h = slot.load(Ordering::Acquire);
+        // SAFETY: null, or a `&'static Hooks` (`register`), never written
+        // through.
+        unsafe { h.as_ref() }
+    })
+}
 
 /// The memory the machine and the memory cgroup have left (`usize::MAX`
 /// where neither says), read again each second: what caps and reserves
@@ -306,9 +351,11 @@ fn run() {
             looked = now;
             fired |= low();
             if !fired {
-                // The room may have shrunk: the cache keeps no more than
+                // The room may have shrunk: each holder keeps no more than
                 // its share.
-                crate::cache::trim();
+                for trim in holders().filter_map(|h| h.trim) {
+                    trim();
+                }
             }
         }
         if fired {
@@ -362,6 +409,7 @@ fn press() {
         return;
     }
     EVENTS.fetch_add(1, Ordering::Relaxed);
-    crate::cache::give_back_free();
-    crate::lazy::give_back();
+    for h in holders() {
+        (h.give_back)();
+    }
 }

@@ -178,6 +178,9 @@ pub fn start(cfg: Config) -> bool {
     // Before the scrubber can start (here, or at a `free` once the cache
     // serves): a stop must find how to start it again.
     crate::threads::register(crate::threads::Owner::Cache, &SCRUBBER_HOOKS);
+    // Before the lazy mode's, which start-up sets up after the cache: under
+    // pressure free blocks go back before the reserve.
+    crate::pressure::register(&PRESSURE_HOOKS);
     // One lane per node with memory, and the unbound one (one in all on a
     // machine of one node, or where sysfs does not say).
     let nodes = Nodes::read().unwrap_or(Nodes::parse(b"0").expect("one node"));
@@ -267,9 +270,15 @@ fn restart_scrubber() {
     }
 }
 
+/// What memory pressure asks of the cache (`crate::pressure`).
+static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
+    give_back: give_back_free,
+    trim: Some(trim),
+};
+
 /// Gives back every free block with pages (memory is short): a no-op before
 /// the cache starts.
-pub fn give_back_free() {
+fn give_back_free() {
     if !STARTED.load(Ordering::Acquire) {
         return;
     }
@@ -279,7 +288,7 @@ pub fn give_back_free() {
 
 /// Gives back the oldest free blocks until what the cache keeps fits its cap
 /// again (the room left shrank): a no-op before the cache starts.
-pub fn trim() {
+fn trim() {
     if !STARTED.load(Ordering::Acquire) {
         return;
     }

@@ -80,9 +80,15 @@ use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
 
+/// What memory pressure asks of the lazy mode (`crate::pressure`).
+static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
+    give_back,
+    trim: None,
+};
+
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
 /// does not run in this process.
-pub fn give_back() {
+fn give_back() {
     if active() {
         reserve::give_back_all();
     }
@@ -211,6 +217,7 @@ pub fn configure(cfg: &Config) {
     FILL.store(cfg.program, Ordering::Relaxed);
     reserve::fill_ahead(cfg.reserve_asked);
     pause::register();
+    crate::pressure::register(&PRESSURE_HOOKS);
     // The cache reaches the lazy mode only through these (the contract:
     // `cache/hooks.rs`); each does the plain thing until the lazy mode runs
     // in this process.
