@@ -35,16 +35,42 @@
 //!   the first large block, `realloc`'s move, free memory given back): the
 //!   two folders import in one direction only.
 //! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
-//!   pressure what is held ahead goes back.
+//!   pressure what is held ahead goes back, as each holder (the cache, the
+//!   lazy mode) registered at start-up (`pressure::Hooks`).
 //! * `threads/`: the preload's threads, and the calls of the program they
 //!   must agree with: they take the caller's credentials before a `set*id`
 //!   (`creds.rs`), and stop around an `unshare` of a user namespace
-//!   (`stop.rs`); the calls themselves are `entry/threads.rs`.
+//!   (`stop.rs`); the calls themselves are `entry/threads.rs`. A registry:
+//!   each owner of threads (the lazy mode, the cache, the pressure watcher)
+//!   registers how its threads are woken and started again
+//!   (`threads::Hooks`) before it starts one.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
+//!   `cgroup.rs`: the process's memory cgroup (its files, its room);
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
 //!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `sys/fault.rs`
 //!   fails chosen ones, in a test build.
+//!
+//! The modules are layers, each importing only those below it (no circle,
+//! at file or folder level):
+//!
+//! ```text
+//! entry/                              every exported symbol: all below
+//! lazy/                               cache/ and below
+//! cache/                              stats.rs and below, and blocks/
+//! stats.rs                            pressure.rs (its event count), sys/
+//! pressure.rs                         threads/, config.rs, cgroup.rs, sys/
+//! threads/                            sys/
+//! config.rs                           cgroup.rs, sys/
+//! cgroup.rs, nodes.rs, next.rs        sys/
+//! blocks/ (pure), sys/                nothing of the crate's
+//! ```
+//!
+//! A lower layer reaches a higher one only through hooks the higher one
+//! sets at start-up: the cache's (`cache/hooks.rs`, set by the lazy mode),
+//! the threads' (`threads::Hooks`) and the pressure watcher's
+//! (`pressure::Hooks`). Each is a static set at start-up and read with one
+//! atomic load, without a lock; no hook allocates.
 //!
 //! Ownership is a range check: every block lives in one reserved address
 //! range, so `free` knows in a comparison whether a pointer is ours.
