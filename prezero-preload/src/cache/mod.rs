@@ -234,7 +234,7 @@ pub fn start(cfg: Config) -> bool {
         Some(fork::in_child),
     );
     if prefill > 0 {
-        scrubber::ensure_scrubber();
+        ensure_scrubber();
     }
     // The kernels' choice now, while the process has one thread, not in the
     // first calloc that clears (see before_fork).
@@ -248,6 +248,27 @@ static SCRUBBER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
     joined: None,
     restart: restart_scrubber,
 };
+
+/// Starts the scrubber thread if this process has none.
+fn ensure_scrubber() {
+    // The cache holds memory for later from now on.
+    crate::pressure::watch();
+    {
+        let mut g = lock();
+        if g.cache().scrubber {
+            return;
+        }
+        g.cache().scrubber = true;
+    }
+    if !crate::threads::spawn(
+        "prezero-scrub",
+        crate::threads::Kind::Other,
+        scrubber::scrub,
+    ) {
+        // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
+        lock().cache().scrubber = false;
+    }
+}
 
 /// Wakes the scrubber for a look at `crate::threads`, under the lock it
 /// looks with (it cannot miss the wake), if the lock is free: the caller
@@ -266,7 +287,7 @@ fn wake_scrubber() {
 /// After a stop: the scrubber again.
 fn restart_scrubber() {
     if STARTED.load(Ordering::Acquire) {
-        scrubber::ensure_scrubber();
+        ensure_scrubber();
     }
 }
 

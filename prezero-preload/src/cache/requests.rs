@@ -7,8 +7,7 @@ use std::sync::atomic::Ordering;
 
 use super::hooks::{hooks, Moved};
 use super::range::release_one;
-use super::scrubber::ensure_scrubber;
-use super::{caller_lane, lane_node, lane_of, lock, now, signal_all, WAITING};
+use super::{caller_lane, ensure_scrubber, lane_node, lane_of, lock, now, signal_all, WAITING};
 use crate::blocks::{Alloc, Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, NotMoved};

@@ -26,25 +26,6 @@ const PREFILL_STEP: usize = 64 << 20;
 /// stores, so a request waiting on a Busy block waits little.
 const SCRUB_CHUNK: usize = 8 << 20;
 
-/// Starts the scrubber thread if this process has none.
-pub(super) fn ensure_scrubber() {
-    // The cache holds memory for later from now on.
-    crate::pressure::watch();
-    {
-        let mut g = lock();
-        if g.cache().scrubber {
-            return;
-        }
-        g.cache().scrubber = true;
-    }
-    if !crate::threads::spawn("prezero-scrub", crate::threads::Kind::Other, scrub) {
-        // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
-        lock().cache().scrubber = false;
-    }
-}
-
-/// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
-/// Dirty blocks with streaming stores, and populates the spare.
 /// The scrubber thread's id: the lazy mode's handler serves its populating
 /// fills huge pages at once.
 static TID: AtomicU32 = AtomicU32::new(0);
@@ -54,7 +35,9 @@ pub fn is_scrubber(tid: u32) -> bool {
     tid != 0 && TID.load(Ordering::Relaxed) == tid
 }
 
-fn scrub() {
+/// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
+/// Dirty blocks with streaming stores, and populates the spare.
+pub(super) fn scrub() {
     let mut look = crate::threads::first_look();
     TID.store(sys::gettid(), Ordering::Relaxed);
     prezero::ScrubPriority::Idle.apply_to_current_thread();
