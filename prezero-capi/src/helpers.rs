@@ -164,3 +164,100 @@ pub(super) unsafe fn free_handle<T: 'static>(h: *mut T, what: &str) -> Result<()
     drop(unsafe { Box::from_raw(h) });
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ptr::{null, null_mut, without_provenance, without_provenance_mut};
+
+    use super::*;
+
+    #[test]
+    fn guard_turns_results_and_panics_into_codes() {
+        assert_eq!(guard(|| Ok(())), 0);
+        assert_eq!(guard(|| Err(inval("no"))), -libc::EINVAL);
+        assert_eq!(
+            guard(|| panic!("inside the boundary")),
+            -libc::ENOTRECOVERABLE
+        );
+    }
+
+    #[test]
+    fn write_opt_writes_only_through_a_pointer() {
+        let mut out = 0u64;
+        // SAFETY: NULL, then a live u64.
+        unsafe { write_opt(null_mut(), 7u64) };
+        // SAFETY: a live u64, borrowed by nothing else.
+        unsafe { write_opt(&mut out, 9u64) };
+        assert_eq!(out, 9);
+    }
+
+    #[test]
+    fn byte_ranges_are_checked_before_any_slice_is_made() {
+        let mut buf = [1u8; 16];
+        let p = buf.as_mut_ptr().cast::<c_void>();
+        // SAFETY: each call is given NULL with no length, or a range no
+        // slice can cover (never dereferenced), or `buf`'s own bytes.
+        unsafe {
+            assert!(bytes_mut(null_mut(), 0).unwrap().is_empty());
+            assert!(bytes(null(), 0).unwrap().is_empty());
+            assert!(bytes_mut(null_mut(), 1).is_err());
+            assert!(bytes(null(), 1).is_err());
+            let top = without_provenance_mut::<c_void>(usize::MAX - 3);
+            assert!(bytes_mut(top, 8).is_err(), "wraps the address space");
+            assert!(bytes_mut(without_provenance_mut(8), usize::MAX / 2 + 1).is_err());
+            bytes_mut(p, 16).unwrap()[15] = 0;
+            let b = bytes(p, 16).unwrap();
+            assert_eq!((b.len(), b[0], b[15]), (16, 1, 0));
+        }
+    }
+
+    #[test]
+    fn node_ids_want_some_and_no_more_than_an_array_holds() {
+        let nodes = [0u32, 2];
+        // SAFETY: NULL, `nodes`, or lengths refused before any read.
+        unsafe {
+            assert!(node_ids(null(), 1).is_err());
+            assert!(node_ids(nodes.as_ptr(), 0).is_err());
+            assert!(node_ids(nodes.as_ptr(), isize::MAX as usize / 4 + 1).is_err());
+            assert_eq!(node_ids(nodes.as_ptr(), 2).unwrap(), &nodes);
+        }
+    }
+
+    #[test]
+    fn versioned_structs_are_read_by_their_size_field() {
+        #[repr(C)]
+        struct Args {
+            struct_size: usize,
+            value: u32,
+        }
+        let mut a = Args {
+            struct_size: std::mem::size_of::<Args>(),
+            value: 3,
+        };
+        // SAFETY: NULL, or a live Args whose first field is its size.
+        unsafe {
+            assert!(versioned::<Args>(null(), "args").is_err());
+            assert!(versioned(&a, "args").is_ok());
+            a.struct_size -= 1;
+            assert!(versioned(&a, "args").is_err());
+        }
+        assert_eq!(a.value, 3);
+    }
+
+    #[test]
+    fn handles_are_looked_up_before_use_and_freed_once() {
+        let h = into_handle(41u32);
+        // SAFETY: handles from into_handle, used and freed on this thread
+        // only; the others are refused before any dereference.
+        unsafe {
+            assert_eq!(*handle(h, "counter").unwrap(), 41);
+            assert!(handle::<u64>(h.cast(), "other").is_err(), "another type");
+            assert!(handle::<u32>(null(), "counter").is_err());
+            assert!(handle(without_provenance::<u32>(64), "counter").is_err());
+            assert!(free_handle::<u64>(h.cast(), "other").is_err());
+            free_handle(h, "counter").unwrap();
+            assert!(handle(h, "counter").is_err(), "freed");
+            assert!(free_handle(h, "counter").is_err(), "freed twice");
+        }
+    }
+}

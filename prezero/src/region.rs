@@ -180,6 +180,20 @@ impl Region {
     }
 }
 
+#[cfg(test)]
+impl Region {
+    /// `len` bytes of base pages, mapped without asking [`cpu`](crate::cpu::cpu)
+    /// the page size: for tests under Miri, which cannot run CPUID.
+    pub(crate) fn base_unrounded(len: usize) -> Result<Region> {
+        let ptr = sys::mmap_anon(len, 0).map_err(|e| Error::os("mmap", e))?;
+        Ok(Region {
+            ptr,
+            len,
+            kind: PageKind::Base,
+        })
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         // SAFETY: we mapped exactly this range, and `&mut self` means no borrow remains.

@@ -225,6 +225,16 @@ impl KernelFn {
     }
 }
 
+#[cfg(test)]
+impl KernelFn {
+    /// The portable kernel, which needs nothing of the CPU, without
+    /// [`Kernel::checked`]'s detection: for tests under Miri, which cannot run CPUID.
+    pub(crate) const PORTABLE: KernelFn = KernelFn {
+        kernel: Kernel::Portable,
+        f: portable::clear,
+    };
+}
+
 impl fmt::Debug for KernelFn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_tuple("KernelFn").field(&self.kernel).finish()

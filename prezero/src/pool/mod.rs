@@ -45,6 +45,8 @@ mod interleavings;
 mod scrubber;
 mod state;
 mod stats;
+#[cfg(test)]
+mod tests;
 
 pub use builder::PoolBuilder;
 pub use scrubber::{FreeRunning, ScrubPriority};
