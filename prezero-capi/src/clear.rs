@@ -170,8 +170,10 @@ pub unsafe extern "C" fn pz_clear_parallel_nodes(
     threads: usize,
 ) -> c_int {
     guard(|| {
-        // SAFETY: the caller promises the range and the node array.
-        let (buf, nodes) = unsafe { (bytes_mut(ptr, len)?, node_ids(nodes, n_nodes)?) };
+        // SAFETY: the caller promises the range.
+        let buf = unsafe { bytes_mut(ptr, len)? };
+        // SAFETY: the caller promises the node array.
+        let nodes = unsafe { node_ids(nodes, n_nodes)? };
         prezero::clear_parallel_on_nodes(buf, nodes, threads).map(drop)
     })
 }

@@ -120,11 +120,10 @@ fn feature_bits(f: &prezero::cpu::Features) -> u32 {
 pub unsafe extern "C" fn pz_cpu_features(features: *mut u32, detected: *mut u32) -> c_int {
     guard(|| {
         let c = prezero::cpu();
-        // SAFETY: each pointer is NULL (skipped) or, as documented, writable.
-        unsafe {
-            write_opt(features, feature_bits(&c.features));
-            write_opt(detected, feature_bits(&c.detected));
-        }
+        // SAFETY: NULL (skipped) or, as documented, writable.
+        unsafe { write_opt(features, feature_bits(&c.features)) };
+        // SAFETY: as for features.
+        unsafe { write_opt(detected, feature_bits(&c.detected)) };
         match &c.mask_error {
             Some(e) => Err(Error::invalid(format!("PREZERO_CPU: {e}"))),
             None => Ok(()),

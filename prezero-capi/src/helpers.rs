@@ -195,32 +195,34 @@ mod tests {
     fn byte_ranges_are_checked_before_any_slice_is_made() {
         let mut buf = [1u8; 16];
         let p = buf.as_mut_ptr().cast::<c_void>();
-        // SAFETY: each call is given NULL with no length, or a range no
-        // slice can cover (never dereferenced), or `buf`'s own bytes.
-        unsafe {
-            assert!(bytes_mut(null_mut(), 0).unwrap().is_empty());
-            assert!(bytes(null(), 0).unwrap().is_empty());
-            assert!(bytes_mut(null_mut(), 1).is_err());
-            assert!(bytes(null(), 1).is_err());
-            let top = without_provenance_mut::<c_void>(usize::MAX - 3);
-            assert!(bytes_mut(top, 8).is_err(), "wraps the address space");
-            assert!(bytes_mut(without_provenance_mut(8), usize::MAX / 2 + 1).is_err());
-            bytes_mut(p, 16).unwrap()[15] = 0;
-            let b = bytes(p, 16).unwrap();
-            assert_eq!((b.len(), b[0], b[15]), (16, 1, 0));
-        }
+        // SAFETY: every range below is NULL with no length, one no slice can
+        // cover (refused before any slice is made), or `buf`'s own bytes.
+        let checked = |p, len| unsafe { bytes_mut(p, len) }.map(|b| b.len());
+        assert_eq!(checked(null_mut(), 0).unwrap(), 0);
+        assert!(checked(null_mut(), 1).is_err());
+        let top = without_provenance_mut::<c_void>(usize::MAX - 3);
+        assert!(checked(top, 8).is_err(), "wraps the address space");
+        assert!(checked(without_provenance_mut(8), usize::MAX / 2 + 1).is_err());
+        // SAFETY: `buf`'s bytes, borrowed by nothing else.
+        unsafe { bytes_mut(p, 16) }.unwrap()[15] = 0;
+        // SAFETY: NULL with no length.
+        assert!(unsafe { bytes(null(), 0) }.unwrap().is_empty());
+        // SAFETY: NULL, refused before any slice is made.
+        assert!(unsafe { bytes(null(), 1) }.is_err());
+        // SAFETY: `buf`'s bytes, written by nothing while `b` lives.
+        let b = unsafe { bytes(p, 16) }.unwrap();
+        assert_eq!((b.len(), b[0], b[15]), (16, 1, 0));
     }
 
     #[test]
     fn node_ids_want_some_and_no_more_than_an_array_holds() {
         let nodes = [0u32, 2];
-        // SAFETY: NULL, `nodes`, or lengths refused before any read.
-        unsafe {
-            assert!(node_ids(null(), 1).is_err());
-            assert!(node_ids(nodes.as_ptr(), 0).is_err());
-            assert!(node_ids(nodes.as_ptr(), isize::MAX as usize / 4 + 1).is_err());
-            assert_eq!(node_ids(nodes.as_ptr(), 2).unwrap(), &nodes);
-        }
+        // SAFETY: NULL, or `nodes` with lengths refused before any read, or its own.
+        let checked = |p, n| unsafe { node_ids(p, n) }.map(<[u32]>::to_vec);
+        assert!(checked(null(), 1).is_err());
+        assert!(checked(nodes.as_ptr(), 0).is_err());
+        assert!(checked(nodes.as_ptr(), isize::MAX as usize / 4 + 1).is_err());
+        assert_eq!(checked(nodes.as_ptr(), 2).unwrap(), nodes);
     }
 
     #[test]
@@ -235,29 +237,31 @@ mod tests {
             value: 3,
         };
         // SAFETY: NULL, or a live Args whose first field is its size.
-        unsafe {
-            assert!(versioned::<Args>(null(), "args").is_err());
-            assert!(versioned(&a, "args").is_ok());
-            a.struct_size -= 1;
-            assert!(versioned(&a, "args").is_err());
-        }
+        let checked = |p: *const Args| unsafe { versioned(p, "args") };
+        assert!(checked(null()).is_err());
+        assert!(checked(&a).is_ok());
+        a.struct_size -= 1;
+        assert!(checked(&a).is_err());
         assert_eq!(a.value, 3);
     }
 
     #[test]
     fn handles_are_looked_up_before_use_and_freed_once() {
         let h = into_handle(41u32);
-        // SAFETY: handles from into_handle, used and freed on this thread
-        // only; the others are refused before any dereference.
-        unsafe {
-            assert_eq!(*handle(h, "counter").unwrap(), 41);
-            assert!(handle::<u64>(h.cast(), "other").is_err(), "another type");
-            assert!(handle::<u32>(null(), "counter").is_err());
-            assert!(handle(without_provenance::<u32>(64), "counter").is_err());
-            assert!(free_handle::<u64>(h.cast(), "other").is_err());
-            free_handle(h, "counter").unwrap();
-            assert!(handle(h, "counter").is_err(), "freed");
-            assert!(free_handle(h, "counter").is_err(), "freed twice");
-        }
+        // SAFETY: the handle from into_handle, used and freed on this thread
+        // only; the other pointers are refused before any dereference.
+        let get = |p: *const u32| unsafe { handle(p, "counter") }.copied();
+        // SAFETY: as `get`.
+        let free = |p: *mut u32| unsafe { free_handle(p, "counter") };
+        assert_eq!(get(h).unwrap(), 41);
+        // SAFETY: a u32 handle asked for as a u64: refused before any dereference.
+        assert!(unsafe { handle::<u64>(h.cast(), "other") }.is_err());
+        // SAFETY: as above, for its free.
+        assert!(unsafe { free_handle::<u64>(h.cast(), "other") }.is_err());
+        assert!(get(null()).is_err());
+        assert!(get(without_provenance(64)).is_err());
+        free(h).unwrap();
+        assert!(get(h).is_err(), "freed");
+        assert!(free(h).is_err(), "freed twice");
     }
 }

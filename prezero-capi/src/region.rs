@@ -118,8 +118,10 @@ pub unsafe extern "C" fn pz_prefault_nodes(
 ) -> c_int {
     guard(|| {
         // SAFETY: handle() checks the region is live; the caller promises
-        // nobody frees it meanwhile and that nodes holds n_nodes ids.
-        let (r, nodes) = unsafe { (handle(region, "region")?, node_ids(nodes, n_nodes)?) };
+        // nobody frees it meanwhile.
+        let r = unsafe { handle(region, "region")? };
+        // SAFETY: the caller promises that nodes holds n_nodes ids.
+        let nodes = unsafe { node_ids(nodes, n_nodes)? };
         prezero::prefault::prefault_on_nodes(&r.region, nodes, threads).map(drop)
     })
 }

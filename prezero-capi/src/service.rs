@@ -157,11 +157,10 @@ pub unsafe extern "C" fn pz_service_alloc_on(
             Source::Service { .. } => PZ_SOURCE_SERVICE,
             Source::Local { .. } => PZ_SOURCE_LOCAL,
         };
-        // SAFETY: out was checked non-NULL; source_out is NULL or writable.
-        unsafe {
-            write_opt(source_out, source);
-            out.write(into_handle(PzServiceMemory { memory }));
-        }
+        // SAFETY: source_out is NULL or writable (the caller's promise).
+        unsafe { write_opt(source_out, source) };
+        // SAFETY: out was checked non-NULL, and is writable (the caller's promise).
+        unsafe { out.write(into_handle(PzServiceMemory { memory })) };
         Ok(())
     })
 }
@@ -243,12 +242,12 @@ pub unsafe extern "C" fn pz_service_segment(
             call: "pz_service_segment",
             source: std::io::Error::from_raw_os_error(libc::ENOENT),
         })?;
-        // SAFETY: all three outputs were checked non-NULL.
-        unsafe {
-            fd_out.write(s.fd.as_raw_fd());
-            offset_out.write(s.offset);
-            len_out.write(s.len);
-        }
+        // SAFETY: checked non-NULL, and writable (the caller's promise).
+        unsafe { fd_out.write(s.fd.as_raw_fd()) };
+        // SAFETY: as for fd_out.
+        unsafe { offset_out.write(s.offset) };
+        // SAFETY: as for fd_out.
+        unsafe { len_out.write(s.len) };
         Ok(())
     })
 }

@@ -64,13 +64,12 @@ unsafe fn head_and_tail<'a>(
     apart(dst, total, head, elem_size, "the head template")?;
     apart(dst, total, tail, elem_size, "the tail template")?;
     // SAFETY: the caller's promise; no template overlaps the destination.
-    unsafe {
-        Ok((
-            records(dst, count, elem_size)?,
-            bytes(head, elem_size)?,
-            bytes(tail, elem_size)?,
-        ))
-    }
+    let d = unsafe { records(dst, count, elem_size)? };
+    // SAFETY: the caller's promise; nothing writes the template meanwhile.
+    let h = unsafe { bytes(head, elem_size)? };
+    // SAFETY: as for head.
+    let t = unsafe { bytes(tail, elem_size)? };
+    Ok((d, h, t))
 }
 
 /// Copies `len` bytes with streaming stores, then drains. No overlap allowed.
@@ -82,8 +81,10 @@ unsafe fn head_and_tail<'a>(
 pub unsafe extern "C" fn pz_stream_copy(dst: *mut c_void, src: *const c_void, len: usize) -> c_int {
     guard(|| {
         apart(dst, len, src, len, "the source")?;
-        // SAFETY: the caller promises both ranges; they do not overlap.
-        let (d, s) = unsafe { (bytes_mut(dst, len)?, bytes(src, len)?) };
+        // SAFETY: the caller promises the range; the source does not overlap it.
+        let d = unsafe { bytes_mut(dst, len)? };
+        // SAFETY: the caller promises the range.
+        let s = unsafe { bytes(src, len)? };
         prezero::stream_copy(d, s)
     })
 }
@@ -120,8 +121,10 @@ pub unsafe extern "C" fn pz_template_fill(
             elem_size,
             "the template",
         )?;
-        // SAFETY: the caller promises both ranges; they do not overlap.
-        let (d, t) = unsafe { (records(dst, count, elem_size)?, bytes(tmpl, elem_size)?) };
+        // SAFETY: the caller promises the range; the template does not overlap it.
+        let d = unsafe { records(dst, count, elem_size)? };
+        // SAFETY: the caller promises the template.
+        let t = unsafe { bytes(tmpl, elem_size)? };
         Streamer::for_bytes(d.len()).fill_grouped_bytes(d, 1, t, t, |i, _, w| {
             if let Some(f) = update {
                 // SAFETY: a C callback with the caller's own context; `w` is elem_size bytes.

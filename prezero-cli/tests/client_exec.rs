@@ -526,7 +526,9 @@ fn exit_of(pid: u32) -> String {
         )
     };
     // SAFETY: filled in by waitid for an exited child (pid 0 otherwise).
-    let (who, code) = unsafe { (info.si_pid(), info.si_status()) };
+    let who = unsafe { info.si_pid() };
+    // SAFETY: as for si_pid.
+    let code = unsafe { info.si_status() };
     match (r, who) {
         (0, 0) => "still running".into(),
         (0, _) => format!("exited, si_code {} status {code}", info.si_code),

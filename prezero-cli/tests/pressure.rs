@@ -308,11 +308,13 @@ fn sparse_role() {
     let p = p.cast::<u8>();
     for i in (0..len).step_by(2 * MB) {
         // SAFETY: within the mapping above.
-        unsafe { p.add(i + 4096).write_volatile(7) };
+        unsafe { p.wrapping_add(i + 4096).write_volatile(7) };
     }
     for i in (0..len).step_by(2 * MB) {
         // SAFETY: within the mapping above.
-        let (w, z) = unsafe { (p.add(i + 4096).read_volatile(), p.add(i).read_volatile()) };
+        let w = unsafe { p.wrapping_add(i + 4096).read_volatile() };
+        // SAFETY: within the mapping above.
+        let z = unsafe { p.wrapping_add(i).read_volatile() };
         assert_eq!((w, z), (7, 0), "at {i}");
     }
 }
@@ -647,11 +649,11 @@ fn map_anon(len: usize) -> *mut u8 {
 /// read first: zero.
 fn write_zero_pages(p: *mut u8, len: usize) {
     for i in (0..len).step_by(4096) {
+        let at = p.wrapping_add(i);
         // SAFETY: within the mapping, which is the caller's alone.
-        unsafe {
-            assert_eq!(p.add(i).read_volatile(), 0, "at {i}");
-            p.add(i).write_volatile(1);
-        }
+        assert_eq!(unsafe { at.read_volatile() }, 0, "at {i}");
+        // SAFETY: as above.
+        unsafe { at.write_volatile(1) };
     }
 }
 

@@ -90,19 +90,18 @@ fn fork_holder() -> (libc::pid_t, OwnedFd) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        // SAFETY: read/close/_exit on our own descriptors are async-signal-safe.
-        unsafe {
-            libc::close(p[1]);
-            let mut b = 0u8;
-            libc::read(p[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
+        // SAFETY: close on our own descriptor is async-signal-safe.
+        unsafe { libc::close(p[1]) };
+        let mut b = 0u8;
+        // SAFETY: read into a local, async-signal-safe.
+        unsafe { libc::read(p[0], (&mut b as *mut u8).cast(), 1) };
+        // SAFETY: _exit is async-signal-safe and ends the child at once.
+        unsafe { libc::_exit(0) };
     }
-    // SAFETY: both pipe ends are ours; the read end is closed in the parent.
-    unsafe {
-        libc::close(p[0]);
-        (pid, OwnedFd::from_raw_fd(p[1]))
-    }
+    // SAFETY: the read end is ours, closed in the parent.
+    unsafe { libc::close(p[0]) };
+    // SAFETY: the write end is ours.
+    (pid, unsafe { OwnedFd::from_raw_fd(p[1]) })
 }
 
 fn reap(pid: libc::pid_t) {
@@ -151,11 +150,10 @@ fn pass_to_third_process(fd: libc::c_int) -> (libc::pid_t, OwnedFd, OwnedFd) {
     assert_eq!(rc, 0);
     let mut go = [0; 2];
     let mut rel = [0; 2];
-    // SAFETY: pipe2 fills local arrays.
-    unsafe {
-        assert_eq!(libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC), 0);
-        assert_eq!(libc::pipe2(rel.as_mut_ptr(), libc::O_CLOEXEC), 0);
-    }
+    // SAFETY: pipe2 fills a local array.
+    assert_eq!(unsafe { libc::pipe2(go.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::pipe2(rel.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
     // The message is built before fork: the child must not allocate.
     let mut byte = 0u8;
     let mut iov = libc::iovec {
@@ -174,36 +172,40 @@ fn pass_to_third_process(fd: libc::c_int) -> (libc::pid_t, OwnedFd, OwnedFd) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        // SAFETY: read/recvmsg/_exit on our own descriptors and locals.
-        unsafe {
-            // Close the parent's ends, or the reads below would never see EOF.
-            libc::close(sv[0]);
-            libc::close(go[1]);
-            libc::close(rel[1]);
-            let mut b = 0u8;
-            libc::read(go[0], (&mut b as *mut u8).cast(), 1);
-            libc::recvmsg(sv[1], &mut hdr, 0);
-            // Now only the received descriptor holds the segment in this process.
-            libc::close(sv[1]);
-            libc::read(rel[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
+        // Close the parent's ends, or the reads below would never see EOF.
+        for fd in [sv[0], go[1], rel[1]] {
+            // SAFETY: close on our own descriptor is async-signal-safe.
+            unsafe { libc::close(fd) };
         }
+        let mut b = 0u8;
+        // SAFETY: read into a local, async-signal-safe.
+        unsafe { libc::read(go[0], (&mut b as *mut u8).cast(), 1) };
+        // SAFETY: recvmsg into the local header and buffers built before fork.
+        unsafe { libc::recvmsg(sv[1], &mut hdr, 0) };
+        // Now only the received descriptor holds the segment in this process.
+        // SAFETY: close on our own descriptor.
+        unsafe { libc::close(sv[1]) };
+        // SAFETY: read into a local.
+        unsafe { libc::read(rel[0], (&mut b as *mut u8).cast(), 1) };
+        // SAFETY: _exit is async-signal-safe and ends the child at once.
+        unsafe { libc::_exit(0) };
     }
-    // SAFETY: the parent closes the child's ends and sends `fd` with SCM_RIGHTS.
-    unsafe {
-        libc::close(sv[1]);
-        libc::close(go[0]);
-        libc::close(rel[0]);
-        let sock = OwnedFd::from_raw_fd(sv[0]);
-        let fdb = std::os::fd::BorrowedFd::borrow_raw(fd);
-        protocol::send(sock.as_fd(), &[1], &[fdb]).unwrap();
-        drop(sock);
-        (
-            pid,
-            OwnedFd::from_raw_fd(go[1]),
-            OwnedFd::from_raw_fd(rel[1]),
-        )
+    // The parent closes the child's ends and sends `fd` with SCM_RIGHTS.
+    for end in [sv[1], go[0], rel[0]] {
+        // SAFETY: our own descriptor, used no more.
+        unsafe { libc::close(end) };
     }
+    // SAFETY: our end of the socket pair, owned from here.
+    let sock = unsafe { OwnedFd::from_raw_fd(sv[0]) };
+    // SAFETY: the caller's descriptor, open for the call.
+    let fdb = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    protocol::send(sock.as_fd(), &[1], &[fdb]).unwrap();
+    drop(sock);
+    // SAFETY: our end of the go pipe.
+    let go = unsafe { OwnedFd::from_raw_fd(go[1]) };
+    // SAFETY: our end of the release pipe.
+    let rel = unsafe { OwnedFd::from_raw_fd(rel[1]) };
+    (pid, go, rel)
 }
 
 #[test]

@@ -239,8 +239,10 @@ fn splice_first_mib(m: &ServiceMemory) -> (OwnedFd, OwnedFd) {
     let mut p = [0; 2];
     // SAFETY: pipe2 fills a local array.
     assert_eq!(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: both ends are fresh descriptors nobody else owns.
-    let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+    // SAFETY: a fresh descriptor nobody else owns.
+    let r = unsafe { OwnedFd::from_raw_fd(p[0]) };
+    // SAFETY: as for the read end.
+    let w = unsafe { OwnedFd::from_raw_fd(p[1]) };
     // SAFETY: fcntl on our own pipe.
     let size = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, MB as libc::c_int) };
     assert!(size >= MB as libc::c_int, "F_SETPIPE_SZ");

@@ -41,19 +41,30 @@ pub fn resolve() -> Option<Next> {
         sys::next_symbol(c"malloc_usable_size")?,
     );
     let aa = sys::next_symbol(c"aligned_alloc");
-    // SAFETY: each address is the next definition of the C function of that
-    // name, whose signature the type states.
-    unsafe {
-        Some(Next {
-            malloc: std::mem::transmute::<usize, Malloc>(m),
-            free: std::mem::transmute::<usize, Free>(f),
-            calloc: std::mem::transmute::<usize, Calloc>(c),
-            realloc: std::mem::transmute::<usize, Realloc>(r),
-            posix_memalign: std::mem::transmute::<usize, PosixMemalign>(pm),
-            usable_size: std::mem::transmute::<usize, UsableSize>(us),
-            aligned_alloc: aa.map(|a| std::mem::transmute::<usize, AlignedAlloc>(a)),
-        })
-    }
+    // SAFETY: the address is the next definition of the C function of that
+    // name, whose signature the type states (so for each below).
+    let malloc = unsafe { std::mem::transmute::<usize, Malloc>(m) };
+    // SAFETY: as for malloc.
+    let free = unsafe { std::mem::transmute::<usize, Free>(f) };
+    // SAFETY: as for malloc.
+    let calloc = unsafe { std::mem::transmute::<usize, Calloc>(c) };
+    // SAFETY: as for malloc.
+    let realloc = unsafe { std::mem::transmute::<usize, Realloc>(r) };
+    // SAFETY: as for malloc.
+    let posix_memalign = unsafe { std::mem::transmute::<usize, PosixMemalign>(pm) };
+    // SAFETY: as for malloc.
+    let usable_size = unsafe { std::mem::transmute::<usize, UsableSize>(us) };
+    // SAFETY: as for malloc.
+    let aligned_alloc = aa.map(|a| unsafe { std::mem::transmute::<usize, AlignedAlloc>(a) });
+    Some(Next {
+        malloc,
+        free,
+        calloc,
+        realloc,
+        posix_memalign,
+        usable_size,
+        aligned_alloc,
+    })
 }
 
 /// Bytes of the bump arena: what `dlsym` and the start-up ask for is small.

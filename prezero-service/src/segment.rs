@@ -284,11 +284,11 @@ impl Segment {
             "a range of the segment from a page boundary"
         );
         let cpus = self.cpus();
+        // SAFETY: off <= len (asserted), so the pointer lies in the mapping.
+        let from = unsafe { self.ptr.as_ptr().add(off) };
         // SAFETY: the range lies in our own shared hugetlb mapping, from a page
         // boundary; nobody relies on its pages being absent.
-        let r = unsafe {
-            prezero::prefault::prefault_from(self.ptr.as_ptr().add(off), len, threads, true, cpus)
-        };
+        let r = unsafe { prezero::prefault::prefault_from(from, len, threads, true, cpus) };
         match r {
             Ok(_) => Ok(()),
             // The fault found no page to allocate (the kernel says EFAULT):

@@ -42,17 +42,14 @@ fn memfd(hugetlb: bool, size: usize, seals: libc::c_int) -> OwnedFd {
     assert!(fd >= 0, "memfd_create: {}", std::io::Error::last_os_error());
     // SAFETY: the descriptor was just created and is ours.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: ftruncate and fcntl on our own descriptor.
-    unsafe {
-        assert_eq!(libc::ftruncate(fd.as_raw_fd(), size as libc::off_t), 0);
-        if seals != 0 {
-            assert_eq!(
-                libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals),
-                0,
-                "F_ADD_SEALS {seals:#x}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
+    // SAFETY: ftruncate on our own descriptor.
+    let r = unsafe { libc::ftruncate(fd.as_raw_fd(), size as libc::off_t) };
+    assert_eq!(r, 0);
+    if seals != 0 {
+        // SAFETY: fcntl on our own descriptor.
+        let r = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_ADD_SEALS, seals) };
+        let e = std::io::Error::last_os_error();
+        assert_eq!(r, 0, "F_ADD_SEALS {seals:#x}: {e}");
     }
     fd
 }
@@ -72,11 +69,10 @@ fn pipe_end() -> OwnedFd {
     let mut p = [0; 2];
     // SAFETY: pipe writes two descriptors into the array.
     assert_eq!(unsafe { libc::pipe(p.as_mut_ptr()) }, 0);
-    // SAFETY: both are ours; one is dropped at once.
-    unsafe {
-        drop(OwnedFd::from_raw_fd(p[1]));
-        OwnedFd::from_raw_fd(p[0])
-    }
+    // SAFETY: ours, dropped at once.
+    drop(unsafe { OwnedFd::from_raw_fd(p[1]) });
+    // SAFETY: ours.
+    unsafe { OwnedFd::from_raw_fd(p[0]) }
 }
 
 fn seqpacket() -> OwnedFd {
@@ -89,28 +85,23 @@ fn seqpacket() -> OwnedFd {
 
 fn listen_at(path: &Path) -> OwnedFd {
     let sock = seqpacket();
-    // SAFETY: a zeroed sockaddr_un is valid; the path fits (a short temp path).
-    unsafe {
-        let mut addr: libc::sockaddr_un = std::mem::zeroed();
-        addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
-        for (d, &s) in addr
-            .sun_path
-            .iter_mut()
-            .zip(path.to_str().unwrap().as_bytes())
-        {
-            *d = s as libc::c_char;
-        }
-        let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
-        assert_eq!(
-            libc::bind(
-                sock.as_raw_fd(),
-                (&addr as *const libc::sockaddr_un).cast(),
-                len
-            ),
-            0
-        );
-        assert_eq!(libc::listen(sock.as_raw_fd(), 8), 0);
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (d, &s) in addr
+        .sun_path
+        .iter_mut()
+        .zip(path.to_str().unwrap().as_bytes())
+    {
+        *d = s as libc::c_char;
     }
+    let len = std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t;
+    let at = (&addr as *const libc::sockaddr_un).cast();
+    // SAFETY: a sockaddr_un of `len` bytes on the stack; the path fits (a
+    // short temp path).
+    assert_eq!(unsafe { libc::bind(sock.as_raw_fd(), at, len) }, 0);
+    // SAFETY: listen on our own socket.
+    assert_eq!(unsafe { libc::listen(sock.as_raw_fd(), 8) }, 0);
     sock
 }
 
@@ -623,8 +614,7 @@ fn populate_on(fd: &OwnedFd, len: usize, node: u32) {
     assert_ne!(p, libc::MAP_FAILED);
     prezero::numa::bind(p.cast(), len, node, true).unwrap();
     // SAFETY: our mapping of `len` bytes.
-    unsafe {
-        std::ptr::write_bytes(p.cast::<u8>(), 0, len);
-        libc::munmap(p, len);
-    }
+    unsafe { std::ptr::write_bytes(p.cast::<u8>(), 0, len) };
+    // SAFETY: as above, unborrowed.
+    unsafe { libc::munmap(p, len) };
 }

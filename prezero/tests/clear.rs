@@ -157,11 +157,11 @@ fn parallel_with_zero_threads_is_an_error() {
 fn raw_forms_match_the_slice_forms() {
     let mut v = vec![DIRTY; 10_000];
     // SAFETY: the vector is valid for its whole length.
-    unsafe { prezero::clear_raw(v.as_mut_ptr().add(10), 9000) };
+    unsafe { prezero::clear_raw(v[10..].as_mut_ptr(), 9000) };
     assert_cleared_exactly(&v, 10, 9000, "clear_raw");
     v.fill(DIRTY);
     // SAFETY: as above.
-    unsafe { prezero::clear_raw_with(v.as_mut_ptr().add(3), 5000, Temperature::Cold) }.unwrap();
+    unsafe { prezero::clear_raw_with(v[3..].as_mut_ptr(), 5000, Temperature::Cold) }.unwrap();
     assert_cleared_exactly(&v, 3, 5000, "clear_raw_with");
 }
 

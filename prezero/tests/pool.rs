@@ -300,7 +300,7 @@ fn verify_mode_catches_a_non_zero_hand_out() {
     pool.trim(0).unwrap(); // now "released": known zero without clearing
                            // A bug elsewhere writes to memory it no longer owns...
                            // SAFETY: the chunk is still mapped; the pool is not touching it.
-    unsafe { p.as_ptr().add(100).write_volatile(1) };
+    unsafe { p.as_ptr().wrapping_add(100).write_volatile(1) };
     // ...and verify mode refuses to hand it out as zero.
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         pool.alloc_zeroed().map(drop)

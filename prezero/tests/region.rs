@@ -107,9 +107,10 @@ fn still_holds(start: usize, len: usize, byte: u8) -> bool {
             iov_base: at as *mut libc::c_void,
             iov_len: buf.len(),
         };
+        let me = std::process::id() as libc::pid_t;
         // SAFETY: writes into `buf` only; the remote side is read by the
         // kernel, which fails the call rather than fault on a bad address.
-        let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+        let n = unsafe { libc::process_vm_readv(me, &local, 1, &remote, 1, 0) };
         n == 4096 && buf.iter().all(|&b| b == byte)
     })
 }
@@ -218,7 +219,7 @@ fn prefault_raw_keeps_contents_and_covers_partial_pages() {
     let mut r = Region::new(20 * 4096, PageKind::Base).unwrap();
     r.as_mut_slice()[5 * 4096 + 9] = 7;
     // SAFETY: the range lies inside the region.
-    let n = unsafe { prezero::prefault_raw(r.as_ptr().add(100), 19 * 4096, 3) }.unwrap();
+    let n = unsafe { prezero::prefault_raw(r.as_ptr().wrapping_add(100), 19 * 4096, 3) }.unwrap();
     assert!(n >= 19 * 4096);
     assert_eq!(resident(r.as_ptr(), r.len()), 20);
     assert_eq!(r.as_slice()[5 * 4096 + 9], 7);

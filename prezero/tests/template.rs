@@ -32,7 +32,7 @@ fn check_fill<const N: usize>(s: Streamer, count: usize, off: usize) {
     let start = GUARD + off;
     // SAFETY: [u8; N] has alignment 1; the range lies inside `buf`.
     let dst: &mut [[u8; N]] =
-        unsafe { std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(start).cast(), count) };
+        unsafe { std::slice::from_raw_parts_mut(buf[start..].as_mut_ptr().cast(), count) };
     let mut seen = 0;
     s.fill(dst, &template::<N>(), |i, r| {
         assert_eq!(i, seen, "indices out of order");
@@ -193,7 +193,7 @@ fn words_of<const W: usize>(s: Streamer) {
                 let end = start + count * W;
                 // SAFETY: [u64; W] has u64's alignment; the records lie inside buf.
                 let dst: &mut [[u64; W]] = unsafe {
-                    std::slice::from_raw_parts_mut(buf.as_mut_ptr().add(start).cast(), count)
+                    std::slice::from_raw_parts_mut(buf[start..].as_mut_ptr().cast(), count)
                 };
                 // Through `dyn`: a closure here is a new type for every W, and each
                 // would compile the whole register-form engine again (minutes).

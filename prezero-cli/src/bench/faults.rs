@@ -111,12 +111,10 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 fn cpu_times() -> (Duration, Duration) {
+    // SAFETY: an all-zero rusage is a valid value (integers and timevals).
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF covers all threads.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }

@@ -49,27 +49,29 @@ mod interrupt {
         // Leaked on purpose: the handler may run at any time until exit.
         PATH.store(p.into_raw(), Ordering::Release);
         VALUE.store(v.into_raw(), Ordering::Release);
+        let handler = on_signal as *const () as libc::sighandler_t;
         // SAFETY: `on_signal` only calls async-signal-safe functions (open, write,
         // close, _exit) on pointers published above.
-        unsafe {
-            libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
-            libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
-            libc::signal(libc::SIGPIPE, on_signal as *const () as libc::sighandler_t);
-        }
+        unsafe { libc::signal(libc::SIGINT, handler) };
+        // SAFETY: as for SIGINT.
+        unsafe { libc::signal(libc::SIGTERM, handler) };
+        // SAFETY: as for SIGINT.
+        unsafe { libc::signal(libc::SIGPIPE, handler) };
     }
 
     extern "C" fn on_signal(_sig: libc::c_int) {
         let path = PATH.load(Ordering::Acquire);
         let value = VALUE.load(Ordering::Acquire);
         if !path.is_null() && !value.is_null() {
-            // SAFETY: both point to leaked NUL-terminated strings; these calls are
-            // async-signal-safe.
-            unsafe {
-                let fd = libc::open(path, libc::O_WRONLY);
-                if fd >= 0 {
-                    libc::write(fd, value.cast(), VALUE_LEN.load(Ordering::Acquire));
-                    libc::close(fd);
-                }
+            // SAFETY: a leaked NUL-terminated string; open is async-signal-safe.
+            let fd = unsafe { libc::open(path, libc::O_WRONLY) };
+            if fd >= 0 {
+                let len = VALUE_LEN.load(Ordering::Acquire);
+                // SAFETY: `value` is a leaked string of `len` bytes; write is
+                // async-signal-safe.
+                unsafe { libc::write(fd, value.cast(), len) };
+                // SAFETY: the descriptor just opened; close is async-signal-safe.
+                unsafe { libc::close(fd) };
             }
         }
         // SAFETY: _exit is async-signal-safe and ends the process at once.

@@ -7,8 +7,11 @@ use anyhow::{anyhow, Result};
 /// per page when `stride` is the page size.
 pub fn touch_pages(buf: &mut [u8], stride: usize, byte: u8) {
     for i in (0..buf.len()).step_by(stride) {
-        // SAFETY: i < len; volatile so the compiler keeps every fault-raising store.
-        unsafe { std::ptr::write_volatile(buf.as_mut_ptr().add(i), byte) };
+        // SAFETY: i < len.
+        let p = unsafe { buf.as_mut_ptr().add(i) };
+        // SAFETY: a byte of `buf`; volatile so the compiler keeps every
+        // fault-raising store.
+        unsafe { std::ptr::write_volatile(p, byte) };
     }
 }
 
@@ -16,8 +19,10 @@ pub fn touch_pages(buf: &mut [u8], stride: usize, byte: u8) {
 pub fn touch_lines(buf: &mut [u8], lines: usize) {
     for page in buf.chunks_mut(4096) {
         for l in 0..lines.min(page.len().div_ceil(64)) {
-            // SAFETY: l * 64 < page.len(); volatile keeps every store.
-            unsafe { std::ptr::write_volatile(page.as_mut_ptr().add(l * 64), 1) };
+            // SAFETY: l * 64 < page.len().
+            let p = unsafe { page.as_mut_ptr().add(l * 64) };
+            // SAFETY: a byte of the page; volatile keeps every store.
+            unsafe { std::ptr::write_volatile(p, 1) };
         }
     }
 }

@@ -328,10 +328,9 @@ impl Daemon {
     pub fn stop(&mut self) -> std::process::ExitStatus {
         let mut child = self.child.take().expect("running");
         // SAFETY: kill on our own child's pid.
-        unsafe {
-            libc::kill(child.id() as i32, libc::SIGCONT);
-            libc::kill(child.id() as i32, libc::SIGTERM);
-        }
+        unsafe { libc::kill(child.id() as i32, libc::SIGCONT) };
+        // SAFETY: as above.
+        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
         let t = Instant::now();
         loop {
             if let Some(status) = child.try_wait().unwrap() {
@@ -525,33 +524,27 @@ pub fn can_switch_uid() -> bool {
 
 /// A connected `SOCK_SEQPACKET` socket to `path`, or connect(2)'s error.
 pub fn seqpacket_connect(path: &Path, flags: libc::c_int) -> std::io::Result<OwnedFd> {
-    // SAFETY: socket() then connect() to a sockaddr_un built on the stack; the
-    // descriptor is owned as soon as it exists.
-    unsafe {
-        let fd = libc::socket(
-            libc::AF_UNIX,
-            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags,
-            0,
-        );
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let sock = OwnedFd::from_raw_fd(fd);
-        let mut addr: libc::sockaddr_un = std::mem::zeroed();
-        addr.sun_family = libc::AF_UNIX as _;
-        for (d, s) in addr.sun_path.iter_mut().zip(path.to_str().unwrap().bytes()) {
-            *d = s as libc::c_char;
-        }
-        let r = libc::connect(
-            fd,
-            (&addr as *const libc::sockaddr_un).cast(),
-            std::mem::size_of::<libc::sockaddr_un>() as _,
-        );
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(sock)
+    let kind = libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC | flags;
+    // SAFETY: socket() has no memory-safety preconditions.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, kind, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    // SAFETY: the descriptor just made, owned as soon as it exists.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a zeroed sockaddr_un is valid.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as _;
+    for (d, s) in addr.sun_path.iter_mut().zip(path.to_str().unwrap().bytes()) {
+        *d = s as libc::c_char;
+    }
+    let at = (&addr as *const libc::sockaddr_un).cast();
+    // SAFETY: a sockaddr_un built on the stack, of the size passed.
+    let r = unsafe { libc::connect(fd, at, std::mem::size_of::<libc::sockaddr_un>() as _) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(sock)
 }
 
 /// Sends raw datagrams (and descriptors) on a fresh connection.

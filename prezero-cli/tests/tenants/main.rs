@@ -133,29 +133,37 @@ impl Tenant {
         // limits go: raising those needs CAP_SYS_RESOURCE, which root may lack.
         let nofile = soft_limit(libc::RLIMIT_NOFILE, 16384);
         let memlock = soft_limit(libc::RLIMIT_MEMLOCK, 64 << 20);
+        let in_child = move || {
+            let fail = || Err(std::io::Error::last_os_error());
+            // SAFETY: reads a limit made before the fork.
+            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &nofile) } != 0 {
+                return fail();
+            }
+            // SAFETY: as above.
+            if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &memlock) } != 0 {
+                return fail();
+            }
+            // SAFETY: reads the group list made before the fork.
+            if unsafe { libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) } != 0 {
+                return fail();
+            }
+            // SAFETY: no pointers; the calling thread's credentials.
+            if unsafe { libc::syscall(libc::SYS_setgid, gid) } != 0 {
+                return fail();
+            }
+            // SAFETY: as for setgid.
+            if unsafe { libc::syscall(libc::SYS_setuid, uid) } != 0 {
+                return fail();
+            }
+            Ok(())
+        };
         // SAFETY: the closure runs in the forked child before exec and makes only
         // system calls on data made before the fork: no allocation, no lock. The
         // credentials are set with raw system calls, which change the calling
         // thread's only (the child has no other), in the order that keeps the
         // permission to make the next: groups, gid, then uid. (std's `uid()`
         // would run before this and drop root first.)
-        unsafe {
-            cmd.pre_exec(move || {
-                let fail = || Err(std::io::Error::last_os_error());
-                if libc::setrlimit(libc::RLIMIT_NOFILE, &nofile) != 0
-                    || libc::setrlimit(libc::RLIMIT_MEMLOCK, &memlock) != 0
-                {
-                    return fail();
-                }
-                if libc::syscall(libc::SYS_setgroups, groups.len(), groups.as_ptr()) != 0
-                    || libc::syscall(libc::SYS_setgid, gid) != 0
-                    || libc::syscall(libc::SYS_setuid, uid) != 0
-                {
-                    return fail();
-                }
-                Ok(())
-            });
-        }
+        unsafe { cmd.pre_exec(in_child) };
         let mut t = Tenant {
             uid,
             p: RoleProcess::spawn(cmd, format!("tenant uid {uid}")),

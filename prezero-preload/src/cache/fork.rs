@@ -34,22 +34,25 @@ pub(super) extern "C" fn in_child() {
     if !STARTED.load(Ordering::Acquire) {
         return;
     }
-    // SAFETY: the child's only thread holds the lock (before_fork); the
-    // parent's waiters do not exist here, so the condition starts anew.
-    unsafe {
-        SHARED.cond.reset();
-        let c = (*SHARED.cache.get()).as_mut().expect("started");
-        c.scrubber = false;
-        // A prefill the parent's scrubber had not begun is the parent's: the
-        // child is not the program `PREZERO_PREFILL_PID` names.
-        c.prefill = 0;
-        for lane in c.lanes() {
-            lane.spare = 0;
-            lane.blocks.abandon_busy();
-        }
-        // The parent's waiting threads do not exist here.
-        WAITING.store(0, Ordering::Relaxed);
-        stats::reset();
-        SHARED.mutex.unlock();
+    // SAFETY: the child's only thread; the parent's waiters do not exist
+    // here, so the condition starts anew.
+    unsafe { SHARED.cond.reset() };
+    // SAFETY: the child's only thread holds the lock (before_fork), under
+    // which the cache is ours alone.
+    let c = unsafe { &mut *SHARED.cache.get() }
+        .as_mut()
+        .expect("started");
+    c.scrubber = false;
+    // A prefill the parent's scrubber had not begun is the parent's: the
+    // child is not the program `PREZERO_PREFILL_PID` names.
+    c.prefill = 0;
+    for lane in c.lanes() {
+        lane.spare = 0;
+        lane.blocks.abandon_busy();
     }
+    // The parent's waiting threads do not exist here.
+    WAITING.store(0, Ordering::Relaxed);
+    stats::reset();
+    // SAFETY: locked by before_fork, in the thread the child began as.
+    unsafe { SHARED.mutex.unlock() };
 }

@@ -171,20 +171,21 @@ fn large(size: usize, align: usize, zeroed: bool, n: &Next) -> *mut c_void {
         return p;
     }
     stats::FALLBACKS.fetch_add(1, Ordering::Relaxed);
-    // SAFETY: the next allocator's own functions, with valid arguments.
-    unsafe {
-        if zeroed {
-            (n.calloc)(1, size)
-        } else if align <= 16 {
-            (n.malloc)(size)
-        } else {
-            let mut out = std::ptr::null_mut();
-            match (n.posix_memalign)(&mut out, align, size) {
-                0 => out,
-                e => {
-                    set_errno(e);
-                    std::ptr::null_mut()
-                }
+    if zeroed {
+        // SAFETY: the next allocator's own calloc, with valid arguments.
+        unsafe { (n.calloc)(1, size) }
+    } else if align <= 16 {
+        // SAFETY: the next allocator's own malloc.
+        unsafe { (n.malloc)(size) }
+    } else {
+        let mut out = std::ptr::null_mut();
+        // SAFETY: the next allocator's own posix_memalign; `align` is a
+        // power of two above 16 and `out` a local.
+        match unsafe { (n.posix_memalign)(&mut out, align, size) } {
+            0 => out,
+            e => {
+                set_errno(e);
+                std::ptr::null_mut()
             }
         }
     }
@@ -202,7 +203,9 @@ pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         let f = NEXT_MALLOC.load(Ordering::Acquire);
         // SAFETY: NEXT_MALLOC holds `malloc_slow` or the next allocator's
         // malloc, both of this signature.
-        return unsafe { std::mem::transmute::<*mut (), next::Malloc>(f)(size) };
+        let f = unsafe { std::mem::transmute::<*mut (), next::Malloc>(f) };
+        // SAFETY: either, with the caller's arguments.
+        return unsafe { f(size) };
     }
     malloc_slow(size)
 }
@@ -227,7 +230,9 @@ pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
             let f = NEXT_CALLOC.load(Ordering::Acquire);
             // SAFETY: NEXT_CALLOC holds `calloc_slow` or the next allocator's
             // calloc, both of this signature.
-            return unsafe { std::mem::transmute::<*mut (), next::Calloc>(f)(count, size) };
+            let f = unsafe { std::mem::transmute::<*mut (), next::Calloc>(f) };
+            // SAFETY: either, with the caller's arguments.
+            return unsafe { f(count, size) };
         }
     }
     calloc_slow(count, size)
@@ -259,10 +264,12 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
     let f = NEXT_FREE.load(Ordering::Acquire);
     // SAFETY: NEXT_FREE holds `free_slow` or the next allocator's free, both
-    // of this signature; `p` is not the cache's, and the next allocator's
-    // free is there only if the arena served nothing: so `p` is the next
-    // allocator's, NULL, or the program's bug, as it would be without us.
-    unsafe { std::mem::transmute::<*mut (), next::Free>(f)(p) }
+    // of this signature.
+    let f = unsafe { std::mem::transmute::<*mut (), next::Free>(f) };
+    // SAFETY: `p` is not the cache's, and the next allocator's free is there
+    // only if the arena served nothing: so `p` is the next allocator's, NULL,
+    // or the program's bug, as it would be without us.
+    unsafe { f(p) }
 }
 
 /// `free` of memory not the cache's before start-up has found the next
@@ -291,9 +298,11 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) {
         let f = NEXT_REALLOC.load(Ordering::Acquire);
         // SAFETY: NEXT_REALLOC holds `realloc_slow` or the next allocator's
-        // realloc, both of this signature; the latter only if no pointer is
-        // the arena's, and `p` is not the cache's.
-        return unsafe { std::mem::transmute::<*mut (), next::Realloc>(f)(p, size) };
+        // realloc, both of this signature.
+        let f = unsafe { std::mem::transmute::<*mut (), next::Realloc>(f) };
+        // SAFETY: the next allocator's only if no pointer is the arena's, and
+        // `p` is not the cache's.
+        return unsafe { f(p, size) };
     }
     realloc_slow(p, size)
 }

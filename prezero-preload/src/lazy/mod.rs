@@ -598,10 +598,9 @@ extern "C" fn in_child() {
     uffd::close(UFFD.swap(-1, Ordering::AcqRel));
     uffd::close(PAGEMAP.swap(-1, Ordering::AcqRel));
     // SAFETY: the child's only thread: a parent's thread that held POP at
-    // the fork, and the table it may have been changing, are not here.
-    unsafe {
-        POP.reset();
-        (*TABLE.0.get()).clear();
-    }
+    // the fork is not here.
+    unsafe { POP.reset() };
+    // SAFETY: as for POP: nor is one that may have been changing the table.
+    unsafe { (*TABLE.0.get()).clear() };
     stats::reset();
 }

@@ -51,8 +51,10 @@ pub use thread::*;
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
     pub fn last() -> Errno {
+        // SAFETY: no preconditions: the address of this thread's errno.
+        let at = unsafe { libc::__errno_location() };
         // SAFETY: the calling thread's errno, always valid to read.
-        Errno(unsafe { *libc::__errno_location() })
+        Errno(unsafe { *at })
     }
 }
 
@@ -60,8 +62,10 @@ impl Errno {
 ///
 /// pre: none.
 pub fn set_errno(e: c_int) {
+    // SAFETY: no preconditions: the address of this thread's errno.
+    let at = unsafe { libc::__errno_location() };
     // SAFETY: the calling thread's errno, always valid to write.
-    unsafe { *libc::__errno_location() = e };
+    unsafe { *at = e };
 }
 
 /// The process's resident memory that is its own (not file pages or

@@ -165,19 +165,13 @@ pub fn set_securebits(bits: u32) -> Result<(), Errno> {
     }
     const KEEP_CAPS: u32 = 1 << 4;
     let only_keep_caps = securebits().is_some_and(|b| (b ^ bits) & !KEEP_CAPS == 0);
-    // SAFETY: prctl with these options changes flags of the calling thread.
-    let r = unsafe {
-        if only_keep_caps {
-            libc::prctl(
-                libc::PR_SET_KEEPCAPS,
-                u64::from(bits & KEEP_CAPS != 0),
-                0,
-                0,
-                0,
-            )
-        } else {
-            libc::prctl(libc::PR_SET_SECUREBITS, u64::from(bits), 0, 0, 0)
-        }
+    let r = if only_keep_caps {
+        let keep = u64::from(bits & KEEP_CAPS != 0);
+        // SAFETY: prctl with this option changes a flag of the calling thread.
+        unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, keep, 0, 0, 0) }
+    } else {
+        // SAFETY: prctl with this option changes flags of the calling thread.
+        unsafe { libc::prctl(libc::PR_SET_SECUREBITS, u64::from(bits), 0, 0, 0) }
     };
     if r != 0 {
         return Err(Errno::last());

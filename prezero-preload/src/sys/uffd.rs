@@ -507,14 +507,15 @@ pub fn futex_wake(word: &AtomicU32) {
 ///
 /// pre: none.
 pub fn block_signals() -> libc::sigset_t {
-    // SAFETY: both sets are locals; sigfillset initialises the one it fills.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-        old
-    }
+    // SAFETY: an all-zero sigset_t is valid storage; sigfillset fills it.
+    let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as for all; pthread_sigmask writes it.
+    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: writes the local set.
+    unsafe { libc::sigfillset(&mut all) };
+    // SAFETY: reads one local set and writes the other.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old) };
+    old
 }
 
 /// Gives the calling thread back the mask [`block_signals`] returned.

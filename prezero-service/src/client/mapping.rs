@@ -39,11 +39,14 @@ pub(super) fn from_service(
     let populate = libc::MAP_POPULATE;
     for (fd, &(off, n)) in held.fds.iter().zip(&spans) {
         let mapped = match base {
-            // SAFETY: off < len (tile), so the pointer lies in the reservation;
-            // [off, off+n) lies inside our PROT_NONE reservation (tile:
-            // off + n <= len), which nothing else uses, and only that part is
-            // replaced.
-            Some(b) => unsafe { sys::mmap_shared_fixed(b.add(off), fd.as_fd(), n, populate) },
+            Some(b) => {
+                // SAFETY: off < len (tile), so the pointer lies in the reservation.
+                let at = unsafe { b.add(off) };
+                // SAFETY: [off, off+n) lies inside our PROT_NONE reservation
+                // (tile: off + n <= len), which nothing else uses, and only
+                // that part is replaced.
+                unsafe { sys::mmap_shared_fixed(at, fd.as_fd(), n, populate) }
+            }
             None => sys::mmap_shared(fd.as_fd(), n, populate),
         };
         let p = match mapped {

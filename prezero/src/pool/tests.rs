@@ -63,7 +63,7 @@ fn a_raw_chunk_comes_back_once_and_is_cleared_for_the_next_taker() {
     let raw = c.into_raw();
     assert_eq!(pool.stats().raw, 1);
     // SAFETY: a raw chunk is CHUNK bytes, ours until `free_raw`.
-    unsafe { raw.as_ptr().add(CHUNK - 1).write(0x5a) };
+    unsafe { raw.as_ptr().write_bytes(0x5a, CHUNK) };
 
     let other = pool.alloc_zeroed().unwrap();
     assert!(

@@ -81,18 +81,19 @@ pub fn mmap_anon_aligned(
     let raw = mmap_fresh(span, prot, ANON | flags, -1)?;
     let head = (raw.as_ptr() as usize).next_multiple_of(align) - raw.as_ptr() as usize;
     let tail = span - head - len;
-    // SAFETY: `head + len <= span`, so both pointers lie in the mapping just
-    // made; head and tail are its unused ends, which nobody else knows of.
-    unsafe {
-        let start = raw.add(head);
-        if head > 0 {
-            munmap(raw, head)?;
-        }
-        if tail > 0 {
-            munmap(start.add(len), tail)?;
-        }
-        Ok(start)
+    // SAFETY: `head + len <= span`, so start lies in the mapping just made.
+    let start = unsafe { raw.add(head) };
+    if head > 0 {
+        // SAFETY: the mapping's unused head, which nobody else knows of.
+        unsafe { munmap(raw, head)? };
     }
+    if tail > 0 {
+        // SAFETY: `head + len <= span`: inside, or at the end of, the mapping.
+        let end = unsafe { start.add(len) };
+        // SAFETY: the mapping's unused tail, which nobody else knows of.
+        unsafe { munmap(end, tail)? };
+    }
+    Ok(start)
 }
 
 /// Shared read-write mapping of the first `len` bytes of `fd`, where the

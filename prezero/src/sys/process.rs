@@ -55,23 +55,19 @@ pub fn set_dumpable(on: bool) -> io::Result<()> {
 pub fn signals_to_fd(signals: &[libc::c_int]) -> io::Result<OwnedFd> {
     // SAFETY: an all-zero sigset_t is valid storage; sigemptyset initialises it.
     let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the set operations write the local; pthread_sigmask and signalfd
-    // only read it.
-    unsafe {
-        libc::sigemptyset(&mut set);
-        for &s in signals {
-            check(libc::sigaddset(&mut set, s))?;
-        }
-        let r = libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        if r != 0 {
-            return Err(io::Error::from_raw_os_error(r));
-        }
-        owned(libc::signalfd(
-            -1,
-            &set,
-            libc::SFD_CLOEXEC | libc::SFD_NONBLOCK,
-        ))
+    // SAFETY: writes the local set.
+    unsafe { libc::sigemptyset(&mut set) };
+    for &s in signals {
+        // SAFETY: writes the local set.
+        check(unsafe { libc::sigaddset(&mut set, s) })?;
     }
+    // SAFETY: reads the set; no old mask is asked for.
+    let r = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+    if r != 0 {
+        return Err(io::Error::from_raw_os_error(r));
+    }
+    // SAFETY: reads the set; makes a new descriptor, which `owned` takes.
+    owned(unsafe { libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK) })
 }
 
 /// Raises the soft limit on open descriptors (`RLIMIT_NOFILE`) to the hard one.

@@ -256,17 +256,22 @@ pub fn send_with_fds(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -
         // SAFETY: CMSG_SPACE only computes a size.
         hdr.msg_controllen = unsafe { libc::CMSG_SPACE(data_len as u32) } as _;
         // SAFETY: msg_control points at `control`, which is large enough for
-        // MAX_FDS_PER_MESSAGE descriptors and aligned for cmsghdr (u64 words);
-        // CMSG_FIRSTHDR and CMSG_DATA stay inside it.
-        unsafe {
-            let c = libc::CMSG_FIRSTHDR(&hdr);
-            (*c).cmsg_level = libc::SOL_SOCKET;
-            (*c).cmsg_type = libc::SCM_RIGHTS;
-            (*c).cmsg_len = libc::CMSG_LEN(data_len as u32) as _;
-            let data = libc::CMSG_DATA(c).cast::<RawFd>();
-            for (i, fd) in fds.iter().enumerate() {
-                data.add(i).write_unaligned(fd.as_raw_fd());
-            }
+        // MAX_FDS_PER_MESSAGE descriptors: its first header lies inside it.
+        let c = unsafe { libc::CMSG_FIRSTHDR(&hdr) };
+        // SAFETY: c lies inside `control`, which is aligned for cmsghdr (u64
+        // words) and referred to by nothing else meanwhile.
+        let head = unsafe { &mut *c };
+        head.cmsg_level = libc::SOL_SOCKET;
+        head.cmsg_type = libc::SCM_RIGHTS;
+        // SAFETY: CMSG_LEN only computes a size.
+        head.cmsg_len = unsafe { libc::CMSG_LEN(data_len as u32) } as _;
+        // SAFETY: the header's data, inside `control` (CMSG_SPACE(data_len) of it).
+        let data = unsafe { libc::CMSG_DATA(c) }.cast::<RawFd>();
+        for (i, fd) in fds.iter().enumerate() {
+            // SAFETY: descriptor i of the data_len bytes at data.
+            let slot = unsafe { data.add(i) };
+            // SAFETY: inside `control`, as above; any alignment.
+            unsafe { slot.write_unaligned(fd.as_raw_fd()) };
         }
     }
     loop {
@@ -335,20 +340,28 @@ pub fn recv_with_fds(
         }
     };
     let mut fds = Vec::new();
-    // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG macros walk
-    // only within it, and every SCM_RIGHTS descriptor is a fresh one now ours.
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(&hdr);
-        while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
-                let data = libc::CMSG_DATA(c).cast::<RawFd>();
-                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
-                for i in 0..bytes / size_of::<RawFd>() {
-                    fds.push(OwnedFd::from_raw_fd(data.add(i).read_unaligned()));
-                }
+    // SAFETY: the kernel filled `control` up to msg_controllen; the CMSG
+    // macros walk only within it.
+    let mut c = unsafe { libc::CMSG_FIRSTHDR(&hdr) };
+    while !c.is_null() {
+        // SAFETY: a header the CMSG macros found inside `control`.
+        let head = unsafe { &*c };
+        if head.cmsg_level == libc::SOL_SOCKET && head.cmsg_type == libc::SCM_RIGHTS {
+            // SAFETY: the header's data, inside `control`.
+            let data = unsafe { libc::CMSG_DATA(c) }.cast::<RawFd>();
+            // SAFETY: CMSG_LEN only computes a size.
+            let bytes = head.cmsg_len as usize - unsafe { libc::CMSG_LEN(0) } as usize;
+            for i in 0..bytes / size_of::<RawFd>() {
+                // SAFETY: descriptor i of the header's data.
+                let slot = unsafe { data.add(i) };
+                // SAFETY: inside `control`, as above; any alignment.
+                let fd = unsafe { slot.read_unaligned() };
+                // SAFETY: every SCM_RIGHTS descriptor is a fresh one, now ours alone.
+                fds.push(unsafe { OwnedFd::from_raw_fd(fd) });
             }
-            c = libc::CMSG_NXTHDR(&hdr, c);
         }
+        // SAFETY: c is a header inside `control`; CMSG_NXTHDR walks only within it.
+        c = unsafe { libc::CMSG_NXTHDR(&hdr, c) };
     }
     Ok(Received {
         len: n.min(buf.len()),

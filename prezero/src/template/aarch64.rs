@@ -9,6 +9,10 @@ use super::words::{self, Job, Unit};
 
 /// # Safety
 /// `src` readable, `dst` writable for `len` bytes; no overlap.
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn copy_stnp(dst: *mut u8, src: *const u8, len: usize) {
     let head = (dst as usize).wrapping_neg() & 63;
     if len < head + 64 {
@@ -43,25 +47,42 @@ impl Unit for QPair {
     #[inline(always)]
     unsafe fn lane(lane: usize) -> Self::Lane {
         let m: [u64; 4] = core::array::from_fn(|i| if i == lane { !0 } else { 0 });
-        // SAFETY: NEON is part of aarch64; m is 32 readable bytes.
-        unsafe { (vld1q_u64(m.as_ptr()), vld1q_u64(m.as_ptr().add(2))) }
+        // SAFETY: NEON is part of aarch64; m's first 16 bytes.
+        let lo = unsafe { vld1q_u64(m.as_ptr()) };
+        // SAFETY: NEON; m's last 16 bytes.
+        let hi = unsafe { vld1q_u64(m[2..].as_ptr()) };
+        (lo, hi)
     }
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn no_lane() -> Self::Lane {
         // SAFETY: NEON is part of aarch64.
         unsafe { (vdupq_n_u64(0), vdupq_n_u64(0)) }
     }
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
-        // SAFETY: the caller's pointer, readable for 32 bytes.
-        unsafe { QPair(vld1q_u64(p.cast()), vld1q_u64(p.add(16).cast())) }
+        // SAFETY: the caller's pointer, readable for 32 bytes: its first 16.
+        let lo = unsafe { vld1q_u64(p.cast()) };
+        // SAFETY: inside those 32 bytes.
+        let q = unsafe { p.add(16) };
+        // SAFETY: their last 16.
+        let hi = unsafe { vld1q_u64(q.cast()) };
+        QPair(lo, hi)
     }
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn clear(self, lane: Self::Lane) -> Self {
         // SAFETY: register operations only.
         unsafe { QPair(vbicq_u64(self.0, lane.0), vbicq_u64(self.1, lane.1)) }
     }
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn insert(self, lane: Self::Lane, word: u64) -> Self {
         // SAFETY: register operations only.
         unsafe {
@@ -118,13 +139,13 @@ impl Unit for XPair {
     }
     #[inline(always)]
     unsafe fn load(p: *const u8) -> Self {
-        // SAFETY: the caller's pointer, readable for 16 bytes.
-        unsafe {
-            XPair(
-                p.cast::<u64>().read_unaligned(),
-                p.add(8).cast::<u64>().read_unaligned(),
-            )
-        }
+        // SAFETY: the caller's pointer, readable for 16 bytes: its first 8.
+        let lo = unsafe { p.cast::<u64>().read_unaligned() };
+        // SAFETY: inside those 16 bytes.
+        let q = unsafe { p.add(8) };
+        // SAFETY: their last 8.
+        let hi = unsafe { q.cast::<u64>().read_unaligned() };
+        XPair(lo, hi)
     }
     #[inline(always)]
     unsafe fn clear(self, lane: (u64, u64)) -> Self {

@@ -107,6 +107,9 @@ pub(super) fn fits<const K: usize>(job: &Job<'_, K>, bytes: usize, stream: bool)
 /// writable for `n * size` bytes, `head` and `tail` readable for `size`;
 /// `group_len >= 1`; every `offset + 8 <= size`.
 #[inline(always)]
+// One call per arm, all under the one contract the comment below states: a
+// block and a comment per arm would say it ten times over.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn fill<U: Unit, const STREAM: bool, const K: usize>(
     job: &Job<'_, K>,
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
@@ -168,14 +171,14 @@ impl Lines {
     /// job's destination, aligned to `U::BYTES` when `STREAM`.
     #[inline(always)]
     unsafe fn put<U: Unit, const STREAM: bool, const WHOLE: bool>(&self, v: U, p: *mut u8) {
-        // SAFETY: the caller passes a unit-sized slot of dst, aligned to the
-        // unit when streaming (`fits`); ordinary stores take any alignment.
-        unsafe {
-            if STREAM && (WHOLE || (self.from..self.to).contains(&(p as usize))) {
-                v.stream(p)
-            } else {
-                v.store(p)
-            }
+        if STREAM && (WHOLE || (self.from..self.to).contains(&(p as usize))) {
+            // SAFETY: the caller passes a unit-sized slot of dst, aligned to
+            // the unit when streaming (`fits`).
+            unsafe { v.stream(p) }
+        } else {
+            // SAFETY: the caller passes a unit-sized slot of dst; ordinary
+            // stores take any alignment.
+            unsafe { v.store(p) }
         }
     }
 }
@@ -238,11 +241,17 @@ impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Picked<U, K, N> 
         for u in 0..N {
             let t = if is_head { self.head[u] } else { self.tail[u] };
             let [lo, hi] = self.slot[u];
-            // SAFETY: register operations; the slots are at most K < ext.len().
-            let v = unsafe { t.or_words(*ext.get_unchecked(lo), *ext.get_unchecked(hi)) };
-            // SAFETY: unit u of the record at d, inside dst; aligned to the unit
-            // when streaming, as `fits` checked.
-            unsafe { lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES)) };
+            // SAFETY: the slots are at most K < ext.len().
+            let lo = unsafe { *ext.get_unchecked(lo) };
+            // SAFETY: as for lo.
+            let hi = unsafe { *ext.get_unchecked(hi) };
+            // SAFETY: a register operation; the caller vouches for the unit.
+            let v = unsafe { t.or_words(lo, hi) };
+            // SAFETY: unit u of the record at d, inside dst.
+            let p = unsafe { d.add(u * U::BYTES) };
+            // SAFETY: a unit of dst, aligned to the unit when streaming, as
+            // `fits` checked.
+            unsafe { lines.put::<U, STREAM, WHOLE>(v, p) };
         }
     }
 }
@@ -267,15 +276,20 @@ unsafe fn picked<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
     for (k, &o) in job.offsets.iter().enumerate() {
         slot[o / U::BYTES][o % U::BYTES / 8] = k;
     }
-    // SAFETY: the lanes are below BYTES / 8 (offsets are 8-aligned); the
-    // templates are readable for size = N * BYTES bytes.
-    let unit = |t: *const u8, u: usize| unsafe {
+    let unit = |t: *const u8, u: usize| {
+        // SAFETY: unit u of a template of N units.
+        let p = unsafe { t.add(u * U::BYTES) };
+        // SAFETY: the templates are readable for size = N * BYTES bytes.
+        let v = unsafe { U::load(p) };
         slot[u]
             .iter()
             .enumerate()
             .filter(|&(i, &k)| k < K && i < U::BYTES / 8)
-            .fold(U::load(t.add(u * U::BYTES)), |v, (i, _)| {
-                v.clear(U::lane(i))
+            .fold(v, |v, (i, _)| {
+                // SAFETY: i < BYTES / 8, filtered above.
+                let lane = unsafe { U::lane(i) };
+                // SAFETY: a register operation on the caller's unit.
+                unsafe { v.clear(lane) }
             })
     };
     let records = Picked::<U, K, N> {
@@ -311,12 +325,13 @@ unsafe fn drive<U: Unit, const STREAM: bool, const K: usize>(
         size: job.size,
     };
     let (first, last) = (at.lines.first, at.lines.last);
-    // SAFETY: the three stretches cover records 0..n once each, in order.
-    unsafe {
-        at.stretch::<U, STREAM, false, K>(0..first, produce, records);
-        at.stretch::<U, STREAM, true, K>(first..last, produce, records);
-        at.stretch::<U, STREAM, false, K>(last..job.n, produce, records);
-    }
+    // SAFETY: the three stretches cover records 0..n once each, in order:
+    // this the records before the whole lines,
+    unsafe { at.stretch::<U, STREAM, false, K>(0..first, produce, records) };
+    // SAFETY: then those inside them,
+    unsafe { at.stretch::<U, STREAM, true, K>(first..last, produce, records) };
+    // SAFETY: then those after them, up to n.
+    unsafe { at.stretch::<U, STREAM, false, K>(last..job.n, produce, records) };
 }
 
 /// Where the fill is: the next record's address and group position.
@@ -344,12 +359,10 @@ impl Cursor {
             let is_head = self.groups.next_is_head();
             // Produced before any store of record i, so a panic leaves it untouched.
             let vals = produce(i, is_head);
-            // SAFETY: record i is the `size` bytes at self.d, inside dst; the
-            // pointer stays within (or one past) dst.
-            unsafe {
-                records.put::<STREAM, WHOLE>(&self.lines, is_head, &vals, self.d);
-                self.d = self.d.add(self.size);
-            }
+            // SAFETY: record i is the `size` bytes at self.d, inside dst.
+            unsafe { records.put::<STREAM, WHOLE>(&self.lines, is_head, &vals, self.d) };
+            // SAFETY: the next record, or one past the end of dst.
+            self.d = unsafe { self.d.add(self.size) };
         }
     }
 }
@@ -379,9 +392,11 @@ impl<U: Unit, const K: usize, const N: usize> Records<U, K> for Held<U, K, N> {
                 // SAFETY: the lane came from U::lane or U::no_lane.
                 v = unsafe { v.insert(lane, word) };
             }
-            // SAFETY: unit u of the record at d, inside dst; aligned to the unit
-            // when streaming, as `fits` checked.
-            unsafe { lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES)) };
+            // SAFETY: unit u of the record at d, inside dst.
+            let p = unsafe { d.add(u * U::BYTES) };
+            // SAFETY: a unit of dst, aligned to the unit when streaming, as
+            // `fits` checked.
+            unsafe { lines.put::<U, STREAM, WHOLE>(v, p) };
         }
     }
 }
@@ -395,31 +410,32 @@ unsafe fn held<U: Unit, const STREAM: bool, const K: usize, const N: usize>(
     job: &Job<'_, K>,
     produce: &mut impl FnMut(usize, bool) -> [u64; K],
 ) {
-    // SAFETY: the lanes are below BYTES / 8 since the offsets are 8-aligned;
-    // the templates are readable for size = N * BYTES bytes.
-    let records: Held<U, K, N> = unsafe {
-        let lanes: [[U::Lane; K]; N] = core::array::from_fn(|u| {
-            core::array::from_fn(|k| {
-                let o = job.offsets[k];
-                // Of two words at one offset only the later is inserted.
-                let overridden = job.offsets[k + 1..].contains(&o);
-                if o / U::BYTES == u && !overridden {
-                    U::lane(o % U::BYTES / 8)
-                } else {
-                    U::no_lane()
-                }
-            })
-        });
-        let unit = |t: *const u8, u: usize| {
-            lanes[u]
-                .iter()
-                .fold(U::load(t.add(u * U::BYTES)), |v, &l| v.clear(l))
-        };
-        Held {
-            head: core::array::from_fn(|u| unit(job.head, u)),
-            tail: core::array::from_fn(|u| unit(job.tail, u)),
-            lanes,
-        }
+    let lanes: [[U::Lane; K]; N] = core::array::from_fn(|u| {
+        core::array::from_fn(|k| {
+            let o = job.offsets[k];
+            // Of two words at one offset only the later is inserted.
+            let overridden = job.offsets[k + 1..].contains(&o);
+            if o / U::BYTES == u && !overridden {
+                // SAFETY: below BYTES / 8, since the offsets are 8-aligned.
+                unsafe { U::lane(o % U::BYTES / 8) }
+            } else {
+                // SAFETY: the caller vouches for the unit's instruction set.
+                unsafe { U::no_lane() }
+            }
+        })
+    });
+    let unit = |t: *const u8, u: usize| {
+        // SAFETY: unit u of a template of N units.
+        let p = unsafe { t.add(u * U::BYTES) };
+        // SAFETY: the templates are readable for size = N * BYTES bytes.
+        let v = unsafe { U::load(p) };
+        // SAFETY: register operations on the caller's unit.
+        lanes[u].iter().fold(v, |v, &l| unsafe { v.clear(l) })
+    };
+    let records = Held::<U, K, N> {
+        head: core::array::from_fn(|u| unit(job.head, u)),
+        tail: core::array::from_fn(|u| unit(job.tail, u)),
+        lanes,
     };
     // SAFETY: `fill`'s contract, which our caller upholds, is `drive`'s; the
     // records were built from the job's templates.
@@ -451,17 +467,22 @@ impl<U: Unit, const K: usize> Records<U, K> for Loaded<U, K> {
         let t = if is_head { self.head } else { self.tail };
         let mut j = 0;
         for u in 0..self.units {
-            // SAFETY: unit u of the template and of the record at d are in range.
-            unsafe {
-                let mut v = U::load(t.add(u * U::BYTES));
-                while j < K && self.unit_of[j] == u {
-                    v = v
-                        .clear(self.lane[j])
-                        .insert(self.lane[j], vals[self.order[j]]);
-                    j += 1;
-                }
-                lines.put::<U, STREAM, WHOLE>(v, d.add(u * U::BYTES));
+            // SAFETY: unit u of the template, which is `units` units long.
+            let from = unsafe { t.add(u * U::BYTES) };
+            // SAFETY: the template is readable (the caller's promise).
+            let mut v = unsafe { U::load(from) };
+            while j < K && self.unit_of[j] == u {
+                // SAFETY: a register operation; the lane came from U::lane.
+                v = unsafe { v.clear(self.lane[j]) };
+                // SAFETY: as for clear, into the lane just zeroed.
+                v = unsafe { v.insert(self.lane[j], vals[self.order[j]]) };
+                j += 1;
             }
+            // SAFETY: unit u of the record at d, inside dst.
+            let to = unsafe { d.add(u * U::BYTES) };
+            // SAFETY: a unit of dst, aligned to the unit when streaming, as
+            // `fits` checked.
+            unsafe { lines.put::<U, STREAM, WHOLE>(v, to) };
         }
     }
 }

@@ -23,6 +23,10 @@ fn lines(dst: *mut u8, len: usize) -> Option<(usize, usize, usize)> {
 /// # Safety
 /// The CPU has AVX-512F; `src` readable, `dst` writable for `len` bytes; no overlap.
 #[target_feature(enable = "avx512f")]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn copy_avx512(dst: *mut u8, src: *const u8, len: usize) {
     let Some((head, n, tail)) = lines(dst, len) else {
         // SAFETY: forwarded from the caller.
@@ -44,6 +48,10 @@ pub(super) unsafe fn copy_avx512(dst: *mut u8, src: *const u8, len: usize) {
 /// # Safety
 /// The CPU has AVX2; `src` readable, `dst` writable for `len` bytes; no overlap.
 #[target_feature(enable = "avx2")]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn copy_avx2(dst: *mut u8, src: *const u8, len: usize) {
     let Some((head, n, tail)) = lines(dst, len) else {
         // SAFETY: forwarded from the caller.
@@ -66,6 +74,10 @@ pub(super) unsafe fn copy_avx2(dst: *mut u8, src: *const u8, len: usize) {
 /// # Safety
 /// The CPU has SSE2; `src` readable, `dst` writable for `len` bytes; no overlap.
 #[target_feature(enable = "sse2")]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn copy_sse2(dst: *mut u8, src: *const u8, len: usize) {
     let Some((head, n, tail)) = lines(dst, len) else {
         // SAFETY: forwarded from the caller.
@@ -89,6 +101,10 @@ pub(super) unsafe fn copy_sse2(dst: *mut u8, src: *const u8, len: usize) {
 /// # Safety
 /// The CPU has SSE2; `src` readable, `dst` writable for `len` bytes; no overlap.
 #[target_feature(enable = "sse2")]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(super) unsafe fn copy_movnti(dst: *mut u8, src: *const u8, len: usize) {
     let Some((head, n, tail)) = lines(dst, len) else {
         // SAFETY: forwarded from the caller.
@@ -167,6 +183,9 @@ impl Unit for Ymm {
     type Lane = __m256i;
 
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn lane(lane: usize) -> __m256i {
         // SAFETY: the engine runs this under avx2.
         unsafe {
@@ -195,6 +214,9 @@ impl Unit for Ymm {
     // one per cycle: with three words in two units the blends alone held the
     // fill to 0.8x of the store bandwidth.
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn insert(self, lane: __m256i, word: u64) -> Self {
         // SAFETY: plain AVX2 register operations.
         Ymm(unsafe {
@@ -232,13 +254,12 @@ impl Unit for Xmm {
 
     #[inline(always)]
     unsafe fn lane(lane: usize) -> __m128i {
-        // SAFETY: SSE2 is part of x86_64.
-        unsafe {
-            if lane == 0 {
-                _mm_set_epi64x(0, -1)
-            } else {
-                _mm_set_epi64x(-1, 0)
-            }
+        if lane == 0 {
+            // SAFETY: SSE2 is part of x86_64.
+            unsafe { _mm_set_epi64x(0, -1) }
+        } else {
+            // SAFETY: SSE2 is part of x86_64.
+            unsafe { _mm_set_epi64x(-1, 0) }
         }
     }
     #[inline(always)]
@@ -257,11 +278,17 @@ impl Unit for Xmm {
         Xmm(unsafe { _mm_andnot_si128(lane, self.0) })
     }
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn insert(self, lane: __m128i, word: u64) -> Self {
         // SAFETY: plain SSE2 register operations.
         Xmm(unsafe { _mm_or_si128(self.0, _mm_and_si128(lane, _mm_set1_epi64x(word as i64))) })
     }
     #[inline(always)]
+    // Register operations composed in one expression, each unsafe only for the
+    // instruction set, which the engine guarantees for them all alike.
+    #[allow(clippy::multiple_unsafe_ops_per_block)]
     unsafe fn or_words(self, lo: u64, hi: u64) -> Self {
         // SAFETY: register operations only (SSE2 is part of x86_64).
         Xmm(unsafe { _mm_or_si128(self.0, _mm_set_epi64x(hi as i64, lo as i64)) })

@@ -78,21 +78,21 @@ pub(crate) fn store_study(sizes: &[usize], reps: usize) -> Result<Vec<StoreFigur
                         for _ in 0..inner {
                             let at = cursor % slices * size;
                             // SAFETY: slice `at` lies inside the region (at + size <= cold_len).
-                            let dst: &mut [Page] = unsafe {
-                                std::slice::from_raw_parts_mut(
-                                    cold.as_ptr().add(at).cast(),
-                                    records,
-                                )
-                            };
+                            let p = unsafe { cold.as_ptr().add(at) };
+                            // SAFETY: `records` pages from p, all in the slice,
+                            // which nothing else refers to meanwhile.
+                            let dst: &mut [Page] =
+                                unsafe { std::slice::from_raw_parts_mut(p.cast(), records) };
                             fill_words(s, dst);
                             cursor += 1;
                         }
                         let g = gbps(records * 64 * inner, t.elapsed());
                         let at = (cursor - 1) % slices * size;
                         // SAFETY: as above.
-                        let last: &[Page] = unsafe {
-                            std::slice::from_raw_parts(cold.as_ptr().add(at).cast(), records)
-                        };
+                        let p = unsafe { cold.as_ptr().add(at) };
+                        // SAFETY: as above, read only.
+                        let last: &[Page] =
+                            unsafe { std::slice::from_raw_parts(p.cast(), records) };
                         verify(Method::TemplateWords, Layout::Pages4k, last)?;
                         g
                     };

@@ -131,8 +131,10 @@ impl State {
         if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
             return Err(format!("pipe2: {}", std::io::Error::last_os_error()));
         }
-        // SAFETY: both ends are fresh descriptors nobody else owns.
-        let (r, w) = unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+        // SAFETY: a fresh descriptor nobody else owns.
+        let r = unsafe { OwnedFd::from_raw_fd(p[0]) };
+        // SAFETY: as for the read end.
+        let w = unsafe { OwnedFd::from_raw_fd(p[1]) };
         // SAFETY: fcntl on our own pipe.
         if unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, len as libc::c_int) } < 0 {
             return Err(format!("F_SETPIPE_SZ: {}", std::io::Error::last_os_error()));

@@ -11,6 +11,10 @@ pub(crate) fn block_size_ok() -> bool {
 
 /// # Safety
 /// `dc zva` is permitted (DCZID_EL0.DZP clear), and `ptr` is valid for writes of `len` bytes.
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {
     let bs = cpu().dc_zva_block;
     let start = (ptr as usize).next_multiple_of(bs);

@@ -8,6 +8,10 @@ use super::{clear_below_64, inner_lines};
 /// # Safety
 /// The CPU has AVX-512F, and `ptr` is valid for writes of `len` bytes.
 #[target_feature(enable = "avx512f")]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(crate) unsafe fn clear(ptr: *mut u8, len: usize) {
     if len < 64 {
         // SAFETY: len < 64 and the caller vouches for the range.

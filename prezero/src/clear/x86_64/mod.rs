@@ -16,6 +16,10 @@ pub(crate) mod rep_stosb;
 /// # Safety
 /// `len < 64` and `ptr` is valid for writes of `len` bytes.
 #[inline(always)]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(crate) unsafe fn clear_below_64(ptr: *mut u8, len: usize) {
     debug_assert!(len < 64);
     // SAFETY: in every arm each store lies within [ptr, ptr+len), which the caller
@@ -52,6 +56,10 @@ pub(crate) unsafe fn clear_below_64(ptr: *mut u8, len: usize) {
 /// # Safety
 /// `len >= 64` and `ptr` is valid for writes of `len` bytes.
 #[inline(always)]
+// Every store and pointer step here is an unsafe operation resting on the
+// one range argument of the SAFETY comment below; a block for each would
+// repeat it at every store of the hot loop.
+#[allow(clippy::multiple_unsafe_ops_per_block)]
 pub(crate) unsafe fn clear_edges_64(ptr: *mut u8, len: usize) {
     debug_assert!(len >= 64);
     // SAFETY: len >= 64, so [ptr, ptr+64) and [ptr+len-64, ptr+len) are in range.
