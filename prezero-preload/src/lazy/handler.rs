@@ -53,7 +53,7 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{
-    fd, give_up, guarded, is_empty, is_huge, lanes, pause, stats, still_ours, stop, thp_always,
+    bell, fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, thp_always,
     touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
@@ -108,7 +108,7 @@ pub fn run() {
         threads::sync(&mut look);
         // A stop rings the bell and waits in its fault: the handler returns
         // once it has answered it, or here if there is no bell.
-        if !pause::has_bell() && threads::stopping(Owner::Handler) {
+        if !bell::has_bell() && threads::stopping(Owner::Handler) {
             return;
         }
         // Looked at before each read: after the program closed the
@@ -135,8 +135,8 @@ pub fn run() {
         };
         let mut rung = false;
         for m in &msgs[..n] {
-            if m.event == uffd::UFFD_EVENT_PAGEFAULT && pause::is_bell(m.address as usize) {
-                if let Err(e) = pause::answer(h.fd) {
+            if m.event == uffd::UFFD_EVENT_PAGEFAULT && bell::is_bell(m.address as usize) {
+                if let Err(e) = bell::answer(h.fd) {
                     // Its reader waits on: closing the descriptor wakes it.
                     give_up(Stop::Refused(e));
                     return;

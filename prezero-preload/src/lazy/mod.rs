@@ -62,6 +62,7 @@
 //! mode. Its descriptors are closed: the userfaultfd's moves act on the
 //! parent's memory.
 
+mod bell;
 mod handler;
 mod lanes;
 pub mod mappings;
@@ -404,7 +405,7 @@ fn start() -> Result<(), Why> {
             Errno(libc::EAGAIN),
         )));
     }
-    pause::hang_bell(fd);
+    bell::hang_bell(fd);
     if let Some((base, len)) = crate::cache::range() {
         // SAFETY: the handler thread runs, and answers every fault.
         if unsafe { uffd::register(fd, base, len, uffd::Mode::Missing) }.is_ok() {

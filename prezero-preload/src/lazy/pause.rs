@@ -1,68 +1,15 @@
 //! The lazy mode's threads in `crate::threads`' looks and stops: how they
-//! are woken, and started again.
-//!
-//! The handler sleeps in its read of the userfaultfd, which only a fault
-//! ends: a page of its own is registered for that (the bell), and reading
-//! it is a fault the handler answers with the zero page before it looks.
-//! The page is dropped before each ring (a page `mlockall` or an earlier
-//! ring left there would not fault). The workers sleep on their lanes'
-//! futexes, which a wake ends.
+//! are woken (the handler by its bell, `bell.rs`; the workers on their
+//! lanes' futexes, which a wake ends), and started again.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{active, fd, give_up, handler, reserve, uffd, worker, Stop, PAGE};
-use crate::sys::{self, Errno};
+use super::{active, bell, fd, give_up, handler, reserve, worker, Stop};
+use crate::sys::Errno;
 use crate::threads::{self, Kind, Owner};
 
-/// The bell's address (0: none).
-static BELL: AtomicUsize = AtomicUsize::new(0);
 /// Whether the handler thread runs (it answers the bell).
 static HANDLER_RUNS: AtomicBool = AtomicBool::new(false);
-
-/// Maps and registers the bell; the handler must run (it answers the
-/// bell's fault). Without one a look waits for the handler's next fault.
-pub fn hang_bell(fd: i32) {
-    let Ok(at) = sys::map_noreserve(PAGE) else {
-        return;
-    };
-    // SAFETY: the handler thread runs, and answers every fault.
-    let registered = unsafe { uffd::register(fd, at, PAGE, uffd::Mode::Missing) }.is_ok();
-    if registered {
-        BELL.store(at, Ordering::Release);
-    } else {
-        // SAFETY: the page is this function's new mapping, used by no one.
-        let _ = unsafe { sys::munmap(at, PAGE) };
-    }
-}
-
-/// Whether the bell hangs (a stop rings it).
-pub fn has_bell() -> bool {
-    BELL.load(Ordering::Relaxed) != 0
-}
-
-/// Whether a fault at `addr` is the bell's.
-#[inline]
-pub fn is_bell(addr: usize) -> bool {
-    let b = BELL.load(Ordering::Relaxed);
-    b != 0 && addr & !(PAGE - 1) == b
-}
-
-/// The handler's answer to the bell's fault: the zero page, or a wake
-/// where a page is there already (a ring the reader gave up on, after a
-/// signal, and made again). Where the kernel refuses both, the bell leaves
-/// the userfaultfd (which wakes the reader: the kernel answers its fault);
-/// the error if that fails too (its reader still waits: the caller must
-/// close the descriptor).
-pub fn answer(fd: i32) -> Result<(), Errno> {
-    let b = BELL.load(Ordering::Relaxed);
-    match uffd::zeropage(fd, b, PAGE) {
-        Ok(_) => return Ok(()),
-        Err(Errno(libc::EEXIST)) if uffd::wake(fd, b, PAGE).is_ok() => return Ok(()),
-        Err(_) => {}
-    }
-    BELL.store(0, Ordering::Relaxed);
-    uffd::unregister(fd, b, PAGE)
-}
 
 /// The handler thread's body: [`handler::run`], marked running.
 fn handler_main() {
@@ -101,17 +48,11 @@ pub fn register() {
     threads::register(Owner::Workers, &WORKER_HOOKS);
 }
 
-/// Wakes the handler for a look at `crate::threads`.
+/// Wakes the handler for a look at `crate::threads`: rings the bell, which
+/// only a running handler answers.
 fn wake_handler() {
-    let b = BELL.load(Ordering::Acquire);
-    if b != 0 && HANDLER_RUNS.load(Ordering::Acquire) {
-        // SAFETY: the bell is this module's mapping, never unmapped, whose
-        // zero page (if any) is nothing to lose; the caller holds
-        // `threads::PAUSE`, so no other ring reads it meanwhile.
-        let _ = unsafe { sys::discard_even_locked(b, PAGE) };
-        // SAFETY: as above, readable; the handler answers its fault (or
-        // closes the descriptor, after which the kernel does).
-        unsafe { std::ptr::read_volatile(b as *const u8) };
+    if HANDLER_RUNS.load(Ordering::Acquire) {
+        bell::ring();
     }
 }
 

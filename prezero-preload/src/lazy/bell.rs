@@ -1,0 +1,73 @@
+//! The handler's bell. The handler sleeps in its read of the userfaultfd,
+//! which only a fault ends: a page of its own is registered for that (the
+//! bell), and reading it is a fault the handler answers with the zero page
+//! before it looks at `crate::threads`. The page is dropped before each ring
+//! (a page `mlockall` or an earlier ring left there would not fault).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use super::{uffd, PAGE};
+use crate::sys::{self, Errno};
+
+/// The bell's address (0: none).
+static BELL: AtomicUsize = AtomicUsize::new(0);
+
+/// Maps and registers the bell; the handler must run (it answers the
+/// bell's fault). Without one a look waits for the handler's next fault.
+pub fn hang_bell(fd: i32) {
+    let Ok(at) = sys::map_noreserve(PAGE) else {
+        return;
+    };
+    // SAFETY: the handler thread runs, and answers every fault.
+    let registered = unsafe { uffd::register(fd, at, PAGE, uffd::Mode::Missing) }.is_ok();
+    if registered {
+        BELL.store(at, Ordering::Release);
+    } else {
+        // SAFETY: the page is this function's new mapping, used by no one.
+        let _ = unsafe { sys::munmap(at, PAGE) };
+    }
+}
+
+/// Whether the bell hangs (a stop rings it).
+pub fn has_bell() -> bool {
+    BELL.load(Ordering::Relaxed) != 0
+}
+
+/// Whether a fault at `addr` is the bell's.
+#[inline]
+pub fn is_bell(addr: usize) -> bool {
+    let b = BELL.load(Ordering::Relaxed);
+    b != 0 && addr & !(PAGE - 1) == b
+}
+
+/// The handler's answer to the bell's fault: the zero page, or a wake
+/// where a page is there already (a ring the reader gave up on, after a
+/// signal, and made again). Where the kernel refuses both, the bell leaves
+/// the userfaultfd (which wakes the reader: the kernel answers its fault);
+/// the error if that fails too (its reader still waits: the caller must
+/// close the descriptor).
+pub fn answer(fd: i32) -> Result<(), Errno> {
+    let b = BELL.load(Ordering::Relaxed);
+    match uffd::zeropage(fd, b, PAGE) {
+        Ok(_) => return Ok(()),
+        Err(Errno(libc::EEXIST)) if uffd::wake(fd, b, PAGE).is_ok() => return Ok(()),
+        Err(_) => {}
+    }
+    BELL.store(0, Ordering::Relaxed);
+    uffd::unregister(fd, b, PAGE)
+}
+
+/// Rings the bell, if it hangs: the handler's read ends with its fault.
+/// The caller knows the handler runs (it answers the fault).
+pub fn ring() {
+    let b = BELL.load(Ordering::Acquire);
+    if b != 0 {
+        // SAFETY: the bell is this module's mapping, never unmapped, whose
+        // zero page (if any) is nothing to lose; the caller holds
+        // `threads::PAUSE`, so no other ring reads it meanwhile.
+        let _ = unsafe { sys::discard_even_locked(b, PAGE) };
+        // SAFETY: as above, readable; the handler answers its fault (or
+        // closes the descriptor, after which the kernel does).
+        unsafe { std::ptr::read_volatile(b as *const u8) };
+    }
+}
