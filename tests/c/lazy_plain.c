@@ -1,6 +1,6 @@
 /* Ordinary things programs do, which must behave under the preload's lazy
  * mode as they do plainly: same exit, same output. Run by
- * prezero-preload/tests/lazy.rs once without the preload and once under
+ * prezero-preload/tests/lazy/ once without the preload and once under
  * PREZERO_LAZY=1, and the two runs compared. One mode per run:
  *
  *   seccomp-ioctl  a seccomp filter on every thread (TSYNC) answers ioctl

@@ -1,5 +1,5 @@
 /* The preload's lazy mode (PREZERO_LAZY=1) against what a hostile review of it
- * found, run by prezero-preload/tests/lazy.rs under PREZERO_LAZY=1: one mode
+ * found, run by prezero-preload/tests/lazy/ under PREZERO_LAZY=1: one mode
  * per finding, each the review's reproducer made a test. One mode per run:
  *
  *   lockdrop MB  with the reserve (MB) full and its worker stopped (ptrace:

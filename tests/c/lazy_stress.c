@@ -1,5 +1,5 @@
 /* The test program of the preload's lazy mode (PREZERO_LAZY=1), run by
- * prezero-preload/tests/lazy.rs under PREZERO_LAZY=1. One mode per run:
+ * prezero-preload/tests/lazy/ under PREZERO_LAZY=1. One mode per run:
  *
  *   zero ROUNDS      calloc, malloc and mmap of 1-64 MiB (whole blocks, edges,
  *                    a mapping that starts off a 2 MiB boundary, MAP_FIXED over
