@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 target=${CARGO_TARGET_DIR:-target}
 # Absolute: the suites run from other directories.
 mkdir -p "$target" && target=$(cd "$target" && pwd)
-# Its own target dir, as prezero-preload/tests/preload.rs builds it (built alone the
+# Its own target dir, as prezero-preload/tests/preload/ builds it (built alone the
 # package takes prezero without its C ABI; in the workspace's dir each would rebuild
 # prezero over the other's).
 CARGO_TARGET_DIR=$target/preload cargo build -q -p prezero-preload
