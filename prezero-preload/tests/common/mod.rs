@@ -150,6 +150,24 @@ pub fn gcc(args: &[&str]) -> Result<(), String> {
     }
 }
 
+/// tests/c/preload_stress.c's program: its helpers and dispatch, and the
+/// files of its modes, compiled together (they share preload_stress.h).
+const STRESS_SOURCES: [&str; 4] = [
+    "preload_stress.c",
+    "preload_stress_traffic.c",
+    "preload_stress_calls.c",
+    "preload_stress_limits.c",
+];
+
+/// Compiles preload_stress.c's program to `out`, with `flags`.
+pub fn build_stress(out: &Path, flags: &[&str]) -> Result<(), String> {
+    let files: Vec<PathBuf> = STRESS_SOURCES.iter().map(|f| sources().join(f)).collect();
+    let mut args = flags.to_vec();
+    args.extend(files.iter().map(|f| f.to_str().unwrap()));
+    args.extend(["-o", out.to_str().unwrap(), "-ldl"]);
+    gcc(&args)
+}
+
 /// Builds everything once; `None` (with the reason printed) without gcc.
 pub fn built() -> Option<&'static Built> {
     static BUILT: OnceLock<Result<Built, String>> = OnceLock::new();
@@ -160,18 +178,8 @@ pub fn built() -> Option<&'static Built> {
         let src = sources();
         let stress = dir.join("preload_stress");
         let dl = dir.join("libpreload_dl.so");
-        gcc(&[
-            "-O2",
-            "-g",
-            "-Wall",
-            "-Wextra",
-            "-pthread",
-            src.join("preload_stress.c").to_str().unwrap(),
-            "-o",
-            stress.to_str().unwrap(),
-            "-ldl",
-        ])
-        .expect("compile preload_stress.c");
+        build_stress(&stress, &["-O2", "-g", "-Wall", "-Wextra", "-pthread"])
+            .expect("compile preload_stress.c");
         gcc(&[
             "-O2",
             "-g",

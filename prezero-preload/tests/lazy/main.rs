@@ -36,7 +36,9 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{can_build, finish, gcc, profile_dir, serial, shared_object, sources, Run};
+use common::{
+    build_stress, can_build, finish, gcc, profile_dir, serial, shared_object, sources, Run,
+};
 use prezero_testkit::skip;
 
 struct Built {
@@ -67,7 +69,12 @@ fn built() -> Option<&'static Built> {
         Ok(Built {
             so: shared_object(),
             lazy: build("lazy_stress", &[]).expect("compile lazy_stress.c"),
-            stress: build("preload_stress", &["-ldl"]).expect("compile preload_stress.c"),
+            stress: {
+                let out = dir.join("preload_stress");
+                build_stress(&out, &["-O2", "-g", "-Wall", "-Wextra", "-pthread"])
+                    .map(|()| out)
+                    .expect("compile preload_stress.c")
+            },
             review: build("lazy_review", &[]).expect("compile lazy_review.c"),
             plain: build("lazy_plain", &[]).expect("compile lazy_plain.c"),
             // x86_64 only (streaming stores from immintrin.h).

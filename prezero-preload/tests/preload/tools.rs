@@ -12,19 +12,11 @@ use super::*;
 fn sanitizer_builds_of_the_test_program() {
     let Some(b) = built() else { return };
     let _s = serial();
-    let src = sources().join("preload_stress.c");
     let asan = b.dir.join("preload_stress-asan");
     let ubsan = b.dir.join("preload_stress-ubsan");
     let common = ["-O1", "-g", "-pthread", "-fno-omit-frame-pointer"];
     let mut args: Vec<&str> = common.to_vec();
-    args.extend([
-        "-fsanitize=address,undefined",
-        "-fno-sanitize-recover=all",
-        src.to_str().unwrap(),
-        "-o",
-        asan.to_str().unwrap(),
-        "-ldl",
-    ]);
+    args.extend(["-fsanitize=address,undefined", "-fno-sanitize-recover=all"]);
     let run_as = |exe: &Path, args: &[&str], env: &[(&str, &str)], preload: bool| {
         let b2 = Built {
             so: b.so.clone(),
@@ -34,7 +26,7 @@ fn sanitizer_builds_of_the_test_program() {
         };
         run(&b2, args, env, preload)
     };
-    match gcc(&args) {
+    match build_stress(&asan, &args) {
         Err(e) => prezero_testkit::skip("tool", format!("the ASan build of preload_stress.c: {e}")),
         Ok(()) => {
             // Not the modes early (its __libc_malloc blocks are not ASan's
@@ -57,15 +49,8 @@ fn sanitizer_builds_of_the_test_program() {
         }
     }
     let mut args: Vec<&str> = common.to_vec();
-    args.extend([
-        "-fsanitize=undefined",
-        "-fno-sanitize-recover=all",
-        src.to_str().unwrap(),
-        "-o",
-        ubsan.to_str().unwrap(),
-        "-ldl",
-    ]);
-    match gcc(&args) {
+    args.extend(["-fsanitize=undefined", "-fno-sanitize-recover=all"]);
+    match build_stress(&ubsan, &args) {
         Err(e) => {
             prezero_testkit::skip("tool", format!("the UBSan build of preload_stress.c: {e}"))
         }
