@@ -29,15 +29,21 @@ pub(super) fn moving(p: usize, old: usize, q: usize) -> Moved {
     }
     let g = PopGuard::program();
     if old <= MOVE_MAX {
-        let n = move_block(&g, p, old, q);
-        if n < old {
-            // A page shared with a child stopped the move, or the kernel
-            // refused it: the rest copied (what the block lacks: the kernel
-            // may not have counted all it moved), the guard still held.
-            copy_missing(&g, p, old, q);
-            return Moved::Filled;
+        match move_block(&g, p, old, q) {
+            // The new block's pages could not be dropped: a page there would
+            // pass for one moved, and keep its bytes. The plain move below
+            // replaces its mapping instead.
+            None => {}
+            Some(n) if n < old => {
+                // A page shared with a child stopped the move, or the kernel
+                // refused it: the rest copied (what the block lacks: the
+                // kernel may not have counted all it moved), the guard still
+                // held.
+                copy_missing(&g, p, old, q);
+                return Moved::Filled;
+            }
+            Some(_) => return Moved::Emptied { remapped: false },
         }
-        return Moved::Emptied { remapped: false };
     }
     cache::move_plain(p, old, q, &|| register_cache_again(&g))
 }
@@ -51,23 +57,24 @@ const MOVE_MAX: usize = 8 << 20;
 /// at `to` (whose own pages are dropped first: the move fills only missing
 /// ones), with `POP` held ([`moving`]): the bytes
 /// moved from the start (all of `len`, or up to a page shared with a forked
-/// child, which a move refuses). `UFFDIO_MOVE` changes no mapping (0.3 µs a
+/// child, which a move refuses); `None`, with nothing moved, where `to`'s
+/// pages could not be dropped. `UFFDIO_MOVE` changes no mapping (0.3 µs a
 /// small page here); `mremap` makes new ones, which the registration then
 /// keeps from merging back (about 25 more per 1000 moves of a realloc churn
 /// here, till vm.max_map_count).
-fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> usize {
+fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> Option<usize> {
     // SAFETY: the block just granted to the caller (the cache's realloc),
     // whose contents it is about to replace.
-    if unsafe { sys::discard(to, len) }.is_err() {
-        return 0;
-    }
+    unsafe { sys::discard(to, len) }.ok()?;
     // SAFETY: both blocks are the caller's (the program's, and the one just
     // granted it, now without pages), in the cache's range, registered with
     // this descriptor.
-    match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
-        (_, Ok(())) => len,
-        (moved, Err(_)) => moved,
-    }
+    Some(
+        match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
+            (_, Ok(())) => len,
+            (moved, Err(_)) => moved,
+        },
+    )
 }
 
 /// After a move of `[from, from + len)` to `to` ([`move_block`]) that did
