@@ -114,6 +114,19 @@ fn log(path: &std::ffi::OsStr, kind: &str, why: &str) {
     }
 }
 
+/// Shell commands that move the shell into the cgroup whose `cgroup.procs`
+/// is `procs`, for a script that then `exec`s what the cgroup should hold.
+/// The kernel has refused such a write now and then on a loaded machine
+/// (dash says only "echo: I/O error"): it is tried again for 5 s, and the
+/// last try is coreutils' echo, which names the error.
+pub fn enter_cgroup_sh(procs: &std::path::Path) -> String {
+    let p = procs.display();
+    format!(
+        "n=0; until echo $$ 2>/dev/null > '{p}'; do n=$((n + 1)); \
+         if [ $n -ge 50 ]; then /bin/echo $$ > '{p}'; exit 1; fi; sleep 0.1; done"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

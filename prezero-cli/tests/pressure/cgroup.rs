@@ -92,8 +92,8 @@ fn run_in(cg: &Memcg, args: &str, role: &str, env: &[(&str, &str)]) -> std::proc
         format!("\"$0\" run {args} --")
     };
     let script = format!(
-        "echo $$ > {} && exec {run} \"$1\" --exact {role} --ignored --nocapture",
-        cg.dir.join("cgroup.procs").display()
+        "{} && exec {run} \"$1\" --exact {role} --ignored --nocapture",
+        prezero_testkit::enter_cgroup_sh(&cg.dir.join("cgroup.procs"))
     );
     Command::new("sh")
         .args(["-c", &script, env!("CARGO_BIN_EXE_prezero")])

@@ -37,7 +37,10 @@ fn the_default_reserve_fits_the_memory_cgroup() {
         skip("memcg", "no memory cgroup could be made here (not root?)");
         return;
     };
-    let script = format!("echo $$ > {} && exec \"$0\" memcg", procs.display());
+    let script = format!(
+        "{} && exec \"$0\" memcg",
+        prezero_testkit::enter_cgroup_sh(&procs)
+    );
     let exe = b.review.to_str().unwrap();
     // No PREZERO_RESERVE: the default.
     let r = run_as(
