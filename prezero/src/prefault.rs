@@ -173,11 +173,15 @@ pub(crate) fn node_parts(start: usize, len: usize, granule: usize, nodes: &[u32]
         .collect()
 }
 
-/// `prefault_as` from threads that run on `cpus` only (all of them when
-/// empty): the service's worker fills a node's segment from that node.
+/// [`prefault_raw`] from threads that run on `cpus` only (all of them when
+/// empty), with `hugetlb` saying whether the range is a hugetlb mapping
+/// (populated then with `MADV_POPULATE_WRITE` only, never by touching): the
+/// service's worker fills a node's segment from that node.
 ///
 /// # Safety
-/// As `prefault_as`.
+/// As [`prefault_raw`]; `ptr` is base-page aligned and `hugetlb` is true
+/// exactly when the range is hugetlb-backed (a touch of an unbacked hugetlb
+/// page raises SIGBUS).
 pub unsafe fn prefault_from(
     ptr: *mut u8,
     len: usize,
@@ -191,6 +195,10 @@ pub unsafe fn prefault_from(
     }
     if threads == 0 {
         return Err(Error::invalid("prefault: threads must be at least 1"));
+    }
+    if len == 0 {
+        // Nothing to split: no piece, and no thread to run one.
+        return Ok(0);
     }
     let granule = if len >= threads.saturating_mul(2 << 20) {
         2 << 20
@@ -382,6 +390,17 @@ mod tests {
             }
             assert_eq!(at, start + len);
         }
+    }
+
+    /// Public since the service moved to a crate of its own: an empty range
+    /// on given CPUs split into no piece, and a thread count that went below
+    /// zero panicked.
+    #[test]
+    fn an_empty_range_on_given_cpus_is_no_work() {
+        let mut r = Region::new(4096, crate::PageKind::Base).unwrap();
+        // SAFETY: the region's own mapping, base pages (not hugetlb).
+        let n = unsafe { prefault_from(r.as_mut_slice().as_mut_ptr(), 0, 2, false, &[0]) };
+        assert_eq!(n.unwrap(), 0);
     }
 
     #[test]

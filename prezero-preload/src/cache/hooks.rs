@@ -11,9 +11,11 @@
 //!   move's `again`) takes none of the cache's either. A lock a hook holds
 //!   (the lazy mode's `POP`, which its `realloc_move` holds across the plain
 //!   move) and the cache's lock are never held together, in any order.
-//! * Memory: a hook allocates nothing (it runs inside `malloc`, `realloc`
-//!   and `free`), and touches no block of the cache's but those it is
-//!   given, as it says below.
+//! * Memory: a hook allocates nothing through malloc (it runs inside
+//!   `malloc`, `realloc` and `free`; the lazy mode's start, in
+//!   `before_alloc`, makes its threads through the preload's own thread
+//!   layer), and touches no block of the cache's but those it is given, as
+//!   it says below.
 //! * Signals and fork: a hook is safe where its caller is, as the code it
 //!   replaced was; one blocks what it must itself (the lazy mode blocks a
 //!   program thread's signals while it holds `POP`). The hooks stay set in

@@ -2,8 +2,8 @@
 //! `file.rs`, what calibrate measured beside its choices in `measured.rs`),
 //! where it is looked for, and the one this process follows. Its rows are
 //! names and numbers as the file has them: clearing checks and takes its size
-//! classes from them at one point (`clear::profile::tuning`), the template
-//! fills their choice at another (`template::profile::tuning`). So this module
+//! classes from them at one point (`clear::classes::tuning`), the template
+//! fills their choice at another (`template::choice::tuning`). So this module
 //! imports neither.
 
 use std::fmt::Display;

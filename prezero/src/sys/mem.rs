@@ -67,14 +67,18 @@ pub fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
 /// mapped, then both ends trimmed. `len + align` past the address space is
 /// ENOMEM.
 ///
-/// pre: `len > 0`; `align` is a power of two and a multiple of the page size;
-/// no `MAP_FIXED` (checked).
+/// pre: none (`len` of 0, or an `align` that is not a power of two and a
+/// multiple of the page size, is EINVAL; `MAP_FIXED` is refused).
 pub fn mmap_anon_aligned(
     len: usize,
     align: usize,
     prot: libc::c_int,
     flags: libc::c_int,
 ) -> io::Result<NonNull<u8>> {
+    // A trim that is not page-aligned would unmap the page the result is on.
+    if len == 0 || !align.is_power_of_two() || !align.is_multiple_of(page_size()) {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
     let span = len
         .checked_add(align)
         .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOMEM))?;
@@ -329,4 +333,25 @@ pub fn range_is_hugetlb(start: usize, len: usize) -> bool {
     vmas()
         .iter()
         .any(|v| v.start < start + len && start < v.end && v.kernel_page_size > base)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Public since the service moved to a crate of its own: an alignment
+    /// that is not a page multiple trimmed the page the result is on.
+    #[test]
+    fn an_aligned_mapping_refuses_what_it_cannot_trim() {
+        let rw = libc::PROT_READ | libc::PROT_WRITE;
+        let page = page_size();
+        for (len, align) in [(0, page), (page, 0), (page, 3 * page), (page, page / 2)] {
+            let e = mmap_anon_aligned(len, align, rw, 0).unwrap_err();
+            assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{len} {align}");
+        }
+        let p = mmap_anon_aligned(page, 4 * page, rw, 0).unwrap();
+        assert_eq!(p.as_ptr() as usize % (4 * page), 0);
+        // SAFETY: the mapping just made, which nothing else refers to.
+        unsafe { munmap(p, page) }.unwrap();
+    }
 }
