@@ -2,13 +2,10 @@
 //! the building (the kernels chosen for its chunk size, the prefill, the
 //! scrubbers started).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
 use super::scrubber::{self, ScrubPriority};
-use super::state::State;
-use super::stats::{Counters, Histogram};
-use super::{Kernels, Pool, Shared};
+use super::{Kernels, Pool, Settings, Shared};
 use crate::clear::{Strategy, Temperature};
 use crate::cpu::cpu;
 use crate::error::{Error, Result};
@@ -146,7 +143,7 @@ impl PoolBuilder {
             hot: Strategy::Auto(Temperature::Hot).kernel_for(self.chunk_size)?,
             cold: Strategy::Auto(Temperature::Cold).kernel_for(self.chunk_size)?,
         };
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Shared::new(Settings {
             chunk_size: self.chunk_size,
             backing: self.backing,
             max_chunks,
@@ -156,18 +153,8 @@ impl PoolBuilder {
             hot_chunks: (self.hot_window.unwrap_or_else(|| cpu().hot_capacity()) / self.chunk_size)
                 as u64,
             kernels,
-            state: Mutex::new(State::default()),
-            regions: Mutex::new(Vec::new()),
-            scrub_wake: Condvar::new(),
-            chunk_ready: Condvar::new(),
-            waiters: AtomicUsize::new(0),
-            stop: AtomicBool::new(false),
-            counters: Counters::default(),
-            latency: Histogram::new(),
             multi_node: crate::numa::Topology::read().memory_nodes().len() > 1,
-            priority: Mutex::new("none (no scrubber)"),
-            scrubber_tids: Mutex::new(Vec::new()),
-        });
+        }));
         // On this thread's node, bound there: the thread may move meanwhile.
         let node = shared.caller_node();
         for _ in 0..self.prefill {

@@ -93,7 +93,45 @@ pub(crate) struct Shared {
     scrubber_tids: Mutex<Vec<crate::sys::Tid>>,
 }
 
+/// What a pool is built with ([`Shared::new`]); everything else starts empty.
+struct Settings {
+    chunk_size: usize,
+    backing: PageKind,
+    max_chunks: usize,
+    low: usize,
+    high: usize,
+    verify: bool,
+    hot_chunks: u64,
+    kernels: Kernels,
+    multi_node: bool,
+}
+
 impl Shared {
+    /// A pool of no chunk yet, no scrubber and nothing counted.
+    fn new(s: Settings) -> Shared {
+        Shared {
+            chunk_size: s.chunk_size,
+            backing: s.backing,
+            max_chunks: s.max_chunks,
+            low: s.low,
+            high: s.high,
+            verify: s.verify,
+            hot_chunks: s.hot_chunks,
+            kernels: s.kernels,
+            state: Mutex::new(State::default()),
+            regions: Mutex::new(Vec::new()),
+            scrub_wake: Condvar::new(),
+            chunk_ready: Condvar::new(),
+            waiters: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            counters: Counters::default(),
+            latency: Histogram::new(),
+            multi_node: s.multi_node,
+            priority: Mutex::new("none (no scrubber)"),
+            scrubber_tids: Mutex::new(Vec::new()),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave the lists half-moved: every
         // State method completes its move before anything that could panic.

@@ -3,12 +3,9 @@
 //! under Miri too, so the pool is built here without what Miri cannot run
 //! (CPUID, sysfs, scrubber threads at idle priority).
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 
-use super::state::State;
-use super::stats::{Counters, Histogram};
-use super::{Kernels, Pool, Shared};
+use super::{Kernels, Pool, Settings, Shared};
 use crate::clear::KernelFn;
 use crate::region::{PageKind, Region};
 
@@ -20,7 +17,7 @@ const CHUNK: usize = 256;
 /// cleared by the portable kernel, with no scrubber: every freed chunk is
 /// cleared on the spot by the next `alloc_zeroed`.
 fn pool(chunks: usize) -> Pool {
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(Shared::new(Settings {
         chunk_size: CHUNK,
         backing: PageKind::Base,
         max_chunks: chunks,
@@ -32,18 +29,8 @@ fn pool(chunks: usize) -> Pool {
             hot: KernelFn::PORTABLE,
             cold: KernelFn::PORTABLE,
         },
-        state: Mutex::new(State::default()),
-        regions: Mutex::new(Vec::new()),
-        scrub_wake: Condvar::new(),
-        chunk_ready: Condvar::new(),
-        waiters: AtomicUsize::new(0),
-        stop: AtomicBool::new(false),
-        counters: Counters::default(),
-        latency: Histogram::new(),
         multi_node: false,
-        priority: Mutex::new("none (no scrubber)"),
-        scrubber_tids: Mutex::new(Vec::new()),
-    });
+    }));
     for _ in 0..chunks {
         shared.adopt(Region::base_unrounded(CHUNK).unwrap(), false, None);
     }
