@@ -48,7 +48,8 @@
 //!   `cgroup.rs`: the process's memory cgroup (its files, its room);
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
-//!   the lazy mode's (userfaultfd, pagemap, futex, signal mask); `sys/fault.rs`
+//!   the lazy mode's (userfaultfd, pagemap, signal mask); `sys/sync.rs` the
+//!   locks that live in statics (a mutex, an event on a futex); `sys/fault.rs`
 //!   fails chosen ones, in a test build.
 //!
 //! The modules are layers, each importing only those below it (no circle,

@@ -151,10 +151,12 @@ static void *spinner(void *arg) {
 }
 
 /* The scrubber runs at SCHED_IDLE: with every core busy it barely runs. A
- * calloc that waits for its step must not wait long. Prints the worst. */
-int mode_starve(void) {
-  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  if (cpus < 1 || cpus > 64) cpus = 2;
+ * calloc that waits for its step, or for the lock it holds, must not wait
+ * long. `spinners` threads (-1: one per core) keep the cores busy. Prints the
+ * worst. */
+int mode_starve(long spinners) {
+  long cpus = spinners >= 0 ? spinners : sysconf(_SC_NPROCESSORS_ONLN);
+  if (cpus < 0 || cpus > 64) cpus = 2;
   pthread_t t[64];
   for (long i = 0; i < cpus; i++) pthread_create(&t[i], NULL, spinner, NULL);
   const size_t n = 64 << 20;
@@ -162,6 +164,7 @@ int mode_starve(void) {
   const int rounds = 40;
   for (int i = 0; i < rounds; i++) {
     unsigned char *p = malloc(n);
+    if (!p) fail("malloc(64 MiB) failed");
     memset(p, 1, n);
     __asm__ volatile("" ::"r"(p) : "memory");
     free(p);
@@ -169,6 +172,7 @@ int mode_starve(void) {
     double t0 = now_s();
     unsigned char *q = calloc(1, n);
     double d = now_s() - t0;
+    if (!q) fail("calloc(64 MiB) failed");
     if (first_nonzero(q, n) != n) fail("calloc not zero");
     free(q);
     total += d;

@@ -34,9 +34,8 @@ pub(super) extern "C" fn in_child() {
     if !STARTED.load(Ordering::Acquire) {
         return;
     }
-    // SAFETY: the child's only thread; the parent's waiters do not exist
-    // here, so the condition starts anew.
-    unsafe { SHARED.cond.reset() };
+    // The parent's sleepers do not exist here.
+    SHARED.event.reset();
     // SAFETY: the child's only thread holds the lock (before_fork), under
     // which the cache is ours alone.
     let c = unsafe { &mut *SHARED.cache.get() }

@@ -5,12 +5,17 @@
 //! cleared, populated or given back outside it, only while its block is
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in
-//! either state, and a request that would need a Busy block waits on `LOCK`'s
-//! condition variable, which every end of Busy signals, for 2 ms at most
-//! (the scrubber is at `SCHED_IDLE`: with every core busy its step can take
-//! most of a second), then takes the best run around the Busy blocks. The
-//! threads' steps (requests, frees over the cap, the scrubber, fork) are
-//! checked in every interleaving in `interleavings.rs`.
+//! either state, and a request that would need a Busy block waits for the
+//! event every end of Busy signals, for 2 ms at most (the scrubber is at
+//! `SCHED_IDLE`: with every core busy its step can take most of a second),
+//! then takes the best run around the Busy blocks.
+//!
+//! The same starvation can catch the scrubber holding `LOCK` itself. A
+//! program's `malloc`, `calloc` or `free` waits for it 2 ms at most
+//! ([`lock_unless_starved`]), then goes on without it: a request to the next
+//! allocator, a free left in `deferred.rs` for the next holder. The threads'
+//! steps (requests, frees over the cap, the scrubber, fork) are checked in
+//! every interleaving in `interleavings.rs`.
 //!
 //! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
 //! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
@@ -33,6 +38,7 @@
 //!
 //! * `requests.rs`: the entry points' large path (`alloc`, `free`,
 //!   `realloc`, `usable_size`);
+//! * `deferred.rs`: the frees left for the lock's next holder;
 //! * `range.rs`: the range's mappings: reserved, made writable, given back;
 //! * `scrubber.rs`: the scrubber thread, the prefill and the spare;
 //! * `fork.rs`: the `pthread_atfork` handlers;
@@ -40,6 +46,7 @@
 //!   work (a block handed out, a block moved by `realloc`, free memory given
 //!   back), set by it at start-up: the cache never names it.
 
+mod deferred;
 mod fork;
 mod hooks;
 #[cfg(test)]
@@ -88,20 +95,20 @@ struct Cache {
     prefill_lane: usize,
 }
 
-/// The lock, its condition, and the cache it guards.
+/// The lock, its event, and the cache it guards.
 struct Shared {
     mutex: sys::Mutex,
-    cond: sys::Cond,
+    event: sys::Event,
     cache: UnsafeCell<Option<Cache>>,
 }
 
-// SAFETY: `cache` is only reached through `lock()`, which holds `mutex`; the
-// mutex and the condition are made for sharing between threads.
+// SAFETY: `cache` is only reached through a `Guard`, which holds `mutex`; the
+// mutex and the event are made for sharing between threads.
 unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
     mutex: sys::Mutex::new(),
-    cond: sys::Cond::new(),
+    event: sys::Event::new(),
     cache: UnsafeCell::new(None),
 };
 
@@ -118,11 +125,21 @@ static WRITABLE: [AtomicUsize; MAX_LANES] = [const { AtomicUsize::new(0) }; MAX_
 /// The nodes the lanes are for (set before STARTED, read after it).
 static NODES: std::sync::OnceLock<Nodes> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
-/// Requests waiting for a Busy block (changed under the lock).
+/// Requests waiting for a Busy block (raised under the lock).
 static WAITING: AtomicUsize = AtomicUsize::new(0);
+/// The scrubber thread holds `LOCK` (set and cleared under it).
+static SCRUBBER_HOLDS: AtomicBool = AtomicBool::new(false);
+/// A request gave up on the lock the scrubber holds: until it lets go, the
+/// next ones do not wait for it either.
+static STARVED: AtomicBool = AtomicBool::new(false);
+/// How long a program's request waits for a lock the scrubber holds, and for
+/// a Busy block.
+const REQUEST_WAIT_MS: u64 = 2;
 
-/// `LOCK` held; the cache through it.
-struct Guard;
+/// `LOCK` held; the cache through it. `scrubber`: by the scrubber thread.
+struct Guard {
+    scrubber: bool,
+}
 
 impl Guard {
     fn cache(&mut self) -> &mut Cache {
@@ -131,37 +148,119 @@ impl Guard {
         unsafe { (*SHARED.cache.get()).as_mut().expect("the cache is set up") }
     }
 
+    /// Runs `f` with the lock let go, and takes it again for this holder.
+    fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        if self.scrubber {
+            scrubber_lets_go();
+        }
+        // SAFETY: this guard holds the mutex; it is taken again below before
+        // the guard is used or dropped.
+        unsafe { SHARED.mutex.unlock() };
+        let r = f();
+        SHARED.mutex.lock();
+        if self.scrubber {
+            scrubber_holds();
+        }
+        r
+    }
+
     /// Waits for a signal (a Busy block done, a free) or `secs`.
     fn wait(&mut self, secs: u64) {
         self.wait_ms(secs.saturating_mul(1000));
     }
 
-    /// Waits for a signal or `ms` milliseconds.
+    /// Waits for a signal or `ms` milliseconds, the lock let go meanwhile;
+    /// not at all while frees are left for the holder (`deferred.rs`).
     fn wait_ms(&mut self, ms: u64) {
-        let mut until = sys::clock_gettime(libc::CLOCK_REALTIME);
-        let ns = until.tv_nsec as u64 + (ms % 1000) * 1_000_000;
-        until.tv_sec += (ms / 1000 + ns / 1_000_000_000) as libc::time_t;
-        until.tv_nsec = (ns % 1_000_000_000) as _;
-        // SAFETY: this guard holds the mutex, the only one the condition is
-        // waited on with; the wait gives it back and takes it again.
-        unsafe { SHARED.cond.wait_until(&SHARED.mutex, &until) };
+        // Read under the lock: a signal after it ends the wait.
+        let seen = SHARED.event.seen();
+        if deferred::pending() {
+            return;
+        }
+        self.unlocked(|| SHARED.event.wait(seen, ms));
+    }
+
+    /// [`Guard::wait_ms`] for a request: `None` if, to take the lock again,
+    /// a program's thread would wait for a starved scrubber (see
+    /// [`lock_unless_starved`]); the scrubber's prefill always takes it.
+    fn wait_unless_starved(self, ms: u64) -> Option<Guard> {
+        let (scrubber, seen) = (self.scrubber, SHARED.event.seen());
+        drop(self);
+        SHARED.event.wait(seen, ms);
+        if scrubber {
+            Some(lock_as_scrubber())
+        } else {
+            lock_unless_starved()
+        }
     }
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
+        if self.scrubber {
+            scrubber_lets_go();
+        }
         // SAFETY: this guard locked the mutex.
         unsafe { SHARED.mutex.unlock() };
     }
 }
 
+/// The lock, waited for as long as its holder keeps it.
 fn lock() -> Guard {
     SHARED.mutex.lock();
-    Guard
+    Guard { scrubber: false }
+}
+
+/// The lock, for the scrubber thread: marked as the scrubber's until let go.
+fn lock_as_scrubber() -> Guard {
+    SHARED.mutex.lock();
+    scrubber_holds();
+    Guard { scrubber: true }
+}
+
+/// Marks the lock, just taken by the scrubber, as its own.
+fn scrubber_holds() {
+    SCRUBBER_HOLDS.store(true, Ordering::Relaxed);
+    sys::injected_stall();
+}
+
+/// Marks the lock, about to be let go by the scrubber, as no longer its own.
+fn scrubber_lets_go() {
+    SCRUBBER_HOLDS.store(false, Ordering::Relaxed);
+    STARVED.store(false, Ordering::Relaxed);
+}
+
+/// The lock, for a program's request (`malloc`, `calloc`, `free`): `None`
+/// if the scrubber holds it and keeps it past [`REQUEST_WAIT_MS`]. At
+/// `SCHED_IDLE`, preempted while the program's threads keep every core busy,
+/// it may not run again for most of a second, and no priority it could be
+/// lent reaches a `SCHED_IDLE` thread (nor may it leave that class without
+/// `CAP_SYS_NICE`). Once a request gave up, the next ones do not wait until
+/// the scrubber lets go. Held by another thread of the program, the lock is
+/// waited for: that wait is the program's own.
+fn lock_unless_starved() -> Option<Guard> {
+    if SHARED.mutex.try_lock() {
+        return Some(Guard { scrubber: false });
+    }
+    if STARVED.load(Ordering::Relaxed) && SCRUBBER_HOLDS.load(Ordering::Relaxed) {
+        return None;
+    }
+    let mut until = sys::clock_gettime(libc::CLOCK_REALTIME);
+    let ns = until.tv_nsec as u64 + REQUEST_WAIT_MS * 1_000_000;
+    until.tv_sec += (ns / 1_000_000_000) as libc::time_t;
+    until.tv_nsec = (ns % 1_000_000_000) as _;
+    if SHARED.mutex.lock_until(&until) {
+        return Some(Guard { scrubber: false });
+    }
+    if SCRUBBER_HOLDS.load(Ordering::Relaxed) {
+        STARVED.store(true, Ordering::Relaxed);
+        return None;
+    }
+    Some(lock())
 }
 
 fn signal_all() {
-    SHARED.cond.broadcast();
+    SHARED.event.signal_all();
 }
 
 /// Milliseconds on a coarse monotonic clock. Not whole seconds: a block

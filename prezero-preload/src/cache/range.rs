@@ -5,7 +5,7 @@
 use std::sync::atomic::Ordering;
 
 use super::hooks::hooks;
-use super::{now, signal_all, Guard, Lane, SHARED, WRITABLE};
+use super::{now, signal_all, Guard, Lane, WRITABLE};
 use crate::blocks::{Block, Kind};
 use crate::stats;
 use crate::sys::{self, Advice};
@@ -117,16 +117,15 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     };
     // Unlocked while the kernel drops the pages: the block is Busy, no one
     // else touches it.
-    // SAFETY: `g` holds the mutex; it is taken again below, before `g` is used.
-    unsafe { SHARED.mutex.unlock() };
-    // The lazy mode moves its huge pages into its reserve first, scrubbed
-    // there instead of faulted anew.
-    if let Some(h) = hooks() {
-        (h.releasing)(s, l);
-    }
-    // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
-    let ok = unsafe { sys::discard(s, l) }.is_ok();
-    SHARED.mutex.lock();
+    let ok = g.unlocked(|| {
+        // The lazy mode moves its huge pages into its reserve first, scrubbed
+        // there instead of faulted anew.
+        if let Some(h) = hooks() {
+            (h.releasing)(s, l);
+        }
+        // SAFETY: [s, s + l) is a Busy block of our range: no one else's.
+        unsafe { sys::discard(s, l) }.is_ok()
+    });
     let c = g.cache().lane(lane);
     if ok {
         c.blocks.busy_done(s, Kind::Fresh);

@@ -7,7 +7,10 @@ use std::sync::atomic::Ordering;
 
 use super::hooks::{hooks, Moved};
 use super::range::release_one;
-use super::{caller_lane, ensure_scrubber, lane_node, lane_of, lock, now, signal_all, WAITING};
+use super::{
+    caller_lane, deferred, ensure_scrubber, lane_node, lane_of, lock, lock_as_scrubber,
+    lock_unless_starved, now, signal_all, Guard, REQUEST_WAIT_MS, WAITING,
+};
 use crate::blocks::{Alloc, Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, NotMoved};
@@ -37,8 +40,16 @@ pub(super) fn take(
     let mut waited = false;
     let mut since: Option<std::time::Instant> = None;
     // Held from a wake-up to the look after it: the scrubber, which starts no
-    // step while a request waits, cannot start one in between either.
-    let mut g = lock();
+    // step while a request waits, cannot start one in between either. The
+    // prefill (not `counted`) is the scrubber's own.
+    let held = if counted {
+        lock_unless_starved()
+    } else {
+        Some(lock_as_scrubber())
+    };
+    let Some(mut g) = held else {
+        return std::ptr::null_mut();
+    };
     let granted = loop {
         let c = g.cache();
         let (thp, spare, cap) = (c.cfg.thp, c.cfg.spare, c.cfg.cap);
@@ -94,9 +105,13 @@ pub(super) fn take(
                 // the block is whole when this wakes.
                 let t = *since.get_or_insert_with(std::time::Instant::now);
                 WAITING.fetch_add(1, Ordering::Relaxed);
-                g.wait_ms(2);
+                let woken = g.wait_unless_starved(REQUEST_WAIT_MS);
                 WAITING.fetch_sub(1, Ordering::Relaxed);
-                waited = t.elapsed() >= std::time::Duration::from_millis(2);
+                g = match woken {
+                    Some(g) => g,
+                    None => return std::ptr::null_mut(),
+                };
+                waited = t.elapsed() >= std::time::Duration::from_millis(REQUEST_WAIT_MS);
             }
             Alloc::Full => return std::ptr::null_mut(),
         }
@@ -134,17 +149,21 @@ pub(super) fn take(
 /// handed out is counted and ignored: never a corruption. `extern "C"` (it
 /// cannot unwind), so the C `free` ends in a jump here, not a call.
 pub extern "C" fn free(p: usize) {
-    let mut g = lock();
-    let c = g.cache();
-    let l = c.lane(lane_of(p));
-    if l.blocks.free(p, now()).is_none() {
-        stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+    let mut g = match lock_unless_starved() {
+        Some(g) => g,
+        None if deferred::leave(p) => {
+            // The scrubber, if it waits once it lets go, takes it at once.
+            signal_all();
+            return;
+        }
+        None => lock(),
+    };
+    free_deferred(&mut g);
+    if !free_block(&mut g, p) {
         return;
     }
-    debug_assert!(l.blocks.check());
-    c.peaks();
-    let cap = c.cap();
     // Past the cap: the oldest free memory goes back before this returns.
+    let cap = g.cache().cap();
     while g.cache().held() > cap {
         if !release_one(&mut g, u64::MAX) {
             break;
@@ -156,6 +175,27 @@ pub extern "C" fn free(p: usize) {
     if start_scrubber {
         ensure_scrubber();
     }
+}
+
+/// Makes the frees left in `deferred.rs` (the caller holds the lock, and
+/// gives back what takes the cache past its cap).
+pub(super) fn free_deferred(g: &mut Guard) {
+    deferred::take_each(|p| {
+        free_block(g, p);
+    });
+}
+
+/// Takes back the block at `p`, the lock held: whether it was one handed out.
+fn free_block(g: &mut Guard, p: usize) -> bool {
+    let c = g.cache();
+    let l = c.lane(lane_of(p));
+    if l.blocks.free(p, now()).is_none() {
+        stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+        return false;
+    }
+    debug_assert!(l.blocks.check());
+    c.peaks();
+    true
 }
 
 /// Bytes usable at `p`, if it is a block handed out.

@@ -12,8 +12,8 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::range::release_one;
-use super::requests::take;
-use super::{lock, now, signal_all, Guard, WAITING};
+use super::requests::{free_deferred, take};
+use super::{lock_as_scrubber, now, signal_all, Guard, WAITING};
 use crate::blocks::{Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, Errno};
@@ -41,13 +41,13 @@ pub(super) fn scrub() {
     let mut look = crate::threads::first_look();
     TID.store(sys::gettid(), Ordering::Relaxed);
     prezero::ScrubPriority::Idle.apply_to_current_thread();
-    let mut g = lock();
+    let mut g = lock_as_scrubber();
     let prefill = std::mem::take(&mut g.cache().prefill);
     let prefill_lane = g.cache().prefill_lane;
     if prefill > 0 {
         drop(g);
         do_prefill(prefill_lane, prefill, &mut look);
-        g = lock();
+        g = lock_as_scrubber();
     }
     loop {
         // Under the lock, which a look takes to wake this thread.
@@ -55,6 +55,13 @@ pub(super) fn scrub() {
         if crate::threads::stopping(crate::threads::Owner::Cache) {
             g.cache().scrubber = false;
             return;
+        }
+        // Frees a program's thread left while this thread, starved, kept the
+        // lock; then the cap as `free` keeps it.
+        free_deferred(&mut g);
+        let cap = g.cache().cap();
+        if g.cache().held() > cap && release_one(&mut g, u64::MAX) {
+            continue;
         }
         let idle = g.cache().cfg.idle_secs;
         let free = Free::of(&g.cache().cfg);
@@ -92,7 +99,7 @@ pub(super) fn scrub() {
             }
             stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
             stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
-            g = lock();
+            g = lock_as_scrubber();
             g.cache().lane(lane).blocks.busy_done(s, Kind::Clean);
             signal_all();
             continue;
@@ -114,7 +121,7 @@ pub(super) fn scrub() {
                 // SAFETY: as above; drops what was populated before the failure.
                 let _ = unsafe { sys::discard(s, l) };
             }
-            g = lock();
+            g = lock_as_scrubber();
             let c = g.cache();
             // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
             c.cfg.spare &= !unknown;
@@ -202,12 +209,12 @@ fn do_prefill(lane: usize, bytes: usize, look: &mut u32) {
             break;
         }
     }
-    let free = Free::of(&lock().cache().cfg);
+    let free = Free::of(&lock_as_scrubber().cache().cfg);
     if ok && run.still() {
         // SAFETY: the block is this thread's, and zero (taken zeroed).
         unsafe { mark_free(p as usize, bytes, free) };
     }
-    let mut g = lock();
+    let mut g = lock_as_scrubber();
     let l = g.cache().lane(lane);
     if ok {
         l.blocks.free_clean(p as usize, now());

@@ -307,7 +307,7 @@ pub fn wake_all() {
 
 fn wake(l: &Lane) {
     l.work.fetch_add(1, Ordering::Release);
-    uffd::futex_wake(&l.work);
+    sys::futex_wake(&l.work);
 }
 
 /// Whether lane `lane` fills ahead of demand.

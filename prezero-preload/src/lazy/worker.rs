@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
-use crate::sys::uffd;
+use crate::sys;
 use crate::threads;
 
 /// After a fill or a give-back the kernel refused (no memory, locked
@@ -84,6 +84,6 @@ pub fn run() {
         }
         // Woken by a slot freed or made dirty; else a look at the idle time
         // each second.
-        uffd::futex_wait(reserve::work(lane), seen, 1000);
+        sys::futex_wait(reserve::work(lane), seen, 1000);
     }
 }

@@ -14,6 +14,10 @@
 //!   each scan). The program's own `mmap`, `munmap`, `mremap` and
 //!   `madvise`, which the lazy mode passes on, are not the preload's: never
 //!   failed.
+//! * `stall:N`: not a call that fails but a holder that stalls: the Nth
+//!   time the scrubber takes the cache's lock it keeps it 3 s, as it does
+//!   when preempted at `SCHED_IDLE` while the program's threads keep every
+//!   core busy.
 //! * `count` (alone, or among those): nothing more fails.
 //!
 //! Either way each kind's calls are counted and printed at exit, so a test
@@ -45,9 +49,10 @@ pub enum Kind {
     UffdMove,
     UffdWake,
     Pagemap,
+    Stall,
 }
 
-const KINDS: [(Kind, &[u8]); 12] = [
+const KINDS: [(Kind, &[u8]); 13] = [
     (Kind::Mmap, b"mmap"),
     (Kind::Madvise, b"madvise"),
     (Kind::Mremap, b"mremap"),
@@ -60,6 +65,7 @@ const KINDS: [(Kind, &[u8]); 12] = [
     (Kind::UffdMove, b"uffd_move"),
     (Kind::UffdWake, b"uffd_wake"),
     (Kind::Pagemap, b"pagemap"),
+    (Kind::Stall, b"stall"),
 ];
 
 /// Calls made of each kind, in `KINDS`' order.
@@ -131,7 +137,7 @@ fn parse(item: &[u8]) -> Option<(usize, u64, bool)> {
 }
 
 /// The line printed at exit: `prezero-preload: pid P: calls: mmap A madvise
-/// B ... pagemap K`, each kind and its count in `KINDS`' order.
+/// B ... stall L`, each kind and its count in `KINDS`' order.
 extern "C" fn print_counts() {
     use std::io::Write;
     let mut buf = [0u8; 512];

@@ -1,7 +1,8 @@
 //! The preload's OS layer: every call it makes into libc, each a small
 //! function with its precondition on a `pre:` line, as the library's `sys/`
-//! has them (the lazy mode's userfaultfd, pagemap, futex and signal-mask
-//! calls in `uffd.rs`, the locks that live in statics in `sync.rs`). That layer cannot serve here: it is the library's own
+//! has them (the lazy mode's userfaultfd, pagemap and signal-mask calls in
+//! `uffd.rs`, the locks that live in statics and the futex in `sync.rs`).
+//! That layer cannot serve here: it is the library's own
 //! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
 //! and builds `Vec`s, where this crate runs inside `malloc` and may not
 //! allocate. These take and return numbers, C strings and the caller's stack
@@ -39,13 +40,23 @@ macro_rules! inject {
 
 #[cfg(feature = "fault-injection")]
 mod fault;
+
+/// Testing only (`PREZERO_FAULT=stall:N`, see `fault.rs`): the scrubber,
+/// having taken the cache's lock, keeps it 3 s.
+#[inline(always)]
+pub fn injected_stall() {
+    #[cfg(feature = "fault-injection")]
+    if fault::fails(fault::Kind::Stall) {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    }
+}
 mod numa;
 mod sync;
 mod thread;
 pub mod uffd;
 
 pub use numa::*;
-pub use sync::{Cond, Mutex};
+pub use sync::{futex_wait, futex_wake, Event, Mutex};
 pub use thread::*;
 
 impl Errno {

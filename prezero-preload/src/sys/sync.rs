@@ -1,7 +1,9 @@
-//! The locks that live in statics: a pthread mutex and condition variable,
-//! made without allocating, usable before anything is set up.
+//! The locks that live in statics, made without allocating, usable before
+//! anything is set up: a pthread mutex, an event on a futex, and the futex
+//! calls themselves.
 
 use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicU32, Ordering::SeqCst};
 
 /// A pthread mutex that lives in a static: made without allocating, usable
 /// before anything is set up, and held across `fork` by the cache's
@@ -34,6 +36,15 @@ impl Mutex {
         unsafe { libc::pthread_mutex_trylock(self.0.get()) == 0 }
     }
 
+    /// Takes the mutex if it is free by `deadline` on `CLOCK_REALTIME`:
+    /// whether it did.
+    ///
+    /// pre: none.
+    pub fn lock_until(&self, deadline: &libc::timespec) -> bool {
+        // SAFETY: as in lock; the deadline is only read.
+        unsafe { libc::pthread_mutex_timedlock(self.0.get(), deadline) == 0 }
+    }
+
     /// Gives the mutex back.
     ///
     /// # Safety
@@ -57,46 +68,93 @@ impl Mutex {
     }
 }
 
-/// A pthread condition variable that lives in a static, beside its [`Mutex`].
-pub struct Cond(UnsafeCell<libc::pthread_cond_t>);
+/// Wakes the threads that wait for something to change under a [`Mutex`]:
+/// a futex on a count of changes. Unlike a condition variable, it leaves
+/// the taking back of the mutex to the waiter, which may give up on it (a
+/// program's request does, rather than wait for a starved holder: see the
+/// cache's `Guard`).
+pub struct Event {
+    changes: AtomicU32,
+    sleepers: AtomicU32,
+}
 
-// SAFETY: a pthread condition variable is made to be shared between threads;
-// it is only reached through the pthread calls below.
-unsafe impl Sync for Cond {}
-
-impl Cond {
-    pub const fn new() -> Cond {
-        Cond(UnsafeCell::new(libc::PTHREAD_COND_INITIALIZER))
+impl Event {
+    pub const fn new() -> Event {
+        Event {
+            changes: AtomicU32::new(0),
+            sleepers: AtomicU32::new(0),
+        }
     }
 
-    /// Wakes every thread waiting on it.
+    /// The count of changes now: read before the mutex is let go, and
+    /// handed to [`Event::wait`], so a change after it cannot be missed.
+    pub fn seen(&self) -> u32 {
+        self.changes.load(SeqCst)
+    }
+
+    /// Waits until a [`Event::signal_all`] after `seen` was read, or `ms`.
+    ///
+    /// pre: none (the caller lets its mutex go first, or it waits with it).
+    pub fn wait(&self, seen: u32, ms: u64) {
+        // Counted before the futex reads the count: a signal that sees no
+        // sleeper changed the count first, and the futex returns at once.
+        self.sleepers.fetch_add(1, SeqCst);
+        futex_wait(&self.changes, seen, ms);
+        self.sleepers.fetch_sub(1, SeqCst);
+    }
+
+    /// Wakes every waiter; a system call only if one sleeps.
     ///
     /// pre: none.
-    pub fn broadcast(&self) {
-        // SAFETY: an initialised condition variable (new or reset).
-        unsafe { libc::pthread_cond_broadcast(self.0.get()) };
+    pub fn signal_all(&self) {
+        self.changes.fetch_add(1, SeqCst);
+        if self.sleepers.load(SeqCst) > 0 {
+            futex_wake(&self.changes);
+        }
     }
 
-    /// Waits for a [`Cond::broadcast`] or until `deadline` on
-    /// `CLOCK_REALTIME`, with `m` given back meanwhile and held again on
-    /// return.
+    /// Forgets the sleepers: in a forked child, whose sleepers were the
+    /// parent's threads.
     ///
-    /// # Safety
-    /// pre: the calling thread holds `m`, and every thread that waits on this
-    /// condition waits with `m`.
-    pub unsafe fn wait_until(&self, m: &Mutex, deadline: &libc::timespec) {
-        // SAFETY: `m` is held by this thread and the one mutex of this
-        // condition (pre); the deadline is only read.
-        unsafe { libc::pthread_cond_timedwait(self.0.get(), m.0.get(), deadline) };
+    /// pre: the caller is a forked child's only thread.
+    pub fn reset(&self) {
+        self.sleepers.store(0, SeqCst);
     }
+}
 
-    /// Makes the condition anew, forgetting its waiters.
-    ///
-    /// # Safety
-    /// pre: no thread waits on it or starts to while this runs (a forked
-    /// child's copy, whose waiters were the parent's threads).
-    pub unsafe fn reset(&self) {
-        // SAFETY: no waiters (pre); default attributes.
-        unsafe { libc::pthread_cond_init(self.0.get(), std::ptr::null()) };
-    }
+/// Waits while `word` holds `expected`, for a [`futex_wake`] or `ms`;
+/// errno as it was (a `malloc` that waited succeeds without a trace).
+///
+/// pre: none.
+pub fn futex_wait(word: &AtomicU32, expected: u32, ms: u64) {
+    let _kept = super::KeepErrno::new();
+    let t = libc::timespec {
+        tv_sec: (ms / 1000) as libc::time_t,
+        tv_nsec: ((ms % 1000) * 1_000_000) as _,
+    };
+    // SAFETY: a private futex wait on a live atomic with a local timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            expected,
+            &t as *const libc::timespec,
+        )
+    };
+}
+
+/// Wakes the threads waiting on `word`.
+///
+/// pre: none.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: a private futex wake on a live atomic.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            i32::MAX,
+        )
+    };
 }

@@ -2,8 +2,8 @@
 //! numbers out, no allocation, each call's precondition on a `pre:` line):
 //! userfaultfd (opening one, its API handshake, registering ranges, the
 //! ioctls that fill or move pages, reading fault messages), the pagemap scan
-//! that says which pages are present and which are huge, futexes, and the
-//! signal mask. The C headers of the machines that build this predate
+//! that says which pages are present and which are huge, and the signal
+//! mask. The C headers of the machines that build this predate
 //! `UFFDIO_MOVE` (6.8) and `PAGEMAP_SCAN` (6.7): the numbers are the kernel's
 //! uapi, written out.
 //!
@@ -17,7 +17,6 @@
 //! not test a path the handler has.
 
 use std::ffi::c_int;
-use std::sync::atomic::AtomicU32;
 
 use super::Errno;
 
@@ -466,41 +465,6 @@ pub fn close(fd: c_int) {
     // interposes (`entry/lazy.rs`).
     // SAFETY: the descriptor is ours and unused from here (pre).
     unsafe { libc::syscall(libc::SYS_close, fd) };
-}
-
-/// Waits while `word` holds `expected`, for a [`futex_wake`] or `ms`.
-///
-/// pre: none.
-pub fn futex_wait(word: &AtomicU32, expected: u32, ms: u64) {
-    let t = libc::timespec {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_nsec: ((ms % 1000) * 1_000_000) as _,
-    };
-    // SAFETY: a private futex wait on a live atomic with a local timeout.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            expected,
-            &t as *const libc::timespec,
-        )
-    };
-}
-
-/// Wakes the threads waiting on `word`.
-///
-/// pre: none.
-pub fn futex_wake(word: &AtomicU32) {
-    // SAFETY: a private futex wake on a live atomic.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            word.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
 }
 
 /// Blocks every signal in the calling thread: the old mask.

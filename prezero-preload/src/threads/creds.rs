@@ -69,7 +69,7 @@ pub(super) fn sync(seen: &mut u32) {
     let _ = sys::set_securebits(SECUREBITS.load(Ordering::Relaxed));
     let _ = sys::set_caps(&caps);
     TOOK.fetch_add(1, Ordering::AcqRel);
-    sys::uffd::futex_wake(&TOOK);
+    sys::futex_wake(&TOOK);
 }
 
 /// This thread's capabilities, less those the last `set*id` caller lacks.
@@ -100,7 +100,7 @@ fn coarse_ms() -> u64 {
 
 /// A thread of ours ends: a caller waiting for it counts one fewer.
 pub(super) fn left() {
-    sys::uffd::futex_wake(&TOOK);
+    sys::futex_wake(&TOOK);
 }
 
 /// Runs `call` (a `set*id` of the program's) once every thread of ours has
@@ -127,7 +127,7 @@ pub fn agreeing<T>(call: impl FnOnce() -> T) -> T {
                 if took >= LIVE.load(Ordering::Acquire) || now >= until {
                     break;
                 }
-                sys::uffd::futex_wait(&TOOK, took, (until - now).min(100));
+                sys::futex_wait(&TOOK, took, (until - now).min(100));
             }
         }
     }

@@ -238,7 +238,7 @@ impl Run {
         let lines: Vec<&str> = self
             .stderr
             .lines()
-            .filter(|l| l.starts_with("prezero-preload: pid "))
+            .filter(|l| l.starts_with("prezero-preload: pid ") && !l.contains(": calls:"))
             .collect();
         assert!(
             !lines.is_empty(),

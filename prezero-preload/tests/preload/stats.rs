@@ -209,26 +209,6 @@ fn prefill_never_marks_freed_memory_zero() {
     }
 }
 
-/// A calloc that needs a block the scrubber is clearing waits for its step;
-/// the scrubber runs at SCHED_IDLE, so while the program's own threads keep
-/// every core busy that step took up to 0.8 s (a calloc of 64 MiB: 39 ms on
-/// average, against 1 ms clearing it itself). Now it waits 2 ms at most.
-#[test]
-fn a_calloc_does_not_wait_for_a_starved_scrubber() {
-    let Some(b) = built() else { return };
-    let _s = serial();
-    // The scrubber takes a step in about half the runs: three.
-    for _ in 0..3 {
-        let r = run(b, &["starve"], &[STATS], true);
-        r.ok();
-        let worst = number_after(&r.stdout, "worst");
-        // Waiting for the starved scrubber held a calloc for most of a second;
-        // clearing 64 MiB itself, on a core shared with two spinners (and, on a
-        // busy CI machine, a compiler), took up to 160 ms.
-        assert!(worst < 400.0, "a calloc took {worst} ms");
-    }
-}
-
 /// Under an address-space limit the 64 GiB reservation does not fit: every
 /// request goes to glibc (no smaller reservation: it would eat into the
 /// program's own limit).

@@ -5,9 +5,14 @@
 //! code's steps over it: critical sections whole (`LOCK` held from `lock()` to
 //! a wait, to `release_one`'s unlock, or to the guard's drop), and outside the
 //! lock the start and the end of work on pages. Each [`Pc`] says which lines it
-//! stands for, and `the_model_follows_the_code` fails if they change order.
+//! stands for, and `follows.rs`'s `the_model_follows_the_code` fails if they
+//! change order.
 //! Every wait here has a timeout (the request's 2 ms, the scrubber's 1 ms and
-//! 1 s): a waiting thread can always go on, by a signal or by its timer.
+//! 1 s): a waiting thread can always go on, by a signal or by its timer. A
+//! program's thread may find the lock kept by a starved scrubber at any of
+//! its takes (`lock_unless_starved`): a request then goes to the next
+//! allocator, whether it waited or not, and a free leaves its block
+//! (`deferred.rs`) for the next `free` or scrubber loop to make.
 //! Scaled down: pages for megabytes (a scrub or a release takes a page where it
 //! takes 8 or 64 MiB), one clock tick, no spare, no prefill, no realloc.
 //!
@@ -16,15 +21,18 @@
 //! by the one that made it Busy, its pages touched by no one else; a zeroed
 //! grant all zero when handed out; `WAITING` the number of waiting requests; a
 //! request waiting for a signal only while a block is Busy (whose end signals:
-//! no lost wake-up); the scrubber starting no step while a request waits for
-//! one to end, nor between its wake-up by a signal and its look after it; and
-//! a fork at any point leaving the child blocks with no Busy one, its Clean and
-//! Fresh pages zero, and no wait.
+//! no lost wake-up); a block left for the next holder touched by no one,
+//! handed to no one, and freed once; the scrubber starting no step while a
+//! request waits for one to end, nor between its wake-up by a signal and its
+//! look after it; and a fork at any point leaving the child blocks with no
+//! Busy one, its Clean and Fresh pages zero, and no wait.
+
+mod follows;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
 
-use prezero::interleavings::{explore, in_order, Model};
+use prezero::interleavings::{explore, Model};
 
 use crate::blocks::{Alloc, Block, Blocks, Kind, Piece, PAGE};
 use Role::{Forker, Freer, Requester, Scrubber};
@@ -37,6 +45,8 @@ const REQUEST: usize = 2 * PAGE;
 const CHUNK: usize = PAGE;
 /// The one tick of the clock: every block was freed at it.
 const NOW: u64 = 0;
+/// The holder of a block a `free` left for the lock's next holder.
+const LEFT: usize = usize::MAX - 1;
 
 thread_local! {
     /// The list each step's [`Blocks`] lives in (one per test thread).
@@ -64,7 +74,7 @@ enum Role {
 enum Then {
     /// `free`'s loop over the cap.
     Free,
-    /// The scrubber's loop.
+    /// The scrubber's loop (its cap, then what is idle).
     Scrub,
 }
 
@@ -73,14 +83,16 @@ enum Then {
 enum Pc {
     /// `take`'s critical section: `alloc` (or `alloc_around_busy` once it
     /// `waited`), then `break` with a grant, or `Alloc::Wait`'s
-    /// `WAITING.fetch_add` and `g.wait_ms(2)`, or `Full`'s return. `woken`: by
-    /// a signal, after the lock was let go (only the old order had that).
+    /// `WAITING.fetch_add` and `g.wait_unless_starved`, or `Full`'s return; or,
+    /// the lock kept by the scrubber, the next allocator. `woken`: by a
+    /// signal, after the lock was let go (only the old order had that).
     Take {
         waited: bool,
         woken: bool,
     },
-    /// In `g.wait_ms(2)`: a signal (`signalled`) or the timer ends it, then
-    /// `WAITING.fetch_sub` and `waited`, and (the lock still held) the look.
+    /// In `g.wait_unless_starved`: a signal (`signalled`) or the timer ends
+    /// it, then `WAITING.fetch_sub` and `waited`, and (the lock taken again)
+    /// the look, or (kept by the scrubber) the next allocator.
     Waiting {
         signalled: bool,
     },
@@ -90,7 +102,9 @@ enum Pc {
     /// The program's writes to its block.
     Write,
     Writing,
-    /// `free`'s critical section: `blocks.free`, then the cap's `release_one`.
+    /// `free`'s critical section: the blocks left by others, `blocks.free`,
+    /// then the cap's `release_one`; or, the lock kept by the scrubber, its
+    /// block left (`deferred::leave`) and `signal_all()`.
     Free,
     /// `release_one` after `SHARED.mutex.unlock()`: `sys::discard(s, l)`, then
     /// (the end of the work and the lock taken again in one step) `busy_done`
@@ -135,6 +149,8 @@ struct World {
     busy: BTreeMap<usize, usize>,
     /// Each requester's grant: its start and length, and its pieces.
     grant: Vec<Option<(usize, usize, Vec<Piece>)>>,
+    /// Blocks left by a `free` for the lock's next holder (`held` by [`LEFT`]).
+    left: Vec<usize>,
     waiting: usize,
     roles: Vec<Role>,
     pcs: Vec<Pc>,
@@ -158,6 +174,7 @@ impl World {
             held: BTreeMap::new(),
             busy: BTreeMap::new(),
             grant: vec![None; roles.len()],
+            left: Vec::new(),
             waiting: 0,
             roles: roles.to_vec(),
             pcs: roles
@@ -282,6 +299,18 @@ impl World {
         }
     }
 
+    /// `free_deferred`, the lock held: each block left is freed.
+    fn free_left(&mut self) {
+        for s in std::mem::take(&mut self.left) {
+            if self.held.remove(&s) != Some(LEFT) {
+                self.fail(format!("{s:#x} was left, and is not held as left"));
+            }
+            if self.with(|b| b.free(s, NOW)).is_none() {
+                self.fail(format!("the free of {s:#x}, left, refused"));
+            }
+        }
+    }
+
     /// `free`'s loop, the lock held: over the cap, one `release_one`.
     fn free_tail(&mut self, t: usize) -> Pc {
         let cap = self.cfg.cap;
@@ -301,8 +330,15 @@ impl World {
         Some(Pc::Discard(s, l, then))
     }
 
-    /// The scrubber's loop, the lock held, from `release_one` on.
+    /// The scrubber's loop, the lock held, from `free_deferred` on.
     fn scrub_loop(&mut self, t: usize) -> Pc {
+        self.free_left();
+        let cap = self.cfg.cap;
+        if self.with(|b| b.bytes.held()) > cap {
+            if let Some(pc) = self.release(t, u64::MAX, Then::Scrub) {
+                return pc;
+            }
+        }
         if self.cfg.idle {
             if let Some(pc) = self.release(t, NOW, Then::Scrub) {
                 return pc;
@@ -417,10 +453,24 @@ impl Model for World {
     fn steps(&self, t: usize) -> Vec<World> {
         let mut w = self.clone();
         let next = match self.pcs[t] {
-            Pc::Take { waited, .. } => w.take(t, waited),
+            Pc::Take { waited, woken } => {
+                // The first take of the lock may find it kept by the scrubber.
+                let mut gave_up = self.clone();
+                gave_up.pcs[t] = Pc::Done;
+                w.pcs[t] = w.take(t, waited);
+                return if waited || woken {
+                    vec![w]
+                } else {
+                    vec![w, gave_up]
+                };
+            }
             Pc::Waiting { signalled } => {
-                // The timer can always end it; a signal, once sent.
-                let mut out = Vec::new();
+                // The timer can always end it; a signal, once sent. Either
+                // way the lock may be kept by the scrubber.
+                let mut gave_up = self.clone();
+                gave_up.waiting -= 1;
+                gave_up.pcs[t] = Pc::Done;
+                let mut out = vec![gave_up];
                 for by_timer in [true, false] {
                     if !by_timer && !signalled {
                         continue;
@@ -474,11 +524,19 @@ impl Model for World {
             }
             Pc::Free => {
                 let (s, ..) = w.grant[t].take().expect("a grant");
+                // The lock kept by the scrubber: the block is left.
+                let mut left = w.clone();
+                left.held.insert(s, LEFT);
+                left.left.push(s);
+                left.signal_all();
+                left.pcs[t] = Pc::Done;
+                w.free_left();
                 w.held.remove(&s);
                 if w.with(|b| b.free(s, NOW)).is_none() {
                     w.fail(format!("thread {t}'s free of {s:#x} refused"));
                 }
-                w.free_tail(t)
+                w.pcs[t] = w.free_tail(t);
+                return vec![w, left];
             }
             Pc::Discard(s, l, then) => {
                 w.touch(t, s, l);
@@ -577,85 +635,4 @@ fn a_look_after_the_lock_was_let_go_lets_the_scrubber_in() {
         ..config(PAGES * PAGE, false)
     };
     explore(World::new(cfg, &[Requester, Scrubber]));
-}
-
-/// The lines each step stands for are still in the order the model takes them.
-#[test]
-fn the_model_follows_the_code() {
-    let requests = include_str!("requests.rs");
-    let range = include_str!("range.rs");
-    let scrubber = include_str!("scrubber.rs");
-    let fork = include_str!("fork.rs");
-    in_order(
-        requests,
-        "pub(super) fn take(",
-        &[
-            "let mut g = lock();",
-            "let granted = loop {",
-            "l.blocks.alloc_around_busy(size, align, zeroed, room)",
-            "l.blocks.alloc(size, align, zeroed, room)",
-            "Alloc::Wait =>",
-            "WAITING.fetch_add(1, Ordering::Relaxed)",
-            "g.wait_ms(2)",
-            "WAITING.fetch_sub(1, Ordering::Relaxed)",
-            "drop(g);",
-            "prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot)",
-        ],
-    );
-    in_order(
-        requests,
-        "pub extern \"C\" fn free(",
-        &[
-            "let mut g = lock();",
-            "l.blocks.free(p, now())",
-            "while g.cache().held() > cap",
-            "release_one(&mut g, u64::MAX)",
-            "signal_all();",
-            "drop(g);",
-        ],
-    );
-    in_order(
-        range,
-        "pub(super) fn release_one(",
-        &[
-            "release_take(before, RELEASE_CHUNK)",
-            "SHARED.mutex.unlock()",
-            "sys::discard(s, l)",
-            "SHARED.mutex.lock()",
-            "c.blocks.busy_done(s, Kind::Fresh)",
-            "c.blocks.busy_failed(s, now())",
-            "signal_all();",
-        ],
-    );
-    in_order(
-        scrubber,
-        "fn scrub(",
-        &[
-            "loop {",
-            "release_one(&mut g, now().saturating_sub(",
-            "if WAITING.load(Ordering::Relaxed) > 0",
-            "g.wait_ms(1);",
-            "scrub_take(SCRUB_CHUNK)",
-            "drop(g);",
-            "prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold)",
-            "g = lock();",
-            "busy_done(s, Kind::Clean)",
-            "signal_all();",
-            "g.wait(1);",
-        ],
-    );
-    in_order(
-        fork,
-        "pub(super) extern \"C\" fn before_fork(",
-        &["SHARED.mutex.lock()"],
-    );
-    in_order(
-        fork,
-        "pub(super) extern \"C\" fn in_child(",
-        &[
-            "lane.blocks.abandon_busy()",
-            "WAITING.store(0, Ordering::Relaxed)",
-            "SHARED.mutex.unlock()",
-        ],
-    );
 }
