@@ -10,8 +10,9 @@
 # - The pure models: the pool's state machine (pool::state), the service's
 #   ledger model (prezero-service's ledger::model) and the preload's block model
 #   (prezero-preload's blocks).
-# - The preload's frees left for the cache lock's next holder (cache::deferred):
-#   atomics shared by threads that leave and one that takes.
+# - The preload's cache lock (sys::sync's TagMutex: a futex word that says who
+#   holds it) and the frees left for its next holder (cache::deferred): atomics
+#   and futexes shared by threads.
 # Not here: the SIMD and asm kernels and everything that picks a kernel (that
 # takes CPUID, which is inline asm, as are rep stosb, movnti and clzero), and
 # whatever asks the OS for more than an anonymous mmap. Miri is some thousand
@@ -42,4 +43,4 @@ cargo +nightly miri test -q -p prezero-capi --lib -- helpers
 # The block tests leak their block lists on purpose: Blocks holds a `&'static mut`
 # list, as the preload's own lists are mappings kept for the life of the process.
 MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-ignore-leaks" \
-  cargo +nightly miri test -q -p prezero-preload --lib -- blocks:: cache::deferred::
+  cargo +nightly miri test -q -p prezero-preload --lib -- blocks:: cache::deferred:: sys::sync::

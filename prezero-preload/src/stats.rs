@@ -22,6 +22,9 @@ pub static FALLBACKS: AtomicU64 = AtomicU64::new(0);
 pub static REMAPS: AtomicU64 = AtomicU64::new(0);
 /// Frees of pointers in the range that are not a block handed out (ignored).
 pub static BAD_FREES: AtomicU64 = AtomicU64::new(0);
+/// `malloc`, `calloc` and `free` calls that went on without the lock a
+/// starved scrubber kept (to the next allocator, or a free left for later).
+pub static AROUND_SCRUBBER: AtomicU64 = AtomicU64::new(0);
 pub static PEAK_HELD: AtomicUsize = AtomicUsize::new(0);
 pub static PEAK_IN_USE: AtomicUsize = AtomicUsize::new(0);
 
@@ -39,6 +42,7 @@ pub fn reset() {
         &FALLBACKS,
         &REMAPS,
         &BAD_FREES,
+        &AROUND_SCRUBBER,
     ] {
         c.store(0, Relaxed);
     }
@@ -84,12 +88,18 @@ pub fn print() {
         REMAPS.load(Relaxed),
         BAD_FREES.load(Relaxed),
     );
+    // Notes, each where it has something to say: each replaces the newline.
     let events = crate::pressure::EVENTS.load(Relaxed);
     if events > 0 {
-        // Replaces the newline.
         let used = LEN - w.len() - 1;
         w = &mut buf[used..];
         let _ = writeln!(w, "; {events} memory pressure events (all held went back)");
+    }
+    let around = AROUND_SCRUBBER.load(Relaxed);
+    if around > 0 {
+        let used = LEN - w.len() - 1;
+        w = &mut buf[used..];
+        let _ = writeln!(w, "; {around} calls went around a starved scrubber");
     }
     let used = LEN - w.len();
     crate::sys::write_stderr(&buf[..used]);

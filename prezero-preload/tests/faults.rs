@@ -332,8 +332,8 @@ fn a_scrubber_stalled_holding_the_lock_holds_up_no_request() {
     );
     let s = r.stats();
     assert!(
-        s.fallbacks > 0,
-        "no request went around the stalled scrubber: {s:?}"
+        s.around_scrubber > 0 && s.fallbacks <= s.around_scrubber,
+        "the requests did not go around the stalled scrubber: {s:?}"
     );
 }
 

@@ -1,9 +1,10 @@
 //! Frees left for the lock's next holder: a program's `free` that found the
-//! lock kept by a starved scrubber (see `lock_unless_starved`) leaves its
-//! block here and returns. The next thread that takes the lock (the
-//! scrubber's loop, a request, a free) makes those frees first. Addresses in
-//! slots of a static, without the lock: nothing allocated, and a free that
-//! finds every slot taken waits for the lock as before.
+//! lock kept by a starved scrubber (see `lock.rs`) leaves its block here and
+//! returns. The next `free` that takes the lock, or the scrubber's next
+//! loop, makes those frees first. Addresses in slots of a static, without
+//! the lock: nothing allocated, nothing counted beside them (a count a forked
+//! child copied halfway could not be right), and a free that finds every
+//! slot taken waits for the lock as before.
 //!
 //! A block left here stays InUse until then: no one is handed it, scrubs it
 //! or gives it back, and the thread that left it no longer touches it.
@@ -12,49 +13,39 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Frees left at once, at most: a starved scrubber runs again within about
 /// a second, and a program frees few blocks of 64 KiB or more in that time
-/// (2 KiB of addresses).
+/// (2 KiB of addresses, read whole at each look).
 const SLOTS: usize = 256;
 
 /// The blocks left (0: an empty slot; no block starts at 0).
 static LEFT: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-/// Slots filled or being filled: raised before a slot is filled and lowered
-/// after one is emptied, so it never goes below the slots filled.
-static PENDING: AtomicUsize = AtomicUsize::new(0);
 
 /// Leaves the free of the block at `p` for the lock's next holder: false if
 /// every slot is taken (the caller then waits for the lock).
 pub(super) fn leave(p: usize) -> bool {
-    PENDING.fetch_add(1, Ordering::AcqRel);
-    for slot in &LEFT {
+    LEFT.iter().any(|slot| {
         // Release: the program's last writes to the block come before the
         // holder that takes it hands it out again.
-        if slot.load(Ordering::Relaxed) == 0
+        slot.load(Ordering::Relaxed) == 0
             && slot
                 .compare_exchange(0, p, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
-        {
-            return true;
-        }
-    }
-    PENDING.fetch_sub(1, Ordering::AcqRel);
-    false
+    })
 }
 
-/// Whether a free may be left (a waiting holder takes it first).
-pub(super) fn pending() -> bool {
-    PENDING.load(Ordering::Acquire) > 0
+/// Whether a free is left.
+pub(super) fn any_left() -> bool {
+    LEFT.iter().any(|slot| slot.load(Ordering::Relaxed) != 0)
 }
 
 /// Empties the slots, handing each block left to `free`: the caller holds the
 /// lock. A slot being filled now is found by a later holder.
 pub(super) fn take_each(mut free: impl FnMut(usize)) {
-    if !pending() {
-        return;
-    }
     for slot in &LEFT {
+        if slot.load(Ordering::Relaxed) == 0 {
+            continue;
+        }
         let p = slot.swap(0, Ordering::Acquire);
         if p != 0 {
-            PENDING.fetch_sub(1, Ordering::AcqRel);
             free(p);
         }
     }
@@ -68,7 +59,7 @@ mod tests {
     #[test]
     fn every_free_left_is_taken_once() {
         let base = 1usize << 40;
-        assert!(!pending());
+        assert!(!any_left());
         for i in 0..SLOTS {
             assert!(leave(base + i * 4096));
         }
@@ -80,7 +71,7 @@ mod tests {
             seen,
             (0..SLOTS).map(|i| base + i * 4096).collect::<Vec<_>>()
         );
-        assert!(!pending());
+        assert!(!any_left());
         // Threads leave while this one takes: each block comes out once.
         let threads = if cfg!(miri) { 2 } else { 4 };
         let per = if cfg!(miri) { 20 } else { 2000 };
@@ -104,6 +95,6 @@ mod tests {
         seen.sort_unstable();
         let all: Vec<usize> = (1..=threads * per).map(|i| base + i * 4096).collect();
         assert_eq!(seen, all);
-        assert!(!pending());
+        assert!(!any_left());
     }
 }

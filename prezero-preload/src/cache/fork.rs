@@ -4,6 +4,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::lock::PROGRAM;
 use super::{SHARED, STARTED, WAITING};
 use crate::stats;
 
@@ -16,7 +17,7 @@ pub(super) extern "C" fn before_fork() {
         // wait for it forever. Made here, before the fork, it is done.
         let _ = prezero::active_size_classes();
         // `after_fork`/`in_child` unlock it.
-        SHARED.mutex.lock();
+        SHARED.mutex.lock(PROGRAM);
     }
 }
 

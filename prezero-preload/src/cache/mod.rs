@@ -10,12 +10,11 @@
 //! `SCHED_IDLE`: with every core busy its step can take most of a second),
 //! then takes the best run around the Busy blocks.
 //!
-//! The same starvation can catch the scrubber holding `LOCK` itself. A
-//! program's `malloc`, `calloc` or `free` waits for it 2 ms at most
-//! ([`lock_unless_starved`]), then goes on without it: a request to the next
-//! allocator, a free left in `deferred.rs` for the next holder. The threads'
-//! steps (requests, frees over the cap, the scrubber, fork) are checked in
-//! every interleaving in `interleavings.rs`.
+//! The same starvation can catch the scrubber holding `LOCK` itself: a
+//! program's `malloc`, `calloc` or `free` waits for it 2 ms at most, then
+//! goes on without it (see `lock.rs`). The threads' steps (requests, frees
+//! over the cap, the scrubber, fork) are checked in every interleaving in
+//! `interleavings/`.
 //!
 //! Limits: free memory with pages behind it (Dirty, Clean, Busy) stays under
 //! `cap`: a `free` that takes it past gives the oldest back (`MADV_DONTNEED`)
@@ -38,6 +37,8 @@
 //!
 //! * `requests.rs`: the entry points' large path (`alloc`, `free`,
 //!   `realloc`, `usable_size`);
+//! * `lock.rs`: the lock's holders, and how a program's thread gives up on
+//!   a starved scrubber;
 //! * `deferred.rs`: the frees left for the lock's next holder;
 //! * `range.rs`: the range's mappings: reserved, made writable, given back;
 //! * `scrubber.rs`: the scrubber thread, the prefill and the spare;
@@ -51,6 +52,7 @@ mod fork;
 mod hooks;
 #[cfg(test)]
 mod interleavings;
+mod lock;
 mod range;
 mod requests;
 mod scrubber;
@@ -63,6 +65,7 @@ use crate::config::Config;
 use crate::nodes::{Nodes, MAX_LANES};
 use crate::stats;
 use crate::sys;
+use lock::{lock, signal_all, Guard};
 
 // The lazy mode's way in (see hooks.rs).
 pub use hooks::{set_hooks, Hooks, Moved};
@@ -97,7 +100,7 @@ struct Cache {
 
 /// The lock, its event, and the cache it guards.
 struct Shared {
-    mutex: sys::Mutex,
+    mutex: sys::TagMutex,
     event: sys::Event,
     cache: UnsafeCell<Option<Cache>>,
 }
@@ -107,7 +110,7 @@ struct Shared {
 unsafe impl Sync for Shared {}
 
 static SHARED: Shared = Shared {
-    mutex: sys::Mutex::new(),
+    mutex: sys::TagMutex::new(),
     event: sys::Event::new(),
     cache: UnsafeCell::new(None),
 };
@@ -127,142 +130,6 @@ static NODES: std::sync::OnceLock<Nodes> = std::sync::OnceLock::new();
 static STARTED: AtomicBool = AtomicBool::new(false);
 /// Requests waiting for a Busy block (raised under the lock).
 static WAITING: AtomicUsize = AtomicUsize::new(0);
-/// The scrubber thread holds `LOCK` (set and cleared under it).
-static SCRUBBER_HOLDS: AtomicBool = AtomicBool::new(false);
-/// A request gave up on the lock the scrubber holds: until it lets go, the
-/// next ones do not wait for it either.
-static STARVED: AtomicBool = AtomicBool::new(false);
-/// How long a program's request waits for a lock the scrubber holds, and for
-/// a Busy block.
-const REQUEST_WAIT_MS: u64 = 2;
-
-/// `LOCK` held; the cache through it. `scrubber`: by the scrubber thread.
-struct Guard {
-    scrubber: bool,
-}
-
-impl Guard {
-    fn cache(&mut self) -> &mut Cache {
-        // SAFETY: the mutex is held while the guard lives, so this is the only
-        // reference; `started()` checked the cache exists before any guard.
-        unsafe { (*SHARED.cache.get()).as_mut().expect("the cache is set up") }
-    }
-
-    /// Runs `f` with the lock let go, and takes it again for this holder.
-    fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
-        if self.scrubber {
-            scrubber_lets_go();
-        }
-        // SAFETY: this guard holds the mutex; it is taken again below before
-        // the guard is used or dropped.
-        unsafe { SHARED.mutex.unlock() };
-        let r = f();
-        SHARED.mutex.lock();
-        if self.scrubber {
-            scrubber_holds();
-        }
-        r
-    }
-
-    /// Waits for a signal (a Busy block done, a free) or `secs`.
-    fn wait(&mut self, secs: u64) {
-        self.wait_ms(secs.saturating_mul(1000));
-    }
-
-    /// Waits for a signal or `ms` milliseconds, the lock let go meanwhile;
-    /// not at all while frees are left for the holder (`deferred.rs`).
-    fn wait_ms(&mut self, ms: u64) {
-        // Read under the lock: a signal after it ends the wait.
-        let seen = SHARED.event.seen();
-        if deferred::pending() {
-            return;
-        }
-        self.unlocked(|| SHARED.event.wait(seen, ms));
-    }
-
-    /// [`Guard::wait_ms`] for a request: `None` if, to take the lock again,
-    /// a program's thread would wait for a starved scrubber (see
-    /// [`lock_unless_starved`]); the scrubber's prefill always takes it.
-    fn wait_unless_starved(self, ms: u64) -> Option<Guard> {
-        let (scrubber, seen) = (self.scrubber, SHARED.event.seen());
-        drop(self);
-        SHARED.event.wait(seen, ms);
-        if scrubber {
-            Some(lock_as_scrubber())
-        } else {
-            lock_unless_starved()
-        }
-    }
-}
-
-impl Drop for Guard {
-    fn drop(&mut self) {
-        if self.scrubber {
-            scrubber_lets_go();
-        }
-        // SAFETY: this guard locked the mutex.
-        unsafe { SHARED.mutex.unlock() };
-    }
-}
-
-/// The lock, waited for as long as its holder keeps it.
-fn lock() -> Guard {
-    SHARED.mutex.lock();
-    Guard { scrubber: false }
-}
-
-/// The lock, for the scrubber thread: marked as the scrubber's until let go.
-fn lock_as_scrubber() -> Guard {
-    SHARED.mutex.lock();
-    scrubber_holds();
-    Guard { scrubber: true }
-}
-
-/// Marks the lock, just taken by the scrubber, as its own.
-fn scrubber_holds() {
-    SCRUBBER_HOLDS.store(true, Ordering::Relaxed);
-    sys::injected_stall();
-}
-
-/// Marks the lock, about to be let go by the scrubber, as no longer its own.
-fn scrubber_lets_go() {
-    SCRUBBER_HOLDS.store(false, Ordering::Relaxed);
-    STARVED.store(false, Ordering::Relaxed);
-}
-
-/// The lock, for a program's request (`malloc`, `calloc`, `free`): `None`
-/// if the scrubber holds it and keeps it past [`REQUEST_WAIT_MS`]. At
-/// `SCHED_IDLE`, preempted while the program's threads keep every core busy,
-/// it may not run again for most of a second, and no priority it could be
-/// lent reaches a `SCHED_IDLE` thread (nor may it leave that class without
-/// `CAP_SYS_NICE`). Once a request gave up, the next ones do not wait until
-/// the scrubber lets go. Held by another thread of the program, the lock is
-/// waited for: that wait is the program's own.
-fn lock_unless_starved() -> Option<Guard> {
-    if SHARED.mutex.try_lock() {
-        return Some(Guard { scrubber: false });
-    }
-    if STARVED.load(Ordering::Relaxed) && SCRUBBER_HOLDS.load(Ordering::Relaxed) {
-        return None;
-    }
-    let mut until = sys::clock_gettime(libc::CLOCK_REALTIME);
-    let ns = until.tv_nsec as u64 + REQUEST_WAIT_MS * 1_000_000;
-    until.tv_sec += (ns / 1_000_000_000) as libc::time_t;
-    until.tv_nsec = (ns % 1_000_000_000) as _;
-    if SHARED.mutex.lock_until(&until) {
-        return Some(Guard { scrubber: false });
-    }
-    if SCRUBBER_HOLDS.load(Ordering::Relaxed) {
-        STARVED.store(true, Ordering::Relaxed);
-        return None;
-    }
-    Some(lock())
-}
-
-fn signal_all() {
-    SHARED.event.signal_all();
-}
-
 /// Milliseconds on a coarse monotonic clock. Not whole seconds: a block
 /// freed at 10.99 s would count as idle for a second at 11.0 s, so memory went
 /// back up to a second before PREZERO_IDLE_SECS.
@@ -376,7 +243,7 @@ fn ensure_scrubber() {
 /// ever. Where it is taken the scrubber looks at its next wake (a second at
 /// most), within the caller's wait.
 fn wake_scrubber() {
-    if STARTED.load(Ordering::Acquire) && SHARED.mutex.try_lock() {
+    if STARTED.load(Ordering::Acquire) && SHARED.mutex.try_lock(lock::PROGRAM) {
         signal_all();
         // SAFETY: locked just above, by this thread.
         unsafe { SHARED.mutex.unlock() };

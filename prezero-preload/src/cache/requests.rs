@@ -6,10 +6,11 @@ use std::ffi::c_void;
 use std::sync::atomic::Ordering;
 
 use super::hooks::{hooks, Moved};
+use super::lock::{lock_as_scrubber, lock_unless_starved, REQUEST_WAIT_MS};
 use super::range::release_one;
 use super::{
-    caller_lane, deferred, ensure_scrubber, lane_node, lane_of, lock, lock_as_scrubber,
-    lock_unless_starved, now, signal_all, Guard, REQUEST_WAIT_MS, WAITING,
+    caller_lane, deferred, ensure_scrubber, lane_node, lane_of, lock, now, signal_all, Guard,
+    WAITING,
 };
 use crate::blocks::{Alloc, Kind, PAGE};
 use crate::stats;
@@ -159,9 +160,7 @@ pub extern "C" fn free(p: usize) {
         None => lock(),
     };
     free_deferred(&mut g);
-    if !free_block(&mut g, p) {
-        return;
-    }
+    free_block(&mut g, p);
     // Past the cap: the oldest free memory goes back before this returns.
     let cap = g.cache().cap();
     while g.cache().held() > cap {
@@ -180,22 +179,20 @@ pub extern "C" fn free(p: usize) {
 /// Makes the frees left in `deferred.rs` (the caller holds the lock, and
 /// gives back what takes the cache past its cap).
 pub(super) fn free_deferred(g: &mut Guard) {
-    deferred::take_each(|p| {
-        free_block(g, p);
-    });
+    deferred::take_each(|p| free_block(g, p));
 }
 
-/// Takes back the block at `p`, the lock held: whether it was one handed out.
-fn free_block(g: &mut Guard, p: usize) -> bool {
+/// Takes back the block at `p`, the lock held (a pointer that is not a block
+/// handed out is counted).
+fn free_block(g: &mut Guard, p: usize) {
     let c = g.cache();
     let l = c.lane(lane_of(p));
     if l.blocks.free(p, now()).is_none() {
         stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
-        return false;
+        return;
     }
     debug_assert!(l.blocks.check());
     c.peaks();
-    true
 }
 
 /// Bytes usable at `p`, if it is a block handed out.

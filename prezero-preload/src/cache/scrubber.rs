@@ -11,9 +11,10 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::lock::lock_as_scrubber;
 use super::range::release_one;
 use super::requests::{free_deferred, take};
-use super::{lock_as_scrubber, now, signal_all, Guard, WAITING};
+use super::{now, signal_all, Guard, WAITING};
 use crate::blocks::{Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, Errno};

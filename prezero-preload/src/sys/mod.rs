@@ -56,7 +56,7 @@ mod thread;
 pub mod uffd;
 
 pub use numa::*;
-pub use sync::{futex_wait, futex_wake, Event, Mutex};
+pub use sync::{futex_wait, futex_wake, Event, Mutex, TagMutex};
 pub use thread::*;
 
 impl Errno {

@@ -388,6 +388,8 @@ pub struct Stats {
     pub bad_frees: u64,
     /// Memory pressure events (the line's note, where it has one).
     pub pressure_events: u64,
+    /// Calls that went on without the lock a starved scrubber kept (a note).
+    pub around_scrubber: u64,
 }
 
 impl Stats {
@@ -397,17 +399,22 @@ impl Stats {
         # GiB in use, # to the next allocator, # realloc by mremap, # bad frees";
 
     pub fn parse(line: &str) -> Result<Stats, String> {
-        let (line, note) = match line.split_once(" bad frees; ") {
-            Some((l, note)) => (&line[..l.len() + " bad frees".len()], Some(note)),
-            None => (line, None),
+        let (line, notes) = match line.split_once(" bad frees; ") {
+            Some((l, notes)) => (&line[..l.len() + " bad frees".len()], notes),
+            None => (line, ""),
         };
-        let pressure_events = match note {
-            Some(n) => n
-                .strip_suffix(" memory pressure events (all held went back)")
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("the note {n:?}"))?,
-            None => 0,
-        };
+        let (mut pressure_events, mut around_scrubber) = (0, 0);
+        for note in notes.split("; ").filter(|n| !n.is_empty()) {
+            let (n, what) = note
+                .split_once(' ')
+                .ok_or_else(|| format!("the note {note:?}"))?;
+            let n: u64 = n.parse().map_err(|_| format!("the note {note:?}"))?;
+            match what {
+                "memory pressure events (all held went back)" => pressure_events = n,
+                "calls went around a starved scrubber" => around_scrubber = n,
+                _ => return Err(format!("the note {note:?}")),
+            }
+        }
         let mut shape = String::new();
         let mut nums = Vec::new();
         let mut chars = line.chars().peekable();
@@ -451,6 +458,7 @@ impl Stats {
             remaps: n(13) as u64,
             bad_frees: n(14) as u64,
             pressure_events,
+            around_scrubber,
         };
         // what the numbers promise of each other (two decimals printed)
         let gib = |pages: u64| (pages * 4096) as f64 / (1u64 << 30) as f64;

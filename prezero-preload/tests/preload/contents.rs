@@ -14,7 +14,9 @@ fn random_traffic_on_1_to_8_threads_around_the_threshold() {
         let s = r.stats();
         assert!(s.served > 1000, "{s:?}");
         assert_eq!(s.bad_frees, 0, "{s:?}");
-        assert_eq!(s.fallbacks, 0, "{s:?}");
+        // Only the calls that went around a scrubber starved by the
+        // threads (more than the cores) go to glibc.
+        assert!(s.fallbacks <= s.around_scrubber, "{s:?}");
     }
     // The default threshold (1 MiB) and no huge pages.
     run(

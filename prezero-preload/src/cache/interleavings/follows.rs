@@ -47,7 +47,7 @@ fn the_model_follows_the_code() {
     in_order(
         requests,
         "pub(super) fn free_deferred(",
-        &["deferred::take_each(", "free_block(g, p);"],
+        &["deferred::take_each(", "free_block(g, p)"],
     );
     in_order(requests, "fn free_block(", &["l.blocks.free(p, now())"]);
     in_order(
@@ -84,7 +84,7 @@ fn the_model_follows_the_code() {
     in_order(
         fork,
         "pub(super) extern \"C\" fn before_fork(",
-        &["SHARED.mutex.lock()"],
+        &["SHARED.mutex.lock(PROGRAM)"],
     );
     in_order(
         fork,

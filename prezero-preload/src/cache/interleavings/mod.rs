@@ -368,7 +368,14 @@ impl World {
                 self.busy.insert(s, t);
                 Pc::Scrub(s, l)
             }
-            None => Pc::Idle,
+            None => {
+                // It drained them at the top of this loop; a free left since
+                // (in the code: while it held the lock) ends its wait at once.
+                if !self.left.is_empty() {
+                    self.fail("the scrubber waits with frees left".into());
+                }
+                Pc::Idle
+            }
         }
     }
 
@@ -392,6 +399,17 @@ impl World {
         let wait = child.with(|b| b.alloc(REQUEST, 1, true, usize::MAX)) == Alloc::Wait;
         if !ok || busy > 0 || wait {
             return Err(format!("a fork leaves the child {:?}", child.blocks));
+        }
+        // The child makes the frees left in the parent (its slots' copy):
+        // their blocks must still be InUse there.
+        for &s in &child.left {
+            if !child
+                .blocks
+                .iter()
+                .any(|b| b.start == s && b.kind == Kind::InUse)
+            {
+                return Err(format!("a fork leaves the child {s:#x}, left, not in use"));
+            }
         }
         child.zero_where_claimed()
     }

@@ -1,0 +1,174 @@
+//! The cache's lock and who holds it. The scrubber runs at `SCHED_IDLE`:
+//! preempted while the program's threads keep every core busy, it may not
+//! run again for most of a second, and nothing lends it the waiter's
+//! priority (priority inheritance lends real-time priorities only, and a
+//! thread may not leave `SCHED_IDLE` without `CAP_SYS_NICE`). Holding the
+//! lock then, it held up every request (a `calloc` of 64 MiB took 441 ms in
+//! a CI run).
+//!
+//! So a program's `malloc`, `calloc` and `free` take the lock through
+//! [`lock_unless_starved`]: if the scrubber kept it through 2 ms, they go on
+//! without it (a request to the next allocator, a free leaves its block in
+//! `deferred.rs`). The lock's word says who holds it (`sys::TagMutex`), set
+//! by the step that takes it: no moment in which the scrubber holds it
+//! unseen. Still waited for, as long as the scrubber keeps it:
+//! `realloc` and `malloc_usable_size` (they need the block's length, which
+//! only the lock's holder may read), a `free` whose slots are all taken, the
+//! kernel's part of a `free` past the cap (the block it gives back is Busy
+//! until the lock is its again), and `fork`.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::{Cache, SHARED};
+use crate::stats;
+use crate::sys;
+
+/// The lock's tags (`sys::TagMutex`): held by a thread of the program (or a
+/// helper of the preload's), or by the scrubber.
+pub(super) const PROGRAM: u32 = 1;
+const SCRUBBER: u32 = 2;
+
+/// The scrubber's holds of the lock, counted as it takes it: with the tag,
+/// which hold a waiting request sees.
+static SCRUBBER_HOLDS: AtomicU32 = AtomicU32::new(0);
+/// The hold a request gave up on: the next requests, while it lasts, give up
+/// at once.
+static GAVE_UP_ON: AtomicU32 = AtomicU32::new(0);
+/// How long a program's request waits for a lock the scrubber holds, and for
+/// a Busy block.
+pub(super) const REQUEST_WAIT_MS: u64 = 2;
+
+/// `LOCK` held; the cache through it. `scrubber`: by the scrubber thread.
+pub(super) struct Guard {
+    scrubber: bool,
+}
+
+impl Guard {
+    pub(super) fn cache(&mut self) -> &mut Cache {
+        // SAFETY: the mutex is held while the guard lives, so this is the only
+        // reference; `started()` checked the cache exists before any guard.
+        unsafe { (*SHARED.cache.get()).as_mut().expect("the cache is set up") }
+    }
+
+    /// Runs `f` with the lock let go, and takes it again for this holder.
+    pub(super) fn unlocked<R>(&mut self, f: impl FnOnce() -> R) -> R {
+        // SAFETY: this guard holds the mutex; it is taken again below before
+        // the guard is used or dropped.
+        unsafe { let_go() };
+        let r = f();
+        take(self.scrubber);
+        r
+    }
+
+    /// Waits for a signal (a Busy block done, a free) or `secs`.
+    pub(super) fn wait(&mut self, secs: u64) {
+        self.wait_ms(secs.saturating_mul(1000));
+    }
+
+    /// Waits for a signal or `ms` milliseconds, the lock let go meanwhile;
+    /// not at all while a free is left for the holder (`deferred.rs`).
+    pub(super) fn wait_ms(&mut self, ms: u64) {
+        // Read under the lock: a signal after it ends the wait. A free left
+        // before it is in its slot, and found here.
+        let seen = SHARED.event.seen();
+        if super::deferred::any_left() {
+            return;
+        }
+        self.unlocked(|| SHARED.event.wait(seen, ms));
+    }
+
+    /// [`Guard::wait_ms`] for a request: `None` if, to take the lock again,
+    /// a program's thread would wait for a starved scrubber (see
+    /// [`lock_unless_starved`]); the scrubber's prefill always takes it.
+    pub(super) fn wait_unless_starved(self, ms: u64) -> Option<Guard> {
+        let (scrubber, seen) = (self.scrubber, SHARED.event.seen());
+        drop(self);
+        SHARED.event.wait(seen, ms);
+        if scrubber {
+            Some(lock_as_scrubber())
+        } else {
+            lock_unless_starved()
+        }
+    }
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        // SAFETY: this guard holds the mutex, and is not used again.
+        unsafe { let_go() };
+    }
+}
+
+/// Takes the mutex, the scrubber's holds counted.
+fn take(scrubber: bool) {
+    if scrubber {
+        SHARED.mutex.lock(SCRUBBER);
+        SCRUBBER_HOLDS.fetch_add(1, Ordering::Relaxed);
+        sys::injected_stall();
+    } else {
+        SHARED.mutex.lock(PROGRAM);
+    }
+}
+
+/// Gives the mutex back.
+///
+/// # Safety
+/// pre: the calling thread holds the mutex.
+unsafe fn let_go() {
+    // SAFETY: held by this thread (pre).
+    unsafe { SHARED.mutex.unlock() };
+}
+
+/// The lock, waited for as long as its holder keeps it.
+pub(super) fn lock() -> Guard {
+    take(false);
+    Guard { scrubber: false }
+}
+
+/// The lock, for the scrubber thread.
+pub(super) fn lock_as_scrubber() -> Guard {
+    take(true);
+    Guard { scrubber: true }
+}
+
+/// The lock, for a program's `malloc`, `calloc` or `free`: `None` if the
+/// scrubber kept it through [`REQUEST_WAIT_MS`] (one hold of its, the whole
+/// time: a running scrubber holds it for microseconds), or still holds it
+/// since another request gave up on it. Held by threads of the program, the
+/// lock is waited for: that wait is the program's own.
+pub(super) fn lock_unless_starved() -> Option<Guard> {
+    if SHARED.mutex.try_lock(PROGRAM) {
+        return Some(Guard { scrubber: false });
+    }
+    let mut seen = (
+        SHARED.mutex.holder(),
+        SCRUBBER_HOLDS.load(Ordering::Relaxed),
+    );
+    if seen.0 == Some(SCRUBBER) && GAVE_UP_ON.load(Ordering::Relaxed) == seen.1 {
+        stats::AROUND_SCRUBBER.fetch_add(1, Ordering::Relaxed);
+        return None;
+    }
+    loop {
+        if SHARED
+            .mutex
+            .lock_within(PROGRAM, REQUEST_WAIT_MS * 1_000_000)
+        {
+            return Some(Guard { scrubber: false });
+        }
+        let now = (
+            SHARED.mutex.holder(),
+            SCRUBBER_HOLDS.load(Ordering::Relaxed),
+        );
+        if now.0 == Some(SCRUBBER) && now == seen {
+            GAVE_UP_ON.store(now.1, Ordering::Relaxed);
+            stats::AROUND_SCRUBBER.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        seen = now;
+    }
+}
+
+/// Wakes every thread waiting for a change (see `sys::Event`).
+pub(super) fn signal_all() {
+    SHARED.event.signal_all();
+}
