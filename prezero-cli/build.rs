@@ -149,7 +149,9 @@ fn bench_alloc() {
         .map_err(|e| format!("no C compiler for the target: {e}"))
         .and_then(|compiler| {
             let mut cmd = compiler.to_command();
-            cmd.args(["-O2", "-Wall", "-o"]).arg(&exe).arg(SRC);
+            cmd.args(["-O2", "-Wall", "-pthread", "-o"])
+                .arg(&exe)
+                .arg(SRC);
             let shown = format!("{cmd:?}");
             match cmd.output() {
                 Ok(o) if o.status.success() => Ok(()),

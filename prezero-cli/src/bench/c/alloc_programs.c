@@ -28,6 +28,13 @@
  *   prezero-bench-alloc recycle ROUNDS BYTES
  *       calloc BYTES, write one byte per 4 KiB (checking the page's last word
  *       is zero), free; ROUNDS times.
+ *   prezero-bench-alloc busy ROUNDS BYTES
+ *       one spinning thread per core keeps every core busy (a program's
+ *       compute threads) while the main thread, ROUNDS times: mallocs BYTES,
+ *       writes and frees them, sleeps 5 ms (the scrubber, at SCHED_IDLE, runs
+ *       only then), then callocs BYTES, checks and writes them as calloc-big
+ *       does, and frees them. The work is those callocs with their pass;
+ *       worst_ns= the longest one.
  *   prezero-bench-alloc hold BYTES
  *       recycle once, prints "held" on a line of its own, then waits for
  *       the end of its standard input: a program that has freed its memory
@@ -38,6 +45,7 @@
  * error or a failed allocation.
  */
 #define _GNU_SOURCE
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -250,6 +258,45 @@ static void recycle(long rounds, size_t bytes) {
     }
 }
 
+static volatile int spinning = 1;
+
+static void *spin(void *arg) {
+    (void)arg;
+    while (spinning) {
+    }
+    return NULL;
+}
+
+static uint64_t worst_ns;
+
+static void busy(long rounds, size_t bytes) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1 || cores > 256) cores = 2;
+    pthread_t spinners[256];
+    for (long i = 0; i < cores; i++) {
+        if (pthread_create(&spinners[i], NULL, spin, NULL)) {
+            fprintf(stderr, "prezero-bench-alloc: pthread_create failed\n");
+            exit(2);
+        }
+    }
+    for (long r = 0; r < rounds; r++) {
+        unsigned char *p = must(malloc(bytes), bytes);
+        memset(p, 1, bytes);
+        __asm__ volatile("" ::"r"(p) : "memory");
+        free(p);
+        usleep(5000);
+        uint64_t t0 = now_ns();
+        uint64_t *q = must(calloc(1, bytes), bytes);
+        check_zero_and_write(q, bytes, (uint64_t)r);
+        uint64_t d = now_ns() - t0;
+        free(q);
+        work_ns += d;
+        if (d > worst_ns) worst_ns = d;
+    }
+    spinning = 0;
+    for (long i = 0; i < cores; i++) pthread_join(spinners[i], NULL);
+}
+
 static void hold(size_t bytes) {
     recycle(1, bytes);
     printf("held\n");
@@ -287,13 +334,15 @@ int main(int argc, char **argv) {
         rss = sparse((size_t)arg_long(argv[2]), arg_long(argv[3]));
     } else if (!strcmp(mode, "recycle") && argc == 4) {
         recycle(arg_long(argv[2]), (size_t)arg_long(argv[3]));
+    } else if (!strcmp(mode, "busy") && argc == 4) {
+        busy(arg_long(argv[2]), (size_t)arg_long(argv[3]));
     } else if (!strcmp(mode, "hold") && argc == 3) {
         hold((size_t)arg_long(argv[2]));
     } else {
         fprintf(stderr,
                 "usage: prezero-bench-alloc calloc-big ROUNDS MIN MAX | calloc-mix OPS MAX | "
                 "small OPS | realloc-grow ROUNDS MAX | first-touch COMPUTE_MS BYTES [thp] | "
-                "sparse BYTES STRIDE | recycle ROUNDS BYTES | hold BYTES\n");
+                "sparse BYTES STRIDE | recycle ROUNDS BYTES | busy ROUNDS BYTES | hold BYTES\n");
         return 2;
     }
     uint64_t t1 = now_ns();
@@ -301,6 +350,7 @@ int main(int argc, char **argv) {
     printf("ns=%llu bad=%llu sum=%llu", (unsigned long long)work_ns, (unsigned long long)bad,
            (unsigned long long)sum);
     if (rss) printf(" rss_anon=%llu", rss);
+    if (worst_ns) printf(" worst_ns=%llu", (unsigned long long)worst_ns);
     printf("\n");
     return bad ? 1 : 0;
 }

@@ -19,7 +19,10 @@
 //!   512 MiB written a byte per 4 KiB: at least 5x under --lazy), the same
 //!   with MADV_HUGEPAGE (3x), sparse (every 16th 2 MiB block of 8 GiB
 //!   touched: RssAnon within 10% of the touched memory and the reserve) and
-//!   recycle (calloc 256 MiB, touch, free, 20 times: 5x); and pressure (in
+//!   recycle (calloc 256 MiB, touch, free, 20 times: 5x); busy (a calloc
+//!   of 64 MiB and its first pass while a spinning thread per core keeps
+//!   the scrubber, at SCHED_IDLE, starved: the worst of 40 as well as their
+//!   sum); and pressure (in
 //!   a memory cgroup of 1 GiB, a plain program's 768 MiB beside one of the
 //!   arm that freed as much: `pressure.rs`). The lazy goals depend on the
 //!   reserve: asked for (`--reserve`), it fills ahead and the first touch is
@@ -64,7 +67,7 @@ pub struct Args {
     /// interleaved (the small-allocation program three times as many).
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Only these programs (numpy, calloc-big, calloc-mix, small,
+    /// Only these programs (numpy, calloc-big, calloc-mix, small, busy,
     /// realloc-grow, first-touch, first-touch-thp, sparse, recycle,
     /// pressure).
     #[arg(long, value_delimiter = ',')]

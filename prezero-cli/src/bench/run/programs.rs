@@ -18,10 +18,11 @@ pub(super) enum Program {
     FirstTouchThp,
     Sparse,
     Recycle,
+    Busy,
     Pressure,
 }
 
-pub(super) const ALL: [Program; 10] = [
+pub(super) const ALL: [Program; 11] = [
     Program::Numpy,
     Program::CallocBig,
     Program::CallocMix,
@@ -31,6 +32,7 @@ pub(super) const ALL: [Program; 10] = [
     Program::FirstTouchThp,
     Program::Sparse,
     Program::Recycle,
+    Program::Busy,
     Program::Pressure,
 ];
 
@@ -51,6 +53,7 @@ impl Program {
             Program::FirstTouchThp => "first-touch-thp",
             Program::Sparse => "sparse",
             Program::Recycle => "recycle",
+            Program::Busy => "busy",
             Program::Pressure => "pressure",
         }
     }
@@ -76,6 +79,11 @@ impl Program {
             (Program::Sparse, true) => "mmap 256 MiB, every 16th 2 MiB block",
             (Program::Recycle, false) => "20 x calloc 256 MiB, a byte per 4 KiB, free",
             (Program::Recycle, true) => "4 x calloc 16 MiB, a byte per 4 KiB, free",
+            (Program::Busy, false) => {
+                "a spinning thread per core; 40 x (malloc 64 MiB, write, free, 5 ms, calloc \
+                 64 MiB + check + write): the callocs"
+            }
+            (Program::Busy, true) => "the same, 4 x 4 MiB",
             (Program::Pressure, false) => {
                 "in 1 GiB (a memory cgroup) the arm callocs, touches and frees 768 MiB and \
                  lives on; work: a plain program's calloc + touch of 768 MiB beside it"
@@ -107,6 +115,8 @@ impl Program {
             }
             (Program::Recycle, false) => &["recycle", "20", "268435456"],
             (Program::Recycle, true) => &["recycle", "4", "16777216"],
+            (Program::Busy, false) => &["busy", "40", "67108864"],
+            (Program::Busy, true) => &["busy", "4", "4194304"],
             (Program::Pressure, false) => &["hold", "805306368"],
             (Program::Pressure, true) => &["hold", "134217728"],
         };
