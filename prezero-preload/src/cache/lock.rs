@@ -7,15 +7,19 @@
 //! a CI run).
 //!
 //! So a program's `malloc`, `calloc` and `free` take the lock through
-//! [`lock_unless_starved`]: if the scrubber kept it through 2 ms, they go on
-//! without it (a request to the next allocator, a free leaves its block in
-//! `deferred.rs`). The lock's word says who holds it (`sys::TagMutex`), set
-//! by the step that takes it: no moment in which the scrubber holds it
-//! unseen. Still waited for, as long as the scrubber keeps it:
-//! `realloc` and `malloc_usable_size` (they need the block's length, which
-//! only the lock's holder may read), a `free` whose slots are all taken, the
-//! kernel's part of a `free` past the cap (the block it gives back is Busy
-//! until the lock is its again), and `fork`.
+//! [`lock_unless_starved`]: if one hold of the scrubber's lasted through 2 ms
+//! of their wait (a few ms in all, at most), they go on without it: a request
+//! to the next allocator, a free leaves its block in `deferred.rs`, a
+//! `realloc` that cannot grow in place copies to the next allocator. The
+//! lock's word says who holds it, and which hold of the scrubber's
+//! (`sys::TagMutex`), set by the step that takes it: no moment in which the
+//! scrubber holds it unseen. Still waited for, as long as the scrubber keeps
+//! it: a `realloc`'s first look and `malloc_usable_size` (they need the
+//! block's length, which only the lock's holder may read), a `free` whose
+//! slots are all taken, the kernel's part of a `free` past the cap (the
+//! block it gives back is Busy until the lock is its again: a free that
+//! finds blocks left makes their frees, and gives back past the cap for
+//! them too), `fork`, and the memory pressure thread's give-back.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -23,22 +27,33 @@ use super::{Cache, SHARED};
 use crate::stats;
 use crate::sys;
 
-/// The lock's tags (`sys::TagMutex`): held by a thread of the program (or a
-/// helper of the preload's), or by the scrubber.
+/// The lock's tag (`sys::TagMutex`) held by a thread of the program (or a
+/// helper of the preload's). The scrubber's holds each have their own, from
+/// 2 on: a request that sees one tag 2 ms apart saw one hold.
 pub(super) const PROGRAM: u32 = 1;
-const SCRUBBER: u32 = 2;
 
-/// The scrubber's holds of the lock, counted as it takes it: with the tag,
-/// which hold a waiting request sees.
+/// The scrubber's holds of the lock so far (its tags: see [`scrubber_tag`]).
 static SCRUBBER_HOLDS: AtomicU32 = AtomicU32::new(0);
-/// The hold a request gave up on: the next requests, while it lasts, give up
-/// at once.
+/// The tag of the hold a request gave up on (0: none): the next requests,
+/// while it lasts, give up at once.
 static GAVE_UP_ON: AtomicU32 = AtomicU32::new(0);
+
+/// The tag of the scrubber's next hold.
+fn scrubber_tag() -> u32 {
+    let n = SCRUBBER_HOLDS.fetch_add(1, Ordering::Relaxed);
+    2 + n % (sys::TagMutex::MAX_TAG - 1)
+}
+
+/// Whether the lock's holder `tag` is the scrubber.
+fn is_scrubber(tag: u32) -> bool {
+    tag > PROGRAM
+}
 /// How long a program's request waits for a lock the scrubber holds, and for
 /// a Busy block.
 pub(super) const REQUEST_WAIT_MS: u64 = 2;
 
-/// `LOCK` held; the cache through it. `scrubber`: by the scrubber thread.
+/// The cache's lock held; the cache through it. `scrubber`: by the scrubber
+/// thread.
 pub(super) struct Guard {
     scrubber: bool,
 }
@@ -102,8 +117,7 @@ impl Drop for Guard {
 /// Takes the mutex, the scrubber's holds counted.
 fn take(scrubber: bool) {
     if scrubber {
-        SHARED.mutex.lock(SCRUBBER);
-        SCRUBBER_HOLDS.fetch_add(1, Ordering::Relaxed);
+        SHARED.mutex.lock(scrubber_tag());
         sys::injected_stall();
     } else {
         SHARED.mutex.lock(PROGRAM);
@@ -131,21 +145,23 @@ pub(super) fn lock_as_scrubber() -> Guard {
     Guard { scrubber: true }
 }
 
-/// The lock, for a program's `malloc`, `calloc` or `free`: `None` if the
-/// scrubber kept it through [`REQUEST_WAIT_MS`] (one hold of its, the whole
-/// time: a running scrubber holds it for microseconds), or still holds it
-/// since another request gave up on it. Held by threads of the program, the
-/// lock is waited for: that wait is the program's own.
+/// The lock, for a program's `malloc`, `calloc` or `free`: `None` if one
+/// hold of the scrubber's lasted through [`REQUEST_WAIT_MS`] of waiting (a
+/// running scrubber holds it for microseconds), or since another request
+/// gave up on it. Held by threads of the program, the lock is waited for:
+/// that wait is the program's own.
 pub(super) fn lock_unless_starved() -> Option<Guard> {
     if SHARED.mutex.try_lock(PROGRAM) {
         return Some(Guard { scrubber: false });
     }
-    let mut seen = (
-        SHARED.mutex.holder(),
-        SCRUBBER_HOLDS.load(Ordering::Relaxed),
-    );
-    if seen.0 == Some(SCRUBBER) && GAVE_UP_ON.load(Ordering::Relaxed) == seen.1 {
+    let mut seen = SHARED.mutex.holder();
+    let starved = |tag: Option<u32>| {
+        let tag = tag.filter(|&t| is_scrubber(t))?;
         stats::AROUND_SCRUBBER.fetch_add(1, Ordering::Relaxed);
+        GAVE_UP_ON.store(tag, Ordering::Relaxed);
+        Some(())
+    };
+    if seen == Some(GAVE_UP_ON.load(Ordering::Relaxed)) && starved(seen).is_some() {
         return None;
     }
     loop {
@@ -155,13 +171,8 @@ pub(super) fn lock_unless_starved() -> Option<Guard> {
         {
             return Some(Guard { scrubber: false });
         }
-        let now = (
-            SHARED.mutex.holder(),
-            SCRUBBER_HOLDS.load(Ordering::Relaxed),
-        );
-        if now.0 == Some(SCRUBBER) && now == seen {
-            GAVE_UP_ON.store(now.1, Ordering::Relaxed);
-            stats::AROUND_SCRUBBER.fetch_add(1, Ordering::Relaxed);
+        let now = SHARED.mutex.holder();
+        if now == seen && starved(now).is_some() {
             return None;
         }
         seen = now;

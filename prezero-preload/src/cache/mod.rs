@@ -1,7 +1,8 @@
 //! The large-block cache: one reserved address range, the blocks in it
 //! ([`Blocks`]), one lock, and the scrubber thread.
 //!
-//! Concurrency: every change to the blocks happens under `LOCK`. Memory is
+//! Concurrency: every change to the blocks happens under the lock
+//! (`SHARED.mutex`, see `lock.rs`). Memory is
 //! cleared, populated or given back outside it, only while its block is
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in
@@ -10,9 +11,9 @@
 //! `SCHED_IDLE`: with every core busy its step can take most of a second),
 //! then takes the best run around the Busy blocks.
 //!
-//! The same starvation can catch the scrubber holding `LOCK` itself: a
-//! program's `malloc`, `calloc` or `free` waits for it 2 ms at most, then
-//! goes on without it (see `lock.rs`). The threads' steps (requests, frees
+//! The same starvation can catch the scrubber holding the lock itself: a
+//! program's `malloc`, `calloc` or `free` then waits a few milliseconds at
+//! most, and goes on without it (see `lock.rs`). The threads' steps (requests, frees
 //! over the cap, the scrubber, fork) are checked in every interleaving in
 //! `interleavings/`.
 //!
@@ -220,7 +221,10 @@ fn ensure_scrubber() {
     // The cache holds memory for later from now on.
     crate::pressure::watch();
     {
-        let mut g = lock();
+        // Not to be had: a scrubber holds it, so one exists.
+        let Some(mut g) = lock::lock_unless_starved() else {
+            return;
+        };
         if g.cache().scrubber {
             return;
         }
@@ -270,6 +274,7 @@ fn give_back_free() {
         return;
     }
     let mut g = lock();
+    requests::free_deferred(&mut g);
     while range::release_one(&mut g, u64::MAX) {}
 }
 
@@ -280,6 +285,7 @@ fn trim() {
         return;
     }
     let mut g = lock();
+    requests::free_deferred(&mut g);
     loop {
         let c = g.cache();
         if c.held() <= c.cap() || !range::release_one(&mut g, u64::MAX) {

@@ -202,9 +202,11 @@ pub fn usable_size(p: usize) -> Option<usize> {
 
 /// `realloc` of the block at `p` to `size` bytes: shrunk or grown in place,
 /// or its pages moved (mremap, no copy; a copy where the kernel cannot) to a
-/// new block. `None`: `p` is not a block handed out. `Some(null)`: the cache
-/// has no room (the caller copies to the next allocator).
-pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
+/// new block. `None`: `p` is not a block handed out. `Some(Err(old))`: the
+/// cache has no room, or the lock a starved scrubber kept (the caller copies
+/// the block's `old` bytes to the next allocator, without asking its length
+/// again under that lock).
+pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<Result<*mut c_void, usize>> {
     // The block's pages stay on their node: grown in place, or moved to a
     // block of the same lane.
     let lane = lane_of(p);
@@ -220,12 +222,12 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
                 l.blocks.shrink(p, size, now());
                 signal_all();
             }
-            return Some(p as *mut c_void);
+            return Some(Ok(p as *mut c_void));
         }
         let Some(reach) = p.checked_add(size) else {
             // Past the address space: no room (the caller asks the next
             // allocator, which refuses with ENOMEM), not "not ours".
-            return Some(std::ptr::null_mut());
+            return Some(Err(old));
         };
         let reach = reach.min(l.blocks.limit());
         let room = if l.ensure_writable(reach, thp) {
@@ -235,13 +237,13 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
         };
         if l.blocks.grow(p, size, room) {
             c.peaks();
-            return Some(p as *mut c_void);
+            return Some(Ok(p as *mut c_void));
         }
         old
     };
     let q = take(lane, size, PAGE, false, true);
     if q.is_null() {
-        return Some(q);
+        return Some(Err(old));
     }
     // The range never has a hole: an mmap on another thread cannot land
     // inside it (it could between an mremap that unmaps and an mmap
@@ -267,7 +269,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             signal_all();
         }
         Moved::Filled => free(p),
-        Moved::Lost => return Some(std::ptr::null_mut()),
+        Moved::Lost => return Some(Err(old)),
         Moved::Copy => {
             // mremap refused: copy.
             // SAFETY: both blocks are this thread's, disjoint, `old` bytes long at least.
@@ -275,7 +277,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<*mut c_void> {
             free(p);
         }
     }
-    Some(q)
+    Some(Ok(q))
 }
 
 /// `realloc`'s plain move of the block `[p, p + old)` to the block at `q`

@@ -339,8 +339,8 @@ extern "C" fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
     if cache::owns(a) {
         let threshold = THRESHOLD.load(Ordering::Relaxed);
         return match cache::realloc(a, size, threshold) {
-            Some(q) if !q.is_null() => q,
-            Some(_) => copy_to_new(cache::usable_size(a).unwrap_or(0)),
+            Some(Ok(q)) => q,
+            Some(Err(old)) => copy_to_new(old),
             None => {
                 stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
                 set_errno(libc::EINVAL);

@@ -7,8 +7,7 @@ use std::sync::atomic::AtomicU32;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// A pthread mutex that lives in a static: made without allocating, usable
-/// before anything is set up, and held across `fork` by the cache's
-/// [`super::atfork`] handlers.
+/// before anything is set up.
 pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
 
 // SAFETY: a pthread mutex is made to be shared between threads; it is only
@@ -61,11 +60,12 @@ impl Mutex {
 }
 
 /// A mutex on a futex whose word also says who holds it: a tag the taker
-/// gives, written by the same atomic step that takes it, so a waiter can
-/// tell whom it waits for (the cache gives up on a starved scrubber, and
-/// only on it). Waits are on `CLOCK_MONOTONIC`, and in slices of
-/// [`TagMutex::SLICE_NS`]: a waiter whose wake-up went to a thread that does
-/// not run (a starved one) looks again by itself.
+/// gives (1 to [`TagMutex::MAX_TAG`]), written by the same atomic step that
+/// takes it, so a waiter can tell whom it waits for (the cache gives up on a
+/// starved scrubber, and only on it). Waits are on `CLOCK_MONOTONIC`, in
+/// slices of [`TagMutex::SLICE_NS`], and an unlock wakes every sleeper: a
+/// thread woken that does not run (a starved one) keeps no other waiting.
+/// Held across `fork` by the cache's atfork handlers.
 pub struct TagMutex(AtomicU32);
 
 /// The word's bit that says a thread may sleep on it (the unlock wakes one).
@@ -74,15 +74,18 @@ const SLEEPERS: u32 = 1 << 31;
 impl TagMutex {
     /// The longest sleep between two looks at the word.
     const SLICE_NS: u64 = 2_000_000;
+    /// The largest tag.
+    pub const MAX_TAG: u32 = SLEEPERS - 1;
 
     pub const fn new() -> TagMutex {
         TagMutex(AtomicU32::new(0))
     }
 
-    /// Takes the mutex if it is free, as `tag` (1 to 2^31 - 1): whether it did.
+    /// Takes the mutex if it is free, as `tag`: whether it did.
     ///
     /// pre: none.
     pub fn try_lock(&self, tag: u32) -> bool {
+        debug_assert!(tag != 0 && tag <= Self::MAX_TAG);
         self.0.compare_exchange(0, tag, Acquire, Relaxed).is_ok()
     }
 
@@ -98,7 +101,6 @@ impl TagMutex {
     ///
     /// pre: none.
     pub fn lock_within(&self, tag: u32, ns: u64) -> bool {
-        debug_assert!(tag != 0 && tag & SLEEPERS == 0);
         if self.try_lock(tag) {
             return true;
         }
@@ -139,14 +141,14 @@ impl TagMutex {
         (tag != 0).then_some(tag)
     }
 
-    /// Gives the mutex back, and wakes one sleeper if one may sleep.
+    /// Gives the mutex back, and wakes the sleepers if one may sleep.
     ///
     /// # Safety
     /// pre: the calling thread holds it, or is a forked child's only thread
     /// and its parent's thread that forked held it.
     pub unsafe fn unlock(&self) {
         if self.0.swap(0, Release) & SLEEPERS != 0 {
-            futex_wake_one(&self.0);
+            futex_wake(&self.0);
         }
     }
 }
@@ -157,7 +159,7 @@ fn now_ns() -> u64 {
     t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }
 
-/// Wakes the threads that wait for something to change under a [`Mutex`]:
+/// Wakes the threads that wait for something to change under a lock:
 /// a futex on a count of changes. Unlike a condition variable, it leaves
 /// the taking back of the mutex to the waiter, which may give up on it (a
 /// program's request does, rather than wait for a starved holder: see the
@@ -181,7 +183,8 @@ impl Event {
         self.changes.load(SeqCst)
     }
 
-    /// Waits until a [`Event::signal_all`] after `seen` was read, or `ms`.
+    /// Waits until a [`Event::signal_all`] after `seen` was read, or `ms`
+    /// (or less: a signal to the thread ends it too).
     ///
     /// pre: none (the caller lets its mutex go first, or it waits with it).
     pub fn wait(&self, seen: u32, ms: u64) {
@@ -242,22 +245,13 @@ fn futex_wait_ns(word: &AtomicU32, expected: u32, ns: u64) {
 ///
 /// pre: none.
 pub fn futex_wake(word: &AtomicU32) {
-    wake(word, i32::MAX);
-}
-
-/// Wakes one thread waiting on `word`.
-fn futex_wake_one(word: &AtomicU32) {
-    wake(word, 1);
-}
-
-fn wake(word: &AtomicU32, n: i32) {
     // SAFETY: a private futex wake on a live atomic.
     unsafe {
         libc::syscall(
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            n,
+            i32::MAX,
         )
     };
 }

@@ -2,7 +2,7 @@
 //! interleaving of a few threads by `prezero::interleavings`.
 //!
 //! The bookkeeping is the real [`Blocks`] of one lane; the threads are the real
-//! code's steps over it: critical sections whole (`LOCK` held from `lock()` to
+//! code's steps over it: critical sections whole (the lock held from `lock()` to
 //! a wait, to `release_one`'s unlock, or to the guard's drop), and outside the
 //! lock the start and the end of work on pages. Each [`Pc`] says which lines it
 //! stands for, and `follows.rs`'s `the_model_follows_the_code` fails if they
