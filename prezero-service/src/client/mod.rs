@@ -81,6 +81,15 @@ pub enum NodeChoice {
 }
 
 impl AllocOptions {
+    /// What to ask the service for: the node, if any, and whether others
+    /// will do.
+    fn want(&self) -> Result<Want> {
+        Ok(Want {
+            node: self.resolve_node()?,
+            other_nodes: self.other_nodes,
+        })
+    }
+
     /// The node to ask for, if any (no system call on a machine of one node),
     /// and an error for options that contradict each other.
     fn resolve_node(&self) -> Result<Option<u32>> {
@@ -225,17 +234,13 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<ServiceMemory> {
-        let node = opts.resolve_node()?;
-        let want = Want {
-            node,
-            other_nodes: opts.other_nodes,
-        };
+        let want = opts.want()?;
         self.serve(
             bytes,
             page,
             opts.fallback,
             |conn, len| from_service(conn, bytes, len, page, want),
-            |why| local(bytes, page, opts.populate_threads, why, node),
+            |why| local(bytes, page, opts.populate_threads, why, want.node),
         )
     }
 
@@ -257,11 +262,7 @@ impl Client {
         page: PageKind,
         opts: AllocOptions,
     ) -> Result<SegmentFiles> {
-        let node = opts.resolve_node()?;
-        let want = Want {
-            node,
-            other_nodes: opts.other_nodes,
-        };
+        let want = opts.want()?;
         self.serve(
             bytes,
             page,
@@ -285,7 +286,7 @@ impl Client {
                     },
                 })
             },
-            |why| local_file(bytes, page, opts.populate_threads, why, node),
+            |why| local_file(bytes, page, opts.populate_threads, why, want.node),
         )
     }
 
