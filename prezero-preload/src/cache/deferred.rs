@@ -3,33 +3,42 @@
 //! returns. The next `free` that takes the lock, or the scrubber's next
 //! loop, makes those frees first. Addresses in slots of a static, without
 //! the lock: nothing allocated, nothing counted beside them (a count a forked
-//! child copied halfway could not be right), and a free that finds every
-//! slot taken waits for the lock as before.
+//! child copied halfway could not be right: a flag that may be set in vain
+//! says only when to look), and a free that finds every slot taken waits for
+//! the lock as before.
 //!
 //! A block left here stays InUse until then: no one is handed it, scrubs it
 //! or gives it back, and the thread that left it no longer touches it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// Frees left at once, at most: a starved scrubber runs again within about
 /// a second, and a program frees few blocks of 64 KiB or more in that time
-/// (2 KiB of addresses, read whole at each look).
+/// (2 KiB of addresses).
 const SLOTS: usize = 256;
 
 /// The blocks left (0: an empty slot; no block starts at 0).
 static LEFT: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
+/// Set after a slot is filled, cleared before the slots are read: a free's
+/// look at them is one load while none was left (set in vain, it costs one
+/// read of the slots).
+static MAYBE_LEFT: AtomicBool = AtomicBool::new(false);
 
 /// Leaves the free of the block at `p` for the lock's next holder: false if
 /// every slot is taken (the caller then waits for the lock).
 pub(super) fn leave(p: usize) -> bool {
-    LEFT.iter().any(|slot| {
+    let left = LEFT.iter().any(|slot| {
         // Release: the program's last writes to the block come before the
         // holder that takes it hands it out again.
         slot.load(Ordering::Relaxed) == 0
             && slot
                 .compare_exchange(0, p, Ordering::Release, Ordering::Relaxed)
                 .is_ok()
-    })
+    });
+    if left {
+        MAYBE_LEFT.store(true, Ordering::Release);
+    }
+    left
 }
 
 /// Whether a free is left.
@@ -38,8 +47,12 @@ pub(super) fn any_left() -> bool {
 }
 
 /// Empties the slots, handing each block left to `free`: the caller holds the
-/// lock. A slot being filled now is found by a later holder.
+/// lock. A slot being filled now is found by a later holder (its flag comes
+/// after this one's clearing).
 pub(super) fn take_each(mut free: impl FnMut(usize)) {
+    if !MAYBE_LEFT.load(Ordering::Relaxed) || !MAYBE_LEFT.swap(false, Ordering::Acquire) {
+        return;
+    }
     for slot in &LEFT {
         if slot.load(Ordering::Relaxed) == 0 {
             continue;
