@@ -121,6 +121,41 @@ pub fn room() -> Option<usize> {
     least
 }
 
+/// The process's cgroup v1 memory directory, or the ancestor of it, whose
+/// limit is the least: its path (`/sys/fs/cgroup/memory/...`, no
+/// trailing slash) written into `out`, its length, and the limit. `None`
+/// without a v1 memory hierarchy or a limit in it.
+pub fn v1_limited(out: &mut [u8]) -> Option<(usize, usize)> {
+    let _kept = sys::KeepErrno::new();
+    let mut buf = [0u8; 4096];
+    let n = sys::read_file_start(c"/proc/self/cgroup", &mut buf).ok()?;
+    let path = buf[..n]
+        .split(|&b| b == b'\n')
+        .find_map(|l| match memory_line(l) {
+            Some((h, path)) if h == V1 => Some(path),
+            _ => None,
+        })?;
+    // v1 reads "no limit" as a page-rounded i64::MAX.
+    let (dir, limit) = ancestors(path)
+        .filter_map(|end| Some((end, read_number(V1.root, &path[..end], V1.limit)?)))
+        .filter(|&(_, limit)| limit < 1 << 60)
+        .min_by_key(|&(_, limit)| limit)?;
+    let mut at = 0;
+    for p in [V1.root, &path[..dir]] {
+        out.get_mut(at..at + p.len())?.copy_from_slice(p);
+        at += p.len();
+    }
+    Some((at, limit))
+}
+
+/// The usage of the v1 cgroup [`v1_limited`] names.
+pub fn v1_usage() -> Option<usize> {
+    let mut dir = [0u8; 4096];
+    let (len, _) = v1_limited(&mut dir)?;
+    let at = dir[..len].strip_prefix(V1.root)?;
+    read_number(V1.root, at, V1.usage)
+}
+
 /// The path of the file `name` of the process's cgroup v2 directory
 /// (`/sys/fs/cgroup` and the path of `/proc/self/cgroup`'s `0::` line),
 /// written into `out`; `None` where there is no v2 line or it does not fit.

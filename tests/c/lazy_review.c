@@ -6,8 +6,10 @@
  *                as if starved), a calloc'd block faulted in, written and
  *                freed (its huge pages wait in the reserve unscrubbed), then
  *                mlockall locks them; the program idles, the worker resumed
- *                gives the reserve back; after munlockall new memory reads
- *                zero (run with PREZERO_IDLE_SECS=1 PREZERO_CAP=0)
+ *                gives the reserve back (and the lazy mode, idle with it
+ *                empty, steps aside); after munlockall a new mapping starts
+ *                it again, the reserve fills, and new memory reads zero
+ *                (run with PREZERO_IDLE_SECS=1 PREZERO_CAP=0)
  *   vmsplice MB  (the reserve's size) a mapping's pages given to a pipe
  *                (vmsplice), the mapping unmapped, new memory written: the
  *                pipe delivers what the program wrote before
@@ -152,9 +154,9 @@ static void fault_one(unsigned char *r) {
     r[PAGE] = 1;
 }
 
-/* Waits until the reserve of `mb` MiB is full (the worker fills it at
- * SCHED_IDLE: slowly on a busy machine, and only while the program is not
- * idle). */
+/* Waits until the reserve of `mb` MiB is full (the worker fills it while
+ * the machine has a core to spare: slowly on a busy machine, and only while
+ * the program is not idle). */
 static void reserve_full(size_t mb, unsigned char *r) {
     /* A mapping of its own (its advice splits it from the margin that
      * aligned it). */
@@ -189,8 +191,11 @@ static void mode_lockdrop(size_t reserve_mb) {
     resume(go);
     sleep(2);
     munlockall();
-    /* Active again: the worker fills the reserve, the handler hands it out. */
-    reserve_full(reserve_mb, r);
+    /* Active again (a new mapping): the worker fills the reserve, the
+     * handler hands it out. */
+    unsigned char *again = map(4 * MB);
+    again[0] = 1;
+    reserve_full(reserve_mb, again);
     n = 512 * MB;
     unsigned char *q = map(n);
     check_zero("new memory after a give-back under mlockall", q, n);

@@ -75,11 +75,6 @@ impl Guard {
         r
     }
 
-    /// Waits for a signal (a Busy block done, a free) or `secs`.
-    pub(super) fn wait(&mut self, secs: u64) {
-        self.wait_ms(secs.saturating_mul(1000));
-    }
-
     /// Waits for a signal or `ms` milliseconds, the lock let go meanwhile;
     /// not at all while a free is left for the holder (`deferred.rs`).
     pub(super) fn wait_ms(&mut self, ms: u64) {

@@ -212,6 +212,7 @@ pub fn start(cfg: Config) -> bool {
 /// What `crate::threads`' looks and stops ask of the scrubber.
 static SCRUBBER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
     wake: wake_scrubber,
+    leaving: None,
     joined: None,
     restart: restart_scrubber,
 };
@@ -265,7 +266,13 @@ fn restart_scrubber() {
 static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
     give_back: give_back_free,
     trim: Some(trim),
+    holds: scrubber_runs,
 };
+
+/// Whether the scrubber runs (it does while the cache holds free memory).
+fn scrubber_runs() -> bool {
+    STARTED.load(Ordering::Acquire) && lock().cache().scrubber
+}
 
 /// Gives back every free block with pages (memory is short): a no-op before
 /// the cache starts.

@@ -1,5 +1,10 @@
-//! The scrubber thread: at `SCHED_IDLE` it prefills, gives idle memory
-//! back, clears Dirty blocks with streaming stores, and populates the spare.
+//! The scrubber thread: it prefills, gives idle memory back, clears Dirty
+//! blocks with streaming stores, and populates the spare, a piece at a time,
+//! out of the program's way (`crate::threads::Polite`: after a piece in
+//! which the CPU was busy it waits). It exists while the cache holds memory
+//! or has work: with nothing free and nothing to do it ends, and the next
+//! `free` starts another. Asked to retire (the program may have changed who
+//! it is), it gives back everything free before it ends.
 //!
 //! Spare (opt-in, `Config::spare`): a `calloc` that had to clear Dirty
 //! memory itself shows the program frees and asks again faster than the
@@ -18,10 +23,11 @@ use super::{now, signal_all, Guard, WAITING};
 use crate::blocks::{Kind, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, Errno};
+use crate::threads::{self, End, Owner, Polite, CHECK_MS};
 
 /// Bytes the prefill populates between looks at `crate::threads`: some
-/// 10 ms of the kernel's faults.
-const PREFILL_STEP: usize = 64 << 20;
+/// 1-2 ms of the kernel's faults.
+const PREFILL_STEP: usize = 8 << 20;
 
 /// Bytes the scrubber clears between looks at the lock: ~0.3 ms of streaming
 /// stores, so a request waiting on a Busy block waits little.
@@ -36,29 +42,32 @@ pub fn is_scrubber(tid: u32) -> bool {
     tid != 0 && TID.load(Ordering::Relaxed) == tid
 }
 
-/// The scrubber: at `SCHED_IDLE`, prefills, gives idle memory back, clears
-/// Dirty blocks with streaming stores, and populates the spare.
+/// The scrubber: prefills, gives idle memory back, clears Dirty blocks
+/// with streaming stores, and populates the spare; ends when the cache holds
+/// nothing and has nothing to do.
 pub(super) fn scrub() {
-    let mut look = crate::threads::first_look();
     TID.store(sys::gettid(), Ordering::Relaxed);
-    prezero::ScrubPriority::Idle.apply_to_current_thread();
+    let mut polite = Polite::default();
     let mut g = lock_as_scrubber();
     let prefill = std::mem::take(&mut g.cache().prefill);
     let prefill_lane = g.cache().prefill_lane;
     if prefill > 0 {
         drop(g);
-        do_prefill(prefill_lane, prefill, &mut look);
+        do_prefill(prefill_lane, prefill, &mut polite);
         g = lock_as_scrubber();
     }
     loop {
         // Under the lock, which a look takes to wake this thread.
-        crate::threads::sync(&mut look);
-        if crate::threads::stopping(crate::threads::Owner::Cache) {
+        threads::sync();
+        if let Some(end) = threads::stopping(Owner::Cache) {
+            if end == End::Retire {
+                give_back_all(&mut g);
+            }
             g.cache().scrubber = false;
             return;
         }
-        // Frees a program's thread left while this thread, starved, kept the
-        // lock; then the cap as `free` keeps it.
+        // Frees a program's thread left while this thread kept the lock;
+        // then the cap as `free` keeps it.
         free_deferred(&mut g);
         let cap = g.cache().cap();
         if g.cache().held() > cap && release_one(&mut g, u64::MAX) {
@@ -73,6 +82,12 @@ pub(super) fn scrub() {
             // A request waits for the step just done: let it take the block
             // before the next step makes part of it Busy again.
             g.wait_ms(1);
+            continue;
+        }
+        let busy = polite.wait_ms(CHECK_MS);
+        if busy > 0 {
+            // The CPU was busy at the last piece: the program's first.
+            g.wait_ms(busy);
             continue;
         }
         // The oldest Dirty block of any lane, cleared where it is: its pages
@@ -93,7 +108,9 @@ pub(super) fn scrub() {
             let run = prezero::FreeRunning::start();
             // SAFETY: [s, s + l) is a Busy block of our range: the scrubber's
             // alone until busy_done.
-            let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold) };
+            let _ = polite.run(|| unsafe {
+                prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Cold)
+            });
             if run.still() {
                 // SAFETY: as above, and zero now.
                 unsafe { mark_free(s, l, free) };
@@ -107,39 +124,61 @@ pub(super) fn scrub() {
         }
         if let Some((s, l, lane)) = spare_take(&mut g) {
             drop(g);
-            // [s, s + l) is a Busy block of our range, without pages (Fresh
-            // or beyond top): the scrubber's alone until busy_done. The
-            // kernel's pages are zero, so populated it is Clean.
-            let run = prezero::FreeRunning::start();
-            let populated = sys::madvise(s, l, Advice::PopulateWrite);
-            let ok = populated.is_ok();
-            if ok && run.still() {
-                // SAFETY: as above; the kernel's pages are zero.
-                unsafe { mark_free(s, l, free) };
-            }
-            let unknown = populated == Err(Errno(libc::EINVAL));
-            if !ok {
-                // SAFETY: as above; drops what was populated before the failure.
-                let _ = unsafe { sys::discard(s, l) };
-            }
+            populate_spare(s, l, lane, free, &mut polite);
             g = lock_as_scrubber();
-            let c = g.cache();
-            // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
-            c.cfg.spare &= !unknown;
-            let lanes = c.lane(lane);
-            if ok {
-                stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
-                lanes.blocks.busy_done(s, Kind::Clean);
-                c.peaks();
-            } else {
-                lanes.spare = 0;
-                lanes.blocks.busy_done(s, Kind::Fresh);
-            }
-            signal_all();
             continue;
         }
-        g.wait(1);
+        if g.cache().held() == 0 {
+            // Nothing held, nothing to do: no thread of ours waits for work
+            // (the next `free` starts one).
+            g.cache().scrubber = false;
+            return;
+        }
+        // Free blocks kept for reuse, until they have been idle long enough
+        // to go back.
+        g.wait_ms(CHECK_MS);
     }
+}
+
+/// Gives back every free block (a retiring scrubber: the program may have
+/// changed who it is, and no thread of ours keeps memory for it).
+fn give_back_all(g: &mut Guard) {
+    free_deferred(g);
+    while release_one(g, u64::MAX) {}
+}
+
+/// Populates the spare `[s, s + l)` of lane `lane` (Busy, the scrubber's),
+/// and marks it Clean, or Fresh where the kernel refused.
+fn populate_spare(s: usize, l: usize, lane: usize, free: Free, polite: &mut Polite) {
+    // [s, s + l) is a Busy block of our range, without pages (Fresh or
+    // beyond top): the scrubber's alone until busy_done. The kernel's pages
+    // are zero, so populated it is Clean.
+    let run = prezero::FreeRunning::start();
+    let populated = polite.run(|| sys::madvise(s, l, Advice::PopulateWrite));
+    let ok = populated.is_ok();
+    if ok && run.still() {
+        // SAFETY: as above; the kernel's pages are zero.
+        unsafe { mark_free(s, l, free) };
+    }
+    let unknown = populated == Err(Errno(libc::EINVAL));
+    if !ok {
+        // SAFETY: as above; drops what was populated before the failure.
+        let _ = unsafe { sys::discard(s, l) };
+    }
+    let mut g = lock_as_scrubber();
+    let c = g.cache();
+    // A kernel before 5.14 has no MADV_POPULATE_WRITE: no spare.
+    c.cfg.spare &= !unknown;
+    let lanes = c.lane(lane);
+    if ok {
+        stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+        lanes.blocks.busy_done(s, Kind::Clean);
+        c.peaks();
+    } else {
+        lanes.spare = 0;
+        lanes.blocks.busy_done(s, Kind::Fresh);
+    }
+    signal_all();
 }
 
 /// The next piece of a lane's spare to populate, now Busy, and the lane:
@@ -188,7 +227,7 @@ fn spare_take(g: &mut Guard) -> Option<(usize, usize, usize)> {
 /// Populates `bytes` of the range (the kernel zeroes fresh pages, `alloc`
 /// clears any Dirty piece, here, in the background) and leaves them Clean for
 /// the first requests.
-fn do_prefill(lane: usize, bytes: usize, look: &mut u32) {
+fn do_prefill(lane: usize, bytes: usize, polite: &mut Polite) {
     // Zeroed: the program may have freed blocks before this thread got a core,
     // and the cheapest run for a plain request starts on such a Dirty block.
     // Populating does not clear what is already there, so a Dirty piece marked
@@ -202,10 +241,20 @@ fn do_prefill(lane: usize, bytes: usize, look: &mut u32) {
     let run = prezero::FreeRunning::start();
     let mut ok = true;
     for at in (0..bytes).step_by(PREFILL_STEP) {
-        crate::threads::sync(look);
+        threads::sync();
+        loop {
+            let wait = polite.wait_ms(CHECK_MS);
+            if wait == 0 || threads::stopping(Owner::Cache).is_some() {
+                break;
+            }
+            sys::sleep_ms(wait);
+            threads::sync();
+        }
         let len = PREFILL_STEP.min(bytes - at);
-        ok = !crate::threads::stopping(crate::threads::Owner::Cache)
-            && sys::madvise(p as usize + at, len, Advice::PopulateWrite).is_ok();
+        ok = threads::stopping(Owner::Cache).is_none()
+            && polite
+                .run(|| sys::madvise(p as usize + at, len, Advice::PopulateWrite))
+                .is_ok();
         if !ok {
             break;
         }

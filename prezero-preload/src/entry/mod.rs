@@ -38,6 +38,7 @@ macro_rules! next_fn {
 }
 
 mod lazy;
+mod syscall;
 mod threads;
 
 use std::ffi::c_void;

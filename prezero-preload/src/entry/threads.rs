@@ -1,16 +1,25 @@
-//! The C entry points of `crate::threads`: each calls the C library's,
-//! `set*id` once our threads have the caller's credentials, `unshare` and
-//! `setns` of what needs a single-threaded process with our threads
-//! stopped. Not in a test build (the harness's threads would go through
-//! them).
+//! The C entry points of `crate::threads`: calls that change who the
+//! program is, each run with our threads stopped and started again after
+//! it (they take after the caller): `set*id`, `setgroups` and `initgroups`
+//! (glibc makes every thread repeat them), `unshare` and `setns`, and the
+//! `prctl` options that enter a seccomp filter or narrow the bounding set.
+//! Not in a test build (the harness's threads would go through them).
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_ulong};
 
 use super::missing;
-use crate::threads::{agreeing, alone, setns_needs_one_thread, unshare_needs_one_thread};
+use crate::sys::{self, direct};
+use crate::threads::{changing, setns_needs_one_thread, unshare_needs_one_thread, Scope};
+
+/// What a call returns, errno `EAGAIN`, where a thread of ours could not be
+/// stopped before a call every thread must repeat.
+fn again() -> c_int {
+    sys::set_errno(libc::EAGAIN);
+    -1
+}
 
 /// Entry points that glibc makes every thread repeat: each the C
-/// library's, once our threads have the caller's credentials.
+/// library's, with none of our threads running.
 macro_rules! every_thread {
     ($($name:ident $c_name:literal ( $($arg:ident : $t:ty),* )),* $(,)?) => {$(
         /// # Safety
@@ -19,7 +28,7 @@ macro_rules! every_thread {
         pub unsafe extern "C" fn $name($($arg: $t),*) -> c_int {
             match next_fn!($c_name, unsafe extern "C" fn($($t),*) -> c_int) {
                 // SAFETY: the caller's arguments, as the function takes them.
-                Some(f) => agreeing(|| unsafe { f($($arg),*) }),
+                Some(f) => changing(Scope::Process, || unsafe { f($($arg),*) }, again),
                 None => missing(-1),
             }
         }
@@ -41,15 +50,56 @@ every_thread! {
     initgroups c"initgroups" (user: *const libc::c_char, gid: libc::gid_t),
 }
 
+/// The scope of a change of namespaces by `unshare` (`flags`), if it is
+/// one.
+pub fn unshare_scope(flags: c_int) -> Option<Scope> {
+    let namespaces = libc::CLONE_NEWCGROUP
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWNS
+        | libc::CLONE_NEWPID
+        | libc::CLONE_NEWUSER
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWTIME;
+    if unshare_needs_one_thread(flags) {
+        Some(Scope::Process)
+    } else {
+        (flags & namespaces != 0).then_some(Scope::Thread)
+    }
+}
+
+/// The scope of `setns` into a namespace of type `kind`.
+pub fn setns_scope(kind: c_int) -> Scope {
+    if setns_needs_one_thread(kind) {
+        Scope::Process
+    } else {
+        Scope::Thread
+    }
+}
+
+/// Whether `prctl(option, arg2)` narrows what the calling thread may do in
+/// a way ours must follow: a seccomp filter entered, a capability dropped
+/// from the bounding set (ours have none once they start, but where they
+/// could not drop it), `no_new_privs`.
+pub fn prctl_narrows(option: c_int, arg2: c_ulong) -> bool {
+    match option {
+        libc::PR_SET_SECCOMP | libc::PR_CAPBSET_DROP => true,
+        libc::PR_SET_NO_NEW_PRIVS => arg2 != 0,
+        _ => false,
+    }
+}
+
 /// # Safety
 /// As C's `unshare`.
 #[no_mangle]
 pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
     match next_fn!(c"unshare", unsafe extern "C" fn(c_int) -> c_int) {
-        // SAFETY: the caller's argument.
-        Some(f) if unshare_needs_one_thread(flags) => alone(|| unsafe { f(flags) }),
-        // SAFETY: as above.
-        Some(f) => unsafe { f(flags) },
+        Some(f) => match unshare_scope(flags) {
+            // SAFETY: the caller's argument.
+            Some(scope) => changing(scope, || unsafe { f(flags) }, again),
+            // SAFETY: as above.
+            None => unsafe { f(flags) },
+        },
         None => missing(-1),
     }
 }
@@ -60,9 +110,32 @@ pub unsafe extern "C" fn unshare(flags: c_int) -> c_int {
 pub unsafe extern "C" fn setns(fd: c_int, kind: c_int) -> c_int {
     match next_fn!(c"setns", unsafe extern "C" fn(c_int, c_int) -> c_int) {
         // SAFETY: the caller's arguments.
-        Some(f) if setns_needs_one_thread(kind) => alone(|| unsafe { f(fd, kind) }),
-        // SAFETY: as above.
-        Some(f) => unsafe { f(fd, kind) },
+        Some(f) => changing(setns_scope(kind), || unsafe { f(fd, kind) }, again),
         None => missing(-1),
+    }
+}
+
+/// # Safety
+/// As C's `prctl` (its variadic arguments passed as the registers carry
+/// them: five integers or pointers).
+#[no_mangle]
+pub unsafe extern "C" fn prctl(
+    option: c_int,
+    a2: c_ulong,
+    a3: c_ulong,
+    a4: c_ulong,
+    a5: c_ulong,
+) -> c_int {
+    let call = || {
+        let args = [option as _, a2 as _, a3 as _, a4 as _, a5 as _, 0];
+        // SAFETY: the caller's arguments, as prctl(2) takes them (the C
+        // library's prctl is the system call alone).
+        let r = direct::result(unsafe { direct::syscall6(libc::SYS_prctl, args) });
+        r.map_or(-1, |v| v as c_int)
+    };
+    if prctl_narrows(option, a2) {
+        changing(Scope::Thread, call, again)
+    } else {
+        call()
     }
 }

@@ -2,35 +2,49 @@
 //! which only a fault ends: a page of its own is registered for that (the
 //! bell), and reading it is a fault the handler answers with the zero page
 //! before it looks at `crate::threads`. The page is dropped before each ring
-//! (a page `mlockall` or an earlier ring left there would not fault).
+//! (a page `mlockall` or an earlier ring left there would not fault). The
+//! handler takes the bell down as it ends (unregistered, a ring made
+//! meanwhile is woken and served by the kernel): no ring waits on a handler
+//! that is gone. One page, mapped once, hung again when the handler starts
+//! again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::{uffd, PAGE};
 use crate::sys::{self, Errno};
 
-/// The bell's address (0: none).
+/// The bell's address while it hangs (0: none).
 static BELL: AtomicUsize = AtomicUsize::new(0);
+/// The bell's page, mapped once (0: not yet).
+static MAPPED: AtomicUsize = AtomicUsize::new(0);
 
-/// Maps and registers the bell; the handler must run (it answers the
-/// bell's fault). Without one a look waits for the handler's next fault.
+/// Maps (once) and registers the bell; the handler must run (it answers
+/// the bell's fault). Without one a look waits for the handler's next
+/// fault, a fraction of a second at most.
 pub fn hang_bell(fd: i32) {
-    let Ok(at) = sys::map_noreserve(PAGE) else {
-        return;
+    let at = match MAPPED.load(Ordering::Acquire) {
+        0 => match sys::map_noreserve(PAGE) {
+            Ok(at) => {
+                MAPPED.store(at, Ordering::Release);
+                at
+            }
+            Err(_) => return,
+        },
+        at => at,
     };
     // SAFETY: the handler thread runs, and answers every fault.
-    let registered = unsafe { uffd::register(fd, at, PAGE, uffd::Mode::Missing) }.is_ok();
-    if registered {
+    if unsafe { uffd::register(fd, at, PAGE, uffd::Mode::Missing) }.is_ok() {
         BELL.store(at, Ordering::Release);
-    } else {
-        // SAFETY: the page is this function's new mapping, used by no one.
-        let _ = unsafe { sys::munmap(at, PAGE) };
     }
 }
 
-/// Whether the bell hangs (a stop rings it).
-pub fn has_bell() -> bool {
-    BELL.load(Ordering::Relaxed) != 0
+/// The handler, ending: the bell no longer hangs (a ring made meanwhile is
+/// woken by the unregistering, and served by the kernel).
+pub fn take_down(fd: i32) {
+    let b = BELL.swap(0, Ordering::AcqRel);
+    if b != 0 {
+        let _ = uffd::unregister(fd, b, PAGE);
+    }
 }
 
 /// Whether a fault at `addr` is the bell's.

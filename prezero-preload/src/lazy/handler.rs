@@ -53,8 +53,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{
-    bell, fd, give_up, guarded, is_empty, is_huge, lanes, stats, still_ours, stop, thp_always,
-    touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
+    bell, fd, give_up, guarded, is_empty, is_huge, lanes, serving, stats, still_ours, stop,
+    suspend, thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -102,13 +102,15 @@ pub fn run() {
         checked: false,
         placed: usize::MAX - 1,
     };
-    let mut msgs = [Msg::default(); 16];
-    let mut look = threads::first_look();
     loop {
-        threads::sync(&mut look);
-        // A stop rings the bell and waits in its fault: the handler returns
-        // once it has answered it, or here if there is no bell.
-        if !bell::has_bell() && threads::stopping(Owner::Handler) {
+        threads::sync();
+        // Asked to end (a stop, which rang the bell, or a retirement), or
+        // handed over already: it ends once nothing is registered (the
+        // bell goes as it returns, `pause.rs`, which wakes a ring made
+        // meanwhile).
+        if threads::stopping(Owner::Handler).is_some() || !serving() {
+            h.leave();
+            super::stopped_for_good();
             return;
         }
         // Looked at before each read: after the program closed the
@@ -120,41 +122,39 @@ pub fn run() {
             stop();
             return;
         }
-        // A second at most between looks at `threads::sync` (which narrows
-        // this thread's capabilities to the program's).
-        if !uffd::readable_within(h.fd, 1000) {
-            continue;
-        }
-        let n = match uffd::read(h.fd, &mut msgs) {
-            Ok(n) => n,
-            Err(Errno(libc::EINTR | libc::EAGAIN)) => continue,
-            Err(_) => {
-                stop();
+        match h.round(threads::CHECK_MS as i32) {
+            Round::Served => {}
+            Round::Quiet if idle_and_empty() => {
+                // The kernel's own fault is as fast as a copy of zeroes.
+                h.leave();
                 return;
             }
-        };
-        let mut rung = false;
-        for m in &msgs[..n] {
-            if m.event == uffd::UFFD_EVENT_PAGEFAULT && bell::is_bell(m.address as usize) {
-                if let Err(e) = bell::answer(h.fd) {
-                    // Its reader waits on: closing the descriptor wakes it.
-                    give_up(Stop::Refused(e));
-                    return;
-                }
-                rung = true;
-            } else if m.event == uffd::UFFD_EVENT_PAGEFAULT {
-                let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
-                h.serve(m.address as usize, write, m.thread());
+            Round::Quiet => {}
+            Round::Stopped => {
+                h.leave();
+                super::stopped_for_good();
+                return;
             }
         }
-        if h.unregistered > MAX_UNREGISTERED {
-            give_up(Stop::Refused(h.error));
-            return;
-        }
-        if rung && threads::stopping(Owner::Handler) {
-            return;
-        }
     }
+}
+
+/// What a round of reading the userfaultfd came to.
+enum Round {
+    Served,
+    /// Nothing to read within the wait.
+    Quiet,
+    /// The lazy mode stopped (the kernel refused, the descriptor failed).
+    Stopped,
+}
+
+/// Whether the program has not faulted or freed a huge page for the idle
+/// time and the reserve holds nothing: the handler has nothing to serve
+/// faster than the kernel.
+fn idle_and_empty() -> bool {
+    let idle = super::now_ms().saturating_sub(super::LAST_ACTIVE.load(Ordering::Relaxed))
+        >= super::IDLE_MS.load(Ordering::Relaxed);
+    idle && reserve::holds_nothing()
 }
 
 /// What [`Handler::move_in`] found.
@@ -168,6 +168,55 @@ enum MoveIn {
 }
 
 impl Handler {
+    /// Reads what faults wait (`ms` at most for the first) and serves them.
+    fn round(&mut self, ms: i32) -> Round {
+        let mut msgs = [Msg::default(); 16];
+        if !uffd::readable_within(self.fd, ms) {
+            return Round::Quiet;
+        }
+        let n = match uffd::read(self.fd, &mut msgs) {
+            Ok(n) => n,
+            Err(Errno(libc::EINTR | libc::EAGAIN)) => return Round::Served,
+            Err(_) => {
+                stop();
+                return Round::Stopped;
+            }
+        };
+        for m in &msgs[..n] {
+            if m.event == uffd::UFFD_EVENT_PAGEFAULT && bell::is_bell(m.address as usize) {
+                if let Err(e) = bell::answer(self.fd) {
+                    // Its reader waits on: giving up unregisters the bell.
+                    give_up(Stop::Refused(e));
+                    return Round::Stopped;
+                }
+            } else if m.event == uffd::UFFD_EVENT_PAGEFAULT && serving() {
+                let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
+                self.serve(m.address as usize, write, m.thread());
+            } else if m.event == uffd::UFFD_EVENT_PAGEFAULT {
+                // Stopped, or handed over but for this fault, made before.
+                self.hand_to_kernel(m.address as usize & !(PAGE - 1), Errno(libc::EAGAIN));
+            }
+        }
+        if self.unregistered > MAX_UNREGISTERED {
+            give_up(Stop::Refused(self.error));
+            return Round::Stopped;
+        }
+        Round::Served
+    }
+
+    /// Hands everything registered to the kernel (`suspend.rs`), serving
+    /// faults (or handing them to the kernel, once stopped) until `POP` can
+    /// be had: its holder may wait on one.
+    fn leave(&mut self) {
+        loop {
+            if let Some(mut g) = PopGuard::own_within(POP_WAIT_US) {
+                suspend::hand_over(&mut g, self.fd);
+                return;
+            }
+            let _ = self.round(1);
+        }
+    }
+
     fn serve(&mut self, addr: usize, write: bool, tid: u32) {
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
         touch_active();

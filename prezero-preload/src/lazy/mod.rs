@@ -71,6 +71,7 @@ mod realloc;
 mod recycle;
 mod reserve;
 pub mod stats;
+mod suspend;
 mod table;
 mod worker;
 
@@ -85,7 +86,14 @@ use crate::sys::{self, Errno};
 static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
     give_back,
     trim: None,
+    holds: serves_or_holds,
 };
+
+/// Whether the lazy mode serves (its threads run) or its reserve holds
+/// pages.
+fn serves_or_holds() -> bool {
+    serving() || !reserve::holds_nothing()
+}
 
 /// Gives the reserve back (memory is short): a no-op where the lazy mode
 /// does not run in this process.
@@ -107,6 +115,9 @@ const STARTING: u8 = 2;
 const ON: u8 = 3;
 /// Could not start: the cache serves as without the lazy mode.
 const FAILED: u8 = 4;
+/// Its threads ended; nothing registered; the next large block or mapping
+/// starts it again (`suspend.rs`).
+const SUSPENDED: u8 = 5;
 
 static STATE: AtomicU8 = AtomicU8::new(OFF);
 static UFFD: AtomicI32 = AtomicI32::new(-1);
@@ -230,7 +241,9 @@ pub fn configure(cfg: &Config) {
         releasing: recycle::recycle,
     });
     STATE.store(WANTED, Ordering::Release);
-    if cfg.program {
+    // Threads at load only where a person asked for memory ahead: any
+    // other program starts none before its first large block or mapping.
+    if cfg.program && cfg.reserve_asked {
         ensure_started();
     }
 }
@@ -246,12 +259,17 @@ pub fn threshold() -> usize {
     THRESHOLD.load(Ordering::Relaxed)
 }
 
-/// Starts the lazy mode if it was asked for and has not been tried: true if
-/// it runs.
+/// Starts the lazy mode if it was asked for and has not been tried, or
+/// resumes it: true if it runs.
 pub fn ensure_started() -> bool {
     match STATE.load(Ordering::Acquire) {
         ON => return true,
         WANTED => {}
+        SUSPENDED if OWNER.load(Ordering::Relaxed) == sys::getpid() => return pause::resume(),
+        FAILED => {
+            close_left();
+            return false;
+        }
         _ => return false,
     }
     if STATE
@@ -274,6 +292,11 @@ pub fn ensure_started() -> bool {
             false
         }
     }
+}
+
+/// Whether the lazy mode serves (its threads run): what the workers look at.
+fn serving() -> bool {
+    STATE.load(Ordering::Acquire) == ON
 }
 
 /// Whether this process's lazy mode runs: a system call (`getpid`) beside
@@ -396,7 +419,9 @@ fn start() -> Result<(), Why> {
     PAGEMAP.store(pm, Ordering::Release);
     OWNER.store(sys::getpid(), Ordering::Release);
     touch_active();
-    // Before the cache's range is registered: a fault there needs them.
+    // Before the cache's range is registered: a fault there needs them. The
+    // handler serves while the state says so.
+    STATE.store(ON, Ordering::Release);
     if !pause::start_threads() {
         // Nothing is registered to the descriptor that could wait on it.
         uffd::close(pm);
@@ -447,10 +472,40 @@ fn stop_leaving(program_closes: bool) {
     // (idle at once, never filling again).
     LAST_ACTIVE.store(0, Ordering::Relaxed);
     reserve::stop_filling();
+    if sys::own_descriptors() {
+        // The handler: its descriptors are its own (`pause.rs`) and go with
+        // it; the program's go as a worker ends, or at the program's next
+        // call (`close_left`).
+        return;
+    }
     let ours = still_ours() && !program_closes;
     let fd = UFFD.swap(-1, Ordering::AcqRel);
     if ours {
         uffd::close(fd);
+    }
+}
+
+/// A program's thread, after the lazy mode stopped on a thread of ours:
+/// the descriptor the program's table still holds, closed where it is
+/// still ours (not a file the program opened at its number since).
+fn close_left() {
+    let failed = STATE.load(Ordering::Acquire) == FAILED;
+    if !failed || UFFD.load(Ordering::Relaxed) < 0 || sys::own_descriptors() {
+        return;
+    }
+    let ours = still_ours();
+    let fd = UFFD.swap(-1, Ordering::AcqRel);
+    if ours {
+        uffd::close(fd);
+    }
+}
+
+/// The handler, ending after the lazy mode stopped for good: the workers
+/// end too, and close the descriptor the program's table holds (the
+/// handler's table is its own).
+fn stopped_for_good() {
+    if STATE.load(Ordering::Acquire) == FAILED {
+        reserve::stop_filling();
     }
 }
 
@@ -481,12 +536,15 @@ fn give_up(why: Stop) {
             let _ = uffd::unregister(fd, base, len);
         }
         // The table under POP, if it can be had: its holder may wait on a
-        // fault of this thread's to serve; closing wakes those anyway.
-        if let Some(mut g) = PopGuard::own_within(10 * 1000) {
-            let t = g.table();
-            for i in 0..t.len() {
-                let r = t.get(i);
-                let _ = uffd::unregister(fd, r.start, r.end - r.start);
+        // fault of this thread's to serve; closing wakes those anyway. The
+        // handler unregisters it as it ends, serving meanwhile.
+        if !sys::own_descriptors() {
+            if let Some(mut g) = PopGuard::own_within(10 * 1000) {
+                let t = g.table();
+                for i in 0..t.len() {
+                    let r = t.get(i);
+                    let _ = uffd::unregister(fd, r.start, r.end - r.start);
+                }
             }
         }
         use std::io::Write;
@@ -592,8 +650,13 @@ fn is_empty(at: usize, len: usize) -> bool {
 
 extern "C" fn in_child() {
     crate::pressure::in_child();
-    if STATE.load(Ordering::Acquire) != ON {
-        return;
+    match STATE.load(Ordering::Acquire) {
+        ON | SUSPENDED => {}
+        FAILED => {
+            close_left();
+            return;
+        }
+        _ => return,
     }
     STATE.store(OFF, Ordering::Release);
     uffd::close(UFFD.swap(-1, Ordering::AcqRel));

@@ -225,6 +225,25 @@ pub fn serve_lane(lane_no: usize) {
     lane(lane_no).worker.store(true, Ordering::Relaxed);
 }
 
+/// Lane `lane`'s worker ends: no page moves back into it.
+pub fn unserve_lane(lane_no: usize) {
+    lane(lane_no).worker.store(false, Ordering::Relaxed);
+}
+
+/// Drops the pages of lane `lane`'s READY and DIRTY slots (its worker
+/// retires: no thread of ours keeps memory for a program that may have
+/// changed who it is).
+pub fn give_back_lane(lane_no: usize) {
+    while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING)) {
+        if drop_pages(i) {
+            stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            // Kept (locked): the others would be too.
+            break;
+        }
+    }
+}
+
 /// Whether lane `lane` may take a page back: a worker serves it, and it has
 /// an empty slot.
 pub fn takes_back(lane_no: usize) -> bool {
@@ -236,6 +255,11 @@ pub fn takes_back(lane_no: usize) -> bool {
 pub fn full(lane_no: usize) -> bool {
     let per = PER_LANE.load(Ordering::Acquire);
     lane(lane_no).held.load(Ordering::Relaxed) >= per || held() >= per
+}
+
+/// Whether no slot of any lane has pages.
+pub fn holds_nothing() -> bool {
+    held() == 0
 }
 
 /// Slots with pages, over every lane.
@@ -438,21 +462,8 @@ pub fn reclaimed(i: usize) {
 
 /// Drops the pages of every READY and DIRTY slot (memory is short); the
 /// number dropped.
-pub fn give_back_all() -> usize {
-    let mut n = 0;
-    for lane_no in 0..lanes() {
-        while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING))
-        {
-            if drop_pages(i) {
-                stats::RELEASED.fetch_add(1, Ordering::Relaxed);
-                n += 1;
-            } else {
-                // Kept (locked): the others would be too.
-                break;
-            }
-        }
-    }
-    n
+pub fn give_back_all() {
+    (0..lanes()).for_each(give_back_lane);
 }
 
 /// Whether the kernel took slots back lately: the worker fills nothing.

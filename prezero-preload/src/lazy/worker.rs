@@ -1,18 +1,21 @@
-//! The reserve's background threads, one per lane, at `SCHED_IDLE` (they
-//! run while a core is idle), each bound to its node's CPUs: scrubs the
+//! The reserve's background threads, one per lane, each bound to its node's
+//! CPUs and out of the program's way (`crate::threads::Polite`: after a
+//! piece of work in which the CPU was busy it waits): scrubs the
 //! lane's huge pages moved back (streaming stores), fills its empty slots
 //! ahead of demand once the lane may fill (to a sixteenth of the memory the
 //! program has resident, or whole where a person sized the reserve), and gives the lane back to the
 //! kernel when the program has neither faulted nor freed a huge page for
 //! the idle time (`PREZERO_IDLE_SECS`); the next fault starts it filling
-//! again.
+//! again. They live while the lazy mode serves (the handler's), and end
+//! with it; retiring (the program may have changed who it is), each gives
+//! its lane back first.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
 use crate::sys;
-use crate::threads;
+use crate::threads::{self, End, Owner, Polite, CHECK_MS};
 
 /// After a fill or a give-back the kernel refused (no memory, locked
 /// memory), the worker waits this long before it tries again.
@@ -30,16 +33,24 @@ pub fn run() {
     let lane = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
     lanes::bind_worker(lane);
     reserve::serve_lane(lane);
-    prezero::ScrubPriority::Idle.apply_to_current_thread();
+    let mut polite = Polite::default();
     let mut backoff_until = 0;
     let mut release_from = 0;
     let mut bound_read = 0;
-    let mut look = threads::first_look();
     loop {
         let seen = reserve::work(lane).load(Ordering::Acquire);
         // After `seen`: a wake after these looks ends the wait below.
-        threads::sync(&mut look);
-        if threads::stopping(threads::Owner::Workers) {
+        threads::sync();
+        let end = threads::stopping(Owner::Workers);
+        if end.is_some() || !super::serving() {
+            // No page moves back into a lane without a worker.
+            reserve::unserve_lane(lane);
+            if end != Some(End::Stop) {
+                reserve::give_back_lane(lane);
+            }
+            // Stopped for good on the handler, whose table is its own: the
+            // program's copy of the descriptor goes here.
+            super::close_left();
             return;
         }
         let now = now_ms();
@@ -59,8 +70,14 @@ pub fn run() {
                 continue;
             }
         }
+        let busy = polite.wait_ms(CHECK_MS);
+        if busy > 0 {
+            // The CPU was busy at the last piece: the program's first.
+            sys::futex_wait(reserve::work(lane), seen, busy);
+            continue;
+        }
         if let Some(i) = reserve::take(lane, DIRTY, SCRUBBING) {
-            reserve::scrub(i, false);
+            polite.run(|| reserve::scrub(i, false));
             continue;
         }
         // The program's resident memory, which the default reserve is a
@@ -76,14 +93,14 @@ pub fn run() {
             && !crate::pressure::pressed();
         if may_fill && !reserve::full(lane) && !reserve::enough() {
             if let Some(i) = reserve::take(lane, EMPTY, FILLING) {
-                if !reserve::fill(i, true) {
+                if !polite.run(|| reserve::fill(i, true)) {
                     backoff_until = now + BACKOFF_MS;
                 }
                 continue;
             }
         }
-        // Woken by a slot freed or made dirty; else a look at the idle time
-        // each second.
-        sys::futex_wait(reserve::work(lane), seen, 1000);
+        // Woken by a slot freed or made dirty; else a look each CHECK_MS
+        // (at `crate::threads`, and at the idle time).
+        sys::futex_wait(reserve::work(lane), seen, CHECK_MS);
     }
 }

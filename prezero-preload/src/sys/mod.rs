@@ -50,11 +50,16 @@ pub fn injected_stall() {
         std::thread::sleep(std::time::Duration::from_secs(3));
     }
 }
+pub mod direct;
+mod file;
+mod identity;
 mod numa;
 mod sync;
 mod thread;
 pub mod uffd;
 
+pub use file::*;
+pub use identity::Identity;
 pub use numa::*;
 pub use sync::{futex_wait, futex_wake, Event, Mutex, TagMutex};
 pub use thread::*;
@@ -506,66 +511,6 @@ pub unsafe fn getenv(name: &CStr) -> Option<&'static [u8]> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
-/// Reads the start of the file at `path` into `buf` with one `read` (a small
-/// procfs file comes whole): the bytes read.
-///
-/// pre: none.
-pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
-    // SAFETY: open reads the NUL-terminated path; the descriptor is new and
-    // this function's alone.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(Errno::last());
-    }
-    // SAFETY: read writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
-    let read = usize::try_from(n).map_err(|_| Errno::last());
-    // SAFETY: the descriptor opened above, used by no one else.
-    unsafe { libc::close(fd) };
-    read
-}
-
-/// A descriptor of `path` open for reading (kept: a file to poll).
-///
-/// pre: none.
-pub fn open_read(path: &CStr) -> Option<c_int> {
-    // SAFETY: open reads the NUL-terminated path.
-    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
-    (fd >= 0).then_some(fd)
-}
-
-/// The start of the file `fd` (read from offset 0) into `buf`: how many
-/// bytes.
-///
-/// pre: none.
-pub fn pread_start(fd: c_int, buf: &mut [u8]) -> Result<usize, Errno> {
-    // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
-    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    usize::try_from(n).map_err(|_| Errno::last())
-}
-
-/// A PSI trigger (`trigger`, NUL-terminated: "some 50000 2000000") on the
-/// pressure file `path`: a descriptor whose `poll` says `POLLPRI` when it
-/// fires, or `None` where it cannot be set (no PSI, no right to write).
-///
-/// pre: none.
-pub fn psi_trigger(path: &CStr, trigger: &[u8]) -> Option<c_int> {
-    let flags = libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC;
-    // SAFETY: open reads the NUL-terminated path.
-    let fd = unsafe { libc::open(path.as_ptr(), flags) };
-    if fd < 0 {
-        return None;
-    }
-    // SAFETY: write reads `trigger`'s bytes.
-    let n = unsafe { libc::write(fd, trigger.as_ptr().cast(), trigger.len()) };
-    if n < 0 {
-        // SAFETY: the descriptor opened above, no one else's.
-        unsafe { libc::close(fd) };
-        return None;
-    }
-    Some(fd)
-}
-
 /// The calling thread's id.
 ///
 /// pre: none.
@@ -612,7 +557,24 @@ pub fn dup_above(fd: c_int, min: c_int) -> Result<c_int, Errno> {
 pub fn write_stderr(buf: &[u8]) {
     // SAFETY: write(2) only reads `buf`; descriptor 2 is the process's, and a
     // closed one is an error.
-    unsafe { libc::write(2, buf.as_ptr().cast(), buf.len()) };
+    let r = unsafe { libc::write(2, buf.as_ptr().cast(), buf.len()) };
+    if r >= 0 || Errno::last() != Errno(libc::EBADF) {
+        return;
+    }
+    // A thread of ours with a descriptor table of its own (the handler):
+    // the process's standard error, opened anew through the main thread's.
+    // SAFETY: a C string; the flags take no mode.
+    let fd = unsafe {
+        libc::open(
+            c"/proc/self/fd/2".as_ptr(),
+            libc::O_WRONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd >= 0 {
+        // SAFETY: as above, to the descriptor just opened.
+        unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+        direct::close(fd);
+    }
 }
 
 /// The base page size (`sysconf(_SC_PAGESIZE)`).

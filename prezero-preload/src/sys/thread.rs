@@ -1,11 +1,12 @@
 //! The threads part of the OS layer: starting and joining the preload's
-//! threads, counting the process's, a pipe that wakes one, and a thread's
-//! credentials (capabilities, securebits), which are per thread; in `sys`'s
-//! manner (numbers in, numbers out, no allocation but thread creation).
+//! threads, counting the process's, a pipe that wakes one, and what a
+//! thread of ours gives up (its privileges) and asks of the scheduler; in
+//! `sys`'s manner (numbers in, numbers out, no allocation but thread
+//! creation).
 
 use std::ffi::c_int;
 
-use super::{clock_gettime, read_file_start, Errno};
+use super::{clock_gettime, direct, read_file_start, Errno};
 
 /// Starts a thread named `name` running `f` (`pthread_create` through std,
 /// which allocates: its small blocks go to the next allocator): joinable,
@@ -101,80 +102,152 @@ pub fn sleep_ms(ms: u64) {
     unsafe { libc::nanosleep(&t, std::ptr::null_mut()) };
 }
 
-/// A thread's capabilities: `capget(2)`'s two `__user_cap_data_struct`s
-/// (effective, permitted, inheritable; low then high 32 bits).
-pub type Caps = [u32; 6];
+/// Gives the calling thread a descriptor table of its own that holds only
+/// `keep` (at their numbers): what the program closes from then on, by any
+/// route, it does not close for this thread, and this thread holds none of
+/// the program's files open. Where the kernel refuses, the thread keeps the
+/// process's table.
+///
+/// pre: the calling thread is one of this crate's own, and uses no other
+/// descriptor after.
+pub fn keep_descriptors_only(keep: &[c_int]) {
+    // Directly: the C library's `unshare` is ours (`entry/`).
+    // SAFETY: unshare takes a number.
+    let r = unsafe { direct::syscall6(libc::SYS_unshare, [libc::CLONE_FILES as _, 0, 0, 0, 0, 0]) };
+    if r != 0 {
+        return;
+    }
+    OWN_TABLE.set(true);
+    let mut sorted = [-1; 4];
+    let n = keep.len().min(sorted.len());
+    sorted[..n].copy_from_slice(&keep[..n]);
+    sorted[..n].sort_unstable();
+    let mut from: c_int = 0;
+    for &k in sorted[..n].iter().filter(|&&k| k >= 0) {
+        if k > from {
+            close_range(from, k - 1);
+        }
+        from = from.max(k + 1);
+    }
+    close_range(from, c_int::MAX);
+}
+
+thread_local! {
+    /// The calling thread has a descriptor table of its own.
+    static OWN_TABLE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread has a descriptor table of its own
+/// ([`keep_descriptors_only`]): closing one of its descriptors does not
+/// close the program's.
+///
+/// pre: none.
+pub fn own_descriptors() -> bool {
+    OWN_TABLE.get()
+}
+
+/// Closes the calling thread's descriptors `[lo, hi]`, directly.
+fn close_range(lo: c_int, hi: c_int) {
+    // SAFETY: close_range takes numbers; the caller's table is its own.
+    let _ = unsafe { direct::syscall6(libc::SYS_close_range, [lo as _, hi as _, 0, 0, 0, 0]) };
+}
+
+/// Gives up every privilege the calling thread holds: its bounding set
+/// (while it still has `CAP_SETPCAP`, which that needs), its ambient,
+/// inheritable, permitted and effective sets, and any new one an `execve`
+/// could grant (`no_new_privs`). Each step is a direct system call (the C
+/// library's `prctl` and `syscall` are ours: `entry/`); one the kernel
+/// refuses leaves that part as it was.
+///
+/// pre: the calling thread is one of this crate's own.
+pub fn drop_privileges() {
+    for cap in 0..64 {
+        match direct::prctl(libc::PR_CAPBSET_READ, cap) {
+            Ok(1) => {
+                let _ = direct::prctl(libc::PR_CAPBSET_DROP, cap);
+            }
+            Ok(_) => {}
+            // Past the last capability this kernel knows.
+            Err(_) => break,
+        }
+    }
+    let _ = direct::prctl(libc::PR_CAP_AMBIENT, libc::PR_CAP_AMBIENT_CLEAR_ALL as _);
+    let head = [CAP_VERSION_3, 0u32];
+    let none = [0u32; 6];
+    // SAFETY: capset reads the header and two data structs (six u32) from
+    // the locals.
+    let _ = unsafe {
+        direct::syscall6(
+            libc::SYS_capset,
+            [head.as_ptr() as _, none.as_ptr() as _, 0, 0, 0, 0],
+        )
+    };
+    let _ = direct::prctl(libc::PR_SET_NO_NEW_PRIVS, 1);
+}
 
 const CAP_VERSION_3: u32 = 0x2008_0522;
 
-/// The calling thread's capabilities.
-///
-/// pre: none.
-pub fn caps() -> Result<Caps, Errno> {
-    caps_of(0)
+/// `struct sched_attr`, as `sched_setattr(2)` takes it.
+#[repr(C)]
+#[derive(Default)]
+struct SchedAttr {
+    size: u32,
+    policy: u32,
+    flags: u64,
+    nice: i32,
+    priority: u32,
+    runtime: u64,
+    deadline: u64,
+    period: u64,
 }
 
-/// Thread `tid`'s capabilities (0: the calling thread's); an error where
-/// it is gone.
-///
-/// pre: none.
-pub fn caps_of(tid: u32) -> Result<Caps, Errno> {
-    let mut head = [CAP_VERSION_3, tid];
-    let mut data: Caps = [0; 6];
-    // SAFETY: capget writes two data structs (six u32) into the local array
-    // for the header's version 3; pid 0 is the calling thread, another a
-    // thread whose capabilities it reads.
-    let r = unsafe { libc::syscall(libc::SYS_capget, head.as_mut_ptr(), data.as_mut_ptr()) };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(data)
-}
+/// The slice the calling thread asks for (`sched_runtime`, Linux 6.12's
+/// EEVDF): short, so that a thread of ours woken (to end, at an exit) runs
+/// within a fraction of a millisecond even beside busy ones.
+const SLICE_NS: u64 = 100_000;
 
-/// Sets the calling thread's capabilities (the kernel refuses to raise
-/// what it does not permit).
+/// The calling thread at the ordinary policy with a short slice: a thread
+/// of ours never starves (an exit waits for each thread to run once) and
+/// never takes a real-time priority the program's thread had. Where the
+/// kernel knows no slice (before 6.12), the policy alone.
 ///
-/// pre: none.
-pub fn set_caps(caps: &Caps) -> Result<(), Errno> {
-    let mut head = [CAP_VERSION_3, 0u32];
-    // SAFETY: capset reads the header and two data structs from locals.
-    let r = unsafe { libc::syscall(libc::SYS_capset, head.as_mut_ptr(), caps.as_ptr()) };
-    if r != 0 {
-        return Err(Errno::last());
-    }
-    Ok(())
-}
-
-/// The calling thread's securebits (`PR_GET_SECUREBITS`: keep-caps among
-/// them), or `None` where they cannot be read.
-///
-/// pre: none.
-pub fn securebits() -> Option<u32> {
-    // SAFETY: prctl with this option reads one value of the calling thread.
-    let r = unsafe { libc::prctl(libc::PR_GET_SECUREBITS, 0, 0, 0, 0) };
-    u32::try_from(r).ok()
-}
-
-/// Makes the calling thread's securebits `bits`: the keep-caps bit alone
-/// needs no privilege (`PR_SET_KEEPCAPS`), the others `CAP_SETPCAP`.
-///
-/// pre: none.
-pub fn set_securebits(bits: u32) -> Result<(), Errno> {
-    if securebits() == Some(bits) {
-        return Ok(());
-    }
-    const KEEP_CAPS: u32 = 1 << 4;
-    let only_keep_caps = securebits().is_some_and(|b| (b ^ bits) & !KEEP_CAPS == 0);
-    let r = if only_keep_caps {
-        let keep = u64::from(bits & KEEP_CAPS != 0);
-        // SAFETY: prctl with this option changes a flag of the calling thread.
-        unsafe { libc::prctl(libc::PR_SET_KEEPCAPS, keep, 0, 0, 0) }
-    } else {
-        // SAFETY: prctl with this option changes flags of the calling thread.
-        unsafe { libc::prctl(libc::PR_SET_SECUREBITS, u64::from(bits), 0, 0, 0) }
+/// pre: the calling thread is one of this crate's own.
+pub fn short_slice() {
+    let mut attr = SchedAttr::default();
+    let size = std::mem::size_of::<SchedAttr>() as u32;
+    // SAFETY: sched_getattr writes at most `size` bytes into the local.
+    let got = unsafe {
+        libc::syscall(
+            libc::SYS_sched_getattr,
+            0,
+            &mut attr as *mut SchedAttr,
+            size,
+            0,
+        )
     };
-    if r != 0 {
-        return Err(Errno::last());
+    if got != 0 {
+        return;
     }
-    Ok(())
+    attr.size = size;
+    attr.flags = 0;
+    if !matches!(attr.policy as i32, libc::SCHED_OTHER | libc::SCHED_BATCH) {
+        attr.policy = libc::SCHED_OTHER as u32;
+        attr.priority = 0;
+        attr.nice = attr.nice.max(0);
+    }
+    attr.runtime = SLICE_NS;
+    // SAFETY: sched_setattr reads the local.
+    let set = |a: &SchedAttr| unsafe { libc::syscall(libc::SYS_sched_setattr, 0, a, 0) };
+    if set(&attr) != 0 {
+        attr.runtime = 0;
+        let _ = set(&attr);
+    }
+}
+
+/// The calling thread's CPU time (ns).
+///
+/// pre: none.
+pub fn thread_cpu_ns() -> u64 {
+    let t = clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID);
+    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
 }

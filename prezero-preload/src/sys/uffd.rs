@@ -463,8 +463,7 @@ fn scan_with(
 pub fn close(fd: c_int) {
     // The system call, not the C library's `close`, which this library
     // interposes (`entry/lazy.rs`).
-    // SAFETY: the descriptor is ours and unused from here (pre).
-    unsafe { libc::syscall(libc::SYS_close, fd) };
+    super::direct::close(fd);
 }
 
 /// Blocks every signal in the calling thread: the old mask.

@@ -1,24 +1,25 @@
 //! The preload's own threads (the lazy mode's fault handler and reserve
-//! workers, the cache's scrubber, the pressure watcher), and the calls of
-//! the program that must find them agreeing with it:
+//! workers, the cache's scrubber, the pressure watcher): guests in the
+//! program's process.
 //!
-//! * glibc's `set*id`, `setgroups` and `initgroups` make every thread of
-//!   the process repeat the call, and abort if one fails: a thread of ours
-//!   lacking a capability the program gave its calling thread alone (a
-//!   setpriv-style drop: `PR_SET_KEEPCAPS`, `setresuid`, `capset` of
-//!   `CAP_SETGID`, `setresgid`) failed it. Before such a call each of ours
-//!   takes the caller's capabilities and securebits (`creds.rs`), then the
-//!   call runs with them all still serving: a program thread faulting in
-//!   the kernel meanwhile is served, and so answers glibc's signal.
-//! * `unshare` and `setns` of what only a single-threaded process may have
-//!   (a user namespace, a mount or time namespace, its memory): ours stop,
-//!   are joined, and start again after the call (`stop.rs`). The program
-//!   has no thread of its own then, or the call fails plainly too.
+//! * They hold no privilege the program's main thread lacks and lack no
+//!   restriction it has (`guest.rs`): started from a thread that is the
+//!   main thread's equal, they give up every capability first, and end
+//!   within [`guest::CHECK_MS`] of a change they could not see.
+//! * A change they can see (`set*id`, which glibc makes every thread
+//!   repeat; a seccomp filter or Landlock ruleset, the bounding set, a
+//!   namespace, by the C library or `syscall(2)`), and a call the kernel
+//!   allows only a single-threaded process, runs with none of them: they
+//!   stop, are joined, and start again after it from the calling thread
+//!   (`stop.rs`).
+//! * They exist only while their owner has work or holds memory, and never
+//!   at `SCHED_IDLE`: an exit waits for every thread to run once.
 //!
-//! Each thread looks at [`sync`] at the top of its loop, and its owner
-//! wakes it (`wake_all`): the handler by a fault on its bell page, the
-//! workers by their futexes, the scrubber under its lock, the watcher by a
-//! pipe.
+//! Each thread looks at [`sync`] at the top of its loop and ends when
+//! [`stopping`] says so; its owner wakes it (`wake_all`): the handler by a
+//! fault on its bell page, the workers by their futexes, the scrubber under
+//! its lock, the watcher by a pipe. No wait of theirs is longer than
+//! [`guest::CHECK_MS`], so one of them always looks.
 //!
 //! This module names none of the owners: each registers its [`Hooks`]
 //! ([`register`]) before it starts a thread of its own, and a look or a
@@ -32,19 +33,19 @@
 //! these calls with each other and with [`spawn`] (a thread started during
 //! one would miss it), and is held with signals blocked.
 
-mod creds;
+mod guest;
+mod polite;
 mod stop;
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
 
 use crate::sys;
 
+pub use guest::CHECK_MS;
+pub use polite::Polite;
 // Only entry/ calls these, and a test build leaves it out.
 #[cfg(not(test))]
-pub use creds::agreeing;
-pub use stop::stopping;
-#[cfg(not(test))]
-pub use stop::{alone, setns_needs_one_thread, unshare_needs_one_thread};
+pub use stop::{changing, setns_needs_one_thread, unshare_needs_one_thread, Scope};
 
 /// Threads of ours at most besides the handler: a worker per lane, a
 /// scrubber, a watcher.
@@ -101,6 +102,10 @@ impl Owner {
 pub struct Hooks {
     /// Wakes its threads for a look at [`sync`] or [`stopping`].
     pub wake: fn(),
+    /// In a stop, before the handler is asked to return (the program's
+    /// threads may still fault on what it serves): hands that to the
+    /// kernel.
+    pub leaving: Option<fn()>,
     /// After a stop joined our threads, before the call: what they left
     /// behind goes.
     pub joined: Option<fn()>,
@@ -165,7 +170,10 @@ fn ours() -> bool {
 
 /// Starts a thread of ours named `name` running `f`, with every signal
 /// blocked (a program's handler run on it could touch registered memory
-/// and wait on itself, or on a lock this thread holds).
+/// and wait on itself, or on a lock this thread holds). False where none
+/// may start: the calling thread is wider than the program's main thread
+/// (it kept what the main thread gave up, or lacks a filter it entered),
+/// `/proc` cannot say, or the kernel refused.
 pub fn spawn(name: &str, kind: Kind, f: fn()) -> bool {
     if !AT_FORK.swap(true, Ordering::Relaxed) {
         sys::atfork(None, None, Some(in_child));
@@ -173,16 +181,16 @@ pub fn spawn(name: &str, kind: Kind, f: fn()) -> bool {
     // Not while a call above is under way, unless it is this thread's,
     // starting threads again.
     let _p = (PAUSER.load(Ordering::Relaxed) != sys::gettid()).then(Paused::take);
+    if !guest::may_spawn() {
+        return false;
+    }
     OWNER.store(sys::getpid(), Ordering::Relaxed);
     LIVE.fetch_add(1, Ordering::AcqRel);
-    // The thread gets this thread's credentials: what was asked before
-    // now, it has; what is asked from now on, it must take.
-    let start = creds::generation();
+    let generation = guest::generation();
     let r = sys::spawn(name, move || {
-        START.set(start);
+        guest::enter(generation);
         f();
         LIVE.fetch_sub(1, Ordering::AcqRel);
-        creds::left();
     });
     let Ok(t) = r else {
         LIVE.fetch_sub(1, Ordering::AcqRel);
@@ -206,23 +214,32 @@ pub fn spawn(name: &str, kind: Kind, f: fn()) -> bool {
     true
 }
 
-thread_local! {
-    /// The look a thread of ours was started at.
-    static START: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
-}
-
-/// A thread of ours, at its start: what its looks at [`sync`] start from
-/// (the generation when it was started, not when it got here).
-pub fn first_look() -> u32 {
-    START.get()
-}
-
-/// A thread of ours, at the top of its loop: takes the credentials a call
-/// of the program asks for (`seen`: the thread's last look, from
-/// [`first_look`]).
+/// A thread of ours, at the top of its loop: every [`CHECK_MS`] one of
+/// ours compares its identity with the main thread's (a wider one ends
+/// them all).
 #[inline]
-pub fn sync(seen: &mut u32) {
-    creds::sync(seen);
+pub fn sync() {
+    guest::sync();
+}
+
+/// Why a thread of ours is asked to end.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum End {
+    /// A stop around a call of the program's: it starts again after it,
+    /// and keeps what its owner holds.
+    Stop,
+    /// It may be wider than the program now: what it holds goes back to
+    /// the kernel; the program's next call that needs one starts another.
+    Retire,
+}
+
+/// Whether a thread of `owner`'s must end now, and why. A stop counts it,
+/// to start it again after the call.
+pub fn stopping(owner: Owner) -> Option<End> {
+    if stop::stopping(owner) {
+        return Some(End::Stop);
+    }
+    guest::retired().then_some(End::Retire)
 }
 
 /// Wakes every thread of ours for a look at [`sync`] or [`stopping`].
@@ -233,6 +250,18 @@ fn wake_all() {
         Owner::Cache,
         Owner::Pressure,
     ]);
+}
+
+/// Wakes every thread of ours but the caller's kind: the handler does not
+/// ring its own bell (only it answers), the others are woken either way.
+fn wake_others() {
+    // SAFETY: pthread_self has no precondition.
+    let me = unsafe { libc::pthread_self() } as usize;
+    if HANDLER.load(Ordering::Acquire) == me {
+        wake(&[Owner::Workers, Owner::Cache, Owner::Pressure]);
+    } else {
+        wake_all();
+    }
 }
 
 /// A forked child has none of the parent's threads.

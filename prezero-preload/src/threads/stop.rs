@@ -1,17 +1,22 @@
-//! Around a call the kernel allows only a single-threaded process (`unshare`
-//! or `setns` of a user, mount or time namespace, `unshare` of its memory):
-//! our threads stop, are joined, and start again after it. The others go
-//! first, then the handler, which serves their faults on registered memory
-//! until they are gone; after the call the handler comes back first. The
-//! program has no other thread (else the call fails plainly too), so no
-//! fault of its waits on the handler meanwhile.
+//! Around a call that changes who the program is (`set*id`, a seccomp
+//! filter, a Landlock ruleset, the bounding set, a namespace), or one the
+//! kernel allows only a single-threaded process (`unshare` or `setns` of a
+//! user, mount or time namespace, `unshare` of its memory): our threads
+//! stop, are joined, the call runs, and they start again after it from the
+//! calling thread, which they take after. The others go first, then the
+//! handler, which serves their faults on registered memory until they are
+//! gone, and before it goes hands what it serves to the kernel (its
+//! owner's `leaving` hook): a program thread faulting there meanwhile, in
+//! the kernel, would otherwise never answer glibc's `set*id` signal.
 //!
 //! A thread that does not end within [`JOIN_MS`] (held up elsewhere) is
-//! left running, and the call fails as it would have without the stop.
+//! left running. A call every thread must repeat (glibc's `set*id`) then
+//! does not run: it would abort the program on ours; the caller gets
+//! `EAGAIN`, as from a `setuid` the kernel refused for the moment.
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 
-use super::{hooks, ours, wake, wake_all, Owner, Paused, HANDLER, JOINABLE};
+use super::{guest, hooks, ours, wake, wake_all, Owner, Paused, HANDLER, JOINABLE};
 use crate::sys;
 
 /// How long a stop waits for a thread of ours to end.
@@ -50,41 +55,28 @@ pub fn stopping(owner: Owner) -> bool {
     stop
 }
 
-/// Runs `call` with none of our threads running.
-pub fn alone<T>(call: impl FnOnce() -> T) -> T {
-    if !ours() {
+/// Whose identity a call changes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Scope {
+    /// Every thread's: glibc's `set*id` (each thread repeats it), or a call
+    /// the kernel allows only a single-threaded process.
+    Process,
+    /// The calling thread's alone (a system call made directly, `prctl`,
+    /// `seccomp`): ours follow only the main thread's.
+    Thread,
+}
+
+/// Runs `call`, which changes who the program is (`scope`), with none of
+/// our threads running; `refused` instead where one of ours would still be
+/// there for a `Process` call.
+pub fn changing<T>(scope: Scope, call: impl FnOnce() -> T, refused: impl FnOnce() -> T) -> T {
+    let main = sys::gettid() == sys::getpid() as u32;
+    if !ours() || guest::is_ours() || (scope == Scope::Thread && !main) {
         return call();
     }
     let _p = Paused::take();
-    let before = sys::threads_in_process();
-    let mut joined = 0;
-    STOPPING.store(OTHERS, Ordering::SeqCst);
-    wake_all();
-    for s in &JOINABLE {
-        let t = s.load(Ordering::Acquire);
-        if t != 0 && sys::join(t as libc::pthread_t, JOIN_MS) {
-            s.store(0, Ordering::Release);
-            joined += 1;
-        }
-    }
-    STOPPING.store(ALL, Ordering::SeqCst);
-    let handler = HANDLER.load(Ordering::Acquire);
-    if handler != 0 {
-        // The lazy mode's threads, as `wake_all` wakes them.
-        wake(&[Owner::Workers, Owner::Handler]);
-        if sys::join(handler as libc::pthread_t, JOIN_MS) {
-            HANDLER.store(0, Ordering::Release);
-            joined += 1;
-        }
-    }
-    STOPPING.store(RUN, Ordering::SeqCst);
-    for h in OWNERS.iter().filter_map(|&o| hooks(o)) {
-        if let Some(f) = h.joined {
-            f();
-        }
-    }
-    if let Some(n) = before {
-        wait_gone(n.saturating_sub(joined));
+    if !stop_all() && scope == Scope::Process {
+        return refused();
     }
     let r = call();
     // Starting threads again may set errno; the call's is the program's.
@@ -100,6 +92,57 @@ pub fn alone<T>(call: impl FnOnce() -> T) -> T {
     }
     sys::set_errno(errno.0);
     r
+}
+
+/// Stops and joins every thread of ours (the caller holds `PAUSE`): false
+/// if one is still there after [`JOIN_MS`].
+fn stop_all() -> bool {
+    let before = sys::threads_in_process();
+    let mut joined = 0;
+    let mut left = 0;
+    STOPPING.store(OTHERS, Ordering::SeqCst);
+    wake_all();
+    for s in &JOINABLE {
+        let t = s.load(Ordering::Acquire);
+        if t == 0 {
+            continue;
+        }
+        if sys::join(t as libc::pthread_t, JOIN_MS) {
+            s.store(0, Ordering::Release);
+            joined += 1;
+        } else {
+            left += 1;
+        }
+    }
+    let handler = HANDLER.load(Ordering::Acquire);
+    if handler != 0 {
+        for h in OWNERS.iter().filter_map(|&o| hooks(o)) {
+            if let Some(f) = h.leaving {
+                f();
+            }
+        }
+    }
+    STOPPING.store(ALL, Ordering::SeqCst);
+    if handler != 0 {
+        // The lazy mode's threads, as `wake_all` wakes them.
+        wake(&[Owner::Workers, Owner::Handler]);
+        if sys::join(handler as libc::pthread_t, JOIN_MS) {
+            HANDLER.store(0, Ordering::Release);
+            joined += 1;
+        } else {
+            left += 1;
+        }
+    }
+    STOPPING.store(RUN, Ordering::SeqCst);
+    for h in OWNERS.iter().filter_map(|&o| hooks(o)) {
+        if let Some(f) = h.joined {
+            f();
+        }
+    }
+    if let Some(n) = before {
+        wait_gone(n.saturating_sub(joined));
+    }
+    left == 0
 }
 
 /// A thread joined has ended for glibc, and may still be leaving the

@@ -106,9 +106,10 @@ fn valgrind_memcheck_under_the_preload() {
 
 /// A library preloaded into every program exports the allocator's entry
 /// points, the mapping calls the lazy mode takes, the descriptor calls that
-/// would close its descriptors, the locking calls, the calls its threads
-/// must agree with (`set*id`, `setgroups`, `initgroups`, `unshare`,
-/// `setns`), and nothing else: not
+/// would close its descriptors, the locking calls, the calls that change
+/// who the program is, which its threads follow (`set*id`, `setgroups`,
+/// `initgroups`, `unshare`, `setns`, `prctl`, and `syscall` for any of
+/// these made through it), and nothing else: not
 /// prezero's `pz_*` C API, which rustc's version script would export from a
 /// dependency built with it.
 #[test]
@@ -157,6 +158,7 @@ fn exports_only_the_allocator() {
             "munlockall",
             "munmap",
             "posix_memalign",
+            "prctl",
             "pvalloc",
             "realloc",
             "reallocarray",
@@ -170,6 +172,7 @@ fn exports_only_the_allocator() {
             "setresuid",
             "setreuid",
             "setuid",
+            "syscall",
             "unshare",
             "valloc",
         ]

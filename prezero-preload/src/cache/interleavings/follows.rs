@@ -78,7 +78,7 @@ fn the_model_follows_the_code() {
             "g = lock_as_scrubber();",
             "busy_done(s, Kind::Clean)",
             "signal_all();",
-            "g.wait(1);",
+            "g.wait_ms(CHECK_MS);",
         ],
     );
     in_order(

@@ -1,8 +1,6 @@
-//! Memory pressure, as the kernel reports it: a thread that watches PSI (a
-//! trigger on the memory cgroup's `memory.pressure` under v2, and on
-//! `/proc/pressure/memory` where the process may write one: root, or
-//! anyone from Linux 6.4 with a window of whole 2 s) and the cgroup's
-//! `memory.events` (its `high` and `oom` counts). When one fires, what the
+//! Memory pressure, as the kernel reports it: a thread that watches PSI,
+//! the memory cgroup's events (v2) or its pressure level and usage (v1,
+//! through eventfds), as `sources.rs` lists them. When one fires, what the
 //! preload holds beyond what the program uses goes back to the kernel at
 //! once (the cache's free blocks, the lazy reserve's slots), and for
 //! [`PRESSED_MS`] after the last event nothing is filled or kept ahead:
@@ -11,9 +9,8 @@
 //!
 //! Each second without an event it also looks at the numbers itself, for
 //! kernels that report no pressure (Debian's boot with PSI off unless given
-//! `psi=1`; cgroup v1 has neither file): MemAvailable under a sixteenth of
-//! the memory, or the memory cgroup's room under [`LOW_ROOM`], is pressure
-//! too.
+//! `psi=1`): MemAvailable under a sixteenth of the memory, or the memory
+//! cgroup's room under [`LOW_ROOM`], is pressure too.
 //!
 //! The marks `MADV_FREE` leaves on zeroed memory already let the kernel's
 //! reclaim take it without this thread; this one gives back what is not
@@ -22,21 +19,24 @@
 //!
 //! Started once a process holds something for later (its cache's first
 //! free, its lazy reserve), never in a process that only asks for small
-//! blocks; a forked child starts its own.
+//! blocks; a forked child starts its own. It ends when no holder holds
+//! anything or runs a thread ([`Hooks::holds`]), and the next holder
+//! starts it again.
 //!
 //! What goes back is the holders' to say: the cache and the lazy mode each
 //! register their [`Hooks`] at start-up ([`register`]), and this module
 //! names neither.
 
+mod sources;
+
 use std::sync::atomic::{AtomicI32, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 
 use crate::sys;
 
+use sources::Source;
+
 /// How long after the last event nothing is filled ahead.
 const PRESSED_MS: u64 = 5000;
-/// The PSI trigger: some task stalled on memory for 100 ms within 2 s (an
-/// unprivileged trigger's window must be whole 2 s).
-const TRIGGER: &[u8] = b"some 100000 2000000\0";
 
 /// A memory cgroup with less room than this is short of memory.
 const LOW_ROOM: usize = 64 << 20;
@@ -63,6 +63,9 @@ pub struct Hooks {
     /// A second without an event (the room may have shrunk): no more is
     /// kept than the holder's share of it.
     pub trim: Option<fn()>,
+    /// Whether the holder holds memory or runs a thread: the watcher ends
+    /// when none does.
+    pub holds: fn() -> bool,
 }
 
 /// The holders' hooks, in the order registered (null: a free slot): the
@@ -123,11 +126,13 @@ pub fn pressed() -> bool {
 /// What `crate::threads`' looks and stops ask of the watcher.
 static WATCHER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
     wake,
+    leaving: None,
     joined: Some(joined),
     restart: watch,
 };
 
-/// Starts this process's watcher, once.
+/// Starts this process's watcher, once, with its sources opened by the
+/// calling thread.
 pub fn watch() {
     let me = sys::getpid();
     let seen = WATCHER.load(Ordering::Relaxed);
@@ -139,62 +144,23 @@ pub fn watch() {
         return;
     }
     crate::threads::register(crate::threads::Owner::Pressure, &WATCHER_HOOKS);
+    let _kept = sys::KeepErrno::new();
+    sources::open();
     // Every signal blocked (as each of ours): a program's handler run on it
     // could wait on the lazy mode's handler, which may wait on the cache's
     // lock this holds.
-    let _ = crate::threads::spawn("prezero-psi", crate::threads::Kind::Other, run);
-}
-
-/// What a watched descriptor is.
-#[derive(Clone, Copy, PartialEq)]
-enum Source {
-    Psi,
-    /// `memory.events`, and its last `high` + `oom` count.
-    Events(u64),
-    /// The read end of the pipe a pause writes to (`crate::threads`).
-    Bell,
-}
-
-/// The watcher's descriptors (-1: none), for a forked child to close: it
-/// has copies and no watcher.
-static FDS: [AtomicI32; 4] = [const { AtomicI32::new(-1) }; 4];
-/// The bell pipe's write end (-1: none), and the pipe's identity (device,
-/// inode): a number the program closed and reused is not written to.
-static BELL: AtomicI32 = AtomicI32::new(-1);
-static BELL_ID: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-
-/// Whether `fd` is still the bell pipe (either end).
-fn is_bell(fd: i32) -> bool {
-    sys::uffd::identity(fd).is_ok_and(|(dev, ino)| {
-        dev == BELL_ID[0].load(Ordering::Relaxed) && ino == BELL_ID[1].load(Ordering::Relaxed)
-    })
-}
-
-/// Closes the watcher's descriptors but the bell's write end (a forked
-/// child's copies, or the watcher's own as it returns for a stop: the
-/// stopping thread may be writing to the bell, and closes it after).
-fn close_watched() {
-    for f in &FDS {
-        let fd = f.swap(-1, Ordering::Relaxed);
-        if fd >= 0 {
-            sys::uffd::close(fd);
-        }
-    }
-}
-
-/// The bell's write end closed (the watcher is gone).
-fn close_bell() {
-    let fd = BELL.swap(-1, Ordering::Relaxed);
-    if fd >= 0 {
-        sys::uffd::close(fd);
+    if !crate::threads::spawn("prezero-psi", crate::threads::Kind::Other, run) {
+        sources::close_watched();
+        sources::close_bell();
+        WATCHER.store(0, Ordering::Relaxed);
     }
 }
 
 /// A forked child: its copies of the descriptors closed, and no watcher
 /// until it holds memory of its own.
 pub fn in_child() {
-    close_watched();
-    close_bell();
+    sources::close_watched();
+    sources::close_bell();
     WATCHER.store(0, Ordering::Relaxed);
 }
 
@@ -202,153 +168,152 @@ pub fn in_child() {
 /// again makes another).
 fn joined() {
     if WATCHER.load(Ordering::Relaxed) == 0 {
-        close_bell();
+        sources::close_bell();
     }
 }
 
 /// Wakes the watcher for a look at `crate::threads`.
 fn wake() {
-    let fd = BELL.load(Ordering::SeqCst);
-    if fd >= 0 && WATCHER.load(Ordering::Relaxed) == sys::getpid() && is_bell(fd) {
+    let fd = sources::BELL.load(Ordering::SeqCst);
+    if fd >= 0 && WATCHER.load(Ordering::Relaxed) == sys::getpid() && sources::is_bell(fd) {
         let _ = sys::write_byte(fd);
     }
 }
 
-/// `fd` moved to a number of 512 or above (a program that closes or
-/// reuses low numbers leaves it alone), or kept where none could be had.
-fn high(fd: i32) -> i32 {
-    match sys::dup_above(fd, 512) {
-        Ok(hi) => {
-            sys::uffd::close(fd);
-            hi
+/// The watcher's descriptors, as `sources.rs` opened them.
+struct Watched {
+    fds: [libc::pollfd; sources::MAX],
+    what: [Source; sources::MAX],
+    n: usize,
+}
+
+impl Watched {
+    fn take() -> Watched {
+        let mut w = Watched {
+            fds: [libc::pollfd {
+                fd: -1,
+                events: libc::POLLPRI,
+                revents: 0,
+            }; sources::MAX],
+            what: [Source::Psi; sources::MAX],
+            n: 0,
+        };
+        for i in 0..sources::MAX {
+            let fd = sources::FDS[i].load(Ordering::Relaxed);
+            if fd < 0 {
+                continue;
+            }
+            let n = w.n;
+            w.fds[n].fd = fd;
+            w.what[n] = match Source::of(sources::KINDS[i].load(Ordering::Relaxed)) {
+                Source::Events(_) => Source::Events(limit_events(fd).unwrap_or(0)),
+                s => s,
+            };
+            if matches!(w.what[n], Source::Bell | Source::Level | Source::Usage) {
+                w.fds[n].events = libc::POLLIN;
+            }
+            w.n += 1;
         }
-        Err(_) => fd,
+        w
+    }
+
+    /// Waits `ms` at most for an event: whether one says memory is short.
+    fn poll(&mut self, ms: i32) -> bool {
+        // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the
+        // program closed says POLLNVAL, and is dropped).
+        let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.n as libc::nfds_t, ms) };
+        let mut fired = false;
+        let mut i = 0;
+        while r > 0 && i < self.n {
+            let ev = self.fds[i].revents;
+            let (short, dead) = look(&mut self.what[i], self.fds[i].fd, ev);
+            fired |= short;
+            if dead {
+                // Dropped; closed unless the program closed it (its number
+                // may be the program's file now).
+                if ev & libc::POLLNVAL == 0 {
+                    sys::direct::close(self.fds[i].fd);
+                }
+                if let Some(slot) = sources::FDS
+                    .iter()
+                    .find(|f| f.load(Ordering::Relaxed) == self.fds[i].fd)
+                {
+                    slot.store(-1, Ordering::Relaxed);
+                }
+                self.n -= 1;
+                self.fds.swap(i, self.n);
+                self.what.swap(i, self.n);
+                continue;
+            }
+            i += 1;
+        }
+        fired
+    }
+}
+
+/// What event `ev` on `fd` (a source of kind `what`) says: whether memory
+/// is short, and whether the descriptor is dead (to be dropped).
+fn look(what: &mut Source, fd: i32, ev: libc::c_short) -> (bool, bool) {
+    if ev == 0 {
+        return (false, false);
+    }
+    let dead = ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
+    match *what {
+        // A trigger fires with POLLPRI alone; a cgroup removed answers
+        // POLLERR on every poll from then on.
+        Source::Psi => (ev == libc::POLLPRI, dead),
+        // A change says POLLPRI | POLLERR; reading it takes the change, so
+        // the next poll waits again.
+        Source::Events(last) => match limit_events(fd) {
+            Some(now) if ev & libc::POLLNVAL == 0 => {
+                *what = Source::Events(now);
+                (now > last, false)
+            }
+            _ => (false, true),
+        },
+        // The eventfd's count read (and so reset); the usage's fires both
+        // ways across its threshold: short only above it.
+        Source::Level | Source::Usage if !dead => {
+            if sys::read_counter(fd).is_err() {
+                return (false, false);
+            }
+            let short = *what == Source::Level
+                || crate::cgroup::v1_usage()
+                    .is_some_and(|u| u as u64 >= sources::THRESHOLD.load(Ordering::Relaxed));
+            (short, false)
+        }
+        // Read at the loop's top; a number the program reused is its file,
+        // dropped and left open.
+        Source::Bell if !dead && sources::is_bell(fd) => {
+            sys::drain(fd);
+            (false, false)
+        }
+        _ => (false, true),
     }
 }
 
 fn run() {
-    let mut fds = [libc::pollfd {
-        fd: -1,
-        events: libc::POLLPRI,
-        revents: 0,
-    }; 4];
-    let mut what = [Source::Psi; 4];
-    let mut n = 0;
-    let mut path = [0u8; 4096];
-    let cgroup = crate::cgroup::v2_file(b"memory.pressure", &mut path)
-        .and_then(|p| sys::psi_trigger(p, TRIGGER));
-    let mut path = [0u8; 4096];
-    let events = crate::cgroup::v2_file(b"memory.events", &mut path).and_then(sys::open_read);
-    // The machine's stalls count other cgroups' at their own limits: only
-    // for a process in no cgroup of its own.
-    let mut path = [0u8; 4096];
-    let at_root =
-        crate::cgroup::v2_file(b"", &mut path).is_none_or(|p| p.to_bytes() == b"/sys/fs/cgroup/");
-    let system = at_root
-        .then(|| sys::psi_trigger(c"/proc/pressure/memory", TRIGGER))
-        .flatten();
-    let bell = sys::pipe().ok().map(|(r, w)| {
-        let w = high(w);
-        if let Ok((dev, ino)) = sys::uffd::identity(w) {
-            BELL_ID[0].store(dev, Ordering::Relaxed);
-            BELL_ID[1].store(ino, Ordering::Relaxed);
-        }
-        BELL.store(w, Ordering::SeqCst);
-        r
-    });
-    for (fd, source) in [
-        (cgroup, Source::Psi),
-        (system, Source::Psi),
-        (events, Source::Events(0)),
-        (bell, Source::Bell),
-    ] {
-        if let Some(fd) = fd {
-            let fd = high(fd);
-            FDS[n].store(fd, Ordering::Relaxed);
-            fds[n].fd = fd;
-            if source == Source::Bell {
-                fds[n].events = libc::POLLIN;
-            }
-            what[n] = match source {
-                Source::Events(_) => Source::Events(limit_events(fd).unwrap_or(0)),
-                s => s,
-            };
-            n += 1;
-        }
-    }
+    let mut watched = Watched::take();
     // The room at once: a reserve's first fill is a share of it.
     if low() {
         press();
     }
     let mut looked = now_ms();
-    let mut look = crate::threads::first_look();
     loop {
-        // After the bell is set up: a look asked for before it was found
-        // none.
-        crate::threads::sync(&mut look);
-        if crate::threads::stopping(crate::threads::Owner::Pressure) {
-            close_watched();
-            WATCHER.store(0, Ordering::Relaxed);
-            return;
+        crate::threads::sync();
+        if crate::threads::stopping(crate::threads::Owner::Pressure).is_some() {
+            break;
         }
-        // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the
-        // program closed says POLLNVAL, and is dropped).
-        let r = unsafe { libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, 1000) };
-        let mut fired = false;
-        let mut i = 0;
-        while r > 0 && i < n {
-            let ev = fds[i].revents;
-            let dead = match what[i] {
-                // A trigger fires with POLLPRI alone; a cgroup removed
-                // answers POLLERR on every poll from then on.
-                Source::Psi => {
-                    fired |= ev == libc::POLLPRI;
-                    ev & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0
-                }
-                // A change says POLLPRI | POLLERR; reading it takes the
-                // change, so the next poll waits again.
-                Source::Events(last) if ev != 0 => match limit_events(fds[i].fd) {
-                    Some(now) if ev & libc::POLLNVAL == 0 => {
-                        fired |= now > last;
-                        what[i] = Source::Events(now);
-                        false
-                    }
-                    _ => true,
-                },
-                Source::Events(_) => false,
-                // Read at the loop's top; a number the program reused is
-                // its file, dropped and left open.
-                Source::Bell if ev != 0 => {
-                    if ev & libc::POLLNVAL != 0 || !is_bell(fds[i].fd) {
-                        fds[i].revents = libc::POLLNVAL;
-                        true
-                    } else {
-                        sys::drain(fds[i].fd);
-                        false
-                    }
-                }
-                Source::Bell => false,
-            };
-            if dead {
-                // Dropped; closed unless the program closed it (its number
-                // may be the program's file now).
-                if fds[i].revents & libc::POLLNVAL == 0 {
-                    sys::uffd::close(fds[i].fd);
-                }
-                n -= 1;
-                fds.swap(i, n);
-                what.swap(i, n);
-                FDS[i].store(fds[i].fd, Ordering::Relaxed);
-                FDS[n].store(-1, Ordering::Relaxed);
-                fds[n].fd = -1;
-                continue;
-            }
-            i += 1;
-        }
+        let mut fired = watched.poll(crate::threads::CHECK_MS as i32);
         // The numbers once a second, whatever else happens.
         let now = now_ms();
         if now >= looked + 1000 {
             looked = now;
+            if !holders().any(|h| (h.holds)()) {
+                // Nothing held ahead, no thread of a holder's: nothing to
+                // watch for (the next holder starts it again).
+                break;
+            }
             fired |= low();
             if !fired {
                 // The room may have shrunk: each holder keeps no more than
@@ -362,8 +327,9 @@ fn run() {
             press();
         }
     }
+    sources::close_watched();
+    WATCHER.store(0, Ordering::Relaxed);
 }
-
 /// Whether memory is short by the numbers: MemAvailable under a sixteenth
 /// of MemTotal, or the memory cgroup's room under [`LOW_ROOM`]. Notes the
 /// room left ([`room`]).

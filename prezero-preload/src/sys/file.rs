@@ -1,0 +1,113 @@
+//! Files and descriptors of the OS layer: a procfs or sysfs file's start
+//! read into a stack buffer, a control file written, a PSI trigger, an
+//! eventfd; numbers in, numbers out, no allocation.
+
+use std::ffi::{c_int, CStr};
+
+use super::Errno;
+
+/// Reads the start of the file at `path` into `buf` with one `read` (a small
+/// procfs file comes whole): the bytes read.
+///
+/// pre: none.
+pub fn read_file_start(path: &CStr, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: open reads the NUL-terminated path; the descriptor is new and
+    // this function's alone.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    // SAFETY: read writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    let read = usize::try_from(n).map_err(|_| Errno::last());
+    // SAFETY: the descriptor opened above, used by no one else.
+    unsafe { libc::close(fd) };
+    read
+}
+
+/// A descriptor of `path` open for reading (kept: a file to poll).
+///
+/// pre: none.
+pub fn open_read(path: &CStr) -> Option<c_int> {
+    // SAFETY: open reads the NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
+}
+
+/// Opens `path` for writing, close-on-exec: its descriptor, or `None`.
+///
+/// pre: none.
+pub fn open_write(path: &CStr) -> Option<c_int> {
+    // SAFETY: open reads the NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    (fd >= 0).then_some(fd)
+}
+
+/// Writes `buf` to `fd` in one `write` (a control file takes a line whole).
+///
+/// pre: none.
+pub fn write_all(fd: c_int, buf: &[u8]) -> Result<(), Errno> {
+    // SAFETY: write reads `buf`'s bytes.
+    let n = unsafe { libc::write(fd, buf.as_ptr().cast(), buf.len()) };
+    if usize::try_from(n) != Ok(buf.len()) {
+        return Err(Errno::last());
+    }
+    Ok(())
+}
+
+/// An eventfd, close-on-exec and non-blocking.
+///
+/// pre: none.
+pub fn eventfd() -> Result<c_int, Errno> {
+    // SAFETY: eventfd takes numbers.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    Ok(fd)
+}
+
+/// Reads (and so resets) an eventfd's count.
+///
+/// pre: none.
+pub fn read_counter(fd: c_int) -> Result<u64, Errno> {
+    let mut v = 0u64;
+    // SAFETY: read writes at most the local's eight bytes.
+    let n = unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+    if n != 8 {
+        return Err(Errno::last());
+    }
+    Ok(v)
+}
+
+/// The start of the file `fd` (read from offset 0) into `buf`: how many
+/// bytes.
+///
+/// pre: none.
+pub fn pread_start(fd: c_int, buf: &mut [u8]) -> Result<usize, Errno> {
+    // SAFETY: pread writes at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    usize::try_from(n).map_err(|_| Errno::last())
+}
+
+/// A PSI trigger (`trigger`, NUL-terminated: "some 50000 2000000") on the
+/// pressure file `path`: a descriptor whose `poll` says `POLLPRI` when it
+/// fires, or `None` where it cannot be set (no PSI, no right to write).
+///
+/// pre: none.
+pub fn psi_trigger(path: &CStr, trigger: &[u8]) -> Option<c_int> {
+    let flags = libc::O_RDWR | libc::O_NONBLOCK | libc::O_CLOEXEC;
+    // SAFETY: open reads the NUL-terminated path.
+    let fd = unsafe { libc::open(path.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: write reads `trigger`'s bytes.
+    let n = unsafe { libc::write(fd, trigger.as_ptr().cast(), trigger.len()) };
+    if n < 0 {
+        // SAFETY: the descriptor opened above, no one else's.
+        unsafe { libc::close(fd) };
+        return None;
+    }
+    Some(fd)
+}
