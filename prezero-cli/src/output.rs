@@ -32,8 +32,7 @@ mod tests {
 
     #[test]
     fn a_path_that_cannot_be_written_is_refused_and_a_new_one_left_absent() {
-        let dir = std::env::temp_dir().join(format!("prezero-output-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = prezero_testkit::TempDir::new("output");
         let new = dir.join("report.html");
         check_writable(&new, "the report").unwrap();
         assert!(!new.exists(), "the check left its file behind");
@@ -46,6 +45,5 @@ mod tests {
             "{e:#}"
         );
         assert!(check_writable(Path::new("/proc/nope/x.html"), "the report").is_err());
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

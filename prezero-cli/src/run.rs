@@ -543,8 +543,7 @@ mod tests {
 
     #[test]
     fn the_cache_directory_must_be_private() {
-        let base = std::env::temp_dir().join(format!("prezero-run-test-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&base);
+        let base = prezero_testkit::TempDir::new("run-test");
         let dir = base.join("cache");
         private_dir(&dir).unwrap();
         assert_eq!(fs::metadata(&dir).unwrap().mode() & 0o777, 0o700);
@@ -561,6 +560,5 @@ mod tests {
         std::os::unix::fs::symlink(&dir, &link).unwrap();
         assert!(format!("{:#}", private_dir(&link).unwrap_err()).contains("not a directory"));
         assert!(format!("{:#}", private_dir(&base.join("a b")).unwrap_err()).contains("space"));
-        fs::remove_dir_all(&base).unwrap();
     }
 }

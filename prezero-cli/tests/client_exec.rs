@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use prezero::{HugetlbReservation, PageKind};
+use prezero_testkit::TempDir;
 
 /// `prezero client exec --socket SOCKET ARGS...`.
 fn exec_cmd(socket: &Path, args: &[&str]) -> Command {
@@ -64,11 +65,9 @@ fn nowhere() -> PathBuf {
     PathBuf::from("/nonexistent-prezero-dir/s.sock")
 }
 
-fn scratch(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("prezero-exec-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory of the calling test's own, removed when it ends, pass or fail.
+fn scratch(name: &str) -> TempDir {
+    TempDir::new(&format!("exec-test-{name}"))
 }
 
 /// Kills (SIGKILL) and reaps the child if the test ends before it does.
@@ -154,7 +153,6 @@ fn a_program_runs_on_zeroed_service_memory_held_until_it_exits() {
         Duration::from_secs(10),
         || stats_cli(&d.socket) == (1, 0, 0),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -223,7 +221,6 @@ fn several_segments_are_named_by_index_and_the_single_form_says_how_to_fix_it() 
             "({path1}, {path2}, or the {fd} and {size} forms)",
         ],
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -258,7 +255,6 @@ fn placeholder_errors_come_before_any_memory_is_taken() {
         assert!(!err.contains("connect"), "{arg}: {err}");
     }
     assert!(!ran.exists(), "the program must not run");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
@@ -685,5 +681,4 @@ fn qemu_boots_on_service_memory_that_is_hugetlb_zero_and_quarantined_while_it_ru
         Duration::from_secs(10),
         || stats_cli(&d.socket) == (1, 0, 0),
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }

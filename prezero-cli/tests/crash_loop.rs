@@ -439,8 +439,7 @@ fn a_ledger_written_before_the_last_boot_takes_nothing_over() {
     let sealed = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) };
     assert_eq!(sealed, 0);
     let before = file.metadata().unwrap();
-    let dir = std::env::temp_dir().join(format!("prezero-stale-ledger-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = prezero_testkit::TempDir::new("stale-ledger");
     let ledger = dir.join("ledger");
     std::fs::write(
         &ledger,
@@ -456,14 +455,12 @@ fn a_ledger_written_before_the_last_boot_takes_nothing_over() {
         &["--ledger", ledger.to_str().unwrap()],
     );
     let Some(d) = started else {
-        let _ = std::fs::remove_dir_all(&dir);
         return;
     };
     let log = d.log();
     let charged: u64 = d.stats().tenants.iter().map(|t| t.charged).sum();
     let after = file.metadata().unwrap();
     drop(d);
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(!log.contains("taken over"), "{log}");
     assert!(log.contains("before the machine last booted"), "{log}");
     assert_eq!(charged, 0);

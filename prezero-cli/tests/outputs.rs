@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use prezero_testkit::TempDir;
+
 /// Runs `prezero args`: whether it succeeded, and its stderr.
 fn prezero(args: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
@@ -15,10 +17,9 @@ fn prezero(args: &[&str]) -> (bool, String) {
     )
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("prezero-outputs-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A directory of the calling test's own, removed when it ends, pass or fail.
+fn tmp() -> TempDir {
+    TempDir::new("outputs-test")
 }
 
 #[test]
@@ -40,7 +41,8 @@ fn calibrate_refuses_an_output_it_cannot_write_before_measuring() {
     let (ok, err) = prezero(&["calibrate", "--out", "/proc/nope/profile.json"]);
     assert!(!ok, "{err}");
     assert!(err.contains("cannot create /proc/nope"), "{err}");
-    let dir = tmp("read-only");
+    let files = tmp();
+    let dir = files.join("read-only");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("profile.json");
     std::fs::write(&file, "kept").unwrap();
@@ -53,9 +55,10 @@ fn calibrate_refuses_an_output_it_cannot_write_before_measuring() {
 
 #[test]
 fn report_says_what_is_wrong_with_its_input_and_output() {
-    let text = tmp("not-rows.txt");
+    let dir = tmp();
+    let text = dir.join("not-rows.txt");
     std::fs::write(&text, "hello\nthis is not JSON\n").unwrap();
-    let out = tmp("report.html");
+    let out = dir.join("report.html");
     let (ok, err) = prezero(&[
         "report",
         text.to_str().unwrap(),
@@ -65,7 +68,7 @@ fn report_says_what_is_wrong_with_its_input_and_output() {
     assert!(!ok, "{err}");
     assert!(err.contains("holds no JSON row"), "{err}");
     assert!(!out.exists(), "a failed report left {}", out.display());
-    let rows = tmp("rows.jsonl");
+    let rows = dir.join("rows.jsonl");
     std::fs::write(&rows, "{\"bench\":\"info\"}\n").unwrap();
     let (ok, err) = prezero(&[
         "report",

@@ -5,6 +5,8 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
+use prezero_testkit::TempDir;
+
 fn prezero() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_prezero"));
     // The caller's environment must not decide the outcome.
@@ -184,19 +186,17 @@ fn a_program_that_cannot_run_is_127_or_126() {
     std::fs::write(&file, "#!/bin/sh\n").unwrap();
     let o = run(&["--", file.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(126), "{}", stderr(&o));
-    std::fs::remove_dir_all(dir).unwrap();
 }
 
-fn tempdir(what: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("prezero-run-{what}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A directory of the calling test's own, removed when it ends, pass or fail.
+fn tempdir(what: &str) -> TempDir {
+    TempDir::new(&format!("run-{what}"))
 }
 
-/// The C program `source`, built with `cc` from PATH as `name`; None (the
-/// test skips) without one.
-fn c_program(name: &str, source: &str) -> Option<PathBuf> {
+/// The C program `source`, built with `cc` from PATH as `name` in a
+/// directory that goes when the first value is dropped; None (the test
+/// skips) without a compiler.
+fn c_program(name: &str, source: &str) -> Option<(TempDir, PathBuf)> {
     let dir = tempdir(name);
     let src = dir.join(format!("{name}.c"));
     std::fs::write(&src, source).unwrap();
@@ -207,13 +207,13 @@ fn c_program(name: &str, source: &str) -> Option<PathBuf> {
         .arg(&src)
         .status()
     {
-        Ok(s) if s.success() => Some(exe),
+        Ok(s) if s.success() => Some((dir, exe)),
         _ => None,
     }
 }
 
 /// A C program that callocs 64 MiB twice (checking it is zero).
-fn calloc_twice() -> Option<PathBuf> {
+fn calloc_twice() -> Option<(TempDir, PathBuf)> {
     c_program(
         "calloc_twice",
         r#"#include <stdio.h>
@@ -236,7 +236,7 @@ int main(void) {
 
 #[test]
 fn stats_print_one_summary_line() {
-    let Some(exe) = calloc_twice() else {
+    let Some((_dir, exe)) = calloc_twice() else {
         prezero_testkit::skip("tool", "no C compiler (cc) to build the calloc program");
         return;
     };
@@ -255,7 +255,6 @@ fn stats_print_one_summary_line() {
     let o = run(&["--", exe]);
     assert!(o.status.success());
     assert!(!stderr(&o).contains("prezero-preload"), "{}", stderr(&o));
-    std::fs::remove_dir_all(std::path::Path::new(exe).parent().unwrap()).unwrap();
 }
 
 /// The kernel's version, from uname(2).
@@ -321,7 +320,7 @@ fn lazy_runs_the_program_or_says_once_why_not() {
 /// before it allocates anything.
 #[test]
 fn the_program_starts_the_library_at_load_time() {
-    let Some(exe) = c_program(
+    let Some((_dir, exe)) = c_program(
         "threads_at_main",
         r#"#include <fcntl.h>
 #include <stdio.h>
@@ -375,7 +374,6 @@ int main(void) {
         exe,
     ]);
     assert_eq!(threads(&o), 1, "a child of the program started threads");
-    std::fs::remove_dir_all(std::path::Path::new(exe).parent().unwrap()).unwrap();
 }
 
 /// A value the library would not take, inherited from the caller, is an

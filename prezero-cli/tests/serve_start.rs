@@ -7,12 +7,12 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A directory of this test's own (the tests run at once).
-fn tmp(test: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("prezero-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+use prezero_testkit::TempDir;
+
+/// A directory of this test's own (the tests run at once), removed when it
+/// ends, pass or fail.
+fn tmp(test: &str) -> TempDir {
+    TempDir::new(test)
 }
 
 /// `prezero serve args` that must fail: its stderr.
@@ -89,5 +89,4 @@ fn a_missing_socket_directory_is_made_and_said() {
     );
     let mode = std::fs::metadata(&dir).unwrap().permissions().mode() & 0o7777;
     assert_eq!(mode, 0o755, "{log}");
-    let _ = std::fs::remove_dir_all(&d);
 }

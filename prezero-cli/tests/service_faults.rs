@@ -46,25 +46,24 @@ fn checked(m: ServiceMemory, bytes: usize) -> ServiceMemory {
 // ---------------------------------------------------------------------------
 // A full disk.
 
-/// A tmpfs of 64 KiB mounted for one test, unmounted on drop.
+/// A tmpfs of 64 KiB mounted for one test, unmounted on drop (and its
+/// mount point then removed, by the guard).
 struct SmallFs {
-    dir: PathBuf,
+    dir: prezero_testkit::TempDir,
 }
 
 impl SmallFs {
     /// Mounts it (root only), or says why not.
     fn mount(name: &str) -> Option<SmallFs> {
-        let dir = std::env::temp_dir().join(format!("prezero-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = prezero_testkit::TempDir::new(name);
         // Mode 0755: the metrics file's directory may not be everyone's to write.
         let out = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=64k,mode=0755", "prezero-test"])
-            .arg(&dir)
+            .arg(dir.path())
             .output();
         match out {
             Ok(o) if o.status.success() => Some(SmallFs { dir }),
             Ok(o) => {
-                let _ = std::fs::remove_dir(&dir);
                 prezero_testkit::skip(
                     "root",
                     format!(
@@ -75,7 +74,6 @@ impl SmallFs {
                 None
             }
             Err(e) => {
-                let _ = std::fs::remove_dir(&dir);
                 prezero_testkit::skip("tool", format!("cannot run mount: {e}"));
                 None
             }
@@ -107,8 +105,10 @@ impl SmallFs {
 
 impl Drop for SmallFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
-        let _ = std::fs::remove_dir(&self.dir);
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
     }
 }
 
@@ -362,8 +362,7 @@ fn enomem_from_memfd_create_costs_a_segment_not_the_daemon() {
 
 #[test]
 fn enomem_from_memfd_create_for_the_lease_probe_stops_start_up_with_the_reason() {
-    let dir = std::env::temp_dir().join(format!("prezero-probe-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = prezero_testkit::TempDir::new("probe");
     let out = Command::new(bin())
         .args([
             "serve",
@@ -375,7 +374,6 @@ fn enomem_from_memfd_create_for_the_lease_probe_stops_start_up_with_the_reason()
         .env(FAULT_ENV, "memfd_create:1")
         .output()
         .unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");
     assert!(

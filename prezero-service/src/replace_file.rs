@@ -65,32 +65,13 @@ fn write_new(tmp: &Path, bytes: &[u8], mode: u32, group: Option<u32>) -> io::Res
 mod tests {
     use super::*;
 
-    /// A directory of this test's own, removed on drop.
-    struct Dir(PathBuf);
-
-    impl Dir {
-        fn new(name: &str) -> Dir {
-            let d = std::env::temp_dir().join(format!(
-                "prezero-replace-file-{name}-{}",
-                std::process::id()
-            ));
-            let _ = std::fs::remove_dir_all(&d);
-            std::fs::create_dir_all(&d).unwrap();
-            Dir(d)
-        }
-    }
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+    use prezero_testkit::TempDir;
 
     #[test]
     fn a_file_is_replaced_whole_with_its_mode_and_nothing_left_beside_it() {
         use std::os::unix::fs::PermissionsExt;
-        let d = Dir::new("whole");
-        let path = d.0.join("ledger");
+        let d = TempDir::new("replace-file-whole");
+        let path = d.join("ledger");
         replace_file(&path, b"first\n", 0o600, None).unwrap();
         replace_file(&path, b"second, longer\n", 0o600, None).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"second, longer\n");
@@ -101,8 +82,8 @@ mod tests {
 
     #[test]
     fn a_temporary_file_left_by_a_killed_writer_is_replaced() {
-        let d = Dir::new("stale");
-        let path = d.0.join("ledger");
+        let d = TempDir::new("replace-file-stale");
+        let path = d.join("ledger");
         std::fs::write(tmp_beside(&path), b"half a l").unwrap();
         replace_file(&path, b"whole\n", 0o600, None).unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), b"whole\n");
@@ -111,8 +92,8 @@ mod tests {
 
     #[test]
     fn a_failed_write_keeps_the_old_file() {
-        let d = Dir::new("failed");
-        let path = d.0.join("ledger");
+        let d = TempDir::new("replace-file-failed");
+        let path = d.join("ledger");
         replace_file(&path, b"old\n", 0o600, None).unwrap();
         // A directory in the temporary file's place: the write fails.
         std::fs::create_dir(tmp_beside(&path)).unwrap();

@@ -14,6 +14,7 @@ use std::path::Path;
 use prezero::{HugetlbReservation, PageKind};
 use prezero_service::protocol::{self, Reply, Request, SegmentRecord};
 use prezero_service::{AllocOptions, Client, NodeChoice, Source};
+use prezero_testkit::TempDir;
 
 const M: usize = 2 << 20;
 const U: u64 = M as u64;
@@ -329,7 +330,8 @@ fn lies() -> Vec<LieCase> {
 
 /// The fake daemon, one connection at a time.
 struct Fake {
-    dir: std::path::PathBuf,
+    /// Holds the socket; removed when the test ends, pass or fail.
+    _dir: TempDir,
     path: std::path::PathBuf,
     listener: OwnedFd,
 }
@@ -357,12 +359,11 @@ const NO_FALLBACK: AllocOptions = AllocOptions {
 
 #[test]
 fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
-    let dir = std::env::temp_dir().join(format!("pz-lie-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = TempDir::new("lying-daemon");
     let fake = Fake {
         path: dir.join("s"),
         listener: listen_at(&dir.join("s")),
-        dir,
+        _dir: dir,
     };
     let before = memfd_mappings();
     let mut refusals = Vec::new();
@@ -504,7 +505,6 @@ fn a_lying_daemon_is_refused_and_leaves_nothing_mapped() {
         }
     }
     node_lies(&fake, before);
-    std::fs::remove_dir_all(&fake.dir).unwrap();
 }
 
 /// An answer naming a node the request did not, none to a request that

@@ -1,5 +1,6 @@
 //! What the tests share: [`Guarded`] memory, fenced by `PROT_NONE` pages (the
-//! library's tests and the fuzz targets), and their skips.
+//! library's tests and the fuzz targets), [`TempDir`], a directory removed
+//! when the test ends however it ends (nothing left in /tmp), and their skips.
 //!
 //! What the tests do when they cannot check what they are about on this
 //! machine: they skip, and say so through [`skip`], with one of a fixed set
@@ -46,9 +47,11 @@ use std::io::Write;
 
 mod guarded;
 mod hugetlb;
+mod tempdir;
 
 pub use guarded::Guarded;
 pub use hugetlb::hugetlb_unmappable;
+pub use tempdir::TempDir;
 
 /// Every kind a skip may have; see the crate's documentation for each.
 pub const KINDS: &[&str] = &[
@@ -134,8 +137,8 @@ mod tests {
     // The environment is the process's: one test changes it.
     #[test]
     fn a_skip_is_logged_and_a_required_one_fails() {
-        let log = std::env::temp_dir().join(format!("prezero-testkit-{}", std::process::id()));
-        let _ = std::fs::remove_file(&log);
+        let dir = TempDir::new("testkit-skips");
+        let log = dir.join("skips.log");
         std::env::remove_var("PREZERO_REQUIRE_NUMA");
         std::env::set_var("PREZERO_SKIP_LOG", &log);
         std::env::set_var("PREZERO_REQUIRE", "uffd, memcg");
@@ -151,7 +154,6 @@ mod tests {
         std::env::remove_var("PREZERO_REQUIRE_NUMA");
         assert!(std::panic::catch_unwind(|| skip("other", "")).is_err());
         let text = std::fs::read_to_string(&log).unwrap();
-        std::fs::remove_file(&log).unwrap();
         let name = "tests::a_skip_is_logged_and_a_required_one_fails";
         assert_eq!(text, format!("hugetlb\t{name}\tno pool at all (here)\n"));
     }

@@ -11,6 +11,8 @@ mod report;
 
 use std::process::Command;
 
+use prezero_testkit::TempDir;
+
 fn prezero(args: &[&str]) -> (bool, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_prezero"))
         .args(args)
@@ -171,10 +173,9 @@ fn reserve_is_undone_on_ctrl_c() {
     );
 }
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!("prezero-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d.join(name)
+/// A directory of the calling test's own, removed when it ends, pass or fail.
+fn tmp() -> TempDir {
+    TempDir::new("cli-test")
 }
 
 #[test]
@@ -199,13 +200,11 @@ fn serve_rejects_bad_configuration_before_doing_anything() {
         let (ok, _, err) = prezero(args);
         assert!(!ok && err.contains(want), "{args:?}: {err}");
     }
-    let dir = std::env::temp_dir().join(format!("prezero-cli-cfg-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp();
     let cfg = dir.join("bad.toml");
     std::fs::write(&cfg, "sockets = \"/tmp/x\"\n").unwrap();
     let (ok, _, err) = prezero(&["serve", "--config", cfg.to_str().unwrap()]);
     assert!(!ok && err.contains("unknown field"), "{err}");
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

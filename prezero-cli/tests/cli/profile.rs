@@ -29,7 +29,8 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
         },
         "template": {"stream": "movnti", "temporal": "portable", "stream_from": 12345},
     });
-    let path = tmp("good.json");
+    let dir = tmp();
+    let path = dir.join("good.json");
     std::fs::write(&path, good.to_string()).unwrap();
     let p = path.to_str().unwrap();
     let (ok, out, err) = prezero_env(&["info", "--json"], &[("PREZERO_PROFILE", p)]);
@@ -89,7 +90,8 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
             None,
         ),
     ];
-    let dir = tmp("a-directory");
+    let files = tmp();
+    let dir = files.join("a-directory");
     std::fs::create_dir_all(&dir).unwrap();
     cases.push(("", String::new(), "cannot read", None));
     // `None`: the file as a whole is refused; a section's name: that section
@@ -98,7 +100,7 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
         let path = if name.is_empty() {
             dir.clone()
         } else {
-            tmp(name)
+            files.join(name)
         };
         if !name.is_empty() {
             std::fs::write(&path, text).unwrap();
@@ -147,7 +149,8 @@ fn a_synthetic_profile_is_obeyed_and_bad_ones_are_refused_once() {
 
 #[test]
 fn calibrate_writes_a_profile_the_library_loads() {
-    let path = tmp("calibrated.json");
+    let dir = tmp();
+    let path = dir.join("calibrated.json");
     let p = path.to_str().unwrap();
     let (ok, out, err) = prezero(&[
         "calibrate",

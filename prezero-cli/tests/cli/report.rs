@@ -17,9 +17,8 @@ fn bench_all_smoke(
     String,
     Vec<serde_json::Value>,
 ) {
-    let report = tmp(&format!("{dir}/r.html"));
-    let json = tmp(&format!("{dir}/r.jsonl"));
-    std::fs::create_dir_all(report.parent().unwrap()).unwrap();
+    let files = TempDir::new(&format!("cli-report-{dir}"));
+    let (report, json) = (files.join("r.html"), files.join("r.jsonl"));
     let mut args = vec![
         "bench",
         "all",
@@ -105,7 +104,8 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
     let _hugetlb = hugetlb_lock();
     // The service bench starts its daemon in a directory under TMPDIR: a file
     // there fails that step alone.
-    let not_a_dir = tmp("not-a-directory");
+    let files = tmp();
+    let not_a_dir = files.join("not-a-directory");
     std::fs::write(&not_a_dir, "").unwrap();
     let (status, err, html, rows) =
         bench_all_smoke("failed", &[("TMPDIR", not_a_dir.to_str().unwrap())]);

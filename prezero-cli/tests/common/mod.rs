@@ -9,12 +9,12 @@ use std::ffi::OsString;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use prezero::{HugetlbReservation, PageKind};
 use prezero_service::protocol;
 use prezero_service::{AllocOptions, Client, NodeChoice, ServiceMemory, ServiceStats, Source};
+use prezero_testkit::TempDir;
 
 pub mod tenant;
 
@@ -30,7 +30,8 @@ pub fn bin() -> &'static str {
 /// then the hugetlb pool put back.
 pub struct Daemon {
     pub child: Option<Child>,
-    pub dir: PathBuf,
+    /// Removed (after the daemon stopped) when dropped.
+    pub dir: TempDir,
     pub socket: PathBuf,
     /// Free 2 MiB pages before the daemon started: what must be free after it.
     pub free_before: usize,
@@ -195,13 +196,7 @@ impl Daemon {
         env: &[(&str, &str)],
         pages: HugetlbReservation,
     ) -> Daemon {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "prezero-serve-test-{}-{}",
-            std::process::id(),
-            N.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = TempDir::new("serve-test");
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         let socket = dir.join("s.sock");
@@ -371,7 +366,6 @@ impl Drop for Daemon {
         if self.child.is_some() {
             self.stop();
         }
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

@@ -1,6 +1,7 @@
 //! What the daemon reports: pools by shape in STATS, and the metrics file.
 
 use super::*;
+use prezero_testkit::TempDir;
 
 #[test]
 fn pools_by_shape_give_exact_fits_first_then_the_fewest_segments_under_concurrency() {
@@ -126,9 +127,7 @@ fn parse_exposition(text: &str) -> (std::collections::BTreeMap<String, f64>, Vec
 #[test]
 fn the_metrics_file_parses_and_its_counters_only_grow() {
     // A directory only root may write: the daemon refuses one others could.
-    let dir = std::env::temp_dir().join(format!("prezero-metrics-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let _gone = RemoveOnDrop(dir.clone());
+    let dir = TempDir::new("metrics");
     let file = dir.join("prezero.prom");
     let Some(d) = Daemon::start(
         "target=32M,cap=32M,segment=16M",
@@ -219,19 +218,10 @@ fn the_metrics_file_parses_and_its_counters_only_grow() {
     }
 }
 
-struct RemoveOnDrop(std::path::PathBuf);
-
-impl Drop for RemoveOnDrop {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn a_metrics_file_in_the_place_of_the_socket_or_in_a_shared_directory_is_refused() {
-    let dir = std::env::temp_dir().join(format!("prezero-metrics-bad-{}", std::process::id()));
+    let dir = TempDir::new("metrics-bad");
     std::fs::create_dir_all(dir.join("shared")).unwrap();
-    let _gone = RemoveOnDrop(dir.clone());
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(dir.join("shared"), std::fs::Permissions::from_mode(0o1777)).unwrap();
     let sock = dir.join("s.sock");

@@ -291,8 +291,7 @@ mod tests {
     /// A fake sysfs tree of two nodes, one without CPUs, and one possible offline.
     #[test]
     fn a_two_node_tree_reads_with_its_distances_and_bad_ids_say_why() {
-        let dir = std::env::temp_dir().join(format!("prezero-topo-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let dir = prezero_testkit::TempDir::new("topo");
         let w = |p: &str, t: &str| {
             let p = dir.join(p);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
@@ -316,7 +315,6 @@ mod tests {
             "Node 1 MemTotal: 2048 kB\nNode 1 MemFree: 1024 kB\n",
         );
         let mut t = read_from(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
         t.allowed = None;
         assert_eq!(t.nodes.len(), 2);
         assert_eq!(t.nodes[0].cpus, vec![0, 1]);
