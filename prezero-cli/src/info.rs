@@ -70,14 +70,16 @@ fn collect() -> Value {
             "page_size": c.page_size,
             "thp_mode": m.thp.mode,
             "thp_pmd_size": m.thp.pmd_size,
-            "hugetlb": m.hugetlb.iter().map(|p| json!({"page_size": p.page_size, "total": p.total, "free": p.free})).collect::<Vec<_>>(),
+            "hugetlb": m.hugetlb.iter().map(|p| json!({"page_size": p.page_size, "total": p.total, "free": p.free,
+                                                       "reserved": p.reserved, "surplus": p.surplus})).collect::<Vec<_>>(),
             "numa_nodes": m.numa_nodes,
             "kernel_release": m.kernel_release,
         },
         "numa": prezero::numa::Topology::read().nodes.iter().map(|n| json!({
             "node": n.id, "cpus": n.cpus, "has_memory": n.has_memory,
             "mem_total": n.mem_total, "mem_free": n.mem_free,
-            "hugetlb": n.hugetlb.iter().map(|h| json!({"page_size": h.page_size, "total": h.total, "free": h.free})).collect::<Vec<_>>(),
+            "hugetlb": n.hugetlb.iter().map(|h| json!({"page_size": h.page_size, "total": h.total, "free": h.free,
+                                                        "surplus": h.surplus})).collect::<Vec<_>>(),
             "distances": n.distances,
         })).collect::<Vec<_>>(),
         "kernels": Kernel::ALL.iter().map(|k| json!({
@@ -125,10 +127,11 @@ fn print_numa(nodes: &Value) {
             .flatten()
             .map(|h| {
                 format!(
-                    "{} {} ({} free)",
+                    "{} (total {}, free {}, surplus {})",
                     size(&h["page_size"]),
                     h["total"],
-                    h["free"]
+                    h["free"],
+                    h["surplus"]
                 )
             })
             .collect();
@@ -252,12 +255,16 @@ fn print_text(v: &Value) {
         mem["numa_nodes"],
         mem["kernel_release"].as_str().unwrap_or("?")
     );
+    // The kernel's words (/proc/meminfo's HugePages_*): "reserved" is its
+    // Rsvd, free pages promised to mappings not yet faulted in.
     for p in mem["hugetlb"].as_array().into_iter().flatten() {
         println!(
-            "Hugetlb  {:>5}: {} reserved, {} free",
+            "Hugetlb  {:>5}: total {}, free {} (reserved {}), surplus {}",
             fmt_size(p["page_size"].as_u64().unwrap_or(0) as usize),
             p["total"],
-            p["free"]
+            p["free"],
+            p["reserved"].as_u64().map_or("?".into(), |r| r.to_string()),
+            p["surplus"]
         );
     }
     print_numa(&v["numa"]);

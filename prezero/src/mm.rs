@@ -20,10 +20,18 @@ pub struct Thp {
 pub struct HugetlbPool {
     /// Page size in bytes.
     pub page_size: usize,
-    /// Pages reserved in the pool (`nr_hugepages`).
+    /// Pages in the pool (`nr_hugepages`, /proc/meminfo's `HugePages_Total`).
     pub total: usize,
-    /// Pages not yet handed out (`free_hugepages`).
+    /// Pages not yet handed out (`free_hugepages`, `HugePages_Free`).
     pub free: usize,
+    /// Of the free pages, those promised to mappings that have not faulted
+    /// them in yet (`resv_hugepages`, `HugePages_Rsvd`): the kernel's
+    /// "reserved". Only the machine's pool says (`None` from a node's sysfs
+    /// folder, which has no such file).
+    pub reserved: Option<usize>,
+    /// Pages beyond `total` the kernel made under overcommit
+    /// (`surplus_hugepages`, `HugePages_Surp`).
+    pub surplus: usize,
 }
 
 impl HugetlbPool {
@@ -94,6 +102,9 @@ pub(crate) fn pool_at(dir: &Path, page_size: usize) -> Option<HugetlbPool> {
         page_size,
         total: sys::read_usize(dir.join("nr_hugepages"))?,
         free: sys::read_usize(dir.join("free_hugepages"))?,
+        reserved: sys::read_usize(dir.join("resv_hugepages")),
+        // Absent from kernels without overcommit of this size: none.
+        surplus: sys::read_usize(dir.join("surplus_hugepages")).unwrap_or(0),
     })
 }
 

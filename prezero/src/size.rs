@@ -44,9 +44,16 @@ pub fn parse_size(s: &str) -> Result<usize> {
             )))
         }
     };
-    n.checked_mul(1usize << shift)
-        .filter(|&v| v > 0)
-        .ok_or_else(|| Error::invalid(format!("'{s}' is zero or too large")))
+    match n.checked_mul(1usize << shift) {
+        Some(0) => Err(Error::invalid(format!(
+            "'{s}' is zero: a size is at least 1 byte (try 4K, 2M, 1G)"
+        ))),
+        Some(v) => Ok(v),
+        None => Err(Error::invalid(format!(
+            "'{s}' is more than the address space holds: at most {} bytes",
+            usize::MAX
+        ))),
+    }
 }
 
 /// The shortest exact form, as flags take it: 4096 -> "4K", 3 << 30 -> "3G",
@@ -158,6 +165,8 @@ mod tests {
         let e = parse_size("4X").unwrap_err().to_string();
         assert!(e.contains("unknown unit 'X'"), "{e}");
         let e = parse_size("0").unwrap_err().to_string();
-        assert!(e.contains("zero or too large"), "{e}");
+        assert!(e.contains("'0' is zero: a size is at least 1 byte"), "{e}");
+        let e = parse_size("99999999999T").unwrap_err().to_string();
+        assert!(e.contains("more than the address space holds"), "{e}");
     }
 }

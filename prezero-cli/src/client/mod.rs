@@ -1,10 +1,10 @@
 //! `prezero client`: talk to `prezero serve` by hand (and from the tests).
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use serde_json::json;
 
 use prezero::PageKind;
@@ -189,7 +189,10 @@ fn alloc(args: &AllocArgs) -> Result<()> {
     if source == "local" {
         // Served all the same (`--no-fallback` makes it an error): said
         // where a script's log keeps it.
-        eprintln!("prezero: the service did not serve this ({detail}): local memory instead");
+        eprintln!(
+            "prezero: the service did not serve this ({detail}): local memory instead \
+             (--no-fallback makes this an error)"
+        );
     }
     if args.json {
         println!(
@@ -219,10 +222,43 @@ fn alloc(args: &AllocArgs) -> Result<()> {
     Ok(())
 }
 
+/// Why `client` has no service, and what to do about it: start one (the
+/// package's unit for the default socket, else `prezero serve` on that
+/// path), or give the path of one that runs.
+fn no_service(client: &Client) -> anyhow::Error {
+    let path = client.path().display();
+    let start = if client.path() == Path::new(prezero_service::DEFAULT_SOCKET) {
+        "start it (systemctl start prezero, where the package is installed; or \
+         prezero serve as root)"
+            .to_string()
+    } else {
+        format!("start one there (prezero serve --socket {path})")
+    };
+    let why = match client.connect_errno() {
+        Some(libc::ENOENT) => format!("no service at {path} (no socket there)"),
+        Some(libc::ECONNREFUSED) => format!(
+            "no service at {path} (a socket nobody listens on: its daemon stopped without \
+             removing it)"
+        ),
+        Some(libc::EACCES) => {
+            return anyhow!(
+                "no service at {path} for this uid (permission denied): the daemon's \
+                 allow_uids or allow_gids name who may connect"
+            )
+        }
+        Some(e) => format!(
+            "no service at {path} ({})",
+            std::io::Error::from_raw_os_error(e)
+        ),
+        None => format!("no service at {path}"),
+    };
+    anyhow!("{why}: {start}, or name a running one with --socket PATH or PREZERO_SOCKET")
+}
+
 fn stats(args: &StatsArgs) -> Result<()> {
     let client = args.common.client()?;
     if !client.is_connected() {
-        bail!("no service at {}", client.path().display());
+        return Err(no_service(&client));
     }
     let s = client.stats()?;
     if args.json {
@@ -363,7 +399,7 @@ fn churn(args: &ChurnArgs) -> Result<()> {
     let max = parse_size(&args.max)?.max(page.page_size());
     let client = args.common.client()?;
     if !client.is_connected() {
-        bail!("no service at {}", client.path().display());
+        return Err(no_service(&client));
     }
     let opts = AllocOptions {
         fallback: false,

@@ -44,6 +44,40 @@ fn info_text_and_json() {
     assert_eq!(v["auto"].as_array().unwrap().len(), 9);
 }
 
+/// `info` names a hugetlb pool's counts as /proc/meminfo's HugePages_* do:
+/// its "reserved" is the kernel's Rsvd (promised, not yet faulted in), never
+/// the pool's size, which is "total".
+#[test]
+fn info_says_hugetlb_counts_in_the_kernels_words() {
+    if prezero::mm::hugetlb_pool(2 << 20).is_none() {
+        prezero_testkit::skip("hugetlb", "no 2 MiB hugetlb pool");
+        return;
+    }
+    let (ok, out, err) = prezero(&["info"]);
+    assert!(ok, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("Hugetlb") && l.contains(" 2M: "))
+        .unwrap_or_else(|| panic!("no 2M hugetlb line:\n{out}"));
+    for word in ["total ", "free ", "(reserved ", "surplus "] {
+        assert!(line.contains(word), "{word:?} missing: {line}");
+    }
+    let (ok, out, err) = prezero(&["info", "--json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let json = v["memory"]["hugetlb"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["page_size"] == 2 << 20)
+        .unwrap()
+        .clone();
+    // The machine's pool has every count (resv_hugepages too).
+    for field in ["total", "free", "reserved", "surplus"] {
+        assert!(json[field].is_u64(), "{field}: {json}");
+    }
+}
+
 /// `PREZERO_CPU` narrows what every command sees, and a mask this CPU cannot
 /// honour stops every command rather than measure a pretend machine.
 #[test]
@@ -209,8 +243,15 @@ fn serve_rejects_bad_configuration_before_doing_anything() {
 
 #[test]
 fn client_without_a_service() {
+    // Says what to do next: start one there, or name another.
     let (ok, _, err) = prezero(&["client", "stats", "--socket", "/nonexistent/p.sock"]);
-    assert!(!ok && err.contains("no service"), "{err}");
+    assert!(!ok, "{err}");
+    assert!(
+        err.contains("no service at /nonexistent/p.sock (no socket there)")
+            && err.contains("prezero serve --socket /nonexistent/p.sock")
+            && err.contains("--socket PATH or PREZERO_SOCKET"),
+        "{err}"
+    );
     let (ok, _, err) = prezero(&[
         "client",
         "alloc",
@@ -225,4 +266,5 @@ fn client_without_a_service() {
     assert!(ok, "{err}");
     assert!(out.contains("from local"), "{out}");
     assert!(err.contains("the service did not serve this"), "{err}");
+    assert!(err.contains("--no-fallback"), "{err}");
 }

@@ -255,15 +255,8 @@ fn single_node() -> Topology {
             has_memory: true,
             mem_total,
             mem_free: memory.available as u64,
-            hugetlb: memory
-                .hugetlb
-                .iter()
-                .map(|p| NodeHugetlb {
-                    page_size: p.page_size,
-                    total: p.total,
-                    free: p.free,
-                })
-                .collect(),
+            // The machine's pools are this one node's.
+            hugetlb: memory.hugetlb,
             distances: vec![10],
         }],
         possible: vec![0],
@@ -307,6 +300,7 @@ mod tests {
             "Node 0 MemTotal:        1048576 kB\nNode 0 MemFree:          524288 kB\n",
         );
         w("node0/hugepages/hugepages-2048kB/nr_hugepages", "64\n");
+        w("node0/hugepages/hugepages-2048kB/surplus_hugepages", "2\n");
         w("node0/hugepages/hugepages-2048kB/free_hugepages", "60\n");
         w("node1/cpulist", "\n");
         w("node1/distance", "21 10\n");
@@ -325,7 +319,9 @@ mod tests {
             vec![NodeHugetlb {
                 page_size: 2 << 20,
                 total: 64,
-                free: 60
+                free: 60,
+                reserved: None,
+                surplus: 2,
             }]
         );
         assert!(t.nodes[1].cpus.is_empty());
