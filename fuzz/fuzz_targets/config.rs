@@ -14,7 +14,6 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use prezero::numa::Topology;
 use prezero_service::protocol::MAX_POOLS;
-use prezero_service::PoolNode;
 
 #[path = "../../prezero-cli/src/serve/config.rs"]
 mod config;
@@ -41,12 +40,13 @@ fuzz_target!(|data: &[u8]| {
     );
     let mut seen = HashSet::new();
     for p in &placed {
-        assert!(matches!(p.node, PoolNode::Node(_)), "{p:?} not placed");
+        assert!(topology().node(p.node).is_some(), "{p:?} not on a node");
         assert!(p.page.is_hugetlb(), "{p:?}");
         assert!(
             p.segment_size > 0 && p.segment_size.is_multiple_of(p.page.page_size()),
             "{p:?}: segments of part pages"
         );
+        // Shares of a node's memory made bytes: whole segments, within the cap.
         assert!(p.segment_size <= p.cap && p.target <= p.cap, "{p:?}");
         assert!(seen.insert((p.page, p.segment_size, p.node)), "{p:?} twice");
     }

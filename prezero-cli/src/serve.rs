@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use prezero::{HugetlbReservation, PageKind};
-use prezero_service::{PoolConfig, PoolNode, Server, ServerConfig};
+use prezero_service::{PlacedPool, PoolNode, Server, ServerConfig};
 
 use crate::units::fmt_size;
 
@@ -23,8 +23,10 @@ pub struct Args {
     /// Socket path [default: /run/prezero/prezero.sock].
     #[arg(long)]
     socket: Option<PathBuf>,
-    /// A pool, PAGE:target=SIZE,cap=SIZE,segment=SIZE,node=N|all (e.g.
-    /// 2MB:target=8G,cap=16G,segment=256M). Repeatable, also for one page size
+    /// A pool, PAGE:target=AMOUNT,cap=AMOUNT,segment=SIZE,node=N|all (e.g.
+    /// 2MB:target=8G,cap=16G,segment=256M). An amount is a size or a share of
+    /// the node's memory (1/8, 12.5%), made whole segments on each node
+    /// (a cap one at least, a target within it). Repeatable, also for one page size
     /// with other segment sizes (one pool per shape of VM: a request takes the
     /// pool whose segment fits it exactly, else the one needing the fewest
     /// segments); replaces the file's pools. node=all (the default) makes one
@@ -110,16 +112,31 @@ fn config(args: &Args) -> Result<ServerConfig> {
 
 pub fn run(args: &Args) -> Result<()> {
     let cfg = config(args)?;
-    // Before any hugetlb page is reserved for it: every pool placed on a node.
+    // Before any hugetlb page is reserved for it: every pool placed on a
+    // node, a share of the node's memory said as asked and as placed.
     let placed = cfg.placed_pools(&prezero::numa::Topology::read())?;
-    for p in &placed {
-        let node = match p.node {
-            PoolNode::Node(n) => n.to_string(),
-            PoolNode::All => "all".into(),
+    for p in cfg
+        .pools
+        .iter()
+        .filter(|p| p.target.is_share() || p.cap.is_share())
+    {
+        let whose = match p.node {
+            PoolNode::Node(n) => format!("node {n}'s"),
+            PoolNode::All => "each node's".into(),
         };
         eprintln!(
-            "prezero serve: pool {} on node {node}: segments of {}, target {}, cap {}",
+            "prezero serve: pool {} of {} segments: target {}, cap {} (of {whose} memory)",
             p.page,
+            fmt_size(p.segment_size),
+            p.target,
+            p.cap
+        );
+    }
+    for p in &placed {
+        eprintln!(
+            "prezero serve: pool {} on node {}: segments of {}, target {}, cap {}",
+            p.page,
+            p.node,
             fmt_size(p.segment_size),
             fmt_size(p.target),
             fmt_size(p.cap)
@@ -137,12 +154,10 @@ pub fn run(args: &Args) -> Result<()> {
 
 /// Grows each node's hugetlb pool so every pool placed on it fits its cap:
 /// one reservation per page size, for all its pools on all nodes.
-fn reserve(placed: &[PoolConfig]) -> Result<Vec<HugetlbReservation>> {
+fn reserve(placed: &[PlacedPool]) -> Result<Vec<HugetlbReservation>> {
     let mut pages_of: BTreeMap<usize, (PageKind, BTreeMap<u32, usize>)> = BTreeMap::new();
     for p in placed {
-        let PoolNode::Node(node) = p.node else {
-            continue;
-        };
+        let node = p.node;
         let page = p.page.page_size();
         *pages_of
             .entry(page)

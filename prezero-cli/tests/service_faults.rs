@@ -277,14 +277,26 @@ fn hugetlb_pages_running_out_mid_conversion_cost_that_segment_not_service() {
     d.assert_serves();
     let e = from_service(&c, 16 * MB).err().expect("nothing is ready");
     assert_eq!(e.errno(), libc::ENOMEM, "{e}");
-    // Nor can the pool grow back: the 7 pages are fewer than a segment.
-    wait_for_log(&d, "cannot grow toward its target", Duration::from_secs(10));
+    // Nor can the pool grow back: the 7 pages are fewer than a segment. Said
+    // once, with the command that gives the pool its target, then shown in
+    // STATS, not logged at every retry (every 5 s).
+    wait_for_log(
+        &d,
+        "short of hugetlb pages for the pools' targets",
+        Duration::from_secs(10),
+    );
+    assert!(d.log().contains("reserve them with: echo "), "{}", d.log());
+    assert_eq!(d.stats().pools[0].short, 16 * MB as u64);
+    std::thread::sleep(Duration::from_secs(6));
+    let said = d.log().matches("short of hugetlb pages").count();
+    assert_eq!(said, 1, "said again at a retry:\n{}", d.log());
     d.assert_serves();
     drop(pipe);
     drop(hog);
     let m = from_service_within(&c, 16 * MB, Duration::from_secs(15));
     drop(checked(m, 16 * MB));
     d.wait_all_ready();
+    assert_eq!(d.stats().pools[0].short, 0, "the shortage is over");
     assert_eq!(d.stats().verify_failures, 0);
 }
 

@@ -45,7 +45,9 @@ pub(crate) use client::tile;
 pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, Source};
 pub use client::{InheritedFile, SegmentFiles};
 #[cfg(feature = "daemon")]
-pub use config::{PoolConfig, PoolNode, Reuse, ServerConfig, MAX_METRICS_INTERVAL};
+pub use config::{
+    Amount, PlacedPool, PoolConfig, PoolNode, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
+};
 #[cfg(feature = "fuzzing")]
 pub(crate) use ledger::{ledger_text, parse_ledger, world as ledger_world, Shape};
 pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};

@@ -307,6 +307,18 @@ fn stats(args: &StatsArgs) -> Result<()> {
             p.handouts.to_string(),
         ]);
     }
+    // What the daemon said once in its log, here for as long as it lasts.
+    for p in s.pools.iter().filter(|p| p.short > 0) {
+        let node = p.node.map_or(String::new(), |n| format!(" on node {n}"));
+        let page = fmt_size(p.page_size as usize);
+        println!(
+            "pool {page}/{}{node}: {} short of its target for want of hugetlb pages \
+             ({} more {page} pages{node} would fill it; the daemon's log names the command)",
+            fmt_size(p.segment_size as usize),
+            fmt_size(p.short as usize),
+            p.short / p.page_size.max(1)
+        );
+    }
     let rate = |b: u64, ns: u64| if ns == 0 { 0.0 } else { b as f64 / ns as f64 };
     let reasons: Vec<String> = Refusal::ALL
         .iter()
@@ -372,7 +384,7 @@ pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
             "page_size": p.page_size, "segment_size": p.segment_size, "target": p.target,
             "cap": p.cap, "ready": p.ready, "leased": p.leased,
             "quarantined": p.quarantined, "scrubbing": p.scrubbing, "handouts": p.handouts,
-            "node": p.node,
+            "node": p.node, "hugetlb_short": p.short,
         })).collect::<Vec<_>>(),
         "refusals_by_reason": Refusal::ALL.iter().zip(&s.refusals_by_reason)
             .map(|(r, &n)| (r.name().to_owned(), json!(n)))

@@ -1,17 +1,21 @@
 //! `prezero serve`'s configuration file (see packaging/prezero.toml): its
 //! TOML, and its values, with the flags put over them, made a
-//! [`ServerConfig`]. It needs nothing of the CLI beyond its dependencies, so
-//! the fuzz target `config` compiles it as it is.
+//! [`ServerConfig`]. A pool's target and cap are sizes or shares of its
+//! node's memory (`"1/8"`, `"12.5%"`: [`Amount`]). It needs nothing of the
+//! CLI beyond its dependencies, so the fuzz target `config` compiles it as
+//! it is.
 
 use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use prezero::{parse_size, PageKind, ScrubPriority};
-use prezero_service::{PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
+use prezero_service::{Amount, PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
 use serde::Deserialize;
 
-/// The configuration file. Sizes are strings like "256M" or "8G". The flags
-/// of `prezero serve` are put over its fields before they are read.
+/// The configuration file. Sizes are strings like "256M" or "8G"; a pool's
+/// target and cap may also be a share of its node's memory ("1/8",
+/// "12.5%"). The flags of `prezero serve` are put over its fields before
+/// they are read.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct File {
@@ -158,13 +162,19 @@ fn pool(
     node: Option<&str>,
 ) -> Result<PoolConfig> {
     let page = page_kind(page)?;
-    let target = parse_size(target).context("pool target")?;
+    let target = Amount::parse(target).context("pool target")?;
     let default_segment = page.page_size().max(256 << 20);
     let segment_size = segment
         .map_or(Ok(default_segment), parse_size)
         .context("pool segment")?;
+    // Without a cap: the target (a share of the node's memory stays one,
+    // which placement makes a segment at least), at least a segment.
+    let default_cap = match target {
+        Amount::Bytes(b) => Amount::Bytes(b.max(segment_size)),
+        share => share,
+    };
     let cap = cap
-        .map_or(Ok(target.max(segment_size)), parse_size)
+        .map_or(Ok(default_cap), Amount::parse)
         .context("pool cap")?;
     let node = node.map_or(Ok(PoolNode::All), pool_node)?;
     Ok(PoolConfig {
@@ -231,10 +241,32 @@ mod tests {
         let p = parse_pool_flag("2MB:target=8G,cap=16G,segment=256M").unwrap();
         assert_eq!(
             (p.page, p.target, p.cap, p.segment_size),
-            (PageKind::Huge2M, 8 << 30, 16 << 30, 256 << 20)
+            (
+                PageKind::Huge2M,
+                Amount::Bytes(8 << 30),
+                Amount::Bytes(16 << 30),
+                256 << 20
+            )
         );
         let p = parse_pool_flag("1GB:target=2G").unwrap();
-        assert_eq!((p.segment_size, p.cap), (1 << 30, 2 << 30));
+        assert_eq!((p.segment_size, p.cap), (1 << 30, Amount::Bytes(2 << 30)));
+        // Shares of the node's memory; the cap is the target's share unless given.
+        let p = parse_pool_flag("2MB:target=1/8,cap=25%").unwrap();
+        let share = |num, den| Amount::Share { num, den };
+        assert_eq!((p.target, p.cap), (share(1, 8), share(1, 4)));
+        assert_eq!(
+            parse_pool_flag("2MB:target=12.5%").unwrap().cap,
+            share(1, 8)
+        );
+        for bad in [
+            "2MB:target=9/8",
+            "2MB:target=0/8",
+            "2MB:cap=101%",
+            "2MB:target=1/0",
+        ] {
+            let e = format!("{:#}", parse_pool_flag(bad).unwrap_err());
+            assert!(e.contains("not a share of the node's memory"), "{bad}: {e}");
+        }
         assert!(parse_pool_flag("4KB:target=1G").is_err());
         assert!(parse_pool_flag("2MB:size=1G").is_err());
         assert_eq!(
@@ -275,13 +307,43 @@ mod tests {
         assert!(nodes("[[pool]]\npage = \"2MB\"\ntarget = \"1G\"\nnode = -1\n").is_err());
     }
 
+    /// The package's configuration asks for a share of each node's memory,
+    /// not for bytes a small machine does not have.
     #[test]
-    fn the_packaged_config_parses() {
+    fn the_packaged_config_parses_and_asks_for_shares() {
         let text = include_str!("../../../packaging/prezero.toml");
         let f: File = toml::from_str(text).unwrap();
         assert!(!f.pools.is_empty());
         for p in &f.pools {
-            p.config().unwrap();
+            let c = p.config().unwrap();
+            assert!(c.target.is_share() && c.cap.is_share(), "{:?}", p.target);
         }
+    }
+
+    /// A share is placed as whole segments of each node's memory, within
+    /// its cap; a share too small for a segment keeps one at most.
+    #[test]
+    fn shares_are_placed_per_node() {
+        use prezero::numa::Topology;
+        let text =
+            "[[pool]]\npage = \"2MB\"\nsegment = \"256M\"\ntarget = \"1/8\"\ncap = \"1/4\"\n";
+        let cfg = File::parse(text).unwrap().config(Vec::new()).unwrap();
+        let topology = Topology::read();
+        let placed = cfg.placed_pools(&topology).unwrap();
+        assert_eq!(placed.len(), topology.memory_nodes().len());
+        for p in &placed {
+            let mem = topology.node(p.node).unwrap().mem_total as usize;
+            let seg = 256usize << 20;
+            assert_eq!(p.target, (mem / 8 / seg * seg).min(p.cap), "{p:?}");
+            assert_eq!(p.cap, (mem / 4 / seg * seg).max(seg), "{p:?}");
+        }
+        // A target of bytes beyond a share's cap is refused, with both said.
+        let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1T\"\ncap = \"1/1000000\"\n";
+        let cfg = File::parse(text).unwrap().config(Vec::new()).unwrap();
+        let e = cfg.placed_pools(&topology).unwrap_err().to_string();
+        assert!(
+            e.contains("target <= cap") && e.contains("cap 268435456 bytes"),
+            "{e}"
+        );
     }
 }

@@ -11,14 +11,14 @@ use std::time::{Duration, Instant};
 use super::file::read_ledger;
 use crate::log;
 use crate::segment::{open_rw, Segment};
-use crate::PoolConfig;
+use crate::PlacedPool;
 use prezero::region::PageKind;
 use prezero::sys;
 
 /// Takes over what a previous instance handed out and some process still
 /// holds: `(segment, uid to charge)`. Segments of a page size no pool serves
 /// now are left to their holders.
-pub(crate) fn adopt(ledger: &Path, pools: &[PoolConfig]) -> Vec<(Segment, u32)> {
+pub(crate) fn adopt(ledger: &Path, pools: &[PlacedPool]) -> Vec<(Segment, u32)> {
     let wanted = read_ledger(ledger);
     if wanted.is_empty() {
         return Vec::new();

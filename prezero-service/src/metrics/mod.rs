@@ -121,6 +121,13 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         &per_pool(|p| p.cap),
     );
     family(
+        "prezero_pool_hugetlb_short_bytes",
+        "gauge",
+        "Bytes each pool lacks of its target because its node has too few free hugetlb \
+         pages (the daemon's log said once what reserves them).",
+        &per_pool(|p| p.short),
+    );
+    family(
         "prezero_handouts_total",
         "counter",
         "ALLOC requests served, by pool.",
@@ -248,6 +255,7 @@ mod tests {
                 segment_size: 4 << 30,
                 ready: 2,
                 handouts: 5,
+                short: 4 << 20,
                 ..Default::default()
             }],
             refusals_by_reason: vec![3],
@@ -264,6 +272,8 @@ mod tests {
             "prezero_pool_bytes{page=\"2MiB\",segment=\"4GiB\",state=\"ready\"} 8589934592"
         ));
         assert!(text.contains("prezero_refusals_total{reason=\"not_ready\"} 3"));
+        assert!(text
+            .contains("prezero_pool_hugetlb_short_bytes{page=\"2MiB\",segment=\"4GiB\"} 4194304"));
         let mut on_node = stats.clone();
         on_node.pools[0].node = Some(1);
         assert!(prometheus(&on_node).contains(

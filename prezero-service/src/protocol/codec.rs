@@ -9,7 +9,7 @@ use super::{
 
 /// Bytes of one pool record this version writes; readers accept 64 (the first
 /// eight fields) and skip what they do not know.
-const POOL_RECORD_LEN: u32 = 10 * 8;
+const POOL_RECORD_LEN: u32 = 11 * 8;
 /// A pool record's node field when the pool has none.
 const NO_NODE: u64 = u64::MAX;
 const MIN_POOL_RECORD_LEN: usize = 8 * 8;
@@ -258,6 +258,7 @@ impl Reply {
                         p.scrubbing,
                         p.handouts,
                         p.node.map_or(NO_NODE, u64::from),
+                        p.short,
                     ] {
                         w.u64(v);
                     }
@@ -364,7 +365,7 @@ impl Reply {
                 if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
                     return Err(Malformed("pool records do not fit the message"));
                 }
-                // Past these no daemon's answer goes, and re-encoded (72-byte
+                // Past these no daemon's answer goes, and re-encoded (88-byte
                 // pool records, which an older daemon wrote in 64) it would
                 // not fit one message.
                 if n > MAX_POOLS {
@@ -388,6 +389,7 @@ impl Reply {
                         } else {
                             None
                         },
+                        short: if p.0.len() >= 8 { p.u64()? } else { 0 },
                     });
                 }
                 let s = ServiceStats {

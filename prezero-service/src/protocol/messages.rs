@@ -96,6 +96,10 @@ pub struct PoolCounters {
     /// The NUMA node of every page of the pool (`None` from a daemon that
     /// does not say).
     pub node: Option<u32>,
+    /// Bytes the pool lacks of its target because its node has too few free
+    /// hugetlb pages (0 when it lacks none, and from a daemon that does not
+    /// say).
+    pub short: u64,
 }
 
 /// Why the daemon answered with `ERROR`; `STATS` counts each, in this order.

@@ -34,6 +34,7 @@ fn replies_round_trip() {
                 page_size: 2 << 20,
                 ready: 3,
                 node: Some(1),
+                short: 6 << 20,
                 ..Default::default()
             },
             PoolCounters::default(),
@@ -128,8 +129,9 @@ fn stats_from_an_older_daemon_and_too_many_tenants_still_decode() {
     let mut p = payload[..8].to_vec();
     p[4..8].copy_from_slice(&64u32.to_le_bytes());
     p.extend_from_slice(&payload[8..8 + 64]);
-    // This version's records are 80 bytes (the node is the tenth field).
-    p.extend_from_slice(&payload[8 + 80..8 + 80 + 9 * 8 + 24]);
+    // This version's records are 88 bytes (the node is the tenth field, the
+    // bytes short of hugetlb pages the eleventh).
+    p.extend_from_slice(&payload[8 + 88..8 + 88 + 9 * 8 + 24]);
     let mut m = kind_seq.to_vec();
     m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
     m.extend(p);
@@ -138,8 +140,33 @@ fn stats_from_an_older_daemon_and_too_many_tenants_still_decode() {
     };
     assert_eq!((got.pools[0].ready, got.pools[0].handouts), (3, 0));
     assert_eq!(
-        got.pools[0].node, None,
-        "an older daemon's pool has no node"
+        (got.pools[0].node, got.pools[0].short),
+        (None, 0),
+        "an older daemon's pool has no node, and says no shortage"
+    );
+    // A version-2 daemon's records of 80 bytes: a node, no shortage said.
+    let mut with_node = ServiceStats {
+        pools: vec![PoolCounters {
+            node: Some(1),
+            short: 2 << 20,
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let msg80 = Reply::Stats(Box::new(with_node.clone())).encode(1);
+    let (kind_seq, payload) = msg80.split_at(HEADER_LEN);
+    let mut p = payload[..8].to_vec();
+    p[4..8].copy_from_slice(&80u32.to_le_bytes());
+    p.extend_from_slice(&payload[8..8 + 80]);
+    p.extend_from_slice(&payload[8 + 88..]);
+    let mut m = kind_seq.to_vec();
+    m[12..16].copy_from_slice(&(p.len() as u32).to_le_bytes());
+    m.extend(p);
+    with_node.pools[0].short = 0;
+    assert_eq!(
+        Reply::decode(&m),
+        Ok((1, Reply::Stats(Box::new(with_node)))),
+        "80-byte pool records read with no shortage"
     );
     assert!(got.tenants.is_empty() && got.refusals_by_reason.is_empty());
     // Cut anywhere or corrupted anywhere: an error or a value, never a panic.

@@ -18,11 +18,15 @@
 //! Here the [`Server`], its start-up and its loop; accepting connections in
 //! `accept.rs`, answering requests in `handle.rs`, the pools' upkeep (the
 //! quarantine, the worker's jobs and results, growth and trimming) in
-//! `pools.rs`, the counters and what `STATS` shows of them in `stats.rs`.
+//! `pools.rs`, the counters and what `STATS` shows of them in `stats.rs`, a
+//! shortage of hugetlb pages said once with what would end it in
+//! `shortage.rs`, what a start takes over and fills first in `start.rs`.
 
 mod accept;
 mod handle;
 mod pools;
+mod shortage;
+mod start;
 mod stats;
 
 use std::collections::HashMap;
@@ -33,8 +37,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{PoolConfig, ServerConfig};
-use super::ledger::{adopt, write_ledger, Ledger, State};
+use super::config::{PlacedPool, ServerConfig};
+use super::ledger::Ledger;
 use super::listen::{bind, prepare_dir, refuse_if_served, restrict_socket};
 use super::log;
 use super::metrics::MetricsFile;
@@ -46,6 +50,7 @@ use prezero::numa::Topology;
 use prezero::region::PageKind;
 use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
+use start::{fill, record_filled, taken_over};
 use stats::Counters;
 
 struct Conn {
@@ -60,13 +65,15 @@ struct Conn {
 }
 
 struct PoolRun {
-    /// Placed: on one node (`PoolNode::Node`).
-    cfg: PoolConfig,
+    cfg: PlacedPool,
     /// Its node and the CPUs that fill it.
     home: Home,
     creating: bool,
     /// After a failed creation (hugetlb shortage), no retry before this.
     retry_at: Option<Instant>,
+    /// Its last segment could not be made for want of hugetlb pages on its
+    /// node (cleared once one is made, or the pool wants none).
+    hugetlb_short: bool,
     handouts: u64,
 }
 
@@ -96,6 +103,8 @@ pub struct Server {
     told_no_escalation: bool,
     /// Segments could not be lent to a tenant's uid once already (logged then).
     told_no_chown: bool,
+    /// The hugetlb shortage of the pools now was said (once per shortage).
+    told_shortage: bool,
     /// The ledger file could not be written the last time (logged then).
     ledger_unwritten: bool,
     /// The metrics file's writer, and when it is next due.
@@ -122,12 +131,12 @@ fn check_page_size(page: PageKind) -> Result<()> {
     )))
 }
 
-fn pool_name(p: &PoolConfig) -> String {
+fn pool_name(p: &PlacedPool) -> String {
     format!(
         "{}/{} on node {}",
         p.page.name(),
         fmt_size(p.segment_size),
-        p.placed_node()
+        p.node
     )
 }
 
@@ -137,20 +146,16 @@ impl Server {
     /// and populates each pool's initial segments, and only then creates the
     /// socket, so a client that can connect finds memory ready. A hugetlb
     /// shortage is logged and leaves a smaller pool.
-    pub fn start(mut cfg: ServerConfig) -> Result<Server> {
+    pub fn start(cfg: ServerConfig) -> Result<Server> {
         let topology = Topology::read();
-        cfg.pools = cfg.placed_pools(&topology)?;
-        let homes: Vec<Home> = cfg
-            .pools
-            .iter()
-            .map(|p| Home::of(&topology, p.placed_node()))
-            .collect();
+        let pools = cfg.placed_pools(&topology)?;
+        let homes: Vec<Home> = pools.iter().map(|p| Home::of(&topology, p.node)).collect();
         // Fail before populating gigabytes, not after: the socket, its
         // directory, the pools' page sizes (below: the ledger).
         UnixAddr::new(&cfg.socket)?;
         refuse_if_served(&cfg.socket)?;
         prepare_dir(&cfg.socket)?;
-        for p in &cfg.pools {
+        for p in &pools {
             check_page_size(p.page)?;
         }
         let metrics = match &cfg.metrics_textfile {
@@ -174,132 +179,11 @@ impl Server {
             .map_err(|e| Error::os("spawn scrubber thread", e))?;
 
         let ledger_file = cfg.ledger_path();
-        let shapes = cfg.pools.iter().map(PoolConfig::shape).collect();
-        let mut ledger = Ledger::new(shapes, cfg.uid_cap);
-        for (mut seg, uid) in adopt(&ledger_file, &cfg.pools) {
-            // Back to the pool of the node its pages are on: its cleaning with
-            // fresh pages then takes them from that node's hugetlb pages.
-            let Some(pool) = ledger.pool_for(seg.page_size(), seg.len(), seg.most_on()) else {
-                continue;
-            };
-            // Cleaned with fresh pages before anyone has it: bound first, they
-            // land on the pool's node.
-            if let Err(e) = seg.place(homes[pool].clone()) {
-                log(&format!(
-                    "a segment taken over cannot be placed ({e}); dropped"
-                ));
-                continue;
-            }
-            log(&format!(
-                "segment of {} from a previous instance is still held by uid {uid}: \
-                 taken over in quarantine and charged to that uid",
-                fmt_size(seg.len())
-            ));
-            let (len, file) = (seg.len(), (seg.dev, seg.ino));
-            ledger.adopt(pool, seg, len, file, uid);
-        }
-        // The ledger written before any pool fills: a daemon that could not
-        // list its segments would destroy what it made.
-        write_ledger(&ledger_file, &ledger).map_err(|e| {
-            Error::invalid(format!(
-                "cannot write the ledger {} ({e}): the daemon would not find its segments \
-                 after a restart (--ledger PATH puts it elsewhere)",
-                ledger_file.display()
-            ))
-        })?;
-        let threads = prezero::sys::online_cpus();
-        for (i, p) in cfg.pools.iter().enumerate() {
-            let held: usize = ledger
-                .entries()
-                .filter(|(_, e)| e.pool == i)
-                .map(|(_, e)| e.len)
-                .sum();
-            let want = p.target.min(p.cap.saturating_sub(held)) / p.segment_size;
-            let t = Instant::now();
-            let mut got = 0;
-            let mut shortage = None;
-            let threads = threads.min(homes[i].cpus.len().max(1));
-            while got < want {
-                let made = Segment::create(p.page, p.segment_size, homes[i].clone())
-                    .and_then(|seg| seg.repopulate(0, p.segment_size, threads).map(|()| seg))
-                    .and_then(|seg| seg.check_home().map(|()| seg));
-                match made {
-                    Ok(seg) => {
-                        let file = (seg.dev, seg.ino);
-                        ledger.add_ready(i, seg, p.segment_size, file);
-                        got += 1;
-                    }
-                    // The node's own pages ran out (the mapping is bound to it:
-                    // the fault fails rather than take another node's), or
-                    // memory or descriptors did: a smaller pool, which grows
-                    // toward its target while serving.
-                    Err(e)
-                        if matches!(e, Error::HugetlbShortage { .. })
-                            || matches!(e.errno(), libc::ENOMEM | libc::EMFILE | libc::ENFILE) =>
-                    {
-                        shortage = Some(e);
-                        break;
-                    }
-                    Err(e) => return Err(e),
-                }
-            }
-            let name = pool_name(p);
-            let s = fmt_size(p.segment_size);
-            match shortage {
-                None => log(&format!(
-                    "pool {name}: {got} segments of {s} ready ({}) in {:.2} s",
-                    fmt_size(got * p.segment_size),
-                    t.elapsed().as_secs_f64()
-                )),
-                Some(e) if !matches!(e, Error::HugetlbShortage { .. }) => log(&format!(
-                    "pool {name}: {got} of {want} segments of {s} ready ({e}); it grows toward \
-                     its target while serving"
-                )),
-                Some(_) => {
-                    let page = p.page.page_size();
-                    let node = p.placed_node();
-                    let on_node = Topology::read()
-                        .node(node)
-                        .and_then(|n| n.hugetlb.iter().find(|h| h.page_size == page).copied());
-                    let (free, total) = on_node.map_or((0, 0), |h| (h.free, h.total));
-                    let more = (want - got) * (p.segment_size / page);
-                    log(&format!(
-                        "pool {name}: hugetlb shortage: {got} of {want} segments of {s} ({} of {}); \
-                         {free} free {} pages on node {node}; reserve more with: echo {} > {}",
-                        fmt_size(got * p.segment_size),
-                        fmt_size(p.target),
-                        p.page.name(),
-                        total + more,
-                        prezero::hugetlb::nr_path(node, page)
-                    ));
-                }
-            }
-        }
-        // A segment the ledger file does not list, handed out, would not be
-        // found by a restart: without the file (it could be written above,
-        // and fails now: a disk full meanwhile), the segments made here go,
-        // and the pools grow once it can be written.
-        let ledger_unwritten = match write_ledger(&ledger_file, &ledger) {
-            Ok(()) => false,
-            Err(e) => {
-                let made: Vec<u64> = ledger
-                    .entries()
-                    .filter(|(_, e)| matches!(e.state, State::Ready { .. }))
-                    .map(|(id, _)| id)
-                    .collect();
-                for id in made {
-                    drop(ledger.remove(id));
-                }
-                log(&format!(
-                    "cannot write the ledger {} ({e}): the segments made are destroyed, \
-                     never handed out; the pools grow once it can be written",
-                    ledger_file.display()
-                ));
-                true
-            }
-        };
+        let mut ledger = taken_over(&ledger_file, &pools, &homes, cfg.uid_cap)?;
+        let short = fill(&pools, &homes, &mut ledger)?;
+        let ledger_unwritten = !record_filled(&ledger_file, &mut ledger);
         let retry_at = ledger_unwritten.then(|| Instant::now() + Duration::from_secs(5));
-        let nearest = nearest_nodes(&topology, &cfg.pools);
+        let nearest = nearest_nodes(&topology, &pools);
         let listener = bind(&cfg.socket)?;
         restrict_socket(&cfg.socket, &cfg.allow_uids, &cfg.allow_gids);
         log(&format!(
@@ -307,16 +191,17 @@ impl Server {
             cfg.socket.display(),
             protocol::VERSION
         ));
-        Ok(Server {
-            pools: cfg
-                .pools
+        let mut server = Server {
+            pools: pools
                 .iter()
                 .zip(homes)
-                .map(|(&cfg, home)| PoolRun {
+                .zip(short)
+                .map(|((&cfg, home), hugetlb_short)| PoolRun {
                     cfg,
                     home,
                     creating: false,
                     retry_at,
+                    hugetlb_short,
                     handouts: 0,
                 })
                 .collect(),
@@ -337,10 +222,13 @@ impl Server {
             ledger_file,
             told_no_escalation: false,
             told_no_chown: false,
+            told_shortage: false,
             ledger_unwritten,
             metrics,
             nearest,
-        })
+        };
+        server.say_shortage();
+        Ok(server)
     }
 
     /// Serves until SIGINT, SIGTERM or SIGHUP, then shuts down: connections close, the
@@ -443,8 +331,8 @@ impl Server {
 /// For each online node (one without a pool too: a request may name it and
 /// allow others), the other nodes with pools by distance (the kernel's
 /// table), nearest first, ties by id.
-fn nearest_nodes(topology: &Topology, pools: &[PoolConfig]) -> HashMap<u32, Vec<u32>> {
-    let mut with_pools: Vec<u32> = pools.iter().map(PoolConfig::placed_node).collect();
+fn nearest_nodes(topology: &Topology, pools: &[PlacedPool]) -> HashMap<u32, Vec<u32>> {
+    let mut with_pools: Vec<u32> = pools.iter().map(|p| p.node).collect();
     with_pools.sort_unstable();
     with_pools.dedup();
     topology

@@ -11,7 +11,7 @@ use crate::ledger::{write_ledger, Clean, State};
 use crate::log;
 use crate::segment::Segment;
 use crate::worker::{Done, Job};
-use prezero::sys;
+use prezero::{sys, Error};
 
 impl Server {
     /// Newly quarantined segments go back to the daemon's uid before anything
@@ -202,15 +202,19 @@ impl Server {
                 }
                 Done::Created { pool, seg } => {
                     self.pools[pool].creating = false;
+                    // Short of hugetlb pages: said once for all pools, then
+                    // shown in STATS and the metrics, not every retry.
+                    let short = matches!(seg, Err(Error::HugetlbShortage { .. }));
                     let added = match seg {
                         Ok(seg) => self.add_recorded(pool, seg),
                         Err(e) => Err(e.to_string()),
                     };
                     let p = &mut self.pools[pool];
+                    p.hugetlb_short = short;
                     match added {
                         Ok(()) => p.retry_at = None,
                         Err(e) => {
-                            if p.retry_at.is_none() {
+                            if p.retry_at.is_none() && !short {
                                 log(&format!(
                                     "pool {}: cannot grow toward its target: {e}; retrying every 5 s",
                                     pool_name(&p.cfg)
@@ -237,7 +241,10 @@ impl Server {
             }
             let p = &mut self.pools[i];
             let waiting = p.retry_at.is_some_and(|t| Instant::now() < t);
-            if self.ledger.wants_growth(i) && !p.creating && !waiting {
+            let wants = self.ledger.wants_growth(i);
+            // At its target or cap, a pool lacks nothing.
+            p.hugetlb_short &= wants;
+            if wants && !p.creating && !waiting {
                 let job = Job::Create {
                     pool: i,
                     page: p.cfg.page,
@@ -252,6 +259,7 @@ impl Server {
         if !self.ledger.any_short() {
             self.escalate(false);
         }
+        self.say_shortage();
     }
 
     /// Raises the worker while clients are refused (see [`Worker::set_urgent`]);

@@ -86,6 +86,7 @@ impl Server {
                     scrubbing: c.scrubbing as u64,
                     handouts: if everyone { p.handouts } else { 0 },
                     node: Some(p.home.node),
+                    short: self.short_bytes(i) as u64,
                 }
             })
             .collect();

@@ -1,5 +1,10 @@
 //! What `prezero serve` is told ([`ServerConfig`], its pools and its reuse
-//! rule), and the checks it must pass before anything touches the system.
+//! rule), and the checks it must pass before anything touches the system;
+//! the pools as they run, each placed on a node with its amounts in bytes
+//! ([`PlacedPool`]). A pool's target and cap are an [`Amount`] (`amount.rs`):
+//! bytes, or a share of its node's memory.
+
+mod amount;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -10,7 +15,8 @@ use super::protocol::MAX_POOLS;
 use super::replace_file::tmp_beside;
 use super::worker::Verify;
 use super::DEFAULT_SOCKET;
-use prezero::numa::Topology;
+pub use amount::Amount;
+use prezero::numa::{Node, Topology};
 use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;
 use prezero::{Error, Result};
@@ -26,23 +32,42 @@ pub enum PoolNode {
     Node(u32),
 }
 
-/// One pool of the daemon: segments of one page size and one length (a page
-/// size may have several pools, one per shape of VM, say), on one NUMA node
-/// or one per node.
+/// One pool of the daemon as configured: segments of one page size and one
+/// length (a page size may have several pools, one per shape of VM, say),
+/// on one NUMA node or one per node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PoolConfig {
     /// `Huge2M` or `Huge1G`.
     pub page: PageKind,
     /// Bytes per segment (a multiple of the page size): the unit handed out.
     pub segment_size: usize,
-    /// Zeroed bytes to keep ready; more is created in the background, and ready
-    /// memory beyond it goes back to the hugetlb pool.
-    pub target: usize,
-    /// Most bytes of this pool in all states together.
-    pub cap: usize,
+    /// Zeroed memory to keep ready; more is created in the background, and
+    /// ready memory beyond it goes back to the hugetlb pool. A share of the
+    /// node's memory is rounded down to whole segments, and held within the
+    /// cap.
+    pub target: Amount,
+    /// Most memory of this pool in all states together. A share of the
+    /// node's memory is rounded down to whole segments, one at least.
+    pub cap: Amount,
     /// The node its pages are on; with [`PoolNode::All`], target and cap are
     /// each node's.
     pub node: PoolNode,
+}
+
+/// A pool as the daemon runs it: on one node, its target and cap in bytes
+/// ([`ServerConfig::placed_pools`] makes them, after every check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlacedPool {
+    /// `Huge2M` or `Huge1G`.
+    pub page: PageKind,
+    /// Bytes per segment, a multiple of the page size.
+    pub segment_size: usize,
+    /// Zeroed bytes to keep ready, at most `cap`.
+    pub target: usize,
+    /// Most bytes in all states, at least one segment.
+    pub cap: usize,
+    /// The NUMA node its pages are on.
+    pub node: u32,
 }
 
 /// Everything `prezero serve` is told.
@@ -110,32 +135,34 @@ impl ServerConfig {
     }
 
     /// The pools as the daemon runs them, each on one node of `topology`
-    /// ([`PoolNode::All`] made one per node with memory), after every check of
+    /// ([`PoolNode::All`] made one per node with memory), their shares of a
+    /// node's memory made bytes, after every check of
     /// [`ServerConfig::validate`]. A node that does not exist, is offline or
     /// has no memory is an error here, never a pool placed elsewhere.
-    pub fn placed_pools(&self, topology: &Topology) -> Result<Vec<PoolConfig>> {
+    pub fn placed_pools(&self, topology: &Topology) -> Result<Vec<PlacedPool>> {
         if self.pools.is_empty() {
             return Err(Error::invalid("no pools configured"));
         }
         let mut placed = Vec::new();
         for p in &self.pools {
             match p.node {
-                PoolNode::All => {
-                    placed.extend(topology.memory_nodes().into_iter().map(|n| PoolConfig {
-                        node: PoolNode::Node(n),
-                        ..*p
-                    }))
-                }
-                PoolNode::Node(n) => {
-                    if let Err(e) = topology.memory_node(n) {
+                PoolNode::All => placed.extend(
+                    topology
+                        .memory_nodes()
+                        .into_iter()
+                        .filter_map(|n| topology.node(n))
+                        .map(|n| p.placed_on(n)),
+                ),
+                PoolNode::Node(n) => match topology.memory_node(n) {
+                    Ok(node) => placed.push(p.placed_on(node)),
+                    Err(e) => {
                         let why = match e {
                             Error::InvalidArgument(m) => m,
                             e => e.to_string(),
                         };
                         return Err(Error::invalid(format!("pool {}: {why}", p.page.name())));
                     }
-                    placed.push(*p);
-                }
+                },
             }
         }
         if placed.len() > MAX_POOLS {
@@ -167,8 +194,9 @@ impl ServerConfig {
             }
             if p.cap < p.segment_size || p.target > p.cap {
                 return Err(Error::invalid(format!(
-                    "pool {name} with segments of {} bytes: need segment <= cap and target <= cap",
-                    p.segment_size
+                    "pool {name} with segments of {} bytes on node {}: need segment <= cap and \
+                     target <= cap (target {} bytes, cap {} bytes)",
+                    p.segment_size, p.node, p.target, p.cap
                 )));
             }
         }
@@ -210,20 +238,36 @@ impl ServerConfig {
 }
 
 impl PoolConfig {
-    /// The node of a placed pool (see [`ServerConfig::placed_pools`]).
-    pub(super) fn placed_node(&self) -> u32 {
-        match self.node {
-            PoolNode::Node(n) => n,
-            PoolNode::All => unreachable!("pools are placed before they run"),
+    /// This pool on `node`: a share of the node's memory made whole
+    /// segments, a cap one segment at least and a target within it; bytes
+    /// as given (the checks of [`ServerConfig::placed_pools`] follow).
+    fn placed_on(&self, node: &Node) -> PlacedPool {
+        let segment = self.segment_size;
+        let mut cap = self.cap.on_node(node.mem_total, segment);
+        if self.cap.is_share() {
+            cap = cap.max(segment);
+        }
+        let mut target = self.target.on_node(node.mem_total, segment);
+        if self.target.is_share() {
+            target = target.min(cap);
+        }
+        PlacedPool {
+            page: self.page,
+            segment_size: segment,
+            target,
+            cap,
+            node: node.id,
         }
     }
+}
 
+impl PlacedPool {
     /// Its shape, as the ledger knows it.
     pub(super) fn shape(&self) -> Shape {
         Shape {
             page: self.page.page_size(),
             segment: self.segment_size,
-            node: self.placed_node(),
+            node: self.node,
             target: self.target,
             cap: self.cap,
         }
