@@ -1,6 +1,6 @@
 //! `prezero generate`: the man pages (one per command, `prezero-bench-run.1`
-//! and so on) and the bash, zsh and fish completions, from the clap
-//! definitions the command itself parses with: what the Debian package
+//! and so on: `manual/`) and the bash, zsh and fish completions, from the
+//! clap definitions the command itself parses with: what the Debian package
 //! installs (`scripts/package-deb.sh`), never out of step with the binary.
 
 use std::path::PathBuf;
@@ -26,7 +26,7 @@ pub fn run(args: &Args) -> Result<()> {
     }
     if let Some(dir) = &args.man {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        clap_mangen::generate_to(crate::Cli::command(), dir)
+        crate::manual::generate(crate::Cli::command(), dir)
             .with_context(|| format!("cannot write the man pages to {}", dir.display()))?;
     }
     if let Some(dir) = &args.completions {

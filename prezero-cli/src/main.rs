@@ -3,13 +3,14 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod bench;
 mod calibrate;
 mod client;
 mod generate;
 mod info;
+mod manual;
 mod output;
 mod report;
 mod rows;
@@ -63,7 +64,10 @@ fn main() -> ExitCode {
     // (`prezero bench ... | head`) instead of panicking on a broken pipe.
     // SAFETY: restoring the default disposition of a signal has no preconditions.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = Cli::parse();
+    // Parsed as derived, with each command's examples at the end of its
+    // --help (the man pages' EXAMPLES).
+    let matches = manual::annotate(Cli::command()).get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // A mask the CPU cannot honour would make every figure a pretence.
     prezero::cpu::strict_mask();
     let cpu = prezero::cpu();

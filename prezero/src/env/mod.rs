@@ -38,6 +38,8 @@ pub struct Var {
     pub kind: Kind,
     /// What an unset or refused variable stands for, as a person reads it.
     pub default: &'static str,
+    /// What it does, in one sentence (`prezero run`'s man page shows it).
+    pub what: &'static str,
 }
 
 /// What a variable's value reads as.
@@ -120,6 +122,7 @@ pub const THRESHOLD: Var = Var {
     // Below it the C library's own arenas serve better.
     kind: Kind::Size { min: 64 << 10 },
     default: "1M",
+    what: "Requests of at least this many bytes are served from the cache.",
 };
 /// Most free bytes the cache keeps beyond what the program uses.
 pub const CAP: Var = Var {
@@ -127,6 +130,7 @@ pub const CAP: Var = Var {
     cname: c"PREZERO_CAP",
     kind: Kind::SizeOrZero,
     default: "the smaller of 25% of MemAvailable and 8G",
+    what: "Most free bytes the cache keeps populated beyond what the program uses.",
 };
 /// Bytes populated in the background at start, in the program `prezero run`
 /// executes.
@@ -135,6 +139,7 @@ pub const PREFILL: Var = Var {
     cname: c"PREZERO_PREFILL",
     kind: Kind::SizeOrZero,
     default: "0",
+    what: "Bytes populated in the background at start, for the first requests, in the program prezero run executes.",
 };
 /// Free memory unused this many seconds goes back.
 pub const IDLE_SECS: Var = Var {
@@ -142,6 +147,7 @@ pub const IDLE_SECS: Var = Var {
     cname: c"PREZERO_IDLE_SECS",
     kind: Kind::SizeOrZero,
     default: "5",
+    what: "Free memory unused this many seconds goes back to the kernel.",
 };
 /// A summary line per process at exit.
 pub const STATS: Var = Var {
@@ -149,6 +155,7 @@ pub const STATS: Var = Var {
     cname: c"PREZERO_STATS",
     kind: Kind::Flag,
     default: "0",
+    what: "A summary line per process on stderr at exit.",
 };
 /// Transparent huge pages on the cache's range.
 pub const THP: Var = Var {
@@ -156,6 +163,7 @@ pub const THP: Var = Var {
     cname: c"PREZERO_THP",
     kind: Kind::Flag,
     default: "0",
+    what: "Transparent huge pages on the cache's range.",
 };
 /// A spare block populated for a program that frees and asks again.
 pub const SPARE: Var = Var {
@@ -163,6 +171,7 @@ pub const SPARE: Var = Var {
     cname: c"PREZERO_SPARE",
     kind: Kind::Flag,
     default: "0",
+    what: "A spare block populated for a program that frees and asks again faster than the scrubber clears.",
 };
 /// The lazy mode.
 pub const LAZY: Var = Var {
@@ -170,6 +179,7 @@ pub const LAZY: Var = Var {
     cname: c"PREZERO_LAZY",
     kind: Kind::Flag,
     default: "0",
+    what: "The lazy mode: large mappings populated on first touch from pre-zeroed huge pages.",
 };
 /// The lazy mode's reserve (one huge page at least).
 pub const RESERVE: Var = Var {
@@ -177,6 +187,7 @@ pub const RESERVE: Var = Var {
     cname: c"PREZERO_RESERVE",
     kind: Kind::Size { min: 2 << 20 },
     default: "the smallest of 1G, 10% of MemAvailable and 10% of the memory cgroup's room",
+    what: "With the lazy mode, the most pre-zeroed memory a process keeps.",
 };
 /// The process `prezero run` executes (it prefills, fills its reserve from
 /// start-up).
@@ -185,6 +196,7 @@ pub const PREFILL_PID: Var = Var {
     cname: c"PREZERO_PREFILL_PID",
     kind: Kind::Pid,
     default: "none",
+    what: "The process prezero run executes (it prefills, and fills its lazy reserve from start-up); set by prezero run.",
 };
 /// Testing only: the lazy mode acts as if userfaultfd were refused.
 pub const NO_USERFAULTFD: Var = Var {
@@ -192,6 +204,7 @@ pub const NO_USERFAULTFD: Var = Var {
     cname: c"PREZERO_NO_USERFAULTFD",
     kind: Kind::Flag,
     default: "0",
+    what: "Testing only: the lazy mode acts as if userfaultfd were refused.",
 };
 
 /// Every variable of the contract.
