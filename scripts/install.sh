@@ -42,7 +42,7 @@ at() { echo "${DESTDIR:-}$1"; }
 flag=(); [ $profile = release ] && flag=(--release)
 packages=(-p prezero-capi); $lib_only || packages+=(-p prezero-cli)
 cargo build -q "${flag[@]}" "${packages[@]}"
-out=target/$profile
+out=${CARGO_TARGET_DIR:-target}/$profile
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
 
 install -d "$(at "$libdir/pkgconfig")" "$(at "$prefix/include")"
@@ -55,8 +55,13 @@ install -m 644 $out/libprezero_capi.so "$(at "$libdir/libprezero.so.$version")"
 ln -sf "libprezero.so.$version" "$(at "$libdir/$soname")"
 ln -sf "$soname" "$(at "$libdir/libprezero.so")"
 install -m 644 include/prezero.h "$(at "$prefix/include/prezero.h")"
-sed -e "s|@PREFIX@|$prefix|" -e "s|@LIBDIR@|$libdir|" -e "s|@VERSION@|$version|" prezero.pc.in \
-  >"$(at "$libdir/pkgconfig/prezero.pc")"
+# Outside the system's prefix the library is found through a run path in the
+# programs linked with it; under /usr, in the loader's own directories, it
+# needs none, and Debian's policy forbids one.
+rpath=" -Wl,-rpath,\${libdir}"
+[ "$prefix" = /usr ] && rpath=
+sed -e "s|@PREFIX@|$prefix|" -e "s|@LIBDIR@|$libdir|" -e "s|@VERSION@|$version|" \
+  -e "s|@RPATH@|$rpath|" prezero.pc.in >"$(at "$libdir/pkgconfig/prezero.pc")"
 # Without debug info or unneeded symbols (the build tree keeps them): 6 MB
 # instead of 40 for the command.
 strip=${STRIP:-$([ $profile = release ] && echo 1 || echo 0)}
@@ -65,7 +70,7 @@ strip_all() {
     strip --remove-section=.comment --remove-section=.note --strip-unneeded "$@"
   fi
 }
-if [ "$strip" = 1 ]; then strip --strip-debug "$(at "$libdir/libprezero.a")"; fi
+if [ "$strip" = 1 ]; then strip --strip-debug --remove-section=.comment "$(at "$libdir/libprezero.a")"; fi
 strip_all "$(at "$libdir/libprezero.so.$version")"
 if $lib_only; then
   echo "installed the prezero $version C library into ${DESTDIR:-}$prefix"
@@ -90,6 +95,7 @@ install -m 644 README.md docs/PROTOCOL.md docs/ARCHITECTURE.md "$(at "$docs")/"
 # The unit names the paths of this installation.
 install -d "$(at "$prefix/lib/systemd/system")" "$(at "$sysconfdir/prezero")"
 sed -e "s|/usr/local/bin/prezero|$prefix/bin/prezero|" \
+  -e "s|/usr/local/lib/systemd/system|$prefix/lib/systemd/system|" \
   -e "s|/etc/prezero/prezero.toml|$sysconfdir/prezero/prezero.toml|" \
   -e "s|/usr/local/share/doc/prezero|$docs|" packaging/prezero.service \
   >"$(at "$prefix/lib/systemd/system/prezero.service")"
