@@ -79,6 +79,11 @@ pub struct Args {
     /// exit (root). Without it the daemon takes what the admin reserved.
     #[arg(long)]
     reserve: bool,
+    /// Check the configuration and the flags, say the pools as they would be
+    /// placed on this machine's nodes, and exit without serving (status 0:
+    /// they pass).
+    #[arg(long, conflicts_with = "reserve")]
+    check: bool,
 }
 
 /// The file, then the flags over it.
@@ -141,6 +146,10 @@ pub fn run(args: &Args) -> Result<()> {
             fmt_size(p.target),
             fmt_size(p.cap)
         );
+    }
+    if args.check {
+        eprintln!("prezero serve: the configuration passes its checks");
+        return Ok(());
     }
     // Dropped after the server stops (on SIGINT, SIGTERM or SIGHUP): the pools go back.
     let _reservations = if args.reserve {

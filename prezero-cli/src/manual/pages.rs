@@ -266,6 +266,10 @@ const PAGES: &[Page] = &[
                 "prezero serve --config /etc/prezero/prezero.toml",
             ),
             (
+                "Check a configuration, and see its pools as this machine would place them.",
+                "prezero serve --config /etc/prezero/prezero.toml --check",
+            ),
+            (
                 "By hand: an eighth of each node's memory ready, the pages reserved for it.",
                 "prezero serve --pool 2MB:target=1/8,cap=1/4 --reserve",
             ),

@@ -212,6 +212,35 @@ fn tmp() -> TempDir {
     TempDir::new("cli-test")
 }
 
+/// `serve --check` says the pools as this machine would place them and
+/// exits, serving nothing: the packaged file passes (its shares made bytes),
+/// a pool with a share above the whole node does not.
+#[test]
+fn serve_check_places_the_pools_and_serves_nothing() {
+    let packaged = concat!(env!("CARGO_MANIFEST_DIR"), "/../packaging/prezero.toml");
+    let (ok, _, err) = prezero(&[
+        "serve",
+        "--config",
+        packaged,
+        "--socket",
+        "/nonexistent/never.sock",
+        "--check",
+    ]);
+    assert!(ok, "{err}");
+    assert!(
+        err.contains("target 1/8, cap 1/4 (of each node's memory)"),
+        "{err}"
+    );
+    assert!(err.contains(": segments of 256M, target "), "{err}");
+    assert!(err.contains("the configuration passes its checks"), "{err}");
+    assert!(!err.contains("listening"), "{err}");
+    let (ok, _, err) = prezero(&["serve", "--pool", "2MB:target=9/8", "--check"]);
+    assert!(
+        !ok && err.contains("not a share of the node's memory"),
+        "{err}"
+    );
+}
+
 #[test]
 fn serve_rejects_bad_configuration_before_doing_anything() {
     for (args, want) in [
