@@ -27,7 +27,7 @@ done
 if [ "$(id -u)" = 0 ]; then
   cargo build -q -p prezero-cli
   sock="$build/prezero.sock"
-  target/debug/prezero serve --socket "$sock" --pool 2MB:target=256M,cap=256M,segment=64M --reserve 2>"$build/serve.log" &
+  "${CARGO_TARGET_DIR:-target}"/debug/prezero serve --socket "$sock" --pool 2MB:target=256M,cap=256M,segment=64M --reserve 2>"$build/serve.log" &
   serve=$!
   for _ in $(seq 600); do [ -S "$sock" ] && break; kill -0 $serve 2>/dev/null || break; sleep 0.1; done
   if [ -S "$sock" ]; then

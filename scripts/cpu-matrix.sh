@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 # same command is a no-op then (a `cargo build -p prezero-cli` would not be: without the
 # dev-dependencies, libc's features differ and everything above it is rebuilt).
 cargo test --workspace --no-run -q
-bin=target/debug/prezero
+bin=${CARGO_TARGET_DIR:-target}/debug/prezero
 # The levels, and the one optional kernel feature worth running without.
 case "$(uname -m)" in
   x86_64) levels=(x86-64-v2 x86-64-v3 x86-64-v4) optional=clzero ;;
