@@ -19,12 +19,11 @@ use super::*;
 /// mode steps aside it says why on stderr. With the preload's threads
 /// running, under either mode, `unshare(CLONE_NEWUSER)` was EINVAL and a
 /// setpriv-style drop aborted (glibc's setresgid failed on a thread of
-/// ours). Our threads take the caller's credentials before a `set*id`
-/// now (and serve faults meanwhile: a thread faulting in the kernel could
-/// not answer glibc's signal with the handler stopped), drop within a
-/// second what that caller drops after (ours kept every capability a
-/// libcap-style drop took from it), and stop around an
-/// `unshare` of a user namespace. `mincore` counted the blocks
+/// ours). Our threads hold no capability now, and stop around a `set*id`
+/// and an `unshare` of a user namespace, starting again after it (the
+/// handler hands what it serves to the kernel first: a thread faulting in
+/// the kernel could not answer glibc's signal with the handler gone);
+/// tests/guest/ checks every route. `mincore` counted the blocks
 /// readahead had moved in ahead of the program's writes (3072 pages
 /// resident after 2048 written): there is no readahead now.
 /// The same under the preload without the lazy mode (`prezero run`).

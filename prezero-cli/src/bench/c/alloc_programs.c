@@ -31,10 +31,16 @@
  *   prezero-bench-alloc busy ROUNDS BYTES
  *       one spinning thread per core keeps every core busy (a program's
  *       compute threads) while the main thread, ROUNDS times: mallocs BYTES,
- *       writes and frees them, sleeps 5 ms (the scrubber, at SCHED_IDLE, runs
- *       only then), then callocs BYTES, checks and writes them as calloc-big
- *       does, and frees them. The work is those callocs with their pass;
- *       worst_ns= the longest one.
+ *       writes and frees them, sleeps 5 ms (the scrubber backs off while the
+ *       CPU is busy), then callocs BYTES, checks and writes them as
+ *       calloc-big does, and frees them. The work is those callocs with their
+ *       pass; worst_ns= the longest one.
+ *   prezero-bench-alloc exit ROUNDS BYTES
+ *       three spinning threads per core keep every core busy (a build beside
+ *       it) while the main thread, ROUNDS times, forks a child that callocs
+ *       BYTES, checks and writes them, frees them and _exits, and waits for
+ *       it: the work is the forks to the children reaped; worst_ns= the
+ *       longest (a child's exit waits for every thread of its to run once).
  *   prezero-bench-alloc hold BYTES
  *       recycle once, prints "held" on a line of its own, then waits for
  *       the end of its standard input: a program that has freed its memory
@@ -51,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -297,6 +304,39 @@ static void busy(long rounds, size_t bytes) {
     for (long i = 0; i < cores; i++) pthread_join(spinners[i], NULL);
 }
 
+static void exits(long rounds, size_t bytes) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1 || cores > 64) cores = 2;
+    pthread_t spinners[192];
+    for (long i = 0; i < 3 * cores; i++) {
+        if (pthread_create(&spinners[i], NULL, spin, NULL)) {
+            fprintf(stderr, "prezero-bench-alloc: pthread_create failed\n");
+            exit(2);
+        }
+    }
+    for (long r = 0; r < rounds; r++) {
+        uint64_t t0 = now_ns();
+        pid_t c = fork();
+        if (c < 0) {
+            fprintf(stderr, "prezero-bench-alloc: fork failed\n");
+            exit(2);
+        }
+        if (c == 0) {
+            uint64_t *q = must(calloc(1, bytes), bytes);
+            check_zero_and_write(q, bytes, (uint64_t)r);
+            free(q);
+            _exit(bad ? 1 : 0);
+        }
+        int st;
+        if (waitpid(c, &st, 0) != c || !WIFEXITED(st) || WEXITSTATUS(st)) bad++;
+        uint64_t d = now_ns() - t0;
+        work_ns += d;
+        if (d > worst_ns) worst_ns = d;
+    }
+    spinning = 0;
+    for (long i = 0; i < 3 * cores; i++) pthread_join(spinners[i], NULL);
+}
+
 static void hold(size_t bytes) {
     recycle(1, bytes);
     printf("held\n");
@@ -336,13 +376,16 @@ int main(int argc, char **argv) {
         recycle(arg_long(argv[2]), (size_t)arg_long(argv[3]));
     } else if (!strcmp(mode, "busy") && argc == 4) {
         busy(arg_long(argv[2]), (size_t)arg_long(argv[3]));
+    } else if (!strcmp(mode, "exit") && argc == 4) {
+        exits(arg_long(argv[2]), (size_t)arg_long(argv[3]));
     } else if (!strcmp(mode, "hold") && argc == 3) {
         hold((size_t)arg_long(argv[2]));
     } else {
         fprintf(stderr,
                 "usage: prezero-bench-alloc calloc-big ROUNDS MIN MAX | calloc-mix OPS MAX | "
                 "small OPS | realloc-grow ROUNDS MAX | first-touch COMPUTE_MS BYTES [thp] | "
-                "sparse BYTES STRIDE | recycle ROUNDS BYTES | busy ROUNDS BYTES | hold BYTES\n");
+                "sparse BYTES STRIDE | recycle ROUNDS BYTES | busy ROUNDS BYTES | exit ROUNDS BYTES | "
+                "hold BYTES\n");
         return 2;
     }
     uint64_t t1 = now_ns();

@@ -68,7 +68,7 @@ pub struct Args {
     #[arg(long, default_value_t = 5)]
     reps: usize,
     /// Only these programs (numpy, calloc-big, calloc-mix, small, busy,
-    /// realloc-grow, first-touch, first-touch-thp, sparse, recycle,
+    /// exit, realloc-grow, first-touch, first-touch-thp, sparse, recycle,
     /// pressure).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,

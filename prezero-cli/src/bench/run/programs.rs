@@ -19,10 +19,11 @@ pub(super) enum Program {
     Sparse,
     Recycle,
     Busy,
+    Exit,
     Pressure,
 }
 
-pub(super) const ALL: [Program; 11] = [
+pub(super) const ALL: [Program; 12] = [
     Program::Numpy,
     Program::CallocBig,
     Program::CallocMix,
@@ -33,6 +34,7 @@ pub(super) const ALL: [Program; 11] = [
     Program::Sparse,
     Program::Recycle,
     Program::Busy,
+    Program::Exit,
     Program::Pressure,
 ];
 
@@ -54,6 +56,7 @@ impl Program {
             Program::Sparse => "sparse",
             Program::Recycle => "recycle",
             Program::Busy => "busy",
+            Program::Exit => "exit",
             Program::Pressure => "pressure",
         }
     }
@@ -84,6 +87,11 @@ impl Program {
                  64 MiB + check + write): the callocs"
             }
             (Program::Busy, true) => "the same, 4 x 4 MiB",
+            (Program::Exit, false) => {
+                "3 spinning threads per core; 40 x (fork; the child callocs 64 MiB, checks, \
+                 writes, frees, _exits; reaped)"
+            }
+            (Program::Exit, true) => "the same, 4 x 4 MiB",
             (Program::Pressure, false) => {
                 "in 1 GiB (a memory cgroup) the arm callocs, touches and frees 768 MiB and \
                  lives on; work: a plain program's calloc + touch of 768 MiB beside it"
@@ -117,6 +125,8 @@ impl Program {
             (Program::Recycle, true) => &["recycle", "4", "16777216"],
             (Program::Busy, false) => &["busy", "40", "67108864"],
             (Program::Busy, true) => &["busy", "4", "4194304"],
+            (Program::Exit, false) => &["exit", "40", "67108864"],
+            (Program::Exit, true) => &["exit", "4", "4194304"],
             (Program::Pressure, false) => &["hold", "805306368"],
             (Program::Pressure, true) => &["hold", "134217728"],
         };
@@ -266,12 +276,14 @@ pub(super) enum Goal {
     AtMost(String, f64),
     /// This arm's peak RSS at most this many times plain's.
     RssAtMost(&'static str, f64),
+    /// This arm's value at most plain's plus this many nanoseconds.
+    AtMostPlainPlus(&'static str, f64),
 }
 
 impl Goal {
     pub(super) fn text(&self) -> &str {
         match self {
-            Goal::Speedup(t, _) | Goal::RssAtMost(t, _) => t,
+            Goal::Speedup(t, _) | Goal::RssAtMost(t, _) | Goal::AtMostPlainPlus(t, _) => t,
             Goal::AtMost(t, _) => t,
         }
     }
@@ -283,6 +295,7 @@ impl Goal {
             Goal::Speedup(_, min) => plain / value.max(1.0) >= min,
             Goal::AtMost(_, max) => value <= max,
             Goal::RssAtMost(_, most) => rss as f64 <= most * plain_rss as f64,
+            Goal::AtMostPlainPlus(_, plus) => value <= plain + plus,
         }
     }
 }
@@ -312,6 +325,9 @@ pub(super) fn goal(
             Some(Goal::RssAtMost("RSS <= 1.1x", 1.1))
         }
         (Arm::Lazy, Program::Recycle, "work") => Some(Goal::Speedup(">= 5x", 5.0)),
+        (Arm::Prezero | Arm::Lazy, Program::Exit, "worst") => {
+            Some(Goal::AtMostPlainPlus("<= plain + 20 ms", 20e6))
+        }
         (Arm::Lazy, Program::Sparse, "rss_anon") => {
             let held = if ahead { reserve } else { 0 };
             let bound = 1.1 * (sparse_touched(smoke) + held) as f64;

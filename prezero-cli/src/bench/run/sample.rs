@@ -138,7 +138,7 @@ pub(super) fn run_once(
             ]
         }
         Program::Sparse => vec![("work", need("ns")?), ("rss_anon", need("rss_anon")?)],
-        Program::Busy => vec![("work", need("ns")?), ("worst", need("worst_ns")?)],
+        Program::Busy | Program::Exit => vec![("work", need("ns")?), ("worst", need("worst_ns")?)],
         _ => vec![("work", need("ns")?)],
     };
     figures.push(("process", wall.as_nanos() as f64));
