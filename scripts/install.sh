@@ -91,7 +91,7 @@ install -D -m 644 "$gen/completions/_prezero" "$(at "$prefix/share/zsh/vendor-co
 install -D -m 644 "$gen/completions/prezero.fish" "$(at "$prefix/share/fish/vendor_completions.d/prezero.fish")"
 docs=$prefix/share/doc/prezero
 install -d "$(at "$docs")"
-install -m 644 README.md docs/PROTOCOL.md docs/ARCHITECTURE.md "$(at "$docs")/"
+install -m 644 README.md SECURITY.md docs/PROTOCOL.md docs/ARCHITECTURE.md "$(at "$docs")/"
 # The unit names the paths of this installation.
 install -d "$(at "$prefix/lib/systemd/system")" "$(at "$sysconfdir/prezero")"
 sed -e "s|/usr/local/bin/prezero|$prefix/bin/prezero|" \

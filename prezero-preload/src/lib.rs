@@ -8,15 +8,24 @@
 //! glibc returns every block above its mmap threshold to the kernel on `free`,
 //! and the next `calloc` of that size faults in fresh pages that the kernel
 //! zeroes on the critical path, one 4 KiB page at a time. Here a freed block
-//! stays mapped and populated; a scrubber thread at `SCHED_IDLE` clears it
-//! with streaming stores while a core is idle (as Linux's "Prezeroing V2" scrubd), so the next
-//! `calloc` of that size finds it zero and its pages present.
+//! stays mapped and populated; a scrubber thread clears it with streaming
+//! stores while the CPU has room (as Linux's "Prezeroing V2" scrubd), so the
+//! next `calloc` of that size finds it zero and its pages present.
+//!
+//! The preload's threads are guests in the program's process (`threads/`):
+//! none before the first large block (unless memory ahead was asked for),
+//! none left once nothing is held; never at `SCHED_IDLE`, so an exit never
+//! waits for one; no capability, `no_new_privs`, and never less restricted
+//! than the program's main thread (ids, groups, seccomp, namespaces): they
+//! follow a change at once where the preload sees it, and end within
+//! `threads::CHECK_MS` of one it cannot.
 //!
 //! * `entry/`: every C symbol the library exports, and nothing else: the
-//!   allocator's entry points and start-up (`mod.rs`), `set*id`, `unshare`
-//!   and `setns` (`threads.rs`), the calls the lazy mode takes, `mmap` and
-//!   its family, `close` and `dup2` and theirs, `mlock` and its (`lazy.rs`).
-//!   What they do lives in the folders below.
+//!   allocator's entry points and start-up (`mod.rs`), the calls that change
+//!   who the program is, `set*id`, `unshare`, `setns` and `prctl`
+//!   (`threads.rs`), `syscall(2)` (`syscall.rs`), the calls the lazy mode
+//!   takes, `mmap` and its family, `close` and `dup2` and theirs, `mlock`
+//!   and its (`lazy.rs`). What they do lives in the folders below.
 //! * `blocks/`: which part of the reserved range is which block (pure): the
 //!   model, the choice of a run, split and merge, the background work's
 //!   Busy blocks.
@@ -34,22 +43,25 @@
 //!   through the hooks it sets at start-up (`cache/hooks.rs`: the start at
 //!   the first large block, `realloc`'s move, free memory given back): the
 //!   two folders import in one direction only.
-//! * `pressure.rs`: PSI and the memory cgroup's events, watched: under
-//!   pressure what is held ahead goes back, as each holder (the cache, the
-//!   lazy mode) registered at start-up (`pressure::Hooks`).
-//! * `threads/`: the preload's threads, and the calls of the program they
-//!   must agree with: they take the caller's credentials before a `set*id`
-//!   (`creds.rs`), and stop around an `unshare` of a user namespace
-//!   (`stop.rs`); the calls themselves are `entry/threads.rs`. A registry:
-//!   each owner of threads (the lazy mode, the cache, the pressure watcher)
-//!   registers how its threads are woken and started again
-//!   (`threads::Hooks`) before it starts one.
+//! * `pressure/`: PSI, the memory cgroup's events (v2) or eventfds (v1),
+//!   watched (`sources.rs` opens them): under pressure what is held ahead
+//!   goes back, as each holder (the cache, the lazy mode) registered at
+//!   start-up (`pressure::Hooks`).
+//! * `threads/`: the preload's threads as guests: who they may be and when
+//!   they follow the program (`guest.rs`), stopped around a call that
+//!   changes who it is and started again after it (`stop.rs`; the calls
+//!   themselves are `entry/threads.rs` and `entry/syscall.rs`), out of its
+//!   way on the CPU (`polite.rs`). A registry: each owner of threads (the
+//!   lazy mode, the cache, the pressure watcher) registers how its threads
+//!   are woken and started again (`threads::Hooks`) before it starts one.
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `cgroup.rs`: the process's memory cgroup (its files, its room);
 //!   `stats.rs`: the counters.
 //! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
 //!   the lazy mode's (userfaultfd, pagemap, signal mask); `sys/sync.rs` the
-//!   locks that live in statics (a mutex, an event on a futex); `sys/fault.rs`
+//!   locks that live in statics (a mutex, an event on a futex);
+//!   `sys/identity.rs` who a thread is, from `/proc`; `sys/direct.rs` system
+//!   calls made past the functions this library interposes; `sys/fault.rs`
 //!   fails chosen ones, in a test build.
 //!
 //! The modules are layers, each importing only those below it (no circle,
@@ -59,8 +71,8 @@
 //! entry/                              every exported symbol: all below
 //! lazy/                               cache/ and below
 //! cache/                              stats.rs and below, and blocks/
-//! stats.rs                            pressure.rs (its event count), sys/
-//! pressure.rs                         threads/, config.rs, cgroup.rs, sys/
+//! stats.rs                            pressure/ (its event count), sys/
+//! pressure/                           threads/, config.rs, cgroup.rs, sys/
 //! threads/                            sys/
 //! config.rs                           cgroup.rs, sys/
 //! cgroup.rs, nodes.rs, next.rs        sys/

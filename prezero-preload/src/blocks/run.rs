@@ -33,9 +33,9 @@ impl Blocks {
     }
 
     /// [`Blocks::alloc`] around the Busy blocks: never `Wait`. For a request
-    /// that has waited once already: the scrubber runs at `SCHED_IDLE`, and
-    /// while the program's own threads keep every core busy one step of it
-    /// can take most of a second.
+    /// that has waited once already: while the program's own threads keep
+    /// every core busy one step of the scrubber's may be preempted for
+    /// long.
     pub fn alloc_around_busy(
         &mut self,
         size: usize,

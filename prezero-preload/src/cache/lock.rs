@@ -1,10 +1,9 @@
-//! The cache's lock and who holds it. The scrubber runs at `SCHED_IDLE`:
-//! preempted while the program's threads keep every core busy, it may not
-//! run again for most of a second, and nothing lends it the waiter's
-//! priority (priority inheritance lends real-time priorities only, and a
-//! thread may not leave `SCHED_IDLE` without `CAP_SYS_NICE`). Holding the
-//! lock then, it held up every request (a `calloc` of 64 MiB took 441 ms in
-//! a CI run).
+//! The cache's lock and who holds it. The scrubber may be preempted holding
+//! it while the program's threads keep every core busy, and nothing lends
+//! it the waiter's priority (priority inheritance lends real-time
+//! priorities only). When it ran at `SCHED_IDLE` such a hold lasted most of
+//! a second and held up every request (a `calloc` of 64 MiB took 441 ms in
+//! a CI run); at the ordinary policy it is shorter, and still not bounded.
 //!
 //! So a program's `malloc`, `calloc` and `free` take the lock through
 //! [`lock_unless_starved`]: if one hold of the scrubber's lasted through 2 ms

@@ -7,9 +7,9 @@
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in
 //! either state, and a request that would need a Busy block waits for the
-//! event every end of Busy signals, for 2 ms at most (the scrubber is at
-//! `SCHED_IDLE`: with every core busy its step can take most of a second),
-//! then takes the best run around the Busy blocks.
+//! event every end of Busy signals, for 2 ms at most (with every core busy
+//! the scrubber's step may be preempted for long), then takes the best run
+//! around the Busy blocks.
 //!
 //! The same starvation can catch the scrubber holding the lock itself: a
 //! program's `malloc`, `calloc` or `free` then waits a few milliseconds at

@@ -99,8 +99,9 @@ pub(super) fn take(
                 break (start, len, pieces, n);
             }
             // One step of the scrubber (~0.3 ms on a core of its own), then
-            // around it: at SCHED_IDLE, with the program's threads on every
-            // core, the step took up to most of a second and a calloc with it.
+            // around it: with the program's threads on every core the step
+            // may be preempted (at SCHED_IDLE it took most of a second, and
+            // a calloc with it).
             Alloc::Wait => {
                 // While a request waits the scrubber starts no new step, so
                 // the block is whole when this wakes.

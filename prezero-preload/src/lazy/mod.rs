@@ -17,11 +17,15 @@
 //! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
 //! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
 //! * `lanes.rs`: which node's lane of the reserve serves a fault;
-//! * `worker.rs`: the `SCHED_IDLE` threads (one per lane) that do that in
-//!   the background;
+//! * `worker.rs`: the threads (one per lane) that do that in the
+//!   background, out of the program's way;
 //! * `recycle.rs`: the huge pages of freed blocks back into the reserve;
 //! * `realloc.rs`: the cache's `realloc` of registered blocks;
-//! * `pause.rs`: the handler's and workers' part in `crate::threads`;
+//! * `pause.rs`: the handler's and workers' part in `crate::threads`, and
+//!   how they start again;
+//! * `suspend.rs`: everything registered handed to the kernel when the
+//!   threads end (a change of who the program is, or idle with the reserve
+//!   empty), until the next large block or mapping;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges (their C entry points are in `entry/lazy.rs`);
 //! * `table.rs`: the registered mappings (pure).
@@ -49,9 +53,10 @@
 //! without its own, so `POP` and the cache's lock are never held together)
 //! and touches neither block: the hooks' contract in `cache/hooks.rs`.
 //!
-//! Starts: in the program `prezero run` executes, at start-up (its reserve
-//! fills from then on); in any other process at its first large block, and
-//! its reserve fills only once it has faulted one (a script that starts a
+//! Starts: at the first large block or mapping; in the program `prezero
+//! run` executes with `--reserve`, at start-up (its reserve fills from then
+//! on). Only the program fills its reserve from the start; any other
+//! process fills it once it has faulted a block (a script that starts a
 //! hundred short processes does not populate a hundred reserves). Where it
 //! cannot start (no userfaultfd allowed, no `UFFDIO_MOVE`) the program says
 //! why once and runs as `prezero run` runs it.

@@ -2,8 +2,9 @@
 //! slots, each holding one transparent huge page (or, where the kernel had
 //! none to give, 512 small pages) or nothing. The handler
 //! moves its zeroed pages into the program's faulting blocks; freed huge
-//! pages move back into empty slots; the worker thread (at `SCHED_IDLE`)
-//! scrubs those with streaming stores, fills empty slots ahead of demand and
+//! pages move back into empty slots; the worker thread (out of the
+//! program's way: `crate::threads::Polite`) scrubs those with streaming
+//! stores, fills empty slots ahead of demand and
 //! gives the reserve back when the process has been idle.
 //!
 //! The mapping is `MADV_HUGEPAGE` (its slots fault in as huge pages),

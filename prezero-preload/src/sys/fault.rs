@@ -15,9 +15,9 @@
 //!   `madvise`, which the lazy mode passes on, are not the preload's: never
 //!   failed.
 //! * `stall:N`: not a call that fails but a holder that stalls: the Nth
-//!   time the scrubber takes the cache's lock it keeps it 3 s, as it does
-//!   when preempted at `SCHED_IDLE` while the program's threads keep every
-//!   core busy.
+//!   time the scrubber takes the cache's lock it keeps it 3 s, as a
+//!   scrubber preempted while the program's threads keep every core busy
+//!   may.
 //! * `count` (alone, or among those): nothing more fails.
 //!
 //! Either way each kind's calls are counted and printed at exit, so a test

@@ -314,9 +314,9 @@ pub unsafe fn free_lazily(addr: usize, len: usize, whole_huge: bool) -> Result<(
     if start >= end {
         return Ok(());
     }
-    // In steps of 2 MiB: the call holds the mapping's lock, and a caller at
-    // SCHED_IDLE preempted inside it would keep the program's own mapping
-    // calls waiting until it runs again (a whole 8 MiB scrub step in one
+    // In steps of 2 MiB: the call holds the mapping's lock, and a caller
+    // preempted inside it keeps the program's own mapping calls waiting
+    // until it runs again (at SCHED_IDLE a whole 8 MiB scrub step in one
     // call held a calloc for 1.3 s behind two spinning threads).
     for at in (start..end).step_by(2 << 20) {
         // SAFETY: zero memory of ours (pre): taken or not, it reads zero.
