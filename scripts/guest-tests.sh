@@ -165,8 +165,16 @@ lazy_612_numa2=("preload-lazy numactl --preferred=0 $lazy_tests --test-threads=1
 faults_tests=$(exe prezero-preload test faults)
 "$faults_tests" --exact the_fault_injecting_library_and_programs_build -q >/dev/null
 lazy_612_numa2+=("preload-faults $faults_tests --exact calls_that_fail_for_good_hang_no_fault --nocapture")
+# The preload as a guest in the program's process (tests/c/guest.c): who
+# its threads are after every route, an exit beside busy processes, a
+# descriptor closed behind its back, a memory cgroup (v2 here); on 6.12 with
+# the lazy mode, on 6.1 without it (its arm skips, `uffd`).
+guest_tests=$(exe prezero-preload test guest)
+"$guest_tests" --exact the_guest_program_builds -q >/dev/null
+guest_tests_line=("preload-guest $guest_tests --test-threads=1 --nocapture")
 prebuilt=("$top"/target/debug/lazy-c/* "$top"/target/preload/debug/libprezero_preload.so "$lazy_tests"
-  "$top"/target/debug/preload-c/{preload_stress,libpreload_dl.so} "$top"/target/preload-fault/debug/libprezero_preload.so "$faults_tests")
+  "$top"/target/debug/preload-c/{preload_stress,libpreload_dl.so} "$top"/target/preload-fault/debug/libprezero_preload.so "$faults_tests"
+  "$top"/target/debug/guest-c/guest "$guest_tests")
 
 # The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
 smp8_tests=(
@@ -188,7 +196,7 @@ build_initramfs() { # kernel topology -> path of the image
   local all=("${tests[@]}")
   [ "$2" = smp8 ] && all+=("${smp8_tests[@]}")
   [ "$1:$2" = 6.12:numa2 ] && all+=("${lazy_612_numa2[@]}")
-  case "$1:$2" in 6.12:numa2 | 6.1:numa3m) all+=("${pressure_tests[@]}") ;; esac
+  case "$1:$2" in 6.12:numa2 | 6.1:numa3m) all+=("${pressure_tests[@]}" "${guest_tests_line[@]}") ;; esac
   for t in "${all[@]}"; do
     read -r name cmd _ <<<"$t"
     if [ -n "${PREZERO_GUEST_FILTER:-}" ] && ! grep -qE "$PREZERO_GUEST_FILTER" <<<"$name"; then

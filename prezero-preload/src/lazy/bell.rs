@@ -72,16 +72,17 @@ pub fn answer(fd: i32) -> Result<(), Errno> {
 }
 
 /// Rings the bell, if it hangs: the handler's read ends with its fault.
-/// The caller knows the handler runs (it answers the fault).
+/// Not from the handler (only it answers). Two rings at once are one: each
+/// fault is answered with the zero page, or woken where the other's put it
+/// there first (`answer`).
 pub fn ring() {
     let b = BELL.load(Ordering::Acquire);
     if b != 0 {
         // SAFETY: the bell is this module's mapping, never unmapped, whose
-        // zero page (if any) is nothing to lose; the caller holds
-        // `threads::PAUSE`, so no other ring reads it meanwhile.
+        // zero page (if any) is nothing to lose.
         let _ = unsafe { sys::discard_even_locked(b, PAGE) };
-        // SAFETY: as above, readable; the handler answers its fault (or
-        // closes the descriptor, after which the kernel does).
+        // SAFETY: as above, readable; the handler answers its fault, or
+        // takes the bell down as it ends, which wakes it.
         unsafe { std::ptr::read_volatile(b as *const u8) };
     }
 }
