@@ -135,8 +135,7 @@ static WAITING: AtomicUsize = AtomicUsize::new(0);
 /// freed at 10.99 s would count as idle for a second at 11.0 s, so memory went
 /// back up to a second before PREZERO_IDLE_SECS.
 fn now() -> u64 {
-    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+    sys::coarse_ms()
 }
 
 /// Reserves the range and sets up the cache; false if it cannot (then every

@@ -206,8 +206,7 @@ impl Drop for PopGuard {
 }
 
 fn now_ms() -> u64 {
-    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+    sys::coarse_ms()
 }
 
 fn touch_active() {

@@ -112,8 +112,7 @@ pub fn room() -> usize {
 }
 
 fn now_ms() -> u64 {
-    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+    sys::coarse_ms()
 }
 
 /// Whether memory is short now (an event within [`PRESSED_MS`]); no clock

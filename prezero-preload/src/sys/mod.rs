@@ -511,6 +511,15 @@ pub unsafe fn getenv(name: &CStr) -> Option<&'static [u8]> {
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_bytes())
 }
 
+/// Milliseconds on the coarse monotonic clock (the vDSO's, a tick's
+/// resolution): what the preload's waits and idle times count in.
+///
+/// pre: none.
+pub fn coarse_ms() -> u64 {
+    let t = clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
+    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
+}
+
 /// The calling thread's id.
 ///
 /// pre: none.

@@ -116,7 +116,7 @@ pub(super) fn enter(generation: u32) {
 /// them compares its identity with the main thread's, and where it is
 /// wider, every thread of ours ends.
 pub(super) fn sync() {
-    let now = coarse_ms();
+    let now = sys::coarse_ms();
     let last = CHECKED.load(Ordering::Relaxed);
     if now < last + CHECK_MS
         || CHECKED
@@ -132,11 +132,6 @@ pub(super) fn sync() {
     if wider && !retired() {
         retire();
     }
-}
-
-fn coarse_ms() -> u64 {
-    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
 #[cfg(test)]

@@ -39,7 +39,7 @@ impl Polite {
         let kept = wall.saturating_sub(cpu);
         if kept > BUSY_NS && kept > wall / 4 {
             self.backoff_ms = (self.backoff_ms * 2).clamp(MIN_BACKOFF_MS, MAX_BACKOFF_MS);
-            self.until = coarse_ms() + self.backoff_ms;
+            self.until = sys::coarse_ms() + self.backoff_ms;
         } else {
             self.backoff_ms = 0;
         }
@@ -48,7 +48,7 @@ impl Polite {
 
     /// How long to wait before the next piece (0: none), at most `max` ms.
     pub fn wait_ms(&self, max: u64) -> u64 {
-        self.until.saturating_sub(coarse_ms()).min(max)
+        self.until.saturating_sub(sys::coarse_ms()).min(max)
     }
 }
 
@@ -56,11 +56,6 @@ fn ns_since(t: libc::timespec) -> u64 {
     let now = sys::clock_gettime(libc::CLOCK_MONOTONIC);
     let ns = (now.tv_sec - t.tv_sec) * 1_000_000_000 + (now.tv_nsec - t.tv_nsec);
     u64::try_from(ns).unwrap_or(0)
-}
-
-fn coarse_ms() -> u64 {
-    let t = sys::clock_gettime(libc::CLOCK_MONOTONIC_COARSE);
-    t.tv_sec as u64 * 1000 + t.tv_nsec as u64 / 1_000_000
 }
 
 #[cfg(test)]
