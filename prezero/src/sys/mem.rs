@@ -62,6 +62,15 @@ pub fn mmap_anon(len: usize, flags: libc::c_int) -> io::Result<NonNull<u8>> {
     mmap_fresh(len, prot, ANON | flags, -1)
 }
 
+/// Anonymous *shared* read-write mapping of `len` bytes: the one memory a
+/// forked child and its parent both see (a child's results, flags it reads).
+///
+/// pre: none.
+pub fn mmap_shared_anon(len: usize) -> io::Result<NonNull<u8>> {
+    let prot = libc::PROT_READ | libc::PROT_WRITE;
+    mmap_fresh(len, prot, libc::MAP_SHARED | libc::MAP_ANONYMOUS, -1)
+}
+
 /// Anonymous private mapping of `len` bytes that starts on an `align`
 /// boundary, with protection `prot` and extra `flags`: `len + align` bytes are
 /// mapped, then both ends trimmed. `len + align` past the address space is

@@ -18,10 +18,14 @@
 //! * `numa.rs`: memory policies, page placement, CPU affinity;
 //! * `sched.rs`: thread ids and scheduling priority;
 //! * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
-//!   the auxiliary vector).
+//!   the auxiliary vector);
+//! * `child.rs`: short-lived children forked into a cgroup, waited for with a
+//!   deadline, and the calls they and their makers need (`openat2` beneath a
+//!   directory, a pidfd's liveness).
 //!
 //! In debug builds, chosen calls can be made to fail for tests (`fault.rs`).
 
+mod child;
 #[cfg(debug_assertions)]
 mod fault;
 mod fd;
@@ -31,6 +35,7 @@ mod process;
 mod sched;
 mod socket;
 
+pub use child::*;
 pub use fd::*;
 pub use mem::*;
 pub use numa::*;
