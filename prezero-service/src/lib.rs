@@ -16,6 +16,10 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "daemon")]
+mod cgroup;
+#[cfg(feature = "daemon")]
+mod charged;
 mod client;
 #[cfg(feature = "daemon")]
 mod config;
@@ -46,11 +50,11 @@ pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, S
 pub use client::{InheritedFile, SegmentFiles};
 #[cfg(feature = "daemon")]
 pub use config::{
-    Amount, PlacedPool, PoolConfig, PoolNode, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
+    Amount, PlacedPool, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
 };
 #[cfg(feature = "fuzzing")]
 pub(crate) use ledger::{ledger_text, parse_ledger, world as ledger_world, Shape};
-pub use protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
+pub use protocol::{CgroupStats, Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 #[cfg(feature = "daemon")]
 pub use server::Server;
 #[cfg(feature = "daemon")]

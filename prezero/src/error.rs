@@ -52,6 +52,13 @@ pub enum Error {
         /// The service's message.
         reason: String,
     },
+    /// `prezero serve` refused a request because the caller's cgroup is at
+    /// its hugetlb or memory limit: what the kernel would answer the
+    /// caller's own allocation (`ENOMEM`), so no local memory is made instead.
+    CgroupLimit {
+        /// The service's message (which cgroup, which limit).
+        reason: String,
+    },
     /// Any other failing system call: which call, and the OS error.
     Os {
         /// The call, e.g. "madvise(MADV_POPULATE_WRITE)".
@@ -83,6 +90,7 @@ impl Error {
             Error::Unsupported { .. } => libc::ENOTSUP,
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::OutOfMemory { .. } | Error::HugetlbShortage { .. } => libc::ENOMEM,
+            Error::CgroupLimit { .. } => libc::ENOMEM,
             Error::Exhausted { .. } => libc::EAGAIN,
             Error::NotZero { .. } => libc::EIO,
             Error::Busy => libc::EBUSY,
@@ -122,6 +130,7 @@ impl fmt::Display for Error {
                 page_size / 1024
             ),
             Error::Service { reason, .. } => write!(f, "prezero serve: {reason}"),
+            Error::CgroupLimit { reason } => write!(f, "prezero serve: {reason}"),
             Error::Os { call, source } => write!(f, "{call} failed: {source}"),
         }
     }

@@ -80,6 +80,11 @@ pub(super) fn take_segments(
                     lens.push(s.len);
                 }
             }
+            Reply::Error {
+                message,
+                limit: true,
+                ..
+            } => return Err(Error::CgroupLimit { reason: message }),
             Reply::Error { errno, message, .. } => {
                 return Err(Error::Service {
                     errno,

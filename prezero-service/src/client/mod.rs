@@ -324,10 +324,38 @@ impl Client {
                 Err(e) => e,
             },
         };
-        if !fallback {
+        // A cgroup's limit holds for local memory too: the kernel would
+        // refuse it (or its OOM killer would choose), so no fallback goes
+        // around it.
+        if !fallback || matches!(err, Error::CgroupLimit { .. }) {
             return Err(err);
         }
         local(err.to_string())
+    }
+
+    /// Prepares `bytes` on `page` pages for the tenant cgroup at `cgroup`
+    /// (its path in the daemon's hierarchy, "/machine.slice/vm1.scope")
+    /// before its tenant starts: the daemon faults them in from inside that
+    /// cgroup, so the kernel charges them there, and hands them to its
+    /// tenants only. 0 withdraws. Root, the daemon's uid and the owner of the
+    /// cgroup's directory may. Returns the bytes kept for it (whole segments)
+    /// and those placed there already.
+    pub fn prepare(&self, cgroup: &[u8], bytes: u64, page: PageKind) -> Result<(u64, u64)> {
+        let conn = self.conn.as_ref().ok_or_else(|| self.not_connected())?;
+        let req = Request::Prepare {
+            cgroup: cgroup.to_vec(),
+            bytes,
+            page_size: page.page_size() as u64,
+        };
+        let (mut replies, _) = conn.exchange(&req)?;
+        match replies.pop() {
+            Some(Reply::Prepared { target, placed }) => Ok((target, placed)),
+            Some(Reply::Error { errno, message, .. }) => Err(Error::Service {
+                errno,
+                reason: message,
+            }),
+            _ => Err(Error::invalid("unexpected reply to PREPARE")),
+        }
     }
 
     /// The service's counters.

@@ -103,6 +103,21 @@ pub struct ServerConfig {
     pub metrics_textfile: Option<PathBuf>,
     /// How often the metrics file is rewritten.
     pub metrics_interval: Duration,
+    /// Memory prepared for tenant cgroups named here, as a launcher's
+    /// `PREPARE` would ask: faulted in from inside each cgroup (charged to
+    /// it) and handed to its tenants only.
+    pub prepare: Vec<Prepare>,
+}
+
+/// Memory prepared for a tenant cgroup (`prezero serve --prepare`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prepare {
+    /// The cgroup's path in the daemon's hierarchy ("/machine.slice/vm1.scope").
+    pub cgroup: PathBuf,
+    /// Bytes to keep there.
+    pub bytes: usize,
+    /// Pages of this kind (2MB or 1GB).
+    pub page: prezero::region::PageKind,
 }
 
 impl Default for ServerConfig {
@@ -121,6 +136,7 @@ impl Default for ServerConfig {
             ledger: None,
             metrics_textfile: None,
             metrics_interval: Duration::from_secs(5),
+            prepare: Vec::new(),
         }
     }
 }

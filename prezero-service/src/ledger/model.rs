@@ -21,6 +21,12 @@
 //!   leased to `uid` alone, and only [`Clean::Fresh`] makes `Ready(anyone)`.
 //! * `Leased`, `Quarantined` and `Scrubbing` segments count against the uid
 //!   that held them.
+//! * A segment's pages are charged by the kernel to the cgroup whose process
+//!   faulted them in: its `place` (a tenant cgroup's key, or `None`: the
+//!   daemon's own, the shared pool). A segment placed in a cgroup is handed
+//!   only to that cgroup's tenants; a shared one to anyone, and what a
+//!   tenant holds of those is *lent* to its cgroup (`places.rs`), which the
+//!   daemon counts against the cgroup's limits since the kernel does not.
 //!
 //! Invariant ([`Ledger::check`], after every transition in debug builds and
 //! in the exhaustive test):
@@ -30,7 +36,8 @@
 //!   `Quarantined` or `Scrubbing` on behalf of `uid`, and no uid is charged 0;
 //! * every segment belongs to one of the ledger's pools, and every id is
 //!   below `next_id` (ids are never reused, so a late message about a
-//!   destroyed segment cannot reach a new one).
+//!   destroyed segment cannot reach a new one);
+//! * a `Ready` segment has no holder's cgroup.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -104,13 +111,21 @@ pub(crate) struct Entry<S> {
     /// The memfd's `(dev, ino)`: its line in the ledger file, also while the
     /// worker has the segment.
     pub(crate) file: (u64, u64),
+    /// The cgroup its pages are charged to (`None`: the daemon's).
+    pub(crate) place: Option<u64>,
+    /// The cgroup of the tenant that holds or last held it, until it is
+    /// ready again: where its scrub runs, and who it is lent to.
+    pub(crate) holder: Option<u64>,
 }
 
-/// What [`Ledger::choose`] grants: `ids` of `pool`, in the order to map them.
+/// What [`Ledger::choose_on`] grants: `ids` of `pool`, in the order to map
+/// them; `lent`: bytes of them not placed in the asker's cgroup (the kernel
+/// charges them to the daemon).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Grant {
     pub(crate) pool: usize,
     pub(crate) ids: Vec<u64>,
+    pub(crate) lent: usize,
 }
 
 /// Why a request is refused, with what the answer says.
@@ -187,6 +202,18 @@ impl<S> Ledger<S> {
     }
 
     fn insert(&mut self, pool: usize, seg: S, len: usize, file: (u64, u64), state: State) -> u64 {
+        self.insert_in(pool, seg, len, file, state, None)
+    }
+
+    fn insert_in(
+        &mut self,
+        pool: usize,
+        seg: S,
+        len: usize,
+        file: (u64, u64),
+        state: State,
+        place: Option<u64>,
+    ) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
         let adopted = matches!(state, State::Quarantined { .. });
@@ -199,15 +226,26 @@ impl<S> Ledger<S> {
                 seg: Some(seg),
                 adopted,
                 file,
+                place,
+                holder: None,
             },
         );
         self.charge(state.charged(), len);
         id
     }
 
-    /// A new, zero segment of `pool`, ready for anyone.
-    pub(crate) fn add_ready(&mut self, pool: usize, seg: S, len: usize, file: (u64, u64)) -> u64 {
-        self.insert(pool, seg, len, file, State::Ready { owner: None })
+    /// A new, zero segment of `pool` whose pages are charged to `place`
+    /// (`None`: the daemon's), ready for anyone there.
+    pub(crate) fn add_ready(
+        &mut self,
+        pool: usize,
+        seg: S,
+        len: usize,
+        file: (u64, u64),
+        place: Option<u64>,
+    ) -> u64 {
+        let ready = State::Ready { owner: None };
+        self.insert_in(pool, seg, len, file, ready, place)
     }
 
     /// A segment a previous instance handed out and `uid` still holds:
@@ -273,12 +311,12 @@ impl<S> Ledger<S> {
         c
     }
 
-    /// Ready bytes and all bytes of `pool`.
+    /// Ready bytes of the shared pool (placed in no cgroup) and all bytes of `pool`.
     fn sizes(&self, pool: usize) -> (usize, usize) {
         let (mut ready, mut total) = (0, 0);
         for e in self.entries.values().filter(|e| e.pool == pool) {
             total += e.len;
-            if matches!(e.state, State::Ready { .. }) {
+            if matches!(e.state, State::Ready { .. }) && e.place.is_none() {
                 ready += e.len;
             }
         }
@@ -306,190 +344,38 @@ impl<S> Ledger<S> {
             .count()
     }
 
-    /// Ready segments of `pool` that `uid` may have: its own scrubbed ones
-    /// first (they spare fresh ones for others), then fresh ones.
-    fn ready_for(&self, pool: usize, uid: u32) -> Vec<u64> {
-        let of = |owner| {
+    /// Ready segments of `pool` that `uid` of cgroup `cg` may have: those
+    /// placed in `cg` first (the kernel already charges them there), then
+    /// shared ones; of each, its own scrubbed ones first (they spare fresh
+    /// ones for others), then fresh ones.
+    fn ready_for(&self, pool: usize, uid: u32, cg: Option<u64>) -> Vec<u64> {
+        let of = |owner, place| {
             self.entries
                 .iter()
-                .filter(move |(_, e)| e.pool == pool && e.state == State::Ready { owner })
+                .filter(move |(_, e)| {
+                    e.pool == pool && e.state == State::Ready { owner } && e.place == place
+                })
                 .map(|(&id, _)| id)
         };
-        of(Some(uid)).chain(of(None)).collect()
+        let mine = cg.map(|c| of(Some(uid), Some(c)).chain(of(None, Some(c))));
+        let shared = of(Some(uid), None).chain(of(None, None));
+        mine.into_iter().flatten().chain(shared).collect()
     }
 
-    /// Which segments serve `bytes` on `page`-byte pages for `uid`: from one
-    /// pool of that page size, the one whose segment is exactly the request
-    /// first, then the one needing the fewest segments, then the least bytes
-    /// beyond the request; among those that have enough ready for `uid` and
-    /// keep it within its cap. Pools that would more than double the request
-    /// come after all others: a 300 MiB VM takes two 256 MiB segments, not a
-    /// 4 GiB one the next 4 GiB VM needs. Nothing changes until [`Ledger::lease`].
-    ///
-    /// With `nodes`, among the pools on those nodes only, in that order of
-    /// preference (the node asked for, then those allowed instead, nearest
-    /// first): a pool on an earlier node that has enough ready wins over any
-    /// on a later one. `None`: every pool, as if all were on one node.
-    pub(crate) fn choose_on(
-        &self,
-        uid: u32,
-        bytes: u64,
-        page: u64,
-        nodes: Option<&[u32]>,
-    ) -> Result<Grant, Refused> {
-        let refuse = |reason, errno, ready, message: String| {
-            Err(Refused {
-                reason,
-                errno,
-                ready,
-                message,
-                short: None,
-            })
-        };
-        if bytes == 0 {
-            return refuse(
-                Refusal::BadRequest,
-                libc::EINVAL,
-                0,
-                "zero bytes requested".into(),
-            );
-        }
-        // Where a pool's node stands in the order asked for (0 for any).
-        let rank_of = |i: usize| match nodes {
-            None => Some(0),
-            Some(ns) => ns.iter().position(|&n| n == self.shapes[i].node),
-        };
-        let any_of_page = (0..self.shapes.len()).any(|i| self.shapes[i].page as u64 == page);
-        let of_page: Vec<usize> = (0..self.shapes.len())
-            .filter(|&i| self.shapes[i].page as u64 == page && rank_of(i).is_some())
-            .collect();
-        if of_page.is_empty() && any_of_page {
-            let mut on: Vec<u32> = self
-                .shapes
-                .iter()
-                .filter(|s| s.page as u64 == page)
-                .map(|s| s.node)
-                .collect();
-            on.sort_unstable();
-            on.dedup();
-            let on: Vec<String> = on.iter().map(u32::to_string).collect();
-            let asked: Vec<String> = nodes.unwrap_or(&[]).iter().map(u32::to_string).collect();
-            return refuse(
-                Refusal::BadRequest,
-                libc::EINVAL,
-                0,
-                format!(
-                    "no pool of page size {page} on NUMA node {} (this daemon has them on nodes {})",
-                    asked.join(", "),
-                    on.join(", ")
-                ),
-            );
-        }
-        if of_page.is_empty() {
-            let mut served: Vec<String> = self.shapes.iter().map(|s| s.page.to_string()).collect();
-            served.dedup();
-            return refuse(
-                Refusal::BadRequest,
-                libc::EINVAL,
-                0,
-                format!(
-                    "no pool of page size {page} (this daemon serves page sizes {})",
-                    served.join(", ")
-                ),
-            );
-        }
-        let rounded = usize::try_from(bytes)
-            .ok()
-            .and_then(|b| b.checked_next_multiple_of(page as usize));
-        // A pool holds whole segments: its capacity is the cap rounded down.
-        let mut ranked: Vec<(usize, bool, bool, usize, usize, usize)> = of_page
-            .iter()
-            .filter_map(|&i| {
-                let s = self.shapes[i];
-                let r = rounded?;
-                let n = r.div_ceil(s.segment);
-                let total = n.checked_mul(s.segment).filter(|&t| t <= s.cap)?;
-                let waste = total - r;
-                Some((rank_of(i)?, total != r || n != 1, waste > r, n, waste, i))
-            })
-            .collect();
-        if ranked.is_empty() {
-            let cap = of_page.iter().map(|&i| self.shapes[i].cap).max();
-            return refuse(
-                Refusal::PoolCap,
-                libc::ENOMEM,
-                0,
-                format!(
-                    "{bytes} bytes is more than the cap of every pool of page size {page} \
-                     (the largest is {})",
-                    cap.unwrap_or(0)
-                ),
-            );
-        }
-        ranked.sort_unstable();
-        let used = self.uid_used(uid);
-        let mut short: Option<(usize, usize, usize)> = None;
-        let mut over_cap = None;
-        for &(_, _, _, n, _, pool) in &ranked {
-            let want = n * self.shapes[pool].segment;
-            if let Some(cap) = self.uid_cap.filter(|&c| used.saturating_add(want) > c) {
-                over_cap.get_or_insert((want, cap));
-                continue;
-            }
-            let mut ready = self.ready_for(pool, uid);
-            if ready.len() >= n {
-                ready.truncate(n);
-                return Ok(Grant { pool, ids: ready });
-            }
-            short.get_or_insert((
-                pool,
-                n - ready.len(),
-                ready.len() * self.shapes[pool].segment,
-            ));
-        }
-        match (short, over_cap) {
-            (Some((pool, missing, ready)), _) => {
-                let s = self.shapes[pool];
-                let on = match nodes {
-                    Some(_) => format!(" on NUMA node {}", s.node),
-                    None => String::new(),
-                };
-                Err(Refused {
-                    reason: Refusal::NotReady,
-                    errno: libc::ENOMEM,
-                    ready,
-                    message: format!(
-                        "{ready} bytes ready in the pool of {page}-byte pages and {}-byte \
-                         segments{on}, {} asked",
-                        s.segment,
-                        rounded.unwrap_or(0).next_multiple_of(s.segment)
-                    ),
-                    short: Some((pool, missing)),
-                })
-            }
-            (None, Some((want, cap))) => refuse(
-                Refusal::UidCap,
-                libc::EDQUOT,
-                0,
-                format!(
-                    "uid {uid} holds or has in quarantine {used} bytes; {want} more would pass \
-                     its cap of {cap}"
-                ),
-            ),
-            (None, None) => unreachable!("every ranked pool is either short or over the cap"),
-        }
-    }
-
-    /// Hands `grant` to `uid` on `conn`. The ids must come from [`Ledger::choose`]
-    /// for the same uid, with nothing changed in between.
-    pub(crate) fn lease(&mut self, grant: &Grant, conn: u64, uid: u32) {
+    /// Hands `grant` to `uid` of cgroup `cg` on `conn`. The ids must come
+    /// from [`Ledger::choose_on`] for the same uid and cgroup, with nothing
+    /// changed in between.
+    pub(crate) fn lease(&mut self, grant: &Grant, conn: u64, uid: u32, cg: Option<u64>) {
         for &id in &grant.ids {
-            let e = &self.entries[&id];
+            let e = self.entries.get_mut(&id).expect("granted segments are known");
             assert!(
-                matches!(e.state, State::Ready { owner } if owner.is_none_or(|o| o == uid)),
-                "lease of segment {id} in {:?} to uid {uid}",
-                e.state
+                matches!(e.state, State::Ready { owner } if owner.is_none_or(|o| o == uid))
+                    && e.place.is_none_or(|p| Some(p) == cg),
+                "lease of segment {id} in {:?} of cgroup {:?} to uid {uid} of {cg:?}",
+                e.state,
+                e.place
             );
+            e.holder = cg;
             self.set(id, State::Leased { conn, uid });
         }
         debug_assert!(self.check());
@@ -559,13 +445,22 @@ impl<S> Ledger<S> {
     }
 
     /// Up to `k` ready segments of `pool` that only other uids may have go to
-    /// the worker for fresh pages, for `uid`.
-    pub(crate) fn make_fresh_for(&mut self, pool: usize, uid: u32, k: usize) -> Vec<(u64, S)> {
+    /// the worker for fresh pages, for `uid` of cgroup `cg`: shared ones, or
+    /// ones placed in `cg` (their fresh pages are faulted in there again).
+    pub(crate) fn make_fresh_for(
+        &mut self,
+        pool: usize,
+        uid: u32,
+        cg: Option<u64>,
+        k: usize,
+    ) -> Vec<(u64, S)> {
         let ids: Vec<u64> = self
             .entries
             .iter()
             .filter(|(_, e)| {
-                e.pool == pool && matches!(e.state, State::Ready { owner: Some(o) } if o != uid)
+                e.pool == pool
+                    && (e.place.is_none() || e.place == cg)
+                    && matches!(e.state, State::Ready { owner: Some(o) } if o != uid)
             })
             .map(|(&id, _)| id)
             .take(k)
@@ -610,6 +505,7 @@ impl<S> Ledger<S> {
         let e = self.entries.get_mut(&id).expect("checked above");
         e.seg = Some(seg);
         e.adopted = false;
+        e.holder = None;
         self.set(id, State::Ready { owner });
         debug_assert!(self.check());
         Ok(())
@@ -642,8 +538,8 @@ impl<S> Ledger<S> {
         (0..self.shapes.len()).any(|i| self.sizes(i).0 < self.shapes[i].target)
     }
 
-    /// Ready segments of `pool` beyond its target by a whole segment or more,
-    /// those only one uid may have first (fresh ones serve anyone).
+    /// Shared ready segments of `pool` beyond its target by a whole segment
+    /// or more, those only one uid may have first (fresh ones serve anyone).
     pub(crate) fn surplus(&self, pool: usize) -> Vec<u64> {
         let s = self.shapes[pool];
         // Ready bytes beyond the target: `target + segment` may not fit a usize.
@@ -655,7 +551,9 @@ impl<S> Ledger<S> {
             .entries
             .iter()
             .filter_map(|(&id, e)| match e.state {
-                State::Ready { owner } if e.pool == pool => Some((owner.is_none(), id)),
+                State::Ready { owner } if e.pool == pool && e.place.is_none() => {
+                    Some((owner.is_none(), id))
+                }
                 _ => None,
             })
             .collect();
@@ -670,6 +568,9 @@ impl<S> Ledger<S> {
         for (&id, e) in &self.entries {
             let home_ok = e.seg.is_some() != matches!(e.state, State::Scrubbing { .. });
             if !home_ok || e.pool >= self.shapes.len() || id >= self.next_id {
+                return false;
+            }
+            if matches!(e.state, State::Ready { .. }) && e.holder.is_some() {
                 return false;
             }
             if e.state
@@ -691,8 +592,14 @@ impl<S> Ledger<S> {
     }
 }
 
-// The tests read the ledger's private fields, so they are a child of this
-// module; their file is `ledger/tests.rs`, beside this one.
+// Which segments serve a request (`choose.rs`) and what is placed in or lent
+// to each cgroup (`places.rs`) read the ledger's private fields, so they are
+// children of this module, in files beside it; so are the tests.
+#[path = "choose.rs"]
+mod choose;
+#[path = "places.rs"]
+mod places;
+
 #[cfg(test)]
 #[path = "tests.rs"]
 mod tests;

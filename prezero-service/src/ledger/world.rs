@@ -20,11 +20,20 @@ fn uid_of(conn: u64) -> u32 {
     }
 }
 
+/// Cgroups: connection 3 is a tenant of cgroup 1 (uid 10, as connection 1,
+/// which is in none the daemon charges through); the others of none.
+fn cg_of(conn: u64) -> Option<u64> {
+    (conn == 3).then_some(1)
+}
+
 /// Every event the event loop and the worker can apply.
 #[derive(Debug, Clone, Copy)]
 pub enum Event {
     /// A new segment of the pool, if it wants one.
     Create(usize),
+    /// A new segment of the pool placed in the cgroup (prepared for it: a
+    /// target of 2 bytes), if it wants one.
+    CreateIn(usize, u64),
     /// A previous instance's segment of the pool, held by the uid.
     Adopt(usize, u32),
     /// Adopted with a length its pool no longer has (configured otherwise).
@@ -104,7 +113,15 @@ impl World {
                     return false;
                 }
                 let seg = l.shapes()[pool].segment;
-                let id = l.add_ready(pool, 0, seg, (0, 0));
+                let id = l.add_ready(pool, 0, seg, (0, 0), None);
+                self.made(id, true, None);
+            }
+            Event::CreateIn(pool, cg) => {
+                if l.entries().count() >= self.most || !l.wants_growth_in(pool, cg, 2) {
+                    return false;
+                }
+                let seg = l.shapes()[pool].segment;
+                let id = l.add_ready(pool, 0, seg, (0, 0), Some(cg));
                 self.made(id, true, None);
             }
             Event::Adopt(pool, uid) | Event::AdoptOdd(pool, uid) => {
@@ -119,7 +136,8 @@ impl World {
             Event::Alloc(conn, bytes, node) => {
                 let uid = uid_of(conn);
                 let nodes = node.map(|n| [n]);
-                let Ok(g) = l.choose_on(uid, bytes, 1, nodes.as_ref().map(|n| &n[..])) else {
+                let cg = cg_of(conn);
+                let Ok(g) = l.choose_on(uid, cg, bytes, 1, nodes.as_ref().map(|n| &n[..])) else {
                     return false;
                 };
                 let shape = l.shapes()[g.pool];
@@ -132,8 +150,17 @@ impl World {
                     node.is_none_or(|n| n == shape.node),
                     "{g:?} not on node {node:?}"
                 );
+                let mut lent = 0;
                 for &id in &g.ids {
                     assert_eq!(l.get(id).map(|e| e.pool), Some(g.pool));
+                    let place = l.get(id).and_then(|e| e.place);
+                    assert!(
+                        place.is_none_or(|p| Some(p) == cg),
+                        "segment {id} placed in cgroup {place:?} handed to one of {cg:?}"
+                    );
+                    if cg.is_some() && place.is_none() {
+                        lent += l.get(id).map_or(0, |e| e.len);
+                    }
                     assert!(self.zero[id as usize], "segment {id} handed out not zero");
                     assert!(
                         self.dirty_by[id as usize].is_none_or(|u| u == uid),
@@ -141,7 +168,10 @@ impl World {
                         self.dirty_by[id as usize]
                     );
                 }
-                l.lease(&g, conn, uid);
+                assert_eq!(g.lent, lent, "{g:?}");
+                let before = cg.map(|c| l.lent(c));
+                l.lease(&g, conn, uid, cg);
+                assert_eq!(cg.map(|c| l.lent(c)), before.map(|b| b + lent));
                 assert!(
                     self.uid_cap.is_none_or(|c| l.uid_used(uid) <= c),
                     "uid {uid} past its cap"
@@ -192,7 +222,7 @@ impl World {
                 None => return false,
             },
             Event::MakeFresh(pool, uid) => {
-                let batch = l.make_fresh_for(pool, uid, 1);
+                let batch = l.make_fresh_for(pool, uid, None, 1);
                 if batch.is_empty() {
                     return false;
                 }

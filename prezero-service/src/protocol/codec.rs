@@ -1,7 +1,8 @@
 //! The messages' bytes: the header, and each request and reply encoded and
 //! decoded, every field checked. No I/O: `transport.rs` carries the bytes.
 
-use super::{Malformed, PoolCounters, Reply, Request, SegmentRecord, ServiceStats, TenantStats};
+use super::{CgroupStats, Malformed, PoolCounters, Reply, Request, SegmentRecord};
+use super::{ServiceStats, TenantStats, ERROR_LIMIT, PREPARE};
 use super::{
     ALLOC, ALLOC_NODE, ALLOC_OTHER_NODES, ERROR, HEADER_LEN, MAGIC, MAX_FDS, MAX_MESSAGE,
     MAX_POOLS, MAX_RELEASE_IDS, RELEASE, REPLY, STATS, VERSION,
@@ -152,6 +153,19 @@ impl Request {
                 w.finish()
             }
             Request::Stats => Writer::new(STATS, seq).finish(),
+            Request::Prepare {
+                cgroup,
+                bytes,
+                page_size,
+            } => {
+                let mut w = Writer::with_version(PREPARE, seq, 3);
+                w.u64(*bytes);
+                w.u64(*page_size);
+                w.u32(0);
+                w.u32(cgroup.len() as u32);
+                w.0.extend_from_slice(cgroup);
+                w.finish()
+            }
         }
     }
 
@@ -195,6 +209,19 @@ impl Request {
                 Request::Release { ids }
             }
             STATS => Request::Stats,
+            PREPARE if version >= 3 => {
+                let bytes = r.u64()?;
+                let page_size = r.u64()?;
+                if r.u32()? != 0 {
+                    return Err(Malformed("reserved field is not zero"));
+                }
+                let n = r.u32()? as usize;
+                Request::Prepare {
+                    cgroup: r.take(n)?.to_vec(),
+                    bytes,
+                    page_size,
+                }
+            }
             _ => return Err(Malformed("unknown request kind")),
         };
         r.end()?;
@@ -210,10 +237,11 @@ impl Reply {
                 errno,
                 ready,
                 message,
+                limit,
             } => {
                 let mut w = Writer::new(ERROR, seq);
                 w.u32(*errno as u32);
-                w.u32(0);
+                w.u32(if *limit { ERROR_LIMIT } else { 0 });
                 w.u64(*ready);
                 w.0.extend_from_slice(fit_message(message).as_bytes());
                 w.finish()
@@ -234,6 +262,12 @@ impl Reply {
                     w.u64(s.id);
                     w.u64(s.len);
                 }
+                w.finish()
+            }
+            Reply::Prepared { target, placed } => {
+                let mut w = Writer::with_version(REPLY | PREPARE, seq, 3);
+                w.u64(*target);
+                w.u64(*placed);
                 w.finish()
             }
             Reply::Released { count } => {
@@ -296,8 +330,11 @@ impl Reply {
                 w.u64(h.count);
                 w.u64(s.fresh_bytes);
                 w.u64(s.fresh_ns);
-                // As many tenants as fit; the count of the others.
-                let room = (MAX_MESSAGE - w.0.len() - 8) / 16;
+                // As many tenants as fit beside the cgroups; the count of
+                // the others.
+                let for_cgroups = s.cgroups.iter().map(cgroup_len).sum::<usize>() + 8;
+                let left = MAX_MESSAGE - w.0.len() - 8;
+                let room = left.saturating_sub(for_cgroups.min(left / 2)) / 16;
                 let shown = s.tenants.len().min(room);
                 w.u32(shown as u32);
                 let omitted = (s.tenants.len() - shown) as u64 + u64::from(s.tenants_omitted);
@@ -307,6 +344,7 @@ impl Reply {
                     w.u32(t.connections);
                     w.u64(t.charged);
                 }
+                write_cgroups(&mut w, s);
                 w.finish()
             }
         }
@@ -319,7 +357,7 @@ impl Reply {
         let reply = match kind {
             ERROR => {
                 let errno = r.u32()? as i32;
-                r.u32()?;
+                let limit = r.u32()? & ERROR_LIMIT != 0;
                 let ready = r.u64()?;
                 // Bytes that are not UTF-8 read as U+FFFD, three bytes each:
                 // cut to what one message holds, as the encoder cuts it.
@@ -329,6 +367,7 @@ impl Reply {
                     errno,
                     ready,
                     message,
+                    limit,
                 }
             }
             k if k == REPLY | ALLOC => {
@@ -354,6 +393,10 @@ impl Reply {
                     node: (version >= 2).then_some(node),
                 }
             }
+            k if k == REPLY | PREPARE && version >= 3 => Reply::Prepared {
+                target: r.u64()?,
+                placed: r.u64()?,
+            },
             k if k == REPLY | RELEASE => {
                 let count = r.u32()?;
                 r.u32()?;
@@ -477,5 +520,80 @@ fn read_stats_tail(r: &mut Reader<'_>, mut s: ServiceStats) -> Result<ServiceSta
             charged: r.u64()?,
         });
     }
+    // The tenant cgroups: absent from daemons before version 3.
+    if !r.0.is_empty() {
+        read_cgroups(r, &mut s)?;
+    }
     Ok(s)
+}
+
+/// Bytes of one cgroup row: eight u64 and two u32, then the path padded to 8.
+fn cgroup_len(c: &CgroupStats) -> usize {
+    8 + 8 * 8 + c.name.len().next_multiple_of(8)
+}
+
+/// The cgroup rows of a `STATS` answer: as many as fit after the tenants
+/// (count u32, omitted u32, then per row: path length u32, connections u32,
+/// placed, lent, prepared, cleaned bytes, CPU in the cgroup ns, CPU of the
+/// daemon's for it ns, refusals, reserved (u64 each), the path, zero-padded
+/// to 8 bytes).
+fn write_cgroups(w: &mut Writer, s: &ServiceStats) {
+    let mut room = MAX_MESSAGE - w.0.len() - 8;
+    let shown: Vec<&CgroupStats> = s
+        .cgroups
+        .iter()
+        .take_while(|c| {
+            let fits = cgroup_len(c) <= room;
+            room = room.saturating_sub(cgroup_len(c));
+            fits
+        })
+        .collect();
+    w.u32(shown.len() as u32);
+    let omitted = (s.cgroups.len() - shown.len()) as u64 + u64::from(s.cgroups_omitted);
+    w.u32(omitted.min(u32::MAX as u64) as u32);
+    for c in shown {
+        w.u32(c.name.len() as u32);
+        w.u32(c.connections);
+        for v in [
+            c.placed,
+            c.lent,
+            c.prepared,
+            c.cleaned_bytes,
+            c.cpu_in_ns,
+            c.cpu_daemon_ns,
+            c.refusals,
+            0,
+        ] {
+            w.u64(v);
+        }
+        w.0.extend_from_slice(&c.name);
+        w.0.resize(w.0.len() + (c.name.len().next_multiple_of(8) - c.name.len()), 0);
+    }
+}
+
+fn read_cgroups(r: &mut Reader<'_>, s: &mut ServiceStats) -> Result<(), Malformed> {
+    let n = r.u32()? as usize;
+    s.cgroups_omitted = r.u32()?;
+    if n > MAX_MESSAGE / 72 {
+        return Err(Malformed("more cgroups than fit the message"));
+    }
+    for _ in 0..n {
+        let len = r.u32()? as usize;
+        let mut c = CgroupStats {
+            connections: r.u32()?,
+            placed: r.u64()?,
+            lent: r.u64()?,
+            prepared: r.u64()?,
+            cleaned_bytes: r.u64()?,
+            cpu_in_ns: r.u64()?,
+            cpu_daemon_ns: r.u64()?,
+            refusals: r.u64()?,
+            ..Default::default()
+        };
+        r.u64()?;
+        let padded = len.checked_next_multiple_of(8).ok_or(Malformed("a cgroup path too long"))?;
+        c.name = r.take(padded)?[..len].to_vec();
+        s.cgroups.push(c);
+    }
+    Ok(())
 }

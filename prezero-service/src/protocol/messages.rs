@@ -27,6 +27,19 @@ pub enum Request {
     },
     /// The daemon's counters.
     Stats,
+    /// Prepare memory for a tenant cgroup before its tenant starts
+    /// (version 3): the daemon faults `bytes` in from inside the cgroup, so
+    /// the kernel charges them there, and hands them to its tenants only.
+    /// 0 bytes withdraws. Root, the daemon's uid and the cgroup directory's
+    /// owner may.
+    Prepare {
+        /// The cgroup's path in the daemon's hierarchy ("/machine.slice/vm1.scope").
+        cgroup: Vec<u8>,
+        /// Bytes to keep there.
+        bytes: u64,
+        /// Page size in bytes; one of the daemon's pools.
+        page_size: u64,
+    },
 }
 
 /// One segment of an `ALLOC` reply; its memfd travels in the same message.
@@ -49,6 +62,9 @@ pub enum Reply {
         ready: u64,
         /// For people.
         message: String,
+        /// Refused because the tenant's cgroup is at its limit (`ENOMEM`, as
+        /// the kernel's own allocation would be): no local fallback either.
+        limit: bool,
     },
     /// One message of an `ALLOC` answer: `total` segments come in order, in one
     /// or more such messages; this one carries `segments.len()` memfds.
@@ -70,6 +86,13 @@ pub enum Reply {
     },
     /// Counters.
     Stats(Box<ServiceStats>),
+    /// `PREPARE` done (version 3).
+    Prepared {
+        /// Bytes now kept for the cgroup (its request rounded to segments).
+        target: u64,
+        /// Bytes placed there already, in every state.
+        placed: u64,
+    },
 }
 
 /// Counters of one pool of the daemon.
@@ -119,11 +142,13 @@ pub enum Refusal {
     TooManyConnections,
     /// A message that could not be decoded (`EPROTO`).
     Malformed,
+    /// The tenant's cgroup is at its hugetlb or memory limit (`ENOMEM`).
+    CgroupLimit,
 }
 
 impl Refusal {
     /// Every reason, in wire order.
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::NotReady,
         Refusal::PoolCap,
         Refusal::UidCap,
@@ -131,6 +156,7 @@ impl Refusal {
         Refusal::NotAllowed,
         Refusal::TooManyConnections,
         Refusal::Malformed,
+        Refusal::CgroupLimit,
     ];
 
     /// The reason's name in metrics (`reason="not_ready"`).
@@ -143,6 +169,7 @@ impl Refusal {
             Refusal::NotAllowed => "not_allowed",
             Refusal::TooManyConnections => "too_many_connections",
             Refusal::Malformed => "malformed",
+            Refusal::CgroupLimit => "cgroup_limit",
         }
     }
 }
@@ -170,6 +197,32 @@ pub struct TenantStats {
     pub connections: u32,
     /// Bytes it holds, has in quarantine or being cleaned (what its cap counts).
     pub charged: u64,
+}
+
+/// One tenant cgroup as `STATS` shows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CgroupStats {
+    /// Its path in the daemon's hierarchy (bytes as the kernel has them).
+    pub name: Vec<u8>,
+    /// Connections of its tenants open.
+    pub connections: u32,
+    /// Bytes of segments placed in it: the kernel charges their pages to it
+    /// (its prepared part, held or ready).
+    pub placed: u64,
+    /// Bytes of the shared pool its tenants hold: charged to the daemon by
+    /// the kernel, counted against the cgroup's limits by the daemon.
+    pub lent: u64,
+    /// Bytes prepared for it (announced or configured).
+    pub prepared: u64,
+    /// Bytes made zero for it (its released segments, its fills).
+    pub cleaned_bytes: u64,
+    /// CPU that work took inside the cgroup (the kernel charged it there).
+    pub cpu_in_ns: u64,
+    /// CPU the daemon spent for it in its own cgroup (where the cgroup could
+    /// not take the work), counted here since the kernel did not.
+    pub cpu_daemon_ns: u64,
+    /// Requests refused at its limits.
+    pub refusals: u64,
 }
 
 /// What `STATS` returns.
@@ -216,4 +269,9 @@ pub struct ServiceStats {
     pub tenants: Vec<TenantStats>,
     /// Tenants left out to fit the message.
     pub tenants_omitted: u32,
+    /// Every tenant cgroup the daemon knows, most charged first (root and
+    /// the daemon's uid see all; others those of their own connections).
+    pub cgroups: Vec<CgroupStats>,
+    /// Cgroups left out to fit the message.
+    pub cgroups_omitted: u32,
 }

@@ -17,8 +17,8 @@ mod transport;
 pub use answer::{alloc_messages, AllocAnswer};
 pub use codec::{split, Header};
 pub use messages::{
-    Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord, ServiceStats,
-    TenantStats,
+    CgroupStats, Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord,
+    ServiceStats, TenantStats,
 };
 pub use prezero::sys::Received;
 pub use transport::{recv, send};
@@ -26,9 +26,10 @@ pub use transport::{recv, send};
 /// `b"PZSV"` read as a little-endian u32.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"PZSV");
 /// The newest protocol version this library speaks. Version 2 adds a NUMA
-/// node to `ALLOC` and its answer; every message is sent in the lowest version
-/// that carries it, so a version-1 peer is served everything but a node.
-pub const VERSION: u16 = 2;
+/// node to `ALLOC` and its answer, version 3 `PREPARE`; every message is
+/// sent in the lowest version that carries it, so a version-1 peer is served
+/// everything but a node and a preparation.
+pub const VERSION: u16 = 3;
 /// Bytes of the header.
 pub const HEADER_LEN: usize = 16;
 /// The largest datagram either side sends or accepts.
@@ -50,6 +51,11 @@ pub const ALLOC_OTHER_NODES: u32 = 2;
 pub const RELEASE: u16 = 2;
 /// Request: counters. Empty payload.
 pub const STATS: u16 = 3;
+/// Request (version 3): memory prepared for a cgroup. Payload: bytes u64,
+/// page_size u64, reserved u32, path length u32, the path.
+pub const PREPARE: u16 = 4;
+/// `ERROR` flag: the tenant's cgroup limit refused it (no fallback).
+pub const ERROR_LIMIT: u32 = 1;
 /// Reply bit: set on every message the daemon sends.
 pub const REPLY: u16 = 0x8000;
 /// Reply: the request failed. Payload: errno i32, reserved u32, ready u64, message.

@@ -21,9 +21,27 @@ fn requests_round_trip() {
         Request::Release { ids: vec![1, 2, 3] },
         Request::Release { ids: vec![] },
         Request::Stats,
+        Request::Prepare {
+            cgroup: b"/machine.slice/vm 1.scope".to_vec(),
+            bytes: 4 << 30,
+            page_size: 2 << 20,
+        },
     ] {
         assert_eq!(Request::decode(&req.encode(7)), Ok((7, req)));
     }
+}
+
+#[test]
+fn a_preparation_is_version_3_and_a_version_2_one_is_refused() {
+    let req = Request::Prepare {
+        cgroup: b"/a".to_vec(),
+        bytes: 1,
+        page_size: 2,
+    };
+    let mut msg = req.encode(1);
+    assert_eq!(u16::from_le_bytes([msg[4], msg[5]]), 3);
+    msg[4] = 2;
+    assert!(Request::decode(&msg).is_err(), "PREPARE is not a version-2 request");
 }
 
 #[test]
@@ -56,6 +74,18 @@ fn replies_round_trip() {
             charged: 4 << 20,
         }],
         tenants_omitted: 3,
+        cgroups: vec![CgroupStats {
+            name: b"/machine.slice/vm \"1\".scope\xff".to_vec(),
+            connections: 1,
+            placed: 1 << 30,
+            lent: 2 << 20,
+            prepared: 1 << 30,
+            cleaned_bytes: 3 << 30,
+            cpu_in_ns: 123,
+            cpu_daemon_ns: 4,
+            refusals: 2,
+        }],
+        cgroups_omitted: 1,
         ..Default::default()
     };
     for reply in [
@@ -63,6 +93,17 @@ fn replies_round_trip() {
             errno: libc::ENOMEM,
             ready: 5,
             message: "too little".into(),
+            limit: false,
+        },
+        Reply::Error {
+            errno: libc::ENOMEM,
+            ready: 0,
+            message: "cgroup /a at hugetlb.2MB.max".into(),
+            limit: true,
+        },
+        Reply::Prepared {
+            target: 8 << 30,
+            placed: 2 << 30,
         },
         Reply::Alloc {
             total: 3,
@@ -261,7 +302,7 @@ fn only_a_node_makes_version_2_and_version_1_keeps_its_rules() {
     v1_flags[HEADER_LEN + 16..HEADER_LEN + 20].copy_from_slice(&ALLOC_NODE.to_le_bytes());
     assert!(Request::decode(&v1_flags).is_err(), "no flags in version 1");
     let mut future = any.encode(1);
-    future[4] = 3;
+    future[4] = VERSION.to_le_bytes()[0] + 1;
     assert!(Request::decode(&future).is_err());
     // A version-1 answer's reserved field is no node, whatever it holds.
     let mut old = reply(None).encode(1);
@@ -364,6 +405,7 @@ fn an_error_message_that_is_not_utf8_reads_as_one_message_holds() {
         errno: libc::EBUSY,
         ready: 0,
         message: String::new(),
+        limit: false,
     }
     .encode(3);
     msg.extend(std::iter::repeat_n(0xff, room));

@@ -51,6 +51,9 @@ impl Server {
             }
             let pidfd = peer_pidfd(sock.as_fd(), cred.pid);
             let tenant = tenant_uid(pidfd.as_ref(), cred.pid, cred.uid);
+            let cg = self
+                .cgroups
+                .of_peer(pidfd.as_ref().map(|p| p.as_fd()), cred.pid);
             let of_uid = self.conns.values().filter(|c| c.uid == tenant).count();
             if of_uid >= self.cfg.max_conns_per_uid {
                 let why = format!(
@@ -74,6 +77,7 @@ impl Server {
                     pid: cred.pid,
                     uid: tenant,
                     peer_uid: cred.uid,
+                    cg,
                 },
             );
         }

@@ -95,15 +95,25 @@ impl Server {
                         message: format!(
                             "segment {id} is not held on this connection (or named twice)"
                         ),
+                        limit: false,
                     },
                     Some(Refusal::BadRequest),
                 ),
             },
             Request::Stats => {
-                let uid = self.conns[&conn].uid;
+                let c = &self.conns[&conn];
+                let (uid, cg) = (c.uid, c.cg.clone().ok().flatten());
                 let everyone = uid == 0 || uid == self.my_uid;
-                (Reply::Stats(Box::new(self.stats(uid, everyone))), None)
+                (Reply::Stats(Box::new(self.stats(uid, cg, everyone))), None)
             }
+            Request::Prepare {
+                cgroup,
+                bytes,
+                page_size,
+            } => match self.prepare(conn, &cgroup, bytes, page_size) {
+                Ok(reply) => (reply, None),
+                Err((reply, reason)) => (reply, Some(reason)),
+            },
         };
         if let Some(r) = reason {
             self.counters.refused(r);
@@ -128,6 +138,7 @@ impl Server {
                     errno: libc::EINVAL,
                     ready: 0,
                     message: format!("unknown flags {unknown:#x}"),
+                    limit: false,
                 },
                 Refusal::BadRequest,
             ));
@@ -141,11 +152,24 @@ impl Server {
             }
             order
         });
-        let uid = self.conns[&conn].uid;
-        let grant = match self
-            .ledger
-            .choose_on(uid, bytes, page_size, order.as_deref())
-        {
+        let (uid, cg) = self.tenant_of(conn)?;
+        let chosen = self.ledger.choose_on(uid, cg, bytes, page_size, order.as_deref());
+        // What the kernel would refuse is refused here too, before any
+        // hand-out or fallback: the shared pages lent (Ok), or the whole
+        // request, which the client would otherwise make locally (Err).
+        if let Some(c) = cg {
+            let want = match &chosen {
+                Ok(g) => g.lent as u64,
+                Err(r) if r.reason == Refusal::NotReady => {
+                    bytes.next_multiple_of(page_size.max(1))
+                }
+                Err(_) => 0,
+            };
+            if want > 0 {
+                self.check_cgroup_limit(c, page_size as usize, want)?;
+            }
+        }
+        let grant = match chosen {
             Ok(g) => g,
             Err(Refused {
                 reason,
@@ -159,13 +183,14 @@ impl Server {
                     // on every core until the pools are back at their targets,
                     // and other uids' scrubbed segments get fresh pages for this one.
                     self.escalate(true);
-                    let batch = self.ledger.make_fresh_for(pool, uid, missing);
+                    let batch = self.ledger.make_fresh_for(pool, uid, cg, missing);
                     self.send_clean(batch, Clean::Fresh);
                 }
                 let reply = Reply::Error {
                     errno,
                     ready: ready as u64,
                     message,
+                    limit: false,
                 };
                 return Err(AllocError::Refused(reply, reason));
             }
@@ -180,12 +205,13 @@ impl Server {
                         errno: e.errno(),
                         ready: 0,
                         message: e.to_string(),
+                        limit: false,
                     };
                     return Err(AllocError::Refused(reply, Refusal::NotReady));
                 }
             }
         }
-        self.ledger.lease(&grant, conn, uid);
+        self.ledger.lease(&grant, conn, uid, cg);
         let peer = self.conns[&conn].peer_uid;
         for &id in &grant.ids {
             let lent = self
@@ -242,7 +268,7 @@ impl Server {
     }
 }
 
-enum AllocError {
+pub(super) enum AllocError {
     Refused(Reply, Refusal),
     /// The client stopped reading mid-answer.
     Gone,
@@ -259,6 +285,7 @@ pub(super) fn send_error(
         errno,
         ready,
         message: message.into(),
+        limit: false,
     };
     protocol::send(sock, &r.encode(seq), &[])
 }

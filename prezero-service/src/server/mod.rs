@@ -23,8 +23,11 @@
 //! `shortage.rs`, what a start takes over and fills first in `start.rs`.
 
 mod accept;
+mod cgroups;
+mod charge;
 mod handle;
 mod pools;
+mod prepare;
 mod shortage;
 mod start;
 mod stats;
@@ -37,7 +40,7 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::config::{PlacedPool, ServerConfig};
+use super::config::{PlacedPool, Prepare, ServerConfig};
 use super::ledger::Ledger;
 use super::listen::{bind, prepare_dir, refuse_if_served, restrict_socket};
 use super::log;
@@ -50,6 +53,7 @@ use prezero::numa::Topology;
 use prezero::region::PageKind;
 use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
+use cgroups::Cgroups;
 use start::{fill, record_filled, taken_over};
 use stats::Counters;
 
@@ -62,6 +66,9 @@ struct Conn {
     /// Its own uid: segments leased on it are lent to this uid, whose
     /// programs open them by name.
     peer_uid: u32,
+    /// The cgroup it is a tenant of (its key in [`Cgroups`]; `None` where no
+    /// hierarchy charges), read when it connected; or why it could not be.
+    cg: std::result::Result<Option<u64>, String>,
 }
 
 struct PoolRun {
@@ -112,6 +119,12 @@ pub struct Server {
     /// Per node with pools: the other nodes with pools, nearest first (what a
     /// request that allows other nodes falls back to).
     nearest: HashMap<u32, Vec<u32>>,
+    /// The tenant cgroups known, and what was done for each.
+    cgroups: Cgroups,
+    /// Configured preparations whose cgroups could not be opened yet.
+    pending_prepare: Vec<Prepare>,
+    /// When the cgroups were last looked at (see `prepare.rs`).
+    last_cgroup_look: Instant,
 }
 
 /// A placed pool's name in the log: page, segment and node.
@@ -191,6 +204,7 @@ impl Server {
             cfg.socket.display(),
             protocol::VERSION
         ));
+        let pending_prepare = cfg.prepare.clone();
         let mut server = Server {
             pools: pools
                 .iter()
@@ -224,8 +238,11 @@ impl Server {
             told_no_chown: false,
             told_shortage: false,
             ledger_unwritten,
+            pending_prepare,
             metrics,
             nearest,
+            cgroups: Cgroups::new(),
+            last_cgroup_look: Instant::now() - prepare::LOOK_EVERY,
         };
         server.say_shortage();
         Ok(server)
@@ -320,7 +337,7 @@ impl Server {
         self.ledger.clear();
         let _ = std::fs::remove_file(&self.cfg.socket);
         // The last counters, with nothing held by the daemon any more.
-        let last = super::metrics::prometheus(&self.stats(0, true));
+        let last = super::metrics::prometheus(&self.stats(0, None, true));
         if let Some((m, _)) = self.metrics.take() {
             m.write(last);
             m.stop();

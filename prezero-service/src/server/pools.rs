@@ -75,12 +75,21 @@ impl Server {
         self.send_clean(fresh, Clean::Fresh);
     }
 
-    /// Sends `batch` to the worker; if it is gone (shutdown), the segments go.
+    /// Sends `batch` to the worker, each segment to be cleaned in the cgroup
+    /// the ledger says (see `Ledger::clean_work`); if the worker is gone
+    /// (shutdown), the segments go.
     pub(super) fn send_clean(&mut self, batch: Vec<(u64, Segment)>, how: Clean) {
         if batch.is_empty() {
             return;
         }
         let ids: Vec<u64> = batch.iter().map(|&(id, _)| id).collect();
+        let batch: Vec<_> = batch
+            .into_iter()
+            .map(|(id, seg)| {
+                let run_in = self.ledger.clean_work(id, how).run_in;
+                (id, seg, self.cgroups.placed(run_in))
+            })
+            .collect();
         let sent = match &self.worker.jobs {
             Some(jobs) => jobs.send(Job::Clean(batch, how)).is_ok(),
             None => false,
@@ -94,7 +103,7 @@ impl Server {
 
     /// Forgets segment `id` and frees its pages in the worker, not in the
     /// event loop: the ledger's segment, or `returned` by the worker.
-    fn destroy(&mut self, id: u64, returned: Option<Segment>) {
+    pub(super) fn destroy(&mut self, id: u64, returned: Option<Segment>) {
         let home = self.ledger.remove(id);
         self.destroy_segment(returned.or(home));
     }
@@ -139,9 +148,14 @@ impl Server {
     /// A new segment joins `pool`'s ready ones once the ledger file lists
     /// it: one it does not list, handed out, would not be found by a restart
     /// (its holder uncharged), so it is destroyed instead.
-    fn add_recorded(&mut self, pool: usize, seg: Segment) -> Result<(), String> {
+    fn add_recorded(
+        &mut self,
+        pool: usize,
+        seg: Segment,
+        place: Option<u64>,
+    ) -> Result<(), String> {
         let (len, file) = (seg.len(), (seg.dev, seg.ino));
-        let id = self.ledger.add_ready(pool, seg, len, file);
+        let id = self.ledger.add_ready(pool, seg, len, file, place);
         if self.record() {
             return Ok(());
         }
@@ -162,7 +176,10 @@ impl Server {
                     clean,
                     verify,
                     verified,
+                    cpu,
+                    ran_in,
                 } => {
+                    self.count_for_cgroup(id, how, seg.len(), cpu, ran_in);
                     self.counters.scrubbed_bytes += seg.len() as u64;
                     self.counters.scrub_ns += clean.as_nanos() as u64;
                     if how == Clean::Fresh {
@@ -200,13 +217,39 @@ impl Server {
                 Done::Abandoned { id } => {
                     self.ledger.remove(id);
                 }
-                Done::Created { pool, seg } => {
+                Done::Created {
+                    pool,
+                    seg,
+                    place: Some(key),
+                    cpu,
+                } => {
+                    let len = self.pools[pool].cfg.segment_size;
+                    let added = match seg {
+                        Ok(seg) => self.add_recorded(pool, seg, Some(key)),
+                        Err(e) => Err(e.to_string()),
+                    };
+                    if let Err(e) = &added {
+                        let name = self.cgroups.name(key);
+                        log(&format!("cgroup {name}: cannot prepare a segment ({e}); retrying in 5 s"));
+                    }
+                    if let (Ok(()), Some(d)) = (&added, self.cgroups.done_mut(key)) {
+                        d.cleaned_bytes += len as u64;
+                        d.cpu_in_ns += cpu.as_nanos() as u64;
+                    }
+                    self.made_in(key, added.is_ok());
+                }
+                Done::Created {
+                    pool,
+                    seg,
+                    place: None,
+                    ..
+                } => {
                     self.pools[pool].creating = false;
                     // Short of hugetlb pages: said once for all pools, then
                     // shown in STATS and the metrics, not every retry.
                     let short = matches!(seg, Err(Error::HugetlbShortage { .. }));
                     let added = match seg {
-                        Ok(seg) => self.add_recorded(pool, seg),
+                        Ok(seg) => self.add_recorded(pool, seg, None),
                         Err(e) => Err(e.to_string()),
                     };
                     let p = &mut self.pools[pool];
@@ -250,16 +293,42 @@ impl Server {
                     page: p.cfg.page,
                     len: p.cfg.segment_size,
                     home: p.home.clone(),
+                    place: None,
                 };
                 if let Some(jobs) = &self.worker.jobs {
                     p.creating = jobs.send(job).is_ok();
                 }
             }
         }
+        self.maintain_prepared();
         if !self.ledger.any_short() {
             self.escalate(false);
         }
         self.say_shortage();
+    }
+
+    /// Counts a cleaning of `len` bytes that took `cpu` to the cgroup it was
+    /// for: its own if it ran there (`ran_in`), the daemon's spent for it if
+    /// it ran here.
+    fn count_for_cgroup(
+        &mut self,
+        id: u64,
+        how: Clean,
+        len: usize,
+        cpu: Duration,
+        ran_in: Option<u64>,
+    ) {
+        let w = self.ledger.clean_work(id, how);
+        let Some(key) = ran_in.or(w.run_in).or(w.for_cg) else {
+            return;
+        };
+        if let Some(d) = self.cgroups.done_mut(key) {
+            d.cleaned_bytes += len as u64;
+            match ran_in {
+                Some(_) => d.cpu_in_ns += cpu.as_nanos() as u64,
+                None => d.cpu_daemon_ns += cpu.as_nanos() as u64,
+            }
+        }
     }
 
     /// Raises the worker while clients are refused (see [`Worker::set_urgent`]);

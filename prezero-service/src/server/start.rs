@@ -88,7 +88,7 @@ pub(super) fn fill(
             match made {
                 Ok(seg) => {
                     let file = (seg.dev, seg.ino);
-                    ledger.add_ready(i, seg, p.segment_size, file);
+                    ledger.add_ready(i, seg, p.segment_size, file, None);
                     got += 1;
                 }
                 // The node's own pages ran out (the mapping is bound to it:

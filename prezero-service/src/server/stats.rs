@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use super::Server;
-use crate::protocol::{Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
+use crate::protocol::{CgroupStats, Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 
 pub(super) struct Counters {
     pub(super) handouts: u64,
@@ -57,18 +57,19 @@ impl Server {
         if Instant::now() < *due {
             return;
         }
-        let text = crate::metrics::prometheus(&self.stats(0, true));
+        let text = crate::metrics::prometheus(&self.stats(0, None, true));
         if let Some((m, due)) = &mut self.metrics {
             m.write(text);
             *due = Instant::now() + self.cfg.metrics_interval;
         }
     }
 
-    /// The counters as `uid` sees them. `everyone` (root, the daemon's uid, the
-    /// metrics file): every tenant, refusals by reason, latency and hand-outs
-    /// per pool. Others: their own tenant row and none of those, which would
-    /// tell when other tenants start VMs of a shape.
-    pub(super) fn stats(&self, uid: u32, everyone: bool) -> ServiceStats {
+    /// The counters as `uid` of cgroup `cg` sees them. `everyone` (root, the
+    /// daemon's uid, the metrics file): every tenant and tenant cgroup,
+    /// refusals by reason, latency and hand-outs per pool. Others: their own
+    /// tenant row and cgroup row and none of those, which would tell when
+    /// other tenants start VMs of a shape.
+    pub(super) fn stats(&self, uid: u32, cg: Option<u64>, everyone: bool) -> ServiceStats {
         let pools = self
             .pools
             .iter()
@@ -148,6 +149,37 @@ impl Server {
             fresh_ns: k.fresh_ns,
             tenants,
             tenants_omitted: 0,
+            cgroups: self.cgroup_rows(|k| everyone || Some(k) == cg),
+            cgroups_omitted: 0,
         }
+    }
+
+    /// A row per tenant cgroup `shown` lets through that has anything to
+    /// show, most charged (placed and lent) first.
+    fn cgroup_rows(&self, shown: impl Fn(u64) -> bool) -> Vec<CgroupStats> {
+        let mut rows: Vec<CgroupStats> = self
+            .cgroups
+            .all
+            .iter()
+            .filter(|(&k, _)| shown(k))
+            .map(|(&k, c)| CgroupStats {
+                name: c.opened.name.clone(),
+                connections: self
+                    .conns
+                    .values()
+                    .filter(|x| x.cg.as_ref().is_ok_and(|&g| g == Some(k)))
+                    .count() as u32,
+                placed: self.ledger.placed(k, None) as u64,
+                lent: self.ledger.lent(k) as u64,
+                prepared: c.prepared.map_or(0, |p| p.1) as u64,
+                cleaned_bytes: c.done.cleaned_bytes,
+                cpu_in_ns: c.done.cpu_in_ns,
+                cpu_daemon_ns: c.done.cpu_daemon_ns,
+                refusals: c.done.refusals,
+            })
+            .filter(|r| r != &CgroupStats { name: r.name.clone(), ..Default::default() })
+            .collect();
+        rows.sort_by_key(|r| std::cmp::Reverse(r.placed + r.lent));
+        rows
     }
 }

@@ -63,3 +63,31 @@ pub fn set_nice(tid: Tid, nice: libc::c_int) -> io::Result<()> {
     }
     Ok(())
 }
+
+/// `clock_gettime` of `clock` in nanoseconds (0 if the clock cannot be read).
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: writes one timespec into the local.
+    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
+        return 0;
+    }
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC`: the same clock in a forked child as in
+/// its parent (what `Instant` reads, as a number that can be shared).
+///
+/// pre: none.
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// The CPU time the calling thread has used.
+///
+/// pre: none.
+pub fn thread_cpu_time() -> std::time::Duration {
+    std::time::Duration::from_nanos(clock_ns(libc::CLOCK_THREAD_CPUTIME_ID))
+}
