@@ -51,6 +51,7 @@ fn collect() -> Value {
             .collect()
     };
     json!({
+        "service": service(),
         "cpu": {
             "vendor": c.vendor,
             "model_name": c.model_name,
@@ -331,6 +332,47 @@ fn print_text(v: &Value) {
         t["source"].as_str().unwrap_or(""),
         available.join(" ")
     );
+    print_service(&v["service"]);
+}
+
+/// The tenant cgroups of the `prezero serve` at `$PREZERO_SOCKET` (or the
+/// default socket), if one answers: what each holds and what its cleaning
+/// cost (`null` without a daemon).
+fn service() -> Value {
+    let Ok(client) = prezero_service::Client::connect_default() else {
+        return Value::Null;
+    };
+    match client.stats() {
+        Ok(s) => json!({
+            "socket": client.path().display().to_string(),
+            "cgroups": crate::client::cgroups::json_rows(&s),
+        }),
+        Err(_) => Value::Null,
+    }
+}
+
+/// The service's tenant cgroups, a line each.
+fn print_service(v: &Value) {
+    let Some(socket) = v["socket"].as_str() else {
+        return;
+    };
+    let rows = v["cgroups"].as_array().cloned().unwrap_or_default();
+    println!("\nService  {socket}: {} tenant cgroups", rows.len());
+    let b = |r: &Value, k: &str| fmt_size(r[k].as_u64().unwrap_or(0) as usize);
+    let ms = |r: &Value, k: &str| r[k].as_u64().unwrap_or(0) as f64 / 1e6;
+    for r in &rows {
+        println!(
+            "  {}: {} charged to it, {} lent, {} prepared; cleaned {} with {:.1} ms of CPU \
+             in it, {:.1} ms in the daemon's",
+            r["cgroup"].as_str().unwrap_or("").escape_debug(),
+            b(r, "placed"),
+            b(r, "lent"),
+            b(r, "prepared"),
+            b(r, "cleaned_bytes"),
+            ms(r, "cpu_in_ns"),
+            ms(r, "cpu_daemon_ns")
+        );
+    }
 }
 
 /// "avx2 below 8M, avx2-nt from there": the template kernels a choice (in

@@ -13,7 +13,7 @@ use crate::units::fmt_size;
 
 mod config;
 
-use config::{parse_pool_flag, File};
+use config::{parse_pool_flag, File, FilePrepare};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -75,6 +75,13 @@ pub struct Args {
     /// How often the metrics file is rewritten, in seconds [default: 5].
     #[arg(long)]
     metrics_interval: Option<f64>,
+    /// Memory prepared for a tenant cgroup, CGROUP=SIZE[:PAGE] (e.g.
+    /// /machine.slice/vm1.scope=4G:2MB): faulted in from inside that cgroup,
+    /// so its counters and limits hold it, and handed to its tenants only
+    /// (a cgroup that does not exist yet is looked for every second).
+    /// Repeatable, after the file's [[prepare]] tables.
+    #[arg(long = "prepare", value_name = "CGROUP=SIZE[:PAGE]")]
+    prepare: Vec<String>,
     /// Grow the hugetlb pools so every pool's cap fits, and restore them on
     /// exit (root). Without it the daemon takes what the admin reserved.
     #[arg(long)]
@@ -112,6 +119,9 @@ fn config(args: &Args) -> Result<ServerConfig> {
     file.ledger = args.ledger.clone().or(file.ledger);
     file.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
     file.metrics_interval = args.metrics_interval.or(file.metrics_interval);
+    for p in &args.prepare {
+        file.prepare.push(FilePrepare::from_flag(p)?);
+    }
     file.config(flag_pools)
 }
 

@@ -201,7 +201,8 @@ pub(crate) struct Task<'a> {
 pub(crate) fn child_main(t: &Task<'_>, board: &Board, out: &Outcome) -> i32 {
     let o = out.fields();
     let fail = |code, e: std::io::Error| {
-        o.errno.store(e.raw_os_error().unwrap_or(libc::EIO), Ordering::Release);
+        o.errno
+            .store(e.raw_os_error().unwrap_or(libc::EIO), Ordering::Release);
         code
     };
     for &procs in t.enter {
@@ -246,7 +247,8 @@ pub(crate) fn child_main(t: &Task<'_>, board: &Board, out: &Outcome) -> i32 {
             return status::STOPPED;
         }
     }
-    o.work_ns.store(started.elapsed().as_nanos() as u64, Ordering::Release);
+    o.work_ns
+        .store(started.elapsed().as_nanos() as u64, Ordering::Release);
     if t.op == Op::Create {
         return status::DONE;
     }
@@ -255,15 +257,22 @@ pub(crate) fn child_main(t: &Task<'_>, board: &Board, out: &Outcome) -> i32 {
     if board.stopping() {
         return status::STOPPED;
     }
-    o.bad.store(bad.map_or(0, |b| b as u64 + 1), Ordering::Release);
+    o.bad
+        .store(bad.map_or(0, |b| b as u64 + 1), Ordering::Release);
     o.verified.store(verified as u64, Ordering::Release);
-    o.verify_ns.store(started.elapsed().as_nanos() as u64, Ordering::Release);
+    o.verify_ns
+        .store(started.elapsed().as_nanos() as u64, Ordering::Release);
     status::DONE
 }
 
 /// Reads `buf` back as `how` says: the offset of a non-zero byte, if any,
 /// and the bytes read. Stops early (with what it read) once the board says so.
-pub(crate) fn verify(buf: &[u8], how: Verify, step: usize, board: &Board) -> (Option<usize>, usize) {
+pub(crate) fn verify(
+    buf: &[u8],
+    how: Verify,
+    step: usize,
+    board: &Board,
+) -> (Option<usize>, usize) {
     let mut verified = 0;
     match how {
         Verify::Full => {

@@ -92,21 +92,13 @@ pub(crate) enum Done {
     },
     /// The fresh pages could not be had (a hugetlb shortage, perhaps made by a
     /// tenant that punched holes and took the pages): the segment is destroyed.
-    Lost {
-        id: u64,
-        why: Error,
-    },
+    Lost { id: u64, why: Error },
     /// A page is not on the segment's node (a tenant punched a hole and
     /// faulted it in elsewhere; a scrub in place keeps the page where it is):
     /// the segment is destroyed.
-    Misplaced {
-        id: u64,
-        why: Error,
-    },
+    Misplaced { id: u64, why: Error },
     /// Shutdown came first; the segment was unmapped unrefreshed.
-    Abandoned {
-        id: u64,
-    },
+    Abandoned { id: u64 },
     Created {
         pool: usize,
         seg: Result<Segment>,
@@ -392,7 +384,12 @@ enum ChildEnd {
 
 /// Runs `op` on `seg` in a child inside `p`'s cgroup (`charged.rs`); what
 /// it found and the CPU it used.
-fn run_child(seg: &Segment, op: Op, p: &Placed, env: &Env) -> std::result::Result<(charged::Found, Duration), ChildEnd> {
+fn run_child(
+    seg: &Segment,
+    op: Op,
+    p: &Placed,
+    env: &Env,
+) -> std::result::Result<(charged::Found, Duration), ChildEnd> {
     let out = charged::Outcome::new().map_err(ChildEnd::Refused)?;
     let (v2, v1) = p.cg.entry();
     let (ptr, len) = seg.memory();
@@ -420,7 +417,15 @@ fn run_child(seg: &Segment, op: Op, p: &Placed, env: &Env) -> std::result::Resul
     let found = out.read();
     let errno = || std::io::Error::from_raw_os_error(found.errno);
     match exit.code {
-        Some(charged::status::DONE) => Ok((found, exit.cpu)),
+        // The child's page tables were its own: the daemon maps what it
+        // faulted in (the pages exist, so this allocates and charges
+        // nothing) before it looks where they are.
+        Some(charged::status::DONE) => match seg.repopulate(0, len, 1) {
+            Ok(()) => Ok((found, exit.cpu)),
+            Err(e) => Err(ChildEnd::NoPage(std::io::Error::from_raw_os_error(
+                e.errno(),
+            ))),
+        },
         Some(charged::status::NOT_ENTERED) => Err(ChildEnd::Refused(errno())),
         Some(charged::status::NO_PAGE) => Err(ChildEnd::NoPage(errno())),
         _ if board.stopping() => Err(ChildEnd::Stopped),
@@ -430,7 +435,13 @@ fn run_child(seg: &Segment, op: Op, p: &Placed, env: &Env) -> std::result::Resul
 
 /// A new segment whose pages a child inside `p`'s cgroup faults in (so they
 /// are charged there), with the CPU that took.
-fn create_placed(page: PageKind, len: usize, home: Home, p: Placed, env: &Env) -> Result<(Segment, Duration)> {
+fn create_placed(
+    page: PageKind,
+    len: usize,
+    home: Home,
+    p: Placed,
+    env: &Env,
+) -> Result<(Segment, Duration)> {
     let seg = Segment::create(page, len, home)?;
     let _pinned = Pinned::to(seg.cpus());
     let name = crate::cgroup::parse::display(&p.cg.name);
@@ -486,9 +497,13 @@ fn clean_placed(id: u64, seg: Segment, how: Clean, p: Placed, env: &Env) -> Done
             }
         }
         Err(ChildEnd::Refused(_)) if how == Clean::InPlace => clean(id, seg, how, env),
-        Err(ChildEnd::Refused(e) | ChildEnd::NoPage(e)) => lost(Error::os("a child in the segment's cgroup", e), seg),
+        Err(ChildEnd::Refused(e) | ChildEnd::NoPage(e)) => {
+            lost(Error::os("a child in the segment's cgroup", e), seg)
+        }
         Err(ChildEnd::Overstayed) => lost(
-            Error::invalid("its cgroup kept the child that cleans it past its deadline (frozen or throttled)"),
+            Error::invalid(
+                "its cgroup kept the child that cleans it past its deadline (frozen or throttled)",
+            ),
             seg,
         ),
         Err(ChildEnd::Stopped) => {

@@ -13,6 +13,7 @@ use prezero_service::{AllocOptions, Client, NodeChoice, Refusal, ServiceStats, S
 use crate::table::Table;
 use crate::units::{fmt_size, parse_size};
 
+pub(crate) mod cgroups;
 mod exec;
 
 #[derive(clap::Subcommand)]
@@ -27,6 +28,9 @@ pub enum Which {
     /// Take zeroed memory as memfds and exec PROGRAM with them inherited
     /// (`{path}`, `{fd}`, `{size}` in its arguments name them).
     Exec(exec::ExecArgs),
+    /// Prepare memory inside a tenant cgroup before its tenant starts (as a
+    /// VMM launcher would): charged to that cgroup, handed to its tenants only.
+    Prepare(cgroups::PrepareArgs),
 }
 
 /// The options every `prezero client` command has (`#[command(flatten)]`).
@@ -151,6 +155,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Stats(a) => stats(&a),
         Which::Churn(a) => churn(&a),
         Which::Exec(a) => exec::run(&a),
+        Which::Prepare(a) => cgroups::prepare(&a),
     }
 }
 
@@ -365,6 +370,7 @@ fn stats(args: &StatsArgs) -> Result<()> {
             fmt_size(t.charged as usize)
         );
     }
+    cgroups::print_rows(&s);
     let cap = if s.uid_cap == u64::MAX {
         "none".to_string()
     } else {
@@ -398,6 +404,7 @@ pub fn stats_json(s: &ServiceStats) -> serde_json::Value {
             "uid": t.uid, "connections": t.connections, "charged": t.charged,
         })).collect::<Vec<_>>(),
         "tenants_omitted": s.tenants_omitted,
+        "cgroups": cgroups::json_rows(s), "cgroups_omitted": s.cgroups_omitted,
         "clients": s.clients, "handouts": s.handouts, "refusals": s.refusals,
         "protocol_errors": s.protocol_errors, "scrubbed_bytes": s.scrubbed_bytes,
         "scrub_ns": s.scrub_ns, "verified_bytes": s.verified_bytes, "verify_ns": s.verify_ns,

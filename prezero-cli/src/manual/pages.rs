@@ -410,6 +410,27 @@ const PAGES: &[Page] = &[
         ],
         see_also: &["prezero-serve(1)", "qemu-system-x86_64(1)"],
     },
+    Page {
+        name: "prezero-client-prepare",
+        examples: &[
+            (
+                "A VM launcher makes 4 GiB ready inside the VM's cgroup before starting it.",
+                "prezero client prepare /machine.slice/vm1.scope 4G",
+            ),
+            (
+                "The VM is gone: nothing kept for its cgroup any more.",
+                "prezero client prepare /machine.slice/vm1.scope 0",
+            ),
+        ],
+        env: &[Env::Socket],
+        files: &[SOCKET],
+        exit: &[(
+            "1",
+            "An error: no service, a cgroup this uid does not own (EACCES), one that does not \
+             exist, or more than its limits leave room for (ENOMEM).",
+        )],
+        see_also: &["prezero-serve(1)", "prezero-client-exec(1)"],
+    },
 ];
 
 /// The page named `name`.

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::{anyhow, bail, Context, Result};
 use prezero::{parse_size, PageKind, ScrubPriority};
-use prezero_service::{Amount, PoolConfig, PoolNode, Reuse, ServerConfig, Verify};
+use prezero_service::{Amount, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, Verify};
 use serde::Deserialize;
 
 /// The configuration file. Sizes are strings like "256M" or "8G"; a pool's
@@ -34,6 +34,60 @@ pub struct File {
     pub metrics_interval: Option<f64>,
     #[serde(default, rename = "pool")]
     pools: Vec<FilePool>,
+    /// `[[prepare]]` tables, then `--prepare` flags.
+    #[serde(default)]
+    pub prepare: Vec<FilePrepare>,
+}
+
+/// `[[prepare]] cgroup = "/machine.slice/vm1.scope", size = "4G", page = "2MB"`.
+#[derive(Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct FilePrepare {
+    cgroup: PathBuf,
+    size: String,
+    page: Option<String>,
+}
+
+impl FilePrepare {
+    /// `--prepare CGROUP=SIZE[:PAGE]`: the cgroup's path, the bytes, the page
+    /// (2MB unless said).
+    pub fn from_flag(s: &str) -> Result<FilePrepare> {
+        let (cgroup, rest) = s
+            .rsplit_once('=')
+            .ok_or_else(|| anyhow!("--prepare {s}: expected CGROUP=SIZE[:PAGE]"))?;
+        let (size, page) = match rest.split_once(':') {
+            Some((size, page)) => (size, Some(page.to_owned())),
+            None => (rest, None),
+        };
+        Ok(FilePrepare {
+            cgroup: cgroup.into(),
+            size: size.to_owned(),
+            page,
+        })
+    }
+
+    fn config(&self) -> Result<Prepare> {
+        let page: PageKind = self.page.as_deref().unwrap_or("2MB").parse()?;
+        if !page.is_hugetlb() {
+            bail!(
+                "prepare {}: the pages are 2MB or 1GB",
+                self.cgroup.display()
+            );
+        }
+        if !self.cgroup.is_absolute() {
+            bail!(
+                "prepare {}: a cgroup path starts with /",
+                self.cgroup.display()
+            );
+        }
+        let bytes =
+            parse_size(&self.size).with_context(|| format!("prepare {}", self.cgroup.display()))?;
+        Ok(Prepare {
+            cgroup: self.cgroup.clone(),
+            bytes,
+            page,
+        })
+    }
 }
 
 #[derive(Deserialize)]
@@ -124,6 +178,11 @@ impl File {
         }
         cfg.ledger = self.ledger;
         cfg.metrics_textfile = self.metrics_textfile;
+        cfg.prepare = self
+            .prepare
+            .iter()
+            .map(FilePrepare::config)
+            .collect::<Result<_, _>>()?;
         if let Some(secs) = self.metrics_interval {
             let most = prezero_service::MAX_METRICS_INTERVAL.as_secs_f64();
             if !(secs.is_finite() && (0.01..=most).contains(&secs)) {

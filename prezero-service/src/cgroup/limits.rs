@@ -8,7 +8,7 @@
 use std::os::fd::{AsFd, BorrowedFd};
 
 use super::parse::{levels, relative};
-use super::{Hierarchies, Root};
+use super::{Hierarchies, Opened, Root};
 use prezero::sys;
 
 /// The tightest limit met: the room left at one level, and what sets it.
@@ -54,9 +54,16 @@ fn file_pages(dir: BorrowedFd<'_>) -> u64 {
 
 impl Hierarchies {
     /// The tightest limit on charging `page`-byte hugetlb pages to the cgroup
-    /// `name` (its path), each level's room less `lent(level)` (what the
-    /// daemon lends that level's tenants); `None` where no level limits them.
-    pub(crate) fn limit(&self, name: &[u8], page: usize, lent: impl Fn(&[u8]) -> u64) -> Option<Limit> {
+    /// `cg`, each level's room less `lent(hierarchy, level)` (what the daemon
+    /// lends the tenants at or below that level of that hierarchy: `None` the
+    /// unified one, else a v1 one's controllers); `None` where no level
+    /// limits them.
+    pub(crate) fn limit(
+        &self,
+        cg: &Opened,
+        page: usize,
+        lent: impl Fn(Option<&str>, &[u8]) -> u64,
+    ) -> Option<Limit> {
         let size = size_name(page);
         let mut tight: Option<Limit> = None;
         let mut consider = |l: Limit| {
@@ -65,18 +72,25 @@ impl Hierarchies {
             }
         };
         let roots = self.v2.iter().chain(self.v1.iter().filter(|r| {
-            r.v1.as_deref().is_some_and(|c| c.split(',').any(|c| c == "hugetlb"))
+            r.v1.as_deref()
+                .is_some_and(|c| c.split(',').any(|c| c == "hugetlb"))
         }));
         for root in roots {
-            for level in levels(name) {
-                let Ok(dir) =
-                    sys::open_beneath(root.dir.as_fd(), relative(level), libc::O_RDONLY | libc::O_DIRECTORY)
-                else {
+            let hier = root.v1.as_deref();
+            let Some(path) = cg.path_in(hier) else {
+                continue;
+            };
+            for level in levels(path) {
+                let Ok(dir) = sys::open_beneath(
+                    root.dir.as_fd(),
+                    relative(level),
+                    libc::O_RDONLY | libc::O_DIRECTORY,
+                ) else {
                     continue;
                 };
                 for l in level_limits(root, dir.as_fd(), &size) {
                     consider(Limit {
-                        room: l.0.saturating_sub(lent(level)),
+                        room: l.0.saturating_sub(lent(hier, level)),
                         at: level.to_vec(),
                         file: l.1,
                     });
@@ -91,7 +105,10 @@ impl Hierarchies {
 fn level_limits(root: &Root, dir: BorrowedFd<'_>, size: &str) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     let (max, cur) = match root.v1 {
-        None => (format!("hugetlb.{size}.max"), format!("hugetlb.{size}.current")),
+        None => (
+            format!("hugetlb.{size}.max"),
+            format!("hugetlb.{size}.current"),
+        ),
         Some(_) => (
             format!("hugetlb.{size}.limit_in_bytes"),
             format!("hugetlb.{size}.usage_in_bytes"),

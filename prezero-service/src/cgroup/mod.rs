@@ -36,14 +36,18 @@ pub(crate) struct Hierarchies {
 
 /// A tenant's cgroup, opened: its name and directories.
 pub(crate) struct Opened {
-    /// The v2 path, or on a machine of v1 only the first charging
-    /// hierarchy's: how the daemon, its stats and its metrics name it.
+    /// How the daemon, its stats and its metrics name it: its path in the
+    /// hierarchy of the memory controller (v1's where memory is there, as in
+    /// systemd's hybrid layout), else in the unified one.
     pub(crate) name: Vec<u8>,
-    /// The cgroup v2 directory (children are made inside it).
-    pub(crate) v2: Option<OwnedFd>,
-    /// Each charging v1 hierarchy's directory of the tenant, with its
-    /// `cgroup.procs` open for writing (a child moves itself in).
-    pub(crate) v1: Vec<(String, OwnedFd, OwnedFd)>,
+    /// Its paths in every hierarchy, one string: two tenants are one cgroup
+    /// only if they are in the same place in each.
+    pub(crate) id: Vec<u8>,
+    /// The cgroup v2 path and directory (children are made inside it).
+    pub(crate) v2: Option<(Vec<u8>, OwnedFd)>,
+    /// Each charging v1 hierarchy's controllers, path and directory of the
+    /// tenant, with its `cgroup.procs` open for writing (a child moves itself in).
+    pub(crate) v1: Vec<(String, Vec<u8>, OwnedFd, OwnedFd)>,
     /// Who owns the directory (an announcement's permission).
     pub(crate) owner: u32,
 }
@@ -67,10 +71,19 @@ impl Hierarchies {
                 hugetlb_in_memory: m.hugetlb_in_memory,
             };
             match m.v1 {
+                // A unified hierarchy beside v1 ones with no controller of
+                // its own (systemd's hybrid layout) charges nothing.
+                None if controllers(&root).is_empty() => {}
                 None => h.v2 = Some(root),
                 Some(_) => h.v1.push(root),
             }
         }
+        // The memory hierarchy names a v1 tenant: it holds what is charged.
+        h.v1.sort_by_key(|r| {
+            !r.v1
+                .as_deref()
+                .is_some_and(|c| c.split(',').any(|c| c == "memory"))
+        });
         h
     }
 
@@ -91,7 +104,11 @@ impl Hierarchies {
     /// checked still alive through its pidfd (so the pid was not reused
     /// meanwhile) and the file read again, unchanged (so it did not move
     /// while it was looked at).
-    pub(crate) fn of_peer(&self, pidfd: Option<BorrowedFd<'_>>, pid: i32) -> Result<Opened, String> {
+    pub(crate) fn of_peer(
+        &self,
+        pidfd: Option<BorrowedFd<'_>>,
+        pid: i32,
+    ) -> Result<Opened, String> {
         let path = format!("/proc/{pid}/cgroup");
         let read = || std::fs::read(&path).map_err(|e| format!("{path}: {e}"));
         let first = read()?;
@@ -123,15 +140,15 @@ impl Hierarchies {
 
     fn open(&self, m: &Membership) -> Result<Opened, String> {
         let open_in = |root: &Root, path: &[u8]| {
-            sys::open_beneath(root.dir.as_fd(), relative(path), libc::O_RDONLY | libc::O_DIRECTORY)
-                .map_err(|e| format!("cgroup {}: {e}", parse::display(path)))
+            sys::open_beneath(
+                root.dir.as_fd(),
+                relative(path),
+                libc::O_RDONLY | libc::O_DIRECTORY,
+            )
+            .map_err(|e| format!("cgroup {}: {e}", parse::display(path)))
         };
-        let mut name = None;
         let v2 = match (&self.v2, &m.v2) {
-            (Some(root), Some(path)) => {
-                name = Some(path.clone());
-                Some(open_in(root, path)?)
-            }
+            (Some(root), Some(path)) => Some((path.clone(), open_in(root, path)?)),
             _ => None,
         };
         let mut v1 = Vec::new();
@@ -143,24 +160,64 @@ impl Hierarchies {
             let dir = open_in(root, path)?;
             let procs = sys::open_beneath(dir.as_fd(), b"cgroup.procs", libc::O_WRONLY)
                 .map_err(|e| format!("cgroup {}: cgroup.procs: {e}", parse::display(path)))?;
-            name.get_or_insert_with(|| path.clone());
-            v1.push((ctl.to_owned(), dir, procs));
+            v1.push((ctl.to_owned(), path.clone(), dir, procs));
         }
-        let Some(name) = name else {
+        // v1's memory hierarchy comes first (`read`), where there is one.
+        let memory_v1 = v1.first().filter(|e| e.0.split(',').any(|c| c == "memory"));
+        let Some(name) = memory_v1
+            .map(|e| e.1.clone())
+            .or(v2.as_ref().map(|e| e.0.clone()))
+            .or(v1.first().map(|e| e.1.clone()))
+        else {
             return Err("in no cgroup hierarchy this daemon charges through".into());
         };
-        let dir = v2.as_ref().or(v1.first().map(|e| &e.1)).expect("a name has a directory");
+        let mut id = Vec::new();
+        for (ctl, path) in v2
+            .iter()
+            .map(|e| ("", &e.0))
+            .chain(v1.iter().map(|e| (&e.0[..], &e.1)))
+        {
+            id.extend_from_slice(ctl.as_bytes());
+            id.push(b':');
+            id.extend_from_slice(path);
+            id.push(b'\n');
+        }
+        let dir = v2
+            .as_ref()
+            .map(|e| &e.1)
+            .or(v1.first().map(|e| &e.2))
+            .expect("a name has a directory");
         let owner = sys::fstat(dir.as_fd())
             .map_err(|e| format!("cgroup {}: {e}", parse::display(&name)))?
             .st_uid;
-        Ok(Opened { name, v2, v1, owner })
+        Ok(Opened {
+            name,
+            id,
+            v2,
+            v1,
+            owner,
+        })
     }
+}
+
+/// The controllers of a unified hierarchy's root (`cgroup.controllers`).
+fn controllers(root: &Root) -> String {
+    sys::open_beneath(root.dir.as_fd(), b"cgroup.controllers", libc::O_RDONLY)
+        .ok()
+        .and_then(|f| std::io::read_to_string(std::fs::File::from(f)).ok())
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
 }
 
 impl Opened {
     /// Whether the cgroup is still there (a removed one's files are gone).
     pub(crate) fn exists(&self) -> bool {
-        let dir = self.v2.as_ref().or(self.v1.first().map(|e| &e.1));
+        let dir = self
+            .v2
+            .as_ref()
+            .map(|e| &e.1)
+            .or(self.v1.first().map(|e| &e.2));
         dir.is_some_and(|d| sys::open_beneath(d.as_fd(), b"cgroup.procs", libc::O_RDONLY).is_ok())
     }
 
@@ -168,8 +225,17 @@ impl Opened {
     /// into the v1 ones by writing to their `cgroup.procs`.
     pub(crate) fn entry(&self) -> (Option<BorrowedFd<'_>>, Vec<BorrowedFd<'_>>) {
         (
-            self.v2.as_ref().map(|d| d.as_fd()),
-            self.v1.iter().map(|(_, _, p)| p.as_fd()).collect(),
+            self.v2.as_ref().map(|e| e.1.as_fd()),
+            self.v1.iter().map(|e| e.3.as_fd()).collect(),
         )
+    }
+
+    /// Its path in the hierarchy `hier` names (`None`: the unified one; else
+    /// a v1 one's controllers).
+    pub(crate) fn path_in(&self, hier: Option<&str>) -> Option<&[u8]> {
+        match hier {
+            None => self.v2.as_ref().map(|e| &e.0[..]),
+            Some(c) => self.v1.iter().find(|e| e.0 == c).map(|e| &e.1[..]),
+        }
     }
 }

@@ -150,7 +150,9 @@ fn unescape(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        let oct = b.get(i + 1..i + 4).filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        let oct = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
         match oct {
             Some(d) => {
                 out.push((d[0] - b'0') << 6 | (d[1] - b'0') << 3 | (d[2] - b'0'));
@@ -201,7 +203,10 @@ mod tests {
         assert_eq!(m.v2.as_deref(), Some(&b"/"[..]));
         assert_eq!(
             m.v1,
-            vec![("cpu,cpuacct".into(), b"/t".to_vec()), ("memory".into(), b"/t".to_vec())]
+            vec![
+                ("cpu,cpuacct".into(), b"/t".to_vec()),
+                ("memory".into(), b"/t".to_vec())
+            ]
         );
     }
 

@@ -169,7 +169,6 @@ impl<S> Ledger<S> {
         }
     }
 
-
     /// The pools of `of_page` that can hold `rounded` bytes, best first as
     /// [`Ledger::choose_on`] ranks them (`rank_of`: a pool's node's place in
     /// the order asked for), each `(.., segments, waste, pool)`.

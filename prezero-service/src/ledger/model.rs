@@ -367,7 +367,10 @@ impl<S> Ledger<S> {
     /// changed in between.
     pub(crate) fn lease(&mut self, grant: &Grant, conn: u64, uid: u32, cg: Option<u64>) {
         for &id in &grant.ids {
-            let e = self.entries.get_mut(&id).expect("granted segments are known");
+            let e = self
+                .entries
+                .get_mut(&id)
+                .expect("granted segments are known");
             assert!(
                 matches!(e.state, State::Ready { owner } if owner.is_none_or(|o| o == uid))
                     && e.place.is_none_or(|p| Some(p) == cg),

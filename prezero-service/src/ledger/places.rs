@@ -52,7 +52,12 @@ impl<S> Ledger<S> {
     /// `target` bytes prepared for it, with room under the pool's cap.
     pub(crate) fn wants_growth_in(&self, pool: usize, cg: u64, target: usize) -> bool {
         let s = self.shapes[pool];
-        let total: usize = self.entries.values().filter(|e| e.pool == pool).map(|e| e.len).sum();
+        let total: usize = self
+            .entries
+            .values()
+            .filter(|e| e.pool == pool)
+            .map(|e| e.len)
+            .sum();
         self.placed(cg, Some(pool)) < target && total + s.segment <= s.cap
     }
 

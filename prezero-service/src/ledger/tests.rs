@@ -168,7 +168,8 @@ fn refusals_say_why() {
         Some(8),
     );
     l.add_ready(0, (), 4, (0, 0), None);
-    let why = |l: &Ledger<()>, bytes, page| l.choose_on(7, None, bytes, page, None).unwrap_err().reason;
+    let why =
+        |l: &Ledger<()>, bytes, page| l.choose_on(7, None, bytes, page, None).unwrap_err().reason;
     assert_eq!(why(&l, 0, 2), Refusal::BadRequest);
     assert_eq!(why(&l, 4, 4096), Refusal::BadRequest);
     assert_eq!(why(&l, 9, 2), Refusal::PoolCap);
@@ -191,7 +192,10 @@ fn refusals_say_why() {
         l.choose_on(7, None, 8, 2, None).unwrap_err().reason,
         Refusal::UidCap
     );
-    assert!(l.choose_on(8, None, 8, 2, None).is_ok(), "the cap is per uid");
+    assert!(
+        l.choose_on(8, None, 8, 2, None).is_ok(),
+        "the cap is per uid"
+    );
 }
 
 /// Pools on two nodes: a request for a node takes only that node's pools,
@@ -216,7 +220,9 @@ fn a_request_for_a_node_takes_only_its_pools_unless_others_are_allowed() {
     // Node 1's 16-unit pool has nothing ready: the exact fit is short, the
     // 4-unit pool on the same node serves.
     assert_eq!(
-        l.choose_on(1, None, 16, 2, Some(&[1, 0])).unwrap_err().reason,
+        l.choose_on(1, None, 16, 2, Some(&[1, 0]))
+            .unwrap_err()
+            .reason,
         Refusal::NotReady
     );
     l.add_ready(0, (), 4, (0, 0), None);
@@ -234,7 +240,11 @@ fn a_request_for_a_node_takes_only_its_pools_unless_others_are_allowed() {
         0,
         "then node 0"
     );
-    assert_eq!(l.choose_on(1, None, 16, 2, None).unwrap().pool, 0, "any node");
+    assert_eq!(
+        l.choose_on(1, None, 16, 2, None).unwrap().pool,
+        0,
+        "any node"
+    );
     let r = l.choose_on(1, None, 4, 2, Some(&[2])).unwrap_err();
     assert_eq!((r.reason, r.errno), (Refusal::BadRequest, libc::EINVAL));
     assert!(r.message.contains("nodes 0, 1"), "{}", r.message);
@@ -309,7 +319,10 @@ fn a_prepared_part_grows_to_its_target_and_goes_when_withdrawn() {
     l.add_ready(0, (), 4, (0, 0), Some(3));
     assert!(!l.wants_growth_in(0, 3, 8), "at its target");
     assert!(!l.wants_growth(0), "the shared pool's target is 0");
-    assert!(l.surplus(0).is_empty(), "a prepared part is not the shared pool's surplus");
+    assert!(
+        l.surplus(0).is_empty(),
+        "a prepared part is not the shared pool's surplus"
+    );
     assert_eq!(l.surplus_in(0, 3, 4).len(), 1);
     assert_eq!(l.surplus_in(0, 3, 0).len(), 2);
     l.add_ready(0, (), 4, (0, 0), None);

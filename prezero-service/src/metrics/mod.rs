@@ -235,7 +235,85 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         "Tenants left out of the two families above to fit one STATS message.",
         &[(String::new(), stats.tenants_omitted as f64)],
     );
+    cgroup_families(stats, &mut family);
     out
+}
+
+/// A Prometheus label value: backslash, double quote and newline escaped
+/// (a cgroup's name is anyone's bytes; not UTF-8 becomes U+FFFD).
+fn label(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The families by tenant cgroup: what the kernel charges to it, what the
+/// daemon lends it, what was prepared for it, and what cleaning cost it.
+fn cgroup_families(
+    stats: &ServiceStats,
+    family: &mut impl FnMut(&str, &str, &str, &[(String, f64)]),
+) {
+    let by = |f: &dyn Fn(&super::CgroupStats) -> Vec<(&'static str, f64)>| -> Vec<(String, f64)> {
+        stats
+            .cgroups
+            .iter()
+            .flat_map(|c| {
+                let name = label(&c.name);
+                f(c).into_iter()
+                    .map(move |(extra, v)| (format!("{{cgroup=\"{name}\"{extra}}}"), v))
+            })
+            .collect()
+    };
+    family(
+        "prezero_cgroup_bytes",
+        "gauge",
+        "Bytes a tenant cgroup has of the service: placed (its pages, charged to it by the \
+         kernel: what was prepared for it, held or ready) and lent (shared pages its tenants \
+         hold, charged to the daemon, counted against its limits by the daemon).",
+        &by(&|c| {
+            vec![
+                (",by=\"placed\"", c.placed as f64),
+                (",by=\"lent\"", c.lent as f64),
+            ]
+        }),
+    );
+    family(
+        "prezero_cgroup_prepared_bytes",
+        "gauge",
+        "Bytes prepared for a tenant cgroup (announced with PREPARE, or configured).",
+        &by(&|c| vec![("", c.prepared as f64)]),
+    );
+    family(
+        "prezero_cgroup_cleaned_bytes_total",
+        "counter",
+        "Bytes made zero for a tenant cgroup: its released segments, its prepared fills.",
+        &by(&|c| vec![("", c.cleaned_bytes as f64)]),
+    );
+    family(
+        "prezero_cgroup_clean_cpu_seconds_total",
+        "counter",
+        "CPU that work took for a tenant cgroup: where=\"cgroup\" ran inside it (its cpu.stat \
+         has it), where=\"daemon\" in the daemon's cgroup where it could not.",
+        &by(&|c| {
+            vec![
+                (",where=\"cgroup\"", seconds(c.cpu_in_ns)),
+                (",where=\"daemon\"", seconds(c.cpu_daemon_ns)),
+            ]
+        }),
+    );
+    family(
+        "prezero_cgroup_refusals_total",
+        "counter",
+        "Requests refused because a tenant cgroup was at its hugetlb or memory limit.",
+        &by(&|c| vec![("", c.refusals as f64)]),
+    );
+    family(
+        "prezero_cgroups_omitted",
+        "gauge",
+        "Tenant cgroups left out of the families above to fit one STATS message.",
+        &[(String::new(), stats.cgroups_omitted as f64)],
+    );
 }
 
 #[cfg(test)]
@@ -284,6 +362,21 @@ mod tests {
         assert!(text.contains("prezero_handout_latency_seconds_bucket{le=\"0.0025\"} 4"));
         assert!(text.contains("prezero_handout_latency_seconds_bucket{le=\"+Inf\"} 5"));
         assert!(text.contains("prezero_connections{uid=\"1000\"} 2"));
+        let mut cg = stats.clone();
+        cg.cgroups = vec![crate::CgroupStats {
+            name: b"/vm \"1\"\\x\ny".to_vec(),
+            placed: 4096,
+            cpu_in_ns: 1_500_000_000,
+            ..Default::default()
+        }];
+        let t = prometheus(&cg);
+        assert!(
+            t.contains(
+                "prezero_cgroup_bytes{cgroup=\"/vm \\\"1\\\"\\\\x\\ny\",by=\"placed\"} 4096"
+            ),
+            "{t}"
+        );
+        assert!(t.contains("prezero_cgroup_clean_cpu_seconds_total{cgroup=\"/vm \\\"1\\\"\\\\x\\ny\",where=\"cgroup\"} 1.5"));
         let mut typed = std::collections::HashSet::new();
         for line in text.lines() {
             if let Some(rest) = line.strip_prefix("# TYPE ") {

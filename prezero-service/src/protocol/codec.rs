@@ -567,7 +567,10 @@ fn write_cgroups(w: &mut Writer, s: &ServiceStats) {
             w.u64(v);
         }
         w.0.extend_from_slice(&c.name);
-        w.0.resize(w.0.len() + (c.name.len().next_multiple_of(8) - c.name.len()), 0);
+        w.0.resize(
+            w.0.len() + (c.name.len().next_multiple_of(8) - c.name.len()),
+            0,
+        );
     }
 }
 
@@ -591,7 +594,9 @@ fn read_cgroups(r: &mut Reader<'_>, s: &mut ServiceStats) -> Result<(), Malforme
             ..Default::default()
         };
         r.u64()?;
-        let padded = len.checked_next_multiple_of(8).ok_or(Malformed("a cgroup path too long"))?;
+        let padded = len
+            .checked_next_multiple_of(8)
+            .ok_or(Malformed("a cgroup path too long"))?;
         c.name = r.take(padded)?[..len].to_vec();
         s.cgroups.push(c);
     }

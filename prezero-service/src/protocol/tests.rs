@@ -41,7 +41,10 @@ fn a_preparation_is_version_3_and_a_version_2_one_is_refused() {
     let mut msg = req.encode(1);
     assert_eq!(u16::from_le_bytes([msg[4], msg[5]]), 3);
     msg[4] = 2;
-    assert!(Request::decode(&msg).is_err(), "PREPARE is not a version-2 request");
+    assert!(
+        Request::decode(&msg).is_err(),
+        "PREPARE is not a version-2 request"
+    );
 }
 
 #[test]

@@ -53,7 +53,11 @@ impl Cgroups {
             format!(
                 "tenants are charged by cgroup: pages and CPU spent for each in its own \
                  (hugetlb pages {} against memory.max)",
-                if hierarchies.hugetlb_in_memory() { "count" } else { "do not count" }
+                if hierarchies.hugetlb_in_memory() {
+                    "count"
+                } else {
+                    "do not count"
+                }
             )
         } else {
             "no cgroup hierarchy charges here: tenants are uids only".into()
@@ -90,14 +94,14 @@ impl Cgroups {
     /// The key of `opened`: the one its name has, unless that cgroup was
     /// removed since (a new one of the same name is another cgroup).
     fn register(&mut self, opened: Opened) -> u64 {
-        if let Some(&key) = self.by_name.get(&opened.name) {
+        if let Some(&key) = self.by_name.get(&opened.id) {
             if self.all.get(&key).is_some_and(|c| c.opened.exists()) {
                 return key;
             }
         }
         let key = self.next;
         self.next += 1;
-        self.by_name.insert(opened.name.clone(), key);
+        self.by_name.insert(opened.id.clone(), key);
         self.all.insert(
             key,
             TenantCgroup {
@@ -126,7 +130,7 @@ impl Cgroups {
             .collect();
         for k in idle {
             if let Some(c) = self.all.remove(&k) {
-                self.by_name.remove(&c.opened.name);
+                self.by_name.remove(&c.opened.id);
             }
         }
     }
@@ -151,18 +155,19 @@ impl Cgroups {
     /// counting `lent(k)` bytes the daemon lends each cgroup `k`.
     pub(super) fn limit(&self, key: u64, page: usize, lent: impl Fn(u64) -> u64) -> Option<Limit> {
         let c = self.all.get(&key)?;
-        // A level's tenants are the cgroups at or below it.
-        let under = |level: &[u8]| -> u64 {
+        // A level's tenants are the cgroups at or below it in its hierarchy.
+        let under = |hier: Option<&str>, level: &[u8]| -> u64 {
             self.all
                 .iter()
                 .filter(|(_, c)| {
-                    let n = &c.opened.name;
-                    n.starts_with(level) && (n.len() == level.len() || n[level.len()] == b'/')
+                    c.opened.path_in(hier).is_some_and(|n| {
+                        n.starts_with(level) && (n.len() == level.len() || n[level.len()] == b'/')
+                    })
                 })
                 .map(|(&k, _)| lent(k))
                 .sum()
         };
-        self.hierarchies.limit(&c.opened.name, page, under)
+        self.hierarchies.limit(&c.opened, page, under)
     }
 
     pub(super) fn done_mut(&mut self, key: u64) -> Option<&mut Done> {

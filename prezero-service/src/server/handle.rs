@@ -153,16 +153,16 @@ impl Server {
             order
         });
         let (uid, cg) = self.tenant_of(conn)?;
-        let chosen = self.ledger.choose_on(uid, cg, bytes, page_size, order.as_deref());
+        let chosen = self
+            .ledger
+            .choose_on(uid, cg, bytes, page_size, order.as_deref());
         // What the kernel would refuse is refused here too, before any
         // hand-out or fallback: the shared pages lent (Ok), or the whole
         // request, which the client would otherwise make locally (Err).
         if let Some(c) = cg {
             let want = match &chosen {
                 Ok(g) => g.lent as u64,
-                Err(r) if r.reason == Refusal::NotReady => {
-                    bytes.next_multiple_of(page_size.max(1))
-                }
+                Err(r) if r.reason == Refusal::NotReady => bytes.next_multiple_of(page_size.max(1)),
                 Err(_) => 0,
             };
             if want > 0 {

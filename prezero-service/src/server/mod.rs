@@ -48,12 +48,12 @@ use super::metrics::MetricsFile;
 use super::protocol;
 use super::segment::{check_leases_work, Home, Segment};
 use super::worker::{Done, Worker};
+use cgroups::Cgroups;
 use prezero::fmt_size;
 use prezero::numa::Topology;
 use prezero::region::PageKind;
 use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
-use cgroups::Cgroups;
 use start::{fill, record_filled, taken_over};
 use stats::Counters;
 

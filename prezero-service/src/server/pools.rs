@@ -230,7 +230,9 @@ impl Server {
                     };
                     if let Err(e) = &added {
                         let name = self.cgroups.name(key);
-                        log(&format!("cgroup {name}: cannot prepare a segment ({e}); retrying in 5 s"));
+                        log(&format!(
+                            "cgroup {name}: cannot prepare a segment ({e}); retrying in 5 s"
+                        ));
                     }
                     if let (Ok(()), Some(d)) = (&added, self.cgroups.done_mut(key)) {
                         d.cleaned_bytes += len as u64;

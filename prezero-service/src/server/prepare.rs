@@ -131,7 +131,11 @@ impl Server {
             let ledger = &self.ledger;
             let conns = &self.conns;
             let in_use = |k| ledger.placed(k, None) > 0 || ledger.lent(k) > 0;
-            let connected = |k| conns.values().any(|c| c.cg.as_ref().is_ok_and(|&g| g == Some(k)));
+            let connected = |k| {
+                conns
+                    .values()
+                    .any(|c| c.cg.as_ref().is_ok_and(|&g| g == Some(k)))
+            };
             self.cgroups.forget_idle(|k| in_use(k) || connected(k));
         }
         for key in self.ledger.cgroups() {

@@ -177,7 +177,12 @@ impl Server {
                 cpu_daemon_ns: c.done.cpu_daemon_ns,
                 refusals: c.done.refusals,
             })
-            .filter(|r| r != &CgroupStats { name: r.name.clone(), ..Default::default() })
+            .filter(|r| {
+                r != &CgroupStats {
+                    name: r.name.clone(),
+                    ..Default::default()
+                }
+            })
             .collect();
         rows.sort_by_key(|r| std::cmp::Reverse(r.placed + r.lent));
         rows

@@ -219,12 +219,9 @@ struct OpenHow {
 /// `flags` (close-on-exec added): a path from another process stays inside.
 ///
 /// pre: none (`path` with a NUL byte is EINVAL).
-pub fn open_beneath(
-    dir: BorrowedFd<'_>,
-    path: &[u8],
-    flags: libc::c_int,
-) -> io::Result<OwnedFd> {
-    let path = std::ffi::CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+pub fn open_beneath(dir: BorrowedFd<'_>, path: &[u8], flags: libc::c_int) -> io::Result<OwnedFd> {
+    let path =
+        std::ffi::CString::new(path).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
         mode: 0,
@@ -285,7 +282,9 @@ mod tests {
         }
         .unwrap();
         let t = Instant::now();
-        let exit = child.wait(Instant::now() + Duration::from_millis(50), || false).unwrap();
+        let exit = child
+            .wait(Instant::now() + Duration::from_millis(50), || false)
+            .unwrap();
         assert!(exit.killed && exit.code.is_none(), "{exit:?}");
         assert!(t.elapsed() < Duration::from_secs(10));
     }
