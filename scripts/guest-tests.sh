@@ -141,6 +141,9 @@ tests=(
   "kernels $(exe prezero test kernels)"
   "template $(exe prezero test template)"
   "lying-daemon $(exe prezero-service test lying_daemon)"
+  # Who pays: two tenants in cgroups of their own, the daemon in a third
+  # (cgroup v2 with hugetlb, memory and cpu: the init enables them).
+  "charging $(exe prezero-cli test charging) --nocapture --test-threads=1"
   # On 6.1 (no UFFDIO_MOVE) prezero run --lazy says so once and runs the program.
   "cli-lazy $(exe prezero-cli test run) lazy --nocapture"
 )
