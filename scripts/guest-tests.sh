@@ -54,6 +54,8 @@ fi
 # and of bookworm-backports for 6.12, each unpacked once under target/guest.
 work=target/guest
 mkdir -p "$work"
+# The build's own target directory (CARGO_TARGET_DIR, as cargo takes it).
+tdir=$(realpath -m "${CARGO_TARGET_DIR:-$top/target}")
 # apt's options for the backports suite alone, from the same mirror as the
 # host's own sources, with lists and cache of its own.
 backports_apt() {
@@ -175,9 +177,9 @@ lazy_612_numa2+=("preload-faults $faults_tests --exact calls_that_fail_for_good_
 guest_tests=$(exe prezero-preload test guest)
 "$guest_tests" --exact the_guest_program_builds -q >/dev/null
 guest_tests_line=("preload-guest $guest_tests --test-threads=1 --nocapture")
-prebuilt=("$top"/target/debug/lazy-c/* "$top"/target/preload/debug/libprezero_preload.so "$lazy_tests"
-  "$top"/target/debug/preload-c/{preload_stress,libpreload_dl.so} "$top"/target/preload-fault/debug/libprezero_preload.so "$faults_tests"
-  "$top"/target/debug/guest-c/guest "$guest_tests")
+prebuilt=("$tdir"/debug/lazy-c/* "$tdir"/preload/debug/libprezero_preload.so "$lazy_tests"
+  "$tdir"/debug/preload-c/{preload_stress,libpreload_dl.so} "$tdir"/preload-fault/debug/libprezero_preload.so "$faults_tests"
+  "$tdir"/debug/guest-c/guest "$guest_tests")
 
 # The daemon's worker with many cores, and the scrubbers: in the 8-CPU guest only.
 smp8_tests=(
@@ -208,12 +210,12 @@ build_initramfs() { # kernel topology -> path of the image
     echo "$t" >>"$dir/guest/tests"
     files+=("$cmd")
   done
-  files+=("$top/target/debug/prezero")
+  files+=("$tdir/debug/prezero")
   # The recordings some library tests read, at the path compiled into them.
   # (CARGO_MANIFEST_DIR/../machines: the crates' folders must exist too).
   mkdir -p "$dir$top"/{prezero,prezero-cli,prezero-preload} && cp -r "$top/machines" "$dir$top/"
   # The preload's tests know the target dir by cargo's mark.
-  mkdir -p "$dir$top/target" && cp "$top/target/CACHEDIR.TAG" "$dir$top/target/"
+  mkdir -p "$dir$tdir" && cp "$tdir/CACHEDIR.TAG" "$dir$tdir/"
   # Each binary at its own path, without debug info (the image is RAM in the
   # guest), and every library it links.
   local f lib
