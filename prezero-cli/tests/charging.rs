@@ -30,7 +30,8 @@ impl Cg {
             root: root.into(),
             name: format!("{name}-{}", std::process::id()),
         };
-        std::fs::create_dir(cg.dir()).unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.dir().display()));
+        std::fs::create_dir(cg.dir())
+            .unwrap_or_else(|e| panic!("mkdir {}: {e}", cg.dir().display()));
         cg
     }
 
@@ -161,7 +162,11 @@ fn row(d: &Daemon, cg: &Cg) -> prezero_service::CgroupStats {
 /// children (the guests' init enables them), or a skip.
 fn cgroup2() -> bool {
     let control = std::fs::read_to_string("/sys/fs/cgroup/cgroup.subtree_control");
-    let has = |c: &str| control.as_ref().is_ok_and(|t| t.split_whitespace().any(|w| w == c));
+    let has = |c: &str| {
+        control
+            .as_ref()
+            .is_ok_and(|t| t.split_whitespace().any(|w| w == c))
+    };
     if has("hugetlb") && has("memory") && has("cpu") {
         return true;
     }
@@ -200,7 +205,11 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
         return;
     }
     let root = "/sys/fs/cgroup";
-    let (dc, a, b) = (Cg::new(root, "pz-daemon"), Cg::new(root, "pz-a"), Cg::new(root, "pz-b"));
+    let (dc, a, b) = (
+        Cg::new(root, "pz-daemon"),
+        Cg::new(root, "pz-a"),
+        Cg::new(root, "pz-b"),
+    );
     a.set("hugetlb.2MB.max", &(48 * MB).to_string());
     b.set("hugetlb.2MB.max", &(96 * MB).to_string());
     b.set("memory.max", &(72 * MB).to_string());
@@ -211,19 +220,39 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     let prep_b = format!("{}=32M", b.path());
     let started = Daemon::start(
         "target=64M,cap=192M,segment=16M,node=0",
-        &["--prepare", &prep_a, "--prepare", &prep_b, "--allow-uid", "65534"],
+        &[
+            "--prepare",
+            &prep_a,
+            "--prepare",
+            &prep_b,
+            "--allow-uid",
+            "65534",
+        ],
     );
-    std::fs::write(format!("{root}/cgroup.procs"), std::process::id().to_string()).unwrap();
+    std::fs::write(
+        format!("{root}/cgroup.procs"),
+        std::process::id().to_string(),
+    )
+    .unwrap();
     assert!(home.contains("0::/"), "{home}");
     let Some(d) = started else { return };
     let cgs = [("daemon", &dc), ("tenant A", &a), ("tenant B", &b)];
     say("start", &cgs);
-    wait_for("each tenant's part prepared in its cgroup", Duration::from_secs(120), || {
-        a.num("hugetlb.2MB.current") == 32 * MB as u64 && b.num("hugetlb.2MB.current") == 32 * MB as u64
-    });
+    wait_for(
+        "each tenant's part prepared in its cgroup",
+        Duration::from_secs(120),
+        || {
+            a.num("hugetlb.2MB.current") == 32 * MB as u64
+                && b.num("hugetlb.2MB.current") == 32 * MB as u64
+        },
+    );
     d.wait_all_ready();
     say("prepared", &cgs);
-    assert_eq!(dc.num("hugetlb.2MB.current"), 64 * MB as u64, "the daemon holds its shared pool only");
+    assert_eq!(
+        dc.num("hugetlb.2MB.current"),
+        64 * MB as u64,
+        "the daemon holds its shared pool only"
+    );
 
     // Held: A its own part; B its own and 16M lent of the shared pool.
     let held_a = Holder::new(&a, &d, "32M");
@@ -233,25 +262,44 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     assert_eq!(b.num("hugetlb.2MB.current"), 32 * MB as u64);
     // What is lent stays the daemon's, which grows its shared pool back to
     // its target beside it.
-    wait_for("the shared pool back at its target", Duration::from_secs(60), || {
-        dc.num("hugetlb.2MB.current") == 80 * MB as u64
-    });
+    wait_for(
+        "the shared pool back at its target",
+        Duration::from_secs(60),
+        || dc.num("hugetlb.2MB.current") == 80 * MB as u64,
+    );
     let (ra, rb) = (row(&d, &a), row(&d, &b));
     assert_eq!((ra.placed, ra.lent), (32 * MB as u64, 0), "{ra:?}");
-    assert_eq!((rb.placed, rb.lent), (32 * MB as u64, 16 * MB as u64), "{rb:?}");
+    assert_eq!(
+        (rb.placed, rb.lent),
+        (32 * MB as u64, 16 * MB as u64),
+        "{rb:?}"
+    );
 
     // Past their limits: refused as the kernel would, and no local memory
     // made instead (the client does not fall back).
     let (ok, text) = client_in(&a, &d, "alloc 32M");
-    assert!(!ok && text.contains("hugetlb.2MB.max") && !text.contains("local"), "{text}");
+    assert!(
+        !ok && text.contains("hugetlb.2MB.max") && !text.contains("local"),
+        "{text}"
+    );
     let (ok, text) = client_in(&b, &d, "alloc 64M");
-    let binding = if hugetlb_in_memory() { "memory.max" } else { "hugetlb.2MB.max" };
+    let binding = if hugetlb_in_memory() {
+        "memory.max"
+    } else {
+        "hugetlb.2MB.max"
+    };
     assert!(!ok && text.contains(binding), "{text}");
     let (ok, text) = client_in(&b, &d, "alloc 32M");
     if hugetlb_in_memory() {
-        assert!(!ok && text.contains("memory.max"), "B's memory.max binds first: {text}");
+        assert!(
+            !ok && text.contains("memory.max"),
+            "B's memory.max binds first: {text}"
+        );
     } else {
-        assert!(ok && text.contains("from service"), "hugetlb is not memory here: {text}");
+        assert!(
+            ok && text.contains("from service"),
+            "hugetlb is not memory here: {text}"
+        );
     }
     assert!(row(&d, &a).refusals >= 1 && row(&d, &b).refusals >= 1);
 
@@ -259,7 +307,11 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     a.set("cpu.max", "10000 100000");
     held_a.release();
     held_b.release();
-    let (use_a, thr_a, use_b) = (a.cpu("usage_usec"), a.cpu("nr_throttled"), b.cpu("usage_usec"));
+    let (use_a, thr_a, use_b) = (
+        a.cpu("usage_usec"),
+        a.cpu("nr_throttled"),
+        b.cpu("usage_usec"),
+    );
     d.wait_all_ready();
     wait_for("the scrubs counted", Duration::from_secs(60), || {
         row(&d, &a).cleaned_bytes >= 64 * MB as u64 && row(&d, &b).cleaned_bytes >= 80 * MB as u64
@@ -268,9 +320,18 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     let (ra, rb) = (row(&d, &a), row(&d, &b));
     assert!(ra.cpu_in_ns > 0 && ra.cpu_daemon_ns == 0, "{ra:?}");
     assert!(rb.cpu_in_ns > 0 && rb.cpu_daemon_ns == 0, "{rb:?}");
-    assert!(a.cpu("usage_usec") > use_a, "A's scrub shows in A's cpu.stat");
-    assert!(b.cpu("usage_usec") > use_b, "B's scrub shows in B's cpu.stat");
-    assert!(a.cpu("nr_throttled") > thr_a, "A's cpu.max throttled its scrub");
+    assert!(
+        a.cpu("usage_usec") > use_a,
+        "A's scrub shows in A's cpu.stat"
+    );
+    assert!(
+        b.cpu("usage_usec") > use_b,
+        "B's scrub shows in B's cpu.stat"
+    );
+    assert!(
+        a.cpu("nr_throttled") > thr_a,
+        "A's cpu.max throttled its scrub"
+    );
     a.set("cpu.max", "max 100000");
 
     // B churns; A is served from its own part throughout.
@@ -289,7 +350,10 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     for _ in 0..5 {
         let cleaned = row(&d, &a).cleaned_bytes;
         let (ok, text) = client_in(&a, &d, "alloc 16M --no-fallback");
-        assert!(ok && text.contains("from service"), "A while B churns: {text}");
+        assert!(
+            ok && text.contains("from service"),
+            "A while B churns: {text}"
+        );
         // Its segment back in its part (scrubbed in its cgroup) before the next.
         wait_for("A's segment scrubbed", Duration::from_secs(60), || {
             row(&d, &a).cleaned_bytes > cleaned
@@ -303,9 +367,16 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     // A cgroup removed: its part goes, its charge with it; the daemon serves on.
     let b_path = b.path().into_bytes();
     drop(b);
-    wait_for("the removed cgroup's part gone", Duration::from_secs(30), || {
-        d.stats().cgroups.iter().all(|c| c.placed == 0 || c.name != b_path)
-    });
+    wait_for(
+        "the removed cgroup's part gone",
+        Duration::from_secs(30),
+        || {
+            d.stats()
+                .cgroups
+                .iter()
+                .all(|c| c.placed == 0 || c.name != b_path)
+        },
+    );
     d.assert_serves();
 }
 
@@ -324,7 +395,10 @@ fn hostile_requests(d: &Daemon, a: &Cg) {
     };
     let out = prepare(NOBODY, &a.path());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success() && err.contains("only root or its owner"), "{err}");
+    assert!(
+        !out.status.success() && err.contains("only root or its owner"),
+        "{err}"
+    );
     for path in ["/../../etc", "/pz-a\nx", "/does-not-exist-45", "/a/./b"] {
         let out = prepare(0, path);
         assert!(!out.status.success(), "{path:?} was prepared");
@@ -362,5 +436,8 @@ fn on_v1_a_tenants_scrub_runs_in_its_cpu_cgroup() {
         t.path(),
         r.cpu_in_ns
     );
-    assert!(after > before, "the scrub shows in the tenant's cpuacct.usage");
+    assert!(
+        after > before,
+        "the scrub shows in the tenant's cpuacct.usage"
+    );
 }

@@ -39,6 +39,26 @@ impl Daemon {
         )
     }
 
+    /// [`Daemon::open_shaped`] with more `prezero serve` flags for a private
+    /// daemon (`--prepare`), and room under its cap for `extra_cap` bytes
+    /// more than its target.
+    pub fn open_with(
+        kind: PageKind,
+        target: usize,
+        segment: usize,
+        extra_cap: usize,
+        flags: &[String],
+    ) -> Result<Daemon> {
+        let private = PrivateDaemon::start(kind, target, segment, (extra_cap, flags), true)?;
+        let socket = private.socket.clone();
+        let client = Client::connect(&socket)?;
+        Ok(Daemon {
+            client,
+            socket,
+            private: Some(private),
+        })
+    }
+
     /// [`Daemon::open`], a private daemon's segments of `segment` bytes (a
     /// VM's size, so that its memory is one file).
     pub fn open_shaped(
@@ -50,7 +70,13 @@ impl Daemon {
     ) -> Result<Daemon> {
         let private = match socket {
             Some(_) => None,
-            None => Some(PrivateDaemon::start(kind, target, segment, reserve)?),
+            None => Some(PrivateDaemon::start(
+                kind,
+                target,
+                segment,
+                (0, &[]),
+                reserve,
+            )?),
         };
         let socket = socket.map_or_else(
             || private.as_ref().expect("started").socket.clone(),
@@ -90,9 +116,11 @@ impl PrivateDaemon {
         kind: PageKind,
         target: usize,
         segment: usize,
+        (extra_cap, flags): (usize, &[String]),
         reserve: bool,
     ) -> Result<PrivateDaemon> {
         let target = target.next_multiple_of(segment);
+        let cap = target + extra_cap.next_multiple_of(segment);
         // A new directory of our own (0700; refused if the name exists), so no
         // other user can plant a socket or a symlink for the log: this runs as
         // root under --reserve.
@@ -118,9 +146,10 @@ impl PrivateDaemon {
                 "{}:target={},cap={},segment={}",
                 kind.name(),
                 fmt_size(target),
-                fmt_size(target),
+                fmt_size(cap),
                 fmt_size(segment)
             ))
+            .args(flags)
             // Not the bench's stdout: a daemon left behind by a killed bench
             // must not hold `bench all`'s pipe open.
             .stdin(Stdio::null())

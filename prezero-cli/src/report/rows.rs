@@ -124,8 +124,11 @@ impl Rows {
             Row::Service(ServiceTable::VmBoot(r)) => self.vm_boot.push(r),
             Row::Service(ServiceTable::Vmm(r)) => self.vmm.push(r),
             Row::Run(r) => self.run.push(r),
-            // No section shows them (the store study's rows read as Other).
-            Row::TemplateStores(_) | Row::Other => {}
+            // No section shows them (the store study's rows read as Other;
+            // the charging rows are `bench service --charging`'s alone).
+            Row::TemplateStores(_)
+            | Row::Service(ServiceTable::Charging(_) | ServiceTable::ClearingShare(_))
+            | Row::Other => {}
         }
     }
 }

@@ -29,7 +29,7 @@ pub use faults::Faults;
 pub use mmap::Mmap;
 pub use pool::{Interference, PoolCase, PoolHandout, PoolSustained};
 pub use run::Run;
-pub use service::{Scrub, ServiceHandout, ServiceTable, VmBoot, Vmm};
+pub use service::{Charging, ClearingShare, Scrub, ServiceHandout, ServiceTable, VmBoot, Vmm};
 pub use template::{Template, TemplateStores};
 
 /// One row of any bench.

@@ -9,6 +9,8 @@ pub enum ServiceTable {
     Scrub(Scrub),
     VmBoot(VmBoot),
     Vmm(Vmm),
+    Charging(Charging),
+    ClearingShare(ClearingShare),
 }
 
 /// Hand-out latency of one request size.
@@ -64,4 +66,37 @@ pub struct Vmm {
     pub max_ms: f64,
     pub stdev_pct: f64,
     pub x_service: f64,
+}
+
+/// One arm of `--charging`: memory charged to the tenant's cgroup, or the
+/// shared pool's (charged to the daemon).
+#[derive(Serialize, Deserialize)]
+pub struct Charging {
+    /// "hand-out" or "qemu ready".
+    pub what: String,
+    /// "shared pool" or "charged to the tenant".
+    pub arm: String,
+    pub size: u64,
+    pub reps: u64,
+    /// "us" or "ms".
+    pub unit: String,
+    pub p50: f64,
+    pub p99: f64,
+    /// p50 over the shared pool's (goal: within 1.2).
+    pub x_shared: f64,
+}
+
+/// Where the CPU of clearing a tenant's memory landed.
+#[derive(Serialize, Deserialize)]
+pub struct ClearingShare {
+    pub bytes: u64,
+    /// The daemon's count of the work run inside the tenant's cgroup.
+    pub cpu_in_cgroup_ms: f64,
+    /// The daemon's count of the work it ran in its own cgroup for it.
+    pub cpu_in_daemon_ms: f64,
+    /// The tenant cgroup's own counter over the same scrubs.
+    pub kernel_ms: f64,
+    /// in_cgroup / (in_cgroup + in_daemon) (goal: 1).
+    pub share_in_cgroup: f64,
+    pub kernel_over_daemon: f64,
 }

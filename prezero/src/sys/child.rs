@@ -273,14 +273,13 @@ mod tests {
 
     #[test]
     fn a_child_that_overstays_is_killed() {
+        let work = || {
+            // SAFETY: sleep has no preconditions.
+            unsafe { libc::sleep(30) };
+            0
+        };
         // SAFETY: the work only sleeps (a system call).
-        let child = unsafe {
-            fork_into(None, || {
-                libc::sleep(30);
-                0
-            })
-        }
-        .unwrap();
+        let child = unsafe { fork_into(None, work) }.unwrap();
         let t = Instant::now();
         let exit = child
             .wait(Instant::now() + Duration::from_millis(50), || false)

@@ -9,6 +9,7 @@
 //! Here: the arguments and the order of the tables; `handout.rs`: hand-out
 //! latency and the scrub rate; `vm_boot.rs`: the VM boot; `vmm.rs`: QEMU.
 
+mod charging;
 mod handout;
 mod vm_boot;
 mod vmm;
@@ -57,6 +58,11 @@ pub struct Args {
     /// Runs per vmm row (after one untimed run of each).
     #[arg(long, default_value_t = 5)]
     vmm_runs: usize,
+    /// Only the charging rows (root, a cgroup hierarchy): hand-outs of the
+    /// first --sizes size and QEMU of --vmm-size charged to a tenant cgroup
+    /// against the shared pool, and where the CPU of its scrubs lands.
+    #[arg(long, conflicts_with = "socket")]
+    charging: bool,
     /// Use the daemon at this socket instead of starting a private one.
     #[arg(long)]
     socket: Option<PathBuf>,
@@ -96,6 +102,9 @@ pub fn run(args: &Args) -> Result<()> {
     let vmm_size = parse_size_or_zero(&args.vmm_size)?;
     if args.reps == 0 || args.boot_runs == 0 || args.vmm_runs == 0 {
         bail!("--reps, --boot-runs and --vmm-runs must be at least 1");
+    }
+    if args.charging {
+        return charging::charging(args, sizes.first().copied().unwrap_or(64 << 20), vmm_size);
     }
     for kind in kinds {
         latency_and_scrub(args, kind, &sizes)?;

@@ -22,7 +22,7 @@ use crate::units::fmt_size;
 
 /// How the `vmm` row gives QEMU its guest RAM.
 #[derive(Clone, Copy, PartialEq)]
-enum VmmPath {
+pub(super) enum VmmPath {
     /// `prezero client exec` + `memory-backend-file,mem-path={path},share=on,prealloc=on`.
     Service,
     /// `memory-backend-memfd,hugetlb=on,prealloc=on` on every thread.
@@ -89,7 +89,7 @@ fn send(q: &mut BufReader<UnixStream>, cmd: &serde_json::Value) -> Result<()> {
 }
 
 /// The first `name` on PATH.
-fn on_path(name: &str) -> Option<PathBuf> {
+pub(super) fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(name))
@@ -99,7 +99,7 @@ fn on_path(name: &str) -> Option<PathBuf> {
 /// Starts QEMU on `path`'s memory, stopped (-S), and returns how long it took
 /// from the spawn until QMP answers `query-status` (the machine is built, its
 /// RAM allocated), after checking a sample of guest RAM is zero; then quits it.
-fn vmm_once(
+pub(super) fn vmm_once(
     p: VmmPath,
     qemu: &Path,
     accel: &str,
@@ -247,6 +247,20 @@ fn qmp_session(p: VmmPath, stream: UnixStream, t: Instant) -> Result<(Duration, 
 
 /// QEMU ready (spawned, guest RAM allocated and populated, QMP answering)
 /// on service memory against QEMU's own preallocation, in the same run.
+/// KVM where this process can open it, as a VMM would run; else TCG (the
+/// guest never runs: -S).
+pub(super) fn accel() -> &'static str {
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm");
+    if kvm.is_ok() {
+        "kvm"
+    } else {
+        "tcg"
+    }
+}
+
 pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
     let Some(qemu) = on_path("qemu-system-x86_64") else {
         super::super::not_measured(
@@ -269,18 +283,7 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
         );
         return Ok(());
     }
-    // KVM where this process can open it, as a VMM would run; else TCG (the
-    // guest never runs: -S).
-    let accel = if std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok()
-    {
-        "kvm"
-    } else {
-        "tcg"
-    };
+    let accel = accel();
     // A private daemon's segments of the VM's size: its memory is one file.
     let daemon = Daemon::open_shaped(args.socket.as_deref(), kind, size, size, args.reserve)?;
     let (c, socket) = (&daemon.client, &daemon.socket);
