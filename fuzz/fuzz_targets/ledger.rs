@@ -31,6 +31,7 @@ enum Bytes {
 #[derive(Arbitrary, Debug)]
 enum Event {
     Create(u8),
+    CreateIn(u8, u8),
     Adopt(u8, u8),
     AdoptOdd(u8, u8),
     Alloc(u8, Bytes, Option<u8>),
@@ -91,6 +92,7 @@ fn event(e: &Event, pools: usize) -> LedgerEvent {
     let (conn, id) = (|c: &u8| u64::from(*c % 4), |i: &u8| u64::from(*i));
     match e {
         Event::Create(p) => LedgerEvent::Create(pool(p)),
+        Event::CreateIn(p, cg) => LedgerEvent::CreateIn(pool(p), u64::from(cg % 3)),
         Event::Adopt(p, u) => LedgerEvent::Adopt(pool(p), uid(u)),
         Event::AdoptOdd(p, u) => LedgerEvent::AdoptOdd(pool(p), uid(u)),
         Event::Alloc(c, b, node) => {

@@ -19,9 +19,21 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::worker::Verify;
 use prezero::clear::{clear_bounded_with, Temperature};
 use prezero::sys;
+
+/// How much of a scrubbed segment is read back before it is handed out again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verify {
+    /// Every byte (the default).
+    Full,
+    /// The first cache line of one 4 KiB page in every `one_in`: for machines
+    /// where the full read-back costs too much, by explicit configuration only.
+    Sampled {
+        /// Pages per sampled page (at least 1).
+        one_in: usize,
+    },
+}
 
 /// Flags the worker sets and its children read: on a shared page, so a
 /// child forked before a change sees it.

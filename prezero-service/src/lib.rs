@@ -44,6 +44,8 @@ mod tenant;
 #[cfg(feature = "daemon")]
 mod worker;
 
+#[cfg(feature = "daemon")]
+pub use charged::Verify;
 #[cfg(feature = "fuzzing")]
 pub(crate) use client::tile;
 pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, Source};
@@ -57,8 +59,6 @@ pub(crate) use ledger::{ledger_text, parse_ledger, world as ledger_world, Shape}
 pub use protocol::{CgroupStats, Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
 #[cfg(feature = "daemon")]
 pub use server::Server;
-#[cfg(feature = "daemon")]
-pub use worker::Verify;
 
 /// Where `prezero serve` listens unless told otherwise.
 pub const DEFAULT_SOCKET: &str = "/run/prezero/prezero.sock";

@@ -22,7 +22,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::cgroup::Opened;
-use super::charged::{self, Board, Op};
+use super::charged::{self, Board, Op, Verify};
 use super::ledger::Clean;
 use super::segment::{Home, Segment};
 use prezero::clear::{clear_bounded_with, Temperature};
@@ -30,19 +30,6 @@ use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;
 use prezero::sys;
 use prezero::{Error, Result};
-
-/// How much of a scrubbed segment is read back before it is handed out again.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
-    /// Every byte (the default).
-    Full,
-    /// The first cache line of one 4 KiB page in every `one_in`: for machines
-    /// where the full read-back costs too much, by explicit configuration only.
-    Sampled {
-        /// Pages per sampled page (at least 1).
-        one_in: usize,
-    },
-}
 
 /// Bytes faulted in, scrubbed or verified between checks for shutdown and
 /// for a client mapping its hand-out: 16 MiB is ~1.6 ms of kernel zeroing on

@@ -10,10 +10,10 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::charged::Verify;
 use super::ledger::Shape;
 use super::protocol::MAX_POOLS;
 use super::replace_file::tmp_beside;
-use super::worker::Verify;
 use super::DEFAULT_SOCKET;
 pub use amount::Amount;
 use prezero::numa::{Node, Topology};
