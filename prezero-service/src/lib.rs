@@ -45,6 +45,8 @@ mod tenant;
 mod worker;
 
 #[cfg(feature = "daemon")]
+pub use cgroup::charging_hierarchies;
+#[cfg(feature = "daemon")]
 pub use charged::Verify;
 #[cfg(feature = "fuzzing")]
 pub(crate) use client::tile;

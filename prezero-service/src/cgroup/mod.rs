@@ -13,7 +13,7 @@ mod limits;
 pub(crate) mod parse;
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use prezero::sys;
 
@@ -85,6 +85,21 @@ impl Hierarchies {
                 .is_some_and(|c| c.split(',').any(|c| c == "memory"))
         });
         h
+    }
+
+    /// Where each hierarchy that charges is mounted (a tool that makes a
+    /// tenant cgroup makes it in each).
+    pub(crate) fn mount_points(&self) -> Vec<std::path::PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        let charging = |m: &parse::Mount| match m.v1 {
+            None => self.v2.is_some(),
+            Some(_) => true,
+        };
+        parse::mounts(&text)
+            .into_iter()
+            .filter(charging)
+            .map(|m| std::ffi::OsString::from_vec(m.dir).into())
+            .collect()
     }
 
     /// Whether any hierarchy charges here: without one, tenants have no
@@ -238,4 +253,11 @@ impl Opened {
             Some(c) => self.v1.iter().find(|e| e.0 == c).map(|e| &e.1[..]),
         }
     }
+}
+
+/// Where each cgroup hierarchy that would charge a tenant of `prezero serve`
+/// is mounted here (cgroup2 with controllers; v1's memory, hugetlb, cpu and
+/// cpuacct): a tool that makes a tenant cgroup makes it in each.
+pub fn charging_hierarchies() -> Vec<std::path::PathBuf> {
+    Hierarchies::read().mount_points()
 }

@@ -32,30 +32,7 @@ struct TenantCg {
 impl TenantCg {
     /// Made under every charging hierarchy; `None` where there is none.
     fn make() -> Result<Option<TenantCg>> {
-        let text = std::fs::read_to_string("/proc/self/mountinfo")?;
-        let mut roots = Vec::new();
-        for line in text.lines() {
-            let Some((head, tail)) = line.split_once(" - ") else {
-                continue;
-            };
-            let head: Vec<&str> = head.split(' ').collect();
-            let tail: Vec<&str> = tail.split(' ').collect();
-            if head.len() < 5 || tail.len() < 3 || head[3] != "/" {
-                continue;
-            }
-            let dir = PathBuf::from(head[4]);
-            let charges = match tail[0] {
-                "cgroup2" => std::fs::read_to_string(dir.join("cgroup.controllers"))
-                    .is_ok_and(|c| !c.trim().is_empty()),
-                "cgroup" => tail[2]
-                    .split(',')
-                    .any(|o| ["memory", "cpu", "cpuacct", "hugetlb"].contains(&o)),
-                _ => false,
-            };
-            if charges {
-                roots.push(dir);
-            }
-        }
+        let roots = prezero_service::charging_hierarchies();
         if roots.is_empty() {
             return Ok(None);
         }
@@ -117,6 +94,19 @@ impl Drop for TenantCg {
             }
         }
     }
+}
+
+/// A private daemon whose pool (segments of `size`, 2 MiB pages) keeps
+/// `size` ready in the shared pool and `size` prepared for `cg`; and `size`
+/// in whole pages.
+fn daemon_for(cg: &TenantCg, size: usize) -> Result<(Daemon, usize)> {
+    let kind = PageKind::Huge2M;
+    let size = size.next_multiple_of(kind.page_size());
+    let prepare = vec![
+        "--prepare".to_owned(),
+        format!("{}={}", cg.path(), fmt_size(size)),
+    ];
+    Ok((Daemon::open_with(kind, size, size, size, &prepare)?, size))
 }
 
 /// Waits until nothing is held, quarantined or being scrubbed.
@@ -212,13 +202,7 @@ pub(super) fn charging(args: &Args, size: usize, vmm_size: usize) -> Result<()> 
         super::super::not_measured("the charging rows", "no cgroup hierarchy charges here");
         return Ok(());
     };
-    let kind = PageKind::Huge2M;
-    let size = size.next_multiple_of(kind.page_size());
-    let prepare = vec![
-        "--prepare".to_owned(),
-        format!("{}={}", cg.path(), fmt_size(size)),
-    ];
-    let d = Daemon::open_with(kind, size, size, size, &prepare)?;
+    let (d, size) = daemon_for(&cg, size)?;
     if !args.json {
         println!("# prezero serve: charging each tenant's cgroup against the shared pool (medians; the shared pool is charged to the daemon)");
     }
@@ -275,13 +259,7 @@ fn qemu(args: &Args, cg: &TenantCg, size: usize) -> Result<()> {
         );
         return Ok(());
     };
-    let kind = PageKind::Huge2M;
-    let size = size.next_multiple_of(kind.page_size());
-    let prepare = vec![
-        "--prepare".to_owned(),
-        format!("{}={}", cg.path(), fmt_size(size)),
-    ];
-    let d = Daemon::open_with(kind, size, size, size, &prepare)?;
+    let (d, size) = daemon_for(cg, size)?;
     let dir = std::env::temp_dir().join(format!("prezero-bench-charging-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let runs = args.vmm_runs;
