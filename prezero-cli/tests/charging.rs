@@ -413,7 +413,10 @@ fn on_v1_a_tenants_scrub_runs_in_its_cpu_cgroup() {
         return;
     }
     if !std::path::Path::new(cpuacct).join("cpuacct.usage").exists() {
-        prezero_testkit::skip("memcg", "no cgroup v1 cpuacct hierarchy here");
+        prezero_testkit::skip(
+            "kernel",
+            "no cgroup v1 cpuacct hierarchy here (a v2-only machine)",
+        );
         return;
     }
     let Some(d) = Daemon::start("target=32M,cap=64M,segment=16M,node=0", &[]) else {
