@@ -37,8 +37,9 @@
 //! - `uffd`: the lazy mode does not run here (no userfaultfd allowed, or a
 //!   kernel without `UFFDIO_MOVE`, before 6.8).
 //! - `memcg`: no memory cgroup can be made (not root, no memory controller).
-//! - `machine`: the scenario needs a small machine (at most 4 GiB, as the
-//!   guests are: the memory pressure tests).
+//! - `machine`: the scenario needs a machine as the guests are: small (at
+//!   most 4 GiB: the memory pressure tests), or with cgroup v2 and its
+//!   hugetlb, memory and cpu controllers for the root's children (who pays).
 //! - `state`: the machine's state prevents it, for now: 1 GiB pages already
 //!   free, another process that could not reserve, a pool that did not grow,
 //!   a test binary uid nobody cannot run.
