@@ -63,6 +63,12 @@ impl Server {
             };
             (Some(pool), target)
         };
+        // Memory prepared is nobody's to hold yet, but a tenant could keep
+        // the pool's cap from everyone else with it: its uid's cap bounds it.
+        if let Some(cap) = self.cfg.uid_cap.filter(|&c| target > c && peer != 0) {
+            let why = format!("{target} bytes is more than a uid's cap of {cap} (uid_cap)");
+            return Err(refused(libc::EDQUOT, why, Refusal::UidCap));
+        }
         if let Some(pool) = pool {
             // Its own limit first: a preparation it cannot hold is refused
             // now, not found out a segment at a time.
