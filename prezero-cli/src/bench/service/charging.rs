@@ -1,7 +1,8 @@
 //! `prezero bench service --charging`: what charging each tenant's cgroup
 //! costs (issue 45). Hand-outs from memory prepared inside a tenant's cgroup
 //! (charged to it) against the shared pool (charged to the daemon), the
-//! same for QEMU made ready through `prezero client exec`, and where the
+//! same for QEMU made ready through `prezero client exec` (both tenants in
+//! cgroups of their own: only what was prepared differs), and where the
 //! CPU of scrubbing the tenant's released memory lands: the daemon's count
 //! of it inside the cgroup and in its own, and the kernel's count of the
 //! cgroup (`cpu.stat`, or v1's `cpuacct.usage`) while only the scrub runs.
@@ -30,14 +31,15 @@ struct TenantCg {
 }
 
 impl TenantCg {
-    /// Made under every charging hierarchy; `None` where there is none.
-    fn make() -> Result<Option<TenantCg>> {
+    /// Made under every charging hierarchy, named after `what`; `None`
+    /// where there is none.
+    fn make(what: &str) -> Result<Option<TenantCg>> {
         let roots = prezero_service::charging_hierarchies();
         if roots.is_empty() {
             return Ok(None);
         }
         let cg = TenantCg {
-            name: format!("prezero-bench-{}", std::process::id()),
+            name: format!("prezero-bench-{what}-{}", std::process::id()),
             roots,
         };
         for r in &cg.roots {
@@ -126,23 +128,17 @@ fn quiet(c: &Client) -> Result<()> {
     Ok(())
 }
 
-/// Hand-out latencies (us) of `reps` requests of `size`, each released and
-/// cleaned before the next; inside the tenant's cgroup or not. Inside, the
-/// bench leaves the cgroup before it releases, so that what the cgroup runs
-/// then is the scrub alone: the kernel's count of it is returned too.
-fn handouts(
-    d: &Daemon,
-    cg: &TenantCg,
-    inside: bool,
-    size: usize,
-    reps: usize,
-) -> Result<(Vec<f64>, u64)> {
+/// Hand-out latencies (us) of `reps` requests of `size` by a tenant of
+/// `cg`, each released and cleaned before the next. The bench leaves the
+/// cgroup before it releases, so that what the cgroup runs then is the scrub
+/// alone: the kernel's count of it is returned too.
+fn handouts(d: &Daemon, cg: &TenantCg, size: usize, reps: usize) -> Result<(Vec<f64>, u64)> {
     let kind = PageKind::Huge2M;
     let mut us = Vec::with_capacity(reps);
     let mut kernel_ns = 0;
     for _ in 0..reps {
         quiet(&d.client)?;
-        cg.enter(inside)?;
+        cg.enter(true)?;
         // A connection made inside is the cgroup's tenant.
         let c = Client::connect(&d.socket)?;
         let t = Instant::now();
@@ -198,7 +194,7 @@ fn print_pair(args: &Args, what: &str, size: usize, unit: &str, shared: &[f64], 
 
 /// The charging rows: hand-outs, QEMU, and where the clearing CPU lands.
 pub(super) fn charging(args: &Args, size: usize, vmm_size: usize) -> Result<()> {
-    let Some(cg) = TenantCg::make()? else {
+    let (Some(cg), Some(other)) = (TenantCg::make("charged")?, TenantCg::make("shared")?) else {
         super::super::not_measured("the charging rows", "no cgroup hierarchy charges here");
         return Ok(());
     };
@@ -208,8 +204,9 @@ pub(super) fn charging(args: &Args, size: usize, vmm_size: usize) -> Result<()> 
     }
     let reps = args.reps.min(30);
     quiet(&d.client)?;
-    let (shared, _) = handouts(&d, &cg, false, size, reps)?;
-    let (charged, kernel_ns) = handouts(&d, &cg, true, size, reps)?;
+    // Both tenants are in cgroups of their own; only `cg` had memory prepared.
+    let (shared, _) = handouts(&d, &other, size, reps)?;
+    let (charged, kernel_ns) = handouts(&d, &cg, size, reps)?;
     print_pair(args, "hand-out", size, "us", &shared, &charged);
     let row = d
         .client
@@ -244,14 +241,15 @@ pub(super) fn charging(args: &Args, size: usize, vmm_size: usize) -> Result<()> 
     }
     drop(d);
     if vmm_size > 0 {
-        qemu(args, &cg, vmm_size)?;
+        qemu(args, [&other, &cg], vmm_size)?;
     }
     Ok(())
 }
 
-/// QEMU made ready through `prezero client exec`, in the tenant's cgroup
-/// (from memory prepared there) and outside it (the shared pool).
-fn qemu(args: &Args, cg: &TenantCg, size: usize) -> Result<()> {
+/// QEMU made ready through `prezero client exec` by a tenant of the cgroup
+/// memory was prepared for (`cgs[1]`, its own memory) and of one nobody
+/// announced (`cgs[0]`, the shared pool).
+fn qemu(args: &Args, cgs: [&TenantCg; 2], size: usize) -> Result<()> {
     let Some(exe) = on_path("qemu-system-x86_64") else {
         super::super::not_measured(
             "the charging vmm rows",
@@ -259,15 +257,15 @@ fn qemu(args: &Args, cg: &TenantCg, size: usize) -> Result<()> {
         );
         return Ok(());
     };
-    let (d, size) = daemon_for(cg, size)?;
+    let (d, size) = daemon_for(cgs[1], size)?;
     let dir = std::env::temp_dir().join(format!("prezero-bench-charging-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let runs = args.vmm_runs;
     let mut times = [Vec::new(), Vec::new()];
     for i in 0..=runs {
-        for (arm, inside) in [false, true].into_iter().enumerate() {
+        for (arm, cg) in cgs.into_iter().enumerate() {
             quiet(&d.client)?;
-            cg.enter(inside)?;
+            cg.enter(true)?;
             let took = vmm_once(
                 VmmPath::Service,
                 &exe,
