@@ -5,7 +5,8 @@
 //! topology). Any text is an error or a config that passes them, never a
 //! panic, and the pools of a config that passes are what the daemon relies
 //! on: each on one node, of hugetlb pages, segments whole pages within the
-//! cap, the target within the cap, at most `MAX_POOLS`, no two alike.
+//! cap, the target within the cap, at most `MAX_POOLS`, no two alike. The
+//! same text as a `--prepare` flag is read too.
 #![no_main]
 
 use std::collections::HashSet;
@@ -28,6 +29,17 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
+    // The same text as a `--prepare` flag, read as a `[[prepare]]` table is:
+    // one that passes names an absolute cgroup path and hugetlb pages.
+    if let Ok(p) = config::FilePrepare::from_flag(text) {
+        let mut f = config::File::default();
+        f.prepare.push(p);
+        if let Ok(cfg) = f.config(Vec::new()) {
+            for p in &cfg.prepare {
+                assert!(p.cgroup.is_absolute() && p.page.is_hugetlb(), "{p:?}");
+            }
+        }
+    }
     let Ok(cfg) = config::File::parse(text).and_then(|f| f.config(Vec::new())) else {
         return;
     };
