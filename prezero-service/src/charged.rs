@@ -96,6 +96,17 @@ impl Board {
         self.fields().quiet_until.fetch_max(until, Ordering::AcqRel);
     }
 
+    /// Between two steps of a clear: waits while a client maps its hand-out,
+    /// then says whether to go on (not once the worker stops).
+    pub(crate) fn between_steps(&self) -> ControlFlow<()> {
+        self.wait_quiet();
+        if self.stopping() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    }
+
     /// Waits while a client maps its hand-out, unless stopping or urgent.
     pub(crate) fn wait_quiet(&self) {
         while !self.stopping() && !self.urgent() {
@@ -244,16 +255,9 @@ pub(crate) fn child_main(t: &Task<'_>, board: &Board, out: &Outcome) -> i32 {
     // faults; the mapping outlives the child.
     let buf = unsafe { std::slice::from_raw_parts_mut(t.ptr.as_ptr(), t.len) };
     if t.op == Op::Scrub {
-        let check = |_: usize| {
-            board.wait_quiet();
-            if board.stopping() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        };
         // The kernel was chosen before the fork (the worker warms it), so
         // this only clears.
+        let check = |_: usize| board.between_steps();
         let cleared = clear_bounded_with(buf, Temperature::Cold, t.step, check).unwrap_or(0);
         if cleared < t.len {
             return status::STOPPED;

@@ -565,14 +565,7 @@ fn clean(id: u64, seg: Segment, how: Clean, env: &Env) -> Done {
     // no access can fault; the mapping lives as long as `seg`.
     let buf = unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) };
     if how == Clean::InPlace {
-        let check = |_: usize| {
-            env.wait_quiet();
-            if env.stopping() {
-                ControlFlow::Break(())
-            } else {
-                ControlFlow::Continue(())
-            }
-        };
+        let check = |_: usize| env.board.between_steps();
         let cleared = clear_bounded_with(buf, Temperature::Cold, STEP, check).unwrap_or(0);
         if cleared < len {
             return Done::Abandoned { id };
