@@ -367,6 +367,9 @@ enum ChildEnd {
     /// Killed for overstaying its deadline (a frozen or throttled cgroup):
     /// its memory is in an unknown state.
     Overstayed,
+    /// Ended by a signal not of the daemon's (the OOM killer of its cgroup,
+    /// `cgroup.kill`): its memory is in an unknown state.
+    Signalled,
 }
 
 /// Runs `op` on `seg` in a child inside `p`'s cgroup (`charged.rs`); what
@@ -416,6 +419,7 @@ fn run_child(
         Some(charged::status::NOT_ENTERED) => Err(ChildEnd::Refused(errno())),
         Some(charged::status::NO_PAGE) => Err(ChildEnd::NoPage(errno())),
         _ if board.stopping() => Err(ChildEnd::Stopped),
+        None if !exit.killed => Err(ChildEnd::Signalled),
         _ => Err(ChildEnd::Overstayed),
     }
 }
@@ -442,6 +446,9 @@ fn create_placed(
         Err(ChildEnd::Stopped) => Err(Error::invalid("stopped while creating a segment")),
         Err(ChildEnd::Overstayed) => Err(Error::invalid(format!(
             "cgroup {name} kept the child that fills its segment past its deadline (frozen or throttled)"
+        ))),
+        Err(ChildEnd::Signalled) => Err(Error::invalid(format!(
+            "the child that fills a segment in cgroup {name} was killed (its OOM killer?)"
         ))),
     }
 }
@@ -487,6 +494,10 @@ fn clean_placed(id: u64, seg: Segment, how: Clean, p: Placed, env: &Env) -> Done
         Err(ChildEnd::Refused(e) | ChildEnd::NoPage(e)) => {
             lost(Error::os("a child in the segment's cgroup", e), seg)
         }
+        Err(ChildEnd::Signalled) => lost(
+            Error::invalid("the child that cleans it in its cgroup was killed (its OOM killer?)"),
+            seg,
+        ),
         Err(ChildEnd::Overstayed) => lost(
             Error::invalid(
                 "its cgroup kept the child that cleans it past its deadline (frozen or throttled)",
