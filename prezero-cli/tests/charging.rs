@@ -205,60 +205,117 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     if !can_run_tenants() || !cgroup2() {
         return;
     }
-    let root = "/sys/fs/cgroup";
-    let (dc, a, b) = (
-        Cg::new(root, "pz-daemon"),
-        Cg::new(root, "pz-a"),
-        Cg::new(root, "pz-b"),
-    );
-    a.set("hugetlb.2MB.max", &(48 * MB).to_string());
-    b.set("hugetlb.2MB.max", &(96 * MB).to_string());
-    b.set("memory.max", &(72 * MB).to_string());
-    // The daemon starts in its own cgroup (this process's, then its child's).
-    let home = std::fs::read_to_string("/proc/self/cgroup").unwrap();
-    dc.join();
-    let prep_a = format!("{}=32M", a.path());
-    let prep_b = format!("{}=32M", b.path());
-    let started = Daemon::start(
-        "target=64M,cap=192M,segment=16M,node=0",
-        &[
-            "--prepare",
-            &prep_a,
-            "--prepare",
-            &prep_b,
-            "--allow-uid",
-            "65534",
-        ],
-    );
-    std::fs::write(
-        format!("{root}/cgroup.procs"),
-        std::process::id().to_string(),
-    )
-    .unwrap();
-    assert!(home.contains("0::/"), "{home}");
-    let Some(d) = started else { return };
-    let cgs = [("daemon", &dc), ("tenant A", &a), ("tenant B", &b)];
-    say("start", &cgs);
+    let Some(s) = Scene::start() else { return };
+    let (held_a, held_b) = held_and_refused(&s);
+    returned_in_their_cgroups(&s, held_a, held_b);
+    served_while_the_other_churns(&s);
+    hostile_requests(&s.d, &s.a);
+    s.d.wait_all_ready();
+    s.say("end");
+    // A cgroup removed: its part goes, its charge with it; the daemon serves on.
+    let Scene { d, b, .. } = s;
+    let b_path = b.path().into_bytes();
+    drop(b);
     wait_for(
-        "each tenant's part prepared in its cgroup",
-        Duration::from_secs(120),
+        "the removed cgroup's part gone",
+        Duration::from_secs(30),
         || {
-            a.num("hugetlb.2MB.current") == 32 * MB as u64
-                && b.num("hugetlb.2MB.current") == 32 * MB as u64
+            d.stats()
+                .cgroups
+                .iter()
+                .all(|c| c.placed == 0 || c.name != b_path)
         },
     );
-    d.wait_all_ready();
-    say("prepared", &cgs);
-    assert_eq!(
-        dc.num("hugetlb.2MB.current"),
-        64 * MB as u64,
-        "the daemon holds its shared pool only"
-    );
+    d.assert_serves();
+}
 
-    // Held: A its own part; B its own and 16M lent of the shared pool.
-    let held_a = Holder::new(&a, &d, "32M");
-    let held_b = Holder::new(&b, &d, "48M");
-    say("held", &cgs);
+/// The daemon in a cgroup of its own with 64M of shared pool, 32M prepared
+/// for each tenant: A (hugetlb.2MB.max 48M), B (hugetlb.2MB.max 96M,
+/// memory.max 72M).
+struct Scene {
+    // The daemon first: it stops before the cgroups go.
+    d: Daemon,
+    dc: Cg,
+    a: Cg,
+    b: Cg,
+}
+
+impl Scene {
+    fn start() -> Option<Scene> {
+        let root = "/sys/fs/cgroup";
+        let (dc, a, b) = (
+            Cg::new(root, "pz-daemon"),
+            Cg::new(root, "pz-a"),
+            Cg::new(root, "pz-b"),
+        );
+        a.set("hugetlb.2MB.max", &(48 * MB).to_string());
+        b.set("hugetlb.2MB.max", &(96 * MB).to_string());
+        b.set("memory.max", &(72 * MB).to_string());
+        // The daemon starts in its own cgroup (this process's, then its child's).
+        dc.join();
+        let prep_a = format!("{}=32M", a.path());
+        let prep_b = format!("{}=32M", b.path());
+        let started = Daemon::start(
+            "target=64M,cap=192M,segment=16M,node=0",
+            &[
+                "--prepare",
+                &prep_a,
+                "--prepare",
+                &prep_b,
+                "--allow-uid",
+                "65534",
+            ],
+        );
+        std::fs::write(
+            format!("{root}/cgroup.procs"),
+            std::process::id().to_string(),
+        )
+        .unwrap();
+        let s = Scene {
+            d: started?,
+            dc,
+            a,
+            b,
+        };
+        s.say("start");
+        wait_for(
+            "each tenant's part prepared in its cgroup",
+            Duration::from_secs(120),
+            || {
+                s.a.num("hugetlb.2MB.current") == 32 * MB as u64
+                    && s.b.num("hugetlb.2MB.current") == 32 * MB as u64
+            },
+        );
+        s.d.wait_all_ready();
+        s.say("prepared");
+        assert_eq!(
+            s.dc.num("hugetlb.2MB.current"),
+            64 * MB as u64,
+            "the daemon holds its shared pool only"
+        );
+        Some(s)
+    }
+
+    fn say(&self, when: &str) {
+        say(
+            when,
+            &[
+                ("daemon", &self.dc),
+                ("tenant A", &self.a),
+                ("tenant B", &self.b),
+            ],
+        );
+    }
+}
+
+/// A holds its own part, B its own and 16M lent of the shared pool; each
+/// then asks past its limits: refused as the kernel would, and no local
+/// memory made instead (the client does not fall back).
+fn held_and_refused(s: &Scene) -> (Holder, Holder) {
+    let (d, a, b) = (&s.d, &s.a, &s.b);
+    let held_a = Holder::new(a, d, "32M");
+    let held_b = Holder::new(b, d, "48M");
+    s.say("held");
     assert_eq!(a.num("hugetlb.2MB.current"), 32 * MB as u64);
     assert_eq!(b.num("hugetlb.2MB.current"), 32 * MB as u64);
     // What is lent stays the daemon's, which grows its shared pool back to
@@ -266,31 +323,28 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     wait_for(
         "the shared pool back at its target",
         Duration::from_secs(60),
-        || dc.num("hugetlb.2MB.current") == 80 * MB as u64,
+        || s.dc.num("hugetlb.2MB.current") == 80 * MB as u64,
     );
-    let (ra, rb) = (row(&d, &a), row(&d, &b));
+    let (ra, rb) = (row(d, a), row(d, b));
     assert_eq!((ra.placed, ra.lent), (32 * MB as u64, 0), "{ra:?}");
     assert_eq!(
         (rb.placed, rb.lent),
         (32 * MB as u64, 16 * MB as u64),
         "{rb:?}"
     );
-
-    // Past their limits: refused as the kernel would, and no local memory
-    // made instead (the client does not fall back).
-    let (ok, text) = client_in(&a, &d, "alloc 32M");
+    let (ok, text) = client_in(a, d, "alloc 32M");
     assert!(
         !ok && text.contains("hugetlb.2MB.max") && !text.contains("local"),
         "{text}"
     );
-    let (ok, text) = client_in(&b, &d, "alloc 64M");
+    let (ok, text) = client_in(b, d, "alloc 64M");
     let binding = if hugetlb_in_memory() {
         "memory.max"
     } else {
         "hugetlb.2MB.max"
     };
     assert!(!ok && text.contains(binding), "{text}");
-    let (ok, text) = client_in(&b, &d, "alloc 32M");
+    let (ok, text) = client_in(b, d, "alloc 32M");
     if hugetlb_in_memory() {
         assert!(
             !ok && text.contains("memory.max"),
@@ -302,9 +356,13 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
             "hugetlb is not memory here: {text}"
         );
     }
-    assert!(row(&d, &a).refusals >= 1 && row(&d, &b).refusals >= 1);
+    assert!(row(d, a).refusals >= 1 && row(d, b).refusals >= 1);
+    (held_a, held_b)
+}
 
-    // Returned: the scrub runs in each tenant's cgroup, throttled by its cpu.max.
+/// Returned: the scrub runs in each tenant's cgroup, throttled by its cpu.max.
+fn returned_in_their_cgroups(s: &Scene, held_a: Holder, held_b: Holder) {
+    let (d, a, b) = (&s.d, &s.a, &s.b);
     a.set("cpu.max", "10000 100000");
     held_a.release();
     held_b.release();
@@ -315,10 +373,10 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
     );
     d.wait_all_ready();
     wait_for("the scrubs counted", Duration::from_secs(60), || {
-        row(&d, &a).cleaned_bytes >= 64 * MB as u64 && row(&d, &b).cleaned_bytes >= 80 * MB as u64
+        row(d, a).cleaned_bytes >= 64 * MB as u64 && row(d, b).cleaned_bytes >= 80 * MB as u64
     });
-    say("returned", &cgs);
-    let (ra, rb) = (row(&d, &a), row(&d, &b));
+    s.say("returned");
+    let (ra, rb) = (row(d, a), row(d, b));
     assert!(ra.cpu_in_ns > 0 && ra.cpu_daemon_ns == 0, "{ra:?}");
     assert!(rb.cpu_in_ns > 0 && rb.cpu_daemon_ns == 0, "{rb:?}");
     assert!(
@@ -334,9 +392,12 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
         "A's cpu.max throttled its scrub"
     );
     a.set("cpu.max", "max 100000");
+}
 
-    // B churns; A is served from its own part throughout.
-    let churn = Command::new("sh")
+/// B churns; A is served from its own part throughout.
+fn served_while_the_other_churns(s: &Scene) {
+    let (d, a, b) = (&s.d, &s.a, &s.b);
+    let mut churn = Command::new("sh")
         .arg("-c")
         .arg(format!(
             "{}; exec {} client churn --seconds 5 --max 48M --socket {}",
@@ -349,36 +410,18 @@ fn two_tenants_are_charged_and_limited_in_their_own_cgroups() {
         .spawn()
         .unwrap();
     for _ in 0..5 {
-        let cleaned = row(&d, &a).cleaned_bytes;
-        let (ok, text) = client_in(&a, &d, "alloc 16M --no-fallback");
+        let cleaned = row(d, a).cleaned_bytes;
+        let (ok, text) = client_in(a, d, "alloc 16M --no-fallback");
         assert!(
             ok && text.contains("from service"),
             "A while B churns: {text}"
         );
         // Its segment back in its part (scrubbed in its cgroup) before the next.
         wait_for("A's segment scrubbed", Duration::from_secs(60), || {
-            row(&d, &a).cleaned_bytes > cleaned
+            row(d, a).cleaned_bytes > cleaned
         });
     }
-    let mut churn = churn;
     churn.wait().unwrap();
-    hostile_requests(&d, &a);
-    d.wait_all_ready();
-    say("end", &cgs);
-    // A cgroup removed: its part goes, its charge with it; the daemon serves on.
-    let b_path = b.path().into_bytes();
-    drop(b);
-    wait_for(
-        "the removed cgroup's part gone",
-        Duration::from_secs(30),
-        || {
-            d.stats()
-                .cgroups
-                .iter()
-                .all(|c| c.placed == 0 || c.name != b_path)
-        },
-    );
-    d.assert_serves();
 }
 
 /// Announcements the daemon refuses: for a cgroup the asker does not own,

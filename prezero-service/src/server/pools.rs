@@ -222,24 +222,7 @@ impl Server {
                     seg,
                     place: Some(key),
                     cpu,
-                } => {
-                    let len = self.pools[pool].cfg.segment_size;
-                    let added = match seg {
-                        Ok(seg) => self.add_recorded(pool, seg, Some(key)),
-                        Err(e) => Err(e.to_string()),
-                    };
-                    if let Err(e) = &added {
-                        let name = self.cgroups.name(key);
-                        log(&format!(
-                            "cgroup {name}: cannot prepare a segment ({e}); retrying in 5 s"
-                        ));
-                    }
-                    if let (Ok(()), Some(d)) = (&added, self.cgroups.done_mut(key)) {
-                        d.cleaned_bytes += len as u64;
-                        d.cpu_in_ns += cpu.as_nanos() as u64;
-                    }
-                    self.made_in(key, added.is_ok());
-                }
+                } => self.created_in(key, pool, seg, cpu),
                 Done::Created {
                     pool,
                     seg,
@@ -307,6 +290,27 @@ impl Server {
             self.escalate(false);
         }
         self.say_shortage();
+    }
+
+    /// A segment of `pool` made inside cgroup `key` (its pages charged
+    /// there) with `cpu`, or why not.
+    fn created_in(&mut self, key: u64, pool: usize, seg: prezero::Result<Segment>, cpu: Duration) {
+        let len = self.pools[pool].cfg.segment_size;
+        let added = match seg {
+            Ok(seg) => self.add_recorded(pool, seg, Some(key)),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(e) = &added {
+            let name = self.cgroups.name(key);
+            log(&format!(
+                "cgroup {name}: cannot prepare a segment ({e}); retrying in 5 s"
+            ));
+        }
+        if let (Ok(()), Some(d)) = (&added, self.cgroups.done_mut(key)) {
+            d.cleaned_bytes += len as u64;
+            d.cpu_in_ns += cpu.as_nanos() as u64;
+        }
+        self.made_in(key, added.is_ok());
     }
 
     /// Counts a cleaning of `len` bytes that took `cpu` to the cgroup it was
