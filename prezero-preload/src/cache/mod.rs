@@ -94,6 +94,9 @@ struct Cache {
     cfg: Config,
     /// A scrubber thread runs in this process.
     scrubber: bool,
+    /// The last scrubber could not start (no `/proc`, a seccomp filter, no
+    /// thread to be had): nothing is kept.
+    helperless: bool,
     /// Prefill still to do (the scrubber does it first), and in which lane.
     prefill: usize,
     prefill_lane: usize,
@@ -184,6 +187,7 @@ pub fn start(cfg: Config) -> bool {
             n_lanes,
             cfg,
             scrubber: false,
+            helperless: false,
             prefill,
             prefill_lane,
         })
@@ -213,11 +217,15 @@ static SCRUBBER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
     wake: wake_scrubber,
     leaving: None,
     joined: None,
-    restart: restart_scrubber,
 };
 
 /// Starts the scrubber thread if this process has none.
 fn ensure_scrubber() {
+    // After a seccomp filter, no system call of ours that the program would
+    // not make itself (a filter may kill it): no thread, nothing watched.
+    if crate::threads::never() {
+        return;
+    }
     // The cache holds memory for later from now on.
     crate::pressure::watch();
     {
@@ -235,8 +243,14 @@ fn ensure_scrubber() {
         crate::threads::Kind::Other,
         scrubber::scrub,
     ) {
-        // No scrubber: freed blocks stay Dirty; `calloc` clears what it takes.
-        lock().cache().scrubber = false;
+        // No scrubber (none may start here): freed blocks go back at once,
+        // as under a cap of 0 (none would give them back later); `calloc`
+        // clears what it takes.
+        let mut g = lock();
+        g.cache().scrubber = false;
+        g.cache().helperless = true;
+    } else {
+        lock().cache().helperless = false;
     }
 }
 
@@ -251,13 +265,6 @@ fn wake_scrubber() {
         signal_all();
         // SAFETY: locked just above, by this thread.
         unsafe { SHARED.mutex.unlock() };
-    }
-}
-
-/// After a stop: the scrubber again.
-fn restart_scrubber() {
-    if STARTED.load(Ordering::Acquire) {
-        ensure_scrubber();
     }
 }
 
@@ -359,9 +366,10 @@ impl Cache {
 
     /// The most free bytes kept: the configured cap, within a quarter of the
     /// room the machine and the memory cgroup have left now (read again each
-    /// second); none under memory pressure.
+    /// second); none under memory pressure, nor where no scrubber may start
+    /// (nothing would give memory back later).
     fn cap(&self) -> usize {
-        if crate::pressure::pressed() {
+        if crate::pressure::pressed() || self.helperless || crate::threads::never() {
             return 0;
         }
         self.cfg.cap.min(crate::pressure::room() / 4)

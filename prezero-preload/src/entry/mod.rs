@@ -116,6 +116,9 @@ pub fn boot_once() {
 static START_AT_LOAD: extern "C" fn() = start_at_load;
 
 extern "C" fn start_at_load() {
+    // While the process has one thread: a registration racing another
+    // thread's first stop could miss a fork between the two.
+    crate::threads::at_load();
     if crate::config::is_program() {
         boot_once();
     }

@@ -53,8 +53,8 @@ use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::{
-    bell, fd, give_up, guarded, is_empty, is_huge, lanes, serving, stats, still_ours, stop,
-    suspend, thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
+    fd, give_up, guarded, is_empty, is_huge, lanes, serving, stats, still_ours, stop, suspend,
+    thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
 };
 use crate::sys::uffd::{self, Msg};
 use crate::sys::{self, Errno};
@@ -104,10 +104,8 @@ pub fn run() {
     };
     loop {
         threads::sync();
-        // Asked to end (a stop, which rang the bell, or a retirement), or
-        // handed over already: it ends once nothing is registered (the
-        // bell goes as it returns, `pause.rs`, which wakes a ring made
-        // meanwhile).
+        // Asked to end (a stop or a retirement), or handed over already: it
+        // ends once nothing is registered.
         if threads::stopping(Owner::Handler).is_some() || !serving() {
             h.leave();
             super::stopped_for_good();
@@ -117,9 +115,8 @@ pub fn run() {
         // descriptor and opened another file at its number, a read would
         // take that file's bytes (a pipe's), or spin (/dev/null's end).
         if !still_ours() {
-            // The kernel released its ranges with it: their faults are its
-            // own again.
             stop();
+            h.leave();
             return;
         }
         match h.round(threads::CHECK_MS as i32) {
@@ -183,13 +180,7 @@ impl Handler {
             }
         };
         for m in &msgs[..n] {
-            if m.event == uffd::UFFD_EVENT_PAGEFAULT && bell::is_bell(m.address as usize) {
-                if let Err(e) = bell::answer(self.fd) {
-                    // Its reader waits on: giving up unregisters the bell.
-                    give_up(Stop::Refused(e));
-                    return Round::Stopped;
-                }
-            } else if m.event == uffd::UFFD_EVENT_PAGEFAULT && serving() {
+            if m.event == uffd::UFFD_EVENT_PAGEFAULT && serving() {
                 let write = m.flags & uffd::UFFD_PAGEFAULT_FLAG_WRITE != 0;
                 self.serve(m.address as usize, write, m.thread());
             } else if m.event == uffd::UFFD_EVENT_PAGEFAULT {

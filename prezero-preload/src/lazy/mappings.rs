@@ -137,11 +137,11 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
         start: at,
         end: end.next_multiple_of(PAGE),
     };
-    if g.table().len() == super::table::MAX_MAPPINGS {
+    if g.table().len() == super::table::MAX_MAPPINGS || !g.may_register() {
         return;
     }
-    // SAFETY: the handler thread runs (the lazy mode is on) and answers
-    // every fault.
+    // SAFETY: the handler thread runs (the lazy mode is on, under POP) and
+    // answers every fault.
     if unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) }.is_err() {
         return;
     }
@@ -159,11 +159,11 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
 fn register_neighbour(g: &mut PopGuard, at: usize, len: usize) {
     let end = at + len.next_multiple_of(PAGE);
     let beside = g.table().find(at.wrapping_sub(1)).is_some() || g.table().find(end).is_some();
-    if !beside || g.table().len() == super::table::MAX_MAPPINGS {
+    if !beside || g.table().len() == super::table::MAX_MAPPINGS || !g.may_register() {
         return;
     }
-    // SAFETY: the handler thread runs (the lazy mode is on) and answers
-    // every fault.
+    // SAFETY: the handler thread runs (the lazy mode is on, under POP) and
+    // answers every fault.
     if unsafe { uffd::register(fd(), at, end - at, uffd::Mode::Missing) }.is_ok() {
         if thp_always() {
             let _ = sys::madvise(at, end - at, Advice::NoHugePage);
@@ -304,10 +304,11 @@ pub unsafe fn mremap(
     }
     // The kernel cleared the registration of the whole mapping the result
     // merged into, which may hold a neighbour's registered range.
-    let n = g.table().len();
+    let n = if g.may_register() { g.table().len() } else { 0 };
     for i in 0..n {
         let r = g.table().get(i);
-        // SAFETY: the handler thread runs, and answers every fault.
+        // SAFETY: the handler thread runs (the lazy mode is on, under POP),
+        // and answers every fault.
         let _ = unsafe { uffd::register(fd(), r.start, r.end - r.start, uffd::Mode::Missing) };
     }
     Ok(at)

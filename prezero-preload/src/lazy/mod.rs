@@ -67,7 +67,6 @@
 //! mode. Its descriptors are closed: the userfaultfd's moves act on the
 //! parent's memory.
 
-mod bell;
 mod handler;
 mod lanes;
 pub mod mappings;
@@ -189,6 +188,12 @@ impl PopGuard {
         Some(PopGuard { mask: None })
     }
 
+    /// Whether the lazy mode serves: what a registration needs (the
+    /// hand-over, which holds `POP` too, unregisters everything).
+    fn may_register(&self) -> bool {
+        STATE.load(Ordering::Acquire) == ON
+    }
+
     fn table(&mut self) -> &mut table::Table {
         // SAFETY: POP is held while the guard lives: the only reference.
         unsafe { &mut *TABLE.0.get() }
@@ -266,6 +271,10 @@ pub fn threshold() -> usize {
 /// Starts the lazy mode if it was asked for and has not been tried, or
 /// resumes it: true if it runs.
 pub fn ensure_started() -> bool {
+    // After a seccomp filter nothing starts (see `crate::threads::never`).
+    if crate::threads::never() {
+        return STATE.load(Ordering::Acquire) == ON;
+    }
     match STATE.load(Ordering::Acquire) {
         ON => return true,
         WANTED => {}
@@ -284,10 +293,8 @@ pub fn ensure_started() -> bool {
         return STATE.load(Ordering::Acquire) == ON;
     }
     match start() {
-        Ok(()) => {
-            STATE.store(ON, Ordering::Release);
-            true
-        }
+        // A stop or a retirement may have suspended it meanwhile.
+        Ok(()) => STATE.load(Ordering::Acquire) == ON,
         Err(why) => {
             if SAY_WHY.load(Ordering::Relaxed) {
                 why.print();
@@ -298,9 +305,11 @@ pub fn ensure_started() -> bool {
     }
 }
 
-/// Whether the lazy mode serves (its threads run): what the workers look at.
+/// Whether the lazy mode serves or is starting to (its threads run): what
+/// the handler and the workers look at. Registering takes `ON` itself,
+/// under `POP`.
 fn serving() -> bool {
-    STATE.load(Ordering::Acquire) == ON
+    matches!(STATE.load(Ordering::Acquire), ON | STARTING)
 }
 
 /// Whether this process's lazy mode runs: a system call (`getpid`) beside
@@ -423,9 +432,8 @@ fn start() -> Result<(), Why> {
     PAGEMAP.store(pm, Ordering::Release);
     OWNER.store(sys::getpid(), Ordering::Release);
     touch_active();
-    // Before the cache's range is registered: a fault there needs them. The
-    // handler serves while the state says so.
-    STATE.store(ON, Ordering::Release);
+    // Before the cache's range is registered: a fault there needs them
+    // (the state STARTING: they run, nothing registered yet).
     if !pause::start_threads() {
         // Nothing is registered to the descriptor that could wait on it.
         uffd::close(pm);
@@ -434,13 +442,7 @@ fn start() -> Result<(), Why> {
             Errno(libc::EAGAIN),
         )));
     }
-    bell::hang_bell(fd);
-    if let Some((base, len)) = crate::cache::range() {
-        // SAFETY: the handler thread runs, and answers every fault.
-        if unsafe { uffd::register(fd, base, len, uffd::Mode::Missing) }.is_ok() {
-            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
-        }
-    }
+    pause::go_live();
     if FILL.load(Ordering::Relaxed) {
         reserve::start_filling(lanes::of_caller());
     }

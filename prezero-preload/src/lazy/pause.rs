@@ -1,8 +1,10 @@
 //! The lazy mode's threads in `crate::threads`' looks and stops: how they
-//! are woken (the handler by its bell, `bell.rs`; the workers on their
-//! lanes' futexes, which a wake ends), what goes before the handler does
-//! (the hand-over, `suspend.rs`), and how they start again: at the start,
-//! and when a suspended lazy mode resumes.
+//! are woken (the workers on their lanes' futexes, which a wake ends; the
+//! handler looks at its next poll, within `crate::threads::CHECK_MS`: a
+//! wake by a fault of the waker's own, as a bell page was, would block the
+//! waker where the handler is gone), what goes before the handler does (the
+//! hand-over, `suspend.rs`), and how they start: at the start, and when a
+//! suspended lazy mode resumes.
 //!
 //! The handler reads the userfaultfd from a descriptor table of its own: a
 //! program that closes every descriptor by a call we cannot see (a system
@@ -12,31 +14,24 @@
 //! pagemap's descriptor, nothing of the program's (a pipe the program
 //! closes ends for its reader as plainly).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 
 use super::{
-    bell, fd, handler, reserve, serving, suspend, uffd, worker, ON, PAGEMAP, STARTING, STATE,
+    fd, handler, reserve, serving, suspend, uffd, worker, PopGuard, ON, PAGEMAP, STARTING, STATE,
     SUSPENDED,
 };
 use crate::sys;
 use crate::threads::{self, Kind, Owner};
 
-/// Whether the handler thread runs (it answers the bell).
-static HANDLER_RUNS: AtomicBool = AtomicBool::new(false);
-
 /// The handler thread's body: [`handler::run`], from a descriptor table of
-/// its own, marked running.
+/// its own.
 fn handler_main() {
-    let fd = fd();
-    sys::keep_descriptors_only(&[fd, PAGEMAP.load(Ordering::Relaxed)]);
-    HANDLER_RUNS.store(true, Ordering::Release);
+    sys::keep_descriptors_only(&[fd(), PAGEMAP.load(Ordering::Relaxed)]);
     handler::run();
-    HANDLER_RUNS.store(false, Ordering::Release);
-    bell::take_down(fd);
 }
 
 /// Starts the handler and one worker per lane (the handler first: the
-/// cache's range and the bell wait on it).
+/// cache's range waits on it).
 pub fn start_threads() -> bool {
     if !threads::spawn("prezero-fault", Kind::Handler, handler_main) {
         return false;
@@ -48,16 +43,14 @@ pub fn start_threads() -> bool {
 /// What `crate::threads`' looks and stops ask of the handler, and of the
 /// workers.
 static HANDLER_HOOKS: threads::Hooks = threads::Hooks {
-    wake: wake_handler,
+    wake: looks_at_its_next_poll,
     leaving: Some(suspend::leaving),
     joined: None,
-    restart: restart_handler,
 };
 static WORKER_HOOKS: threads::Hooks = threads::Hooks {
     wake: reserve::wake_all,
     leaving: None,
     joined: None,
-    restart: workers_follow_the_handler,
 };
 
 /// Registers the handler and the workers with `crate::threads`, at
@@ -67,23 +60,9 @@ pub fn register() {
     threads::register(Owner::Workers, &WORKER_HOOKS);
 }
 
-/// Wakes the handler for a look at `crate::threads`: rings the bell, which
-/// only a running handler answers.
-fn wake_handler() {
-    if HANDLER_RUNS.load(Ordering::Acquire) {
-        bell::ring();
-    }
-}
-
-/// After a stop: the lazy mode again, with its threads (it was suspended
-/// before the handler went).
-fn restart_handler() {
-    let _ = resume();
-}
-
-/// After a stop: nothing of the workers' own; the handler's restart (the
-/// lazy mode resumed) starts them.
-fn workers_follow_the_handler() {}
+/// The handler is not woken: it looks at `crate::threads` after each poll
+/// of the userfaultfd, every `crate::threads::CHECK_MS` at most.
+fn looks_at_its_next_poll() {}
 
 /// The workers, one per lane, where the lazy mode serves (after a stop, or
 /// at the start). Without them nothing is filled or scrubbed ahead: the
@@ -114,17 +93,33 @@ pub fn resume() -> bool {
     }
     // Active now: neither the workers nor the handler take it for idle.
     super::touch_active();
-    // Before the cache's range is registered: a fault there needs them.
-    STATE.store(ON, Ordering::Release);
     if !start_threads() {
-        STATE.store(SUSPENDED, Ordering::Release);
+        let _ = STATE.compare_exchange(STARTING, SUSPENDED, Ordering::AcqRel, Ordering::Acquire);
         return false;
     }
-    bell::hang_bell(fd());
-    if let Some((base, len)) = crate::cache::range() {
-        // SAFETY: the handler thread runs, and answers every fault.
-        let _ = unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) };
-    }
+    let live = go_live();
     crate::pressure::watch();
+    live
+}
+
+/// The handler started (the state STARTING): the lazy mode serves, and the
+/// cache's range is registered, under `POP`, unless the handler has already
+/// handed over (it ended: a stop, a retirement), which a registration after
+/// would leave with no one to serve it. True if it serves.
+pub fn go_live() -> bool {
+    let _g = PopGuard::program();
+    if STATE
+        .compare_exchange(STARTING, ON, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
+        return false;
+    }
+    if let Some((base, len)) = crate::cache::range() {
+        // SAFETY: the handler runs and has not handed over (the state, under
+        // POP, which the hand-over holds): it answers every fault.
+        if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
+            let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
+        }
+    }
     true
 }

@@ -184,9 +184,10 @@ fn for_runs(mut at: usize, end: usize, present: bool, mut f: impl FnMut(usize, u
 /// may take in a neighbour's registered pages: the whole range, then, not
 /// only the two parts that moved (mappings already registered are skipped;
 /// those that are not merge back with their neighbours).
-fn register_cache_again(_: &PopGuard) {
-    if let Some((base, len)) = cache::range() {
-        // SAFETY: the handler thread runs, and answers every fault.
+fn register_cache_again(g: &PopGuard) {
+    if let Some((base, len)) = cache::range().filter(|_| g.may_register()) {
+        // SAFETY: the handler thread runs (the lazy mode is on, under POP),
+        // and answers every fault.
         if unsafe { uffd::register(fd(), base, len, uffd::Mode::Missing) }.is_ok() {
             let _ = sys::madvise(base, len, sys::Advice::NoHugePage);
         }

@@ -15,13 +15,15 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{fd, uffd, PopGuard, ON, OWNER, STATE, SUSPENDED};
+use super::{fd, uffd, PopGuard, ON, OWNER, STARTING, STATE, SUSPENDED};
 use crate::sys;
 
 /// Hands everything registered with `fd` to the kernel and forgets the
 /// table (`POP` held); where the lazy mode served, it is suspended.
 pub fn hand_over(g: &mut PopGuard, fd: i32) {
-    let _ = STATE.compare_exchange(ON, SUSPENDED, Ordering::AcqRel, Ordering::Acquire);
+    for from in [ON, STARTING] {
+        let _ = STATE.compare_exchange(from, SUSPENDED, Ordering::AcqRel, Ordering::Acquire);
+    }
     if let Some((base, len)) = crate::cache::range() {
         let _ = uffd::unregister(fd, base, len);
     }
@@ -35,7 +37,8 @@ pub fn hand_over(g: &mut PopGuard, fd: i32) {
 
 /// A program's thread, in a stop before the handler goes: hands over.
 pub fn leaving() {
-    if STATE.load(Ordering::Acquire) == ON && OWNER.load(Ordering::Relaxed) == sys::getpid() {
+    let state = STATE.load(Ordering::Acquire);
+    if matches!(state, ON | STARTING) && OWNER.load(Ordering::Relaxed) == sys::getpid() {
         hand_over(&mut PopGuard::program(), fd());
     }
 }

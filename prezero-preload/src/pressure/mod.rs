@@ -19,9 +19,9 @@
 //!
 //! Started once a process holds something for later (its cache's first
 //! free, its lazy reserve), never in a process that only asks for small
-//! blocks; a forked child starts its own. It ends when no holder holds
-//! anything or runs a thread ([`Hooks::holds`]), and the next holder
-//! starts it again.
+//! blocks; a forked child starts its own. It ends when no holder has held
+//! anything or run a thread ([`Hooks::holds`]) for two of its looks, and
+//! the next holder starts it again.
 //!
 //! What goes back is the holders' to say: the cache and the lazy mode each
 //! register their [`Hooks`] at start-up ([`register`]), and this module
@@ -37,6 +37,11 @@ use sources::Source;
 
 /// How long after the last event nothing is filled ahead.
 const PRESSED_MS: u64 = 5000;
+
+/// Looks (a second apart) that found nothing held before the watcher ends:
+/// a program that freed everything and then grows past its room is still
+/// seen short, and its next frees kept to that.
+const IDLE_LOOKS: u32 = 2;
 
 /// A memory cgroup with less room than this is short of memory.
 const LOW_ROOM: usize = 64 << 20;
@@ -127,12 +132,14 @@ static WATCHER_HOOKS: crate::threads::Hooks = crate::threads::Hooks {
     wake,
     leaving: None,
     joined: Some(joined),
-    restart: watch,
 };
 
 /// Starts this process's watcher, once, with its sources opened by the
 /// calling thread.
 pub fn watch() {
+    if crate::threads::never() {
+        return;
+    }
     let me = sys::getpid();
     let seen = WATCHER.load(Ordering::Relaxed);
     if seen == me
@@ -298,6 +305,7 @@ fn run() {
         press();
     }
     let mut looked = now_ms();
+    let mut idle_looks = 0;
     loop {
         crate::threads::sync();
         if crate::threads::stopping(crate::threads::Owner::Pressure).is_some() {
@@ -308,11 +316,6 @@ fn run() {
         let now = now_ms();
         if now >= looked + 1000 {
             looked = now;
-            if !holders().any(|h| (h.holds)()) {
-                // Nothing held ahead, no thread of a holder's: nothing to
-                // watch for (the next holder starts it again).
-                break;
-            }
             fired |= low();
             if !fired {
                 // The room may have shrunk: each holder keeps no more than
@@ -321,9 +324,20 @@ fn run() {
                     trim();
                 }
             }
+            idle_looks = if holders().any(|h| (h.holds)()) {
+                0
+            } else {
+                idle_looks + 1
+            };
         }
         if fired {
             press();
+        }
+        if idle_looks >= IDLE_LOOKS {
+            // Nothing held ahead, no thread of a holder's, for as many
+            // looks: nothing to watch for (the next holder starts it again;
+            // the room it keeps to is read again then).
+            break;
         }
     }
     sources::close_watched();

@@ -36,14 +36,6 @@ pub fn join(t: libc::pthread_t, timeout_ms: u64) -> bool {
     unsafe { libc::pthread_timedjoin_np(t, std::ptr::null_mut(), &until) == 0 }
 }
 
-/// Lets thread `t` end on its own, never joined.
-///
-/// pre: as [`join`].
-pub fn detach(t: libc::pthread_t) {
-    // SAFETY: `t` is joinable and not joined (pre).
-    unsafe { libc::pthread_detach(t) };
-}
-
 /// How many threads the kernel counts in this process (`/proc/self/stat`'s
 /// twentieth field), `None` if it cannot be read.
 ///

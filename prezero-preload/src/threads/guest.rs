@@ -15,8 +15,8 @@
 //!   thread, with what it is then.
 //!
 //! A change we can see (glibc's `set*id`, `syscall(2)`, `prctl`,
-//! `unshare`...) stops our threads before it and starts them after it
-//! (`stop.rs`). Where `/proc` cannot be read, nothing can tell: no thread of
+//! `unshare`...) stops our threads before it (`stop.rs`); the program's
+//! next need starts them again. Where `/proc` cannot be read, nothing can tell: no thread of
 //! ours starts.
 
 use std::cell::Cell;
@@ -62,7 +62,7 @@ pub(super) fn retired() -> bool {
 /// (none waits longer than [`CHECK_MS`] anyway).
 pub(super) fn retire() {
     GENERATION.fetch_add(1, Ordering::AcqRel);
-    super::wake_others();
+    super::wake_all();
 }
 
 /// Whether a thread started from the calling one would be no wider than
@@ -76,7 +76,10 @@ pub(super) fn may_spawn() -> bool {
     let (Some(me), Some(main)) = (Identity::of(0), Identity::of(sys::getpid() as u32)) else {
         return false;
     };
-    as_ours(me).wider_than(&main).is_none()
+    // The same filters as the main thread's, not more: a TSYNC filter of
+    // another thread's fails on a thread whose filters are not its own's
+    // ancestors.
+    me.seccomp == main.seccomp && as_ours(me).wider_than(&main).is_none()
 }
 
 /// `id` as a thread of ours has it after [`enter`]: no capability (but the
@@ -96,12 +99,15 @@ fn as_ours(id: Identity) -> Identity {
     }
 }
 
-/// A thread of ours, first: gives up every privilege, takes a short slice
-/// (a wake, an exit, is served soon), and checks that it is no wider than
-/// the main thread (else every thread of ours ends).
-pub(super) fn enter(generation: u32) {
+/// A thread of ours, first: gives up every
+/// privilege (and says so on `dropped`, which its starter waits on), takes
+/// a short slice (a wake, an exit, is served soon), and checks that it is
+/// no wider than the main thread (else every thread of ours ends).
+pub(super) fn enter(generation: u32, dropped: &AtomicU32) {
     STARTED_AT.set(generation);
     sys::drop_privileges();
+    dropped.fetch_add(1, Ordering::AcqRel);
+    sys::futex_wake(dropped);
     sys::short_slice();
     let own = Identity::of(0);
     OWN.set(own);
@@ -109,6 +115,21 @@ pub(super) fn enter(generation: u32) {
     match (own, main) {
         (Some(own), Some(main)) if own.wider_than(&main).is_none() => {}
         _ => retire(),
+    }
+}
+
+/// The starter of a thread of ours: waits until `dropped` has passed
+/// `before` (the thread gave up its privileges), 2 s at most (a thread the
+/// kernel does not run for that long is caught by the next look instead).
+pub(super) fn wait_dropped(dropped: &AtomicU32, before: u32) {
+    let until = sys::coarse_ms() + 2000;
+    loop {
+        let now = dropped.load(Ordering::Acquire);
+        let t = sys::coarse_ms();
+        if now != before || t >= until {
+            return;
+        }
+        sys::futex_wait(dropped, now, (until - t).min(100));
     }
 }
 

@@ -10,38 +10,48 @@
 //!   repeat; a seccomp filter or Landlock ruleset, the bounding set, a
 //!   namespace, by the C library or `syscall(2)`), and a call the kernel
 //!   allows only a single-threaded process, runs with none of them: they
-//!   stop, are joined, and start again after it from the calling thread
-//!   (`stop.rs`).
+//!   stop and are joined, and the program's next large block or mapping
+//!   starts them again from its own thread (`stop.rs`). After a seccomp
+//!   filter none starts again.
 //! * They exist only while their owner has work or holds memory, and never
 //!   at `SCHED_IDLE`: an exit waits for every thread to run once.
 //!
 //! Each thread looks at [`sync`] at the top of its loop and ends when
-//! [`stopping`] says so; its owner wakes it (`wake_all`): the handler by a
-//! fault on its bell page, the workers by their futexes, the scrubber under
-//! its lock, the watcher by a pipe. No wait of theirs is longer than
-//! [`guest::CHECK_MS`], so one of them always looks.
+//! [`stopping`] says so; its owner wakes it (`wake_all`): the workers by
+//! their futexes, the scrubber under its lock, the watcher by a pipe; the
+//! handler is not woken (a wake by a fault, as a bell page was, would
+//! block the waker where the handler is gone). No wait of theirs is longer
+//! than [`guest::CHECK_MS`], so each looks within it.
 //!
 //! This module names none of the owners: each registers its [`Hooks`]
 //! ([`register`]) before it starts a thread of its own, and a look or a
 //! stop reaches it only through them. An owner not registered has no
 //! thread to wake or start again.
 //!
-//! Invariants: `LIVE` counts our threads from before they are created to
-//! after their last look; a slot of `JOINABLE` (or `HANDLER`) holds a
-//! joinable thread of this process that nobody else joins or detaches (a
-//! forked child, which has none of them, empties them); `PAUSE` orders
-//! these calls with each other and with [`spawn`] (a thread started during
-//! one would miss it), and is held with signals blocked.
+//! Invariants: a slot of `JOINABLE` (or `HANDLER`) holds a joinable thread
+//! of this process from before it is created until it is joined, and no
+//! thread of ours is ever detached (`slots.rs`); a forked child, which has
+//! none of them, empties them. `PAUSE` orders the stops with each other and
+//! with [`spawn`] (a thread started during one would miss it), and is held
+//! with signals blocked; a thread of ours never waits for it (a stop may be
+//! waiting for that thread).
 
 mod guest;
+mod ids;
 mod polite;
+mod slots;
 mod stop;
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, Ordering};
+
+use slots::Slot;
 
 use crate::sys;
 
 pub use guest::CHECK_MS;
+#[cfg(not(test))]
+pub use ids::IdCall;
+pub use ids::IdChange;
 pub use polite::Polite;
 // Only entry/ calls these, and a test build leaves it out.
 #[cfg(not(test))]
@@ -51,16 +61,19 @@ pub use stop::{changing, setns_needs_one_thread, unshare_needs_one_thread, Scope
 /// scrubber, a watcher.
 const SLOTS: usize = 64;
 
-/// Our running threads other than the handler (their `pthread_t`; 0: a
-/// free slot), and the handler.
-static JOINABLE: [AtomicUsize; SLOTS] = [const { AtomicUsize::new(0) }; SLOTS];
-static HANDLER: AtomicUsize = AtomicUsize::new(0);
-/// Our threads that may still look at [`sync`].
-static LIVE: AtomicU32 = AtomicU32::new(0);
+/// Our threads other than the handler, and the handler, until joined
+/// (`slots.rs`).
+static JOINABLE: [Slot; SLOTS] = [const { Slot::new() }; SLOTS];
+static HANDLER: Slot = Slot::new();
+/// Set for good before a seccomp filter is entered (`stop.rs`): no thread
+/// of ours starts again in this process (what the filter allows a thread
+/// to call cannot be known).
+static NEVER: AtomicBool = AtomicBool::new(false);
 /// One call of those above at a time, and no thread started meanwhile.
 static PAUSE: sys::Mutex = sys::Mutex::new();
-/// The thread holding `PAUSE` (it starts threads again under it).
-static PAUSER: AtomicU32 = AtomicU32::new(0);
+/// Threads of ours that have given up their privileges: [`spawn`] (under
+/// `PAUSE`, one at a time) waits for the count to pass what it was.
+static DROPPED: AtomicU32 = AtomicU32::new(0);
 static AT_FORK: AtomicBool = AtomicBool::new(false);
 /// The process whose threads the slots hold: a `vfork` child shares the
 /// slots (the memory) but not the threads, and touches none of them.
@@ -74,8 +87,8 @@ pub enum Kind {
     Other,
 }
 
-/// Who owns a kind of thread: it wakes them, and starts them again after
-/// a stop.
+/// Who owns a kind of thread: it wakes them, and hands over what they
+/// serve before a stop.
 #[derive(Clone, Copy)]
 pub enum Owner {
     /// The lazy mode's fault handler.
@@ -109,9 +122,6 @@ pub struct Hooks {
     /// After a stop joined our threads, before the call: what they left
     /// behind goes.
     pub joined: Option<fn()>,
-    /// After the call, where its threads returned for the stop: starts
-    /// them again.
-    pub restart: fn(),
 }
 
 /// Each owner's hooks, by [`Owner::slot`] (null: not registered). A static
@@ -140,26 +150,60 @@ fn wake(owners: &[Owner]) {
     }
 }
 
+/// Whether no thread of ours may start again in this process (the program
+/// entered a seccomp filter): its owners then make no system call the
+/// program would not make itself.
+pub fn never() -> bool {
+    NEVER.load(Ordering::Acquire)
+}
+
 /// `PAUSE` held by the calling thread, signals blocked.
 struct Paused(libc::sigset_t);
 
 impl Paused {
     fn take() -> Paused {
+        fork_handler();
         // A handler that set ids or faulted on this thread while it holds
         // the lock would wait on itself.
         let mask = sys::uffd::block_signals();
         PAUSE.lock();
-        PAUSER.store(sys::gettid(), Ordering::Relaxed);
         Paused(mask)
+    }
+
+    /// [`Paused::take`], or `None` where `no_wait` and it is held.
+    fn take_unless(no_wait: bool) -> Option<Paused> {
+        if !no_wait {
+            return Some(Paused::take());
+        }
+        fork_handler();
+        let mask = sys::uffd::block_signals();
+        if PAUSE.try_lock() {
+            return Some(Paused(mask));
+        }
+        sys::uffd::restore_signals(&mask);
+        None
     }
 }
 
 impl Drop for Paused {
     fn drop(&mut self) {
-        PAUSER.store(0, Ordering::Relaxed);
         // SAFETY: `take` locked it on this thread.
         unsafe { PAUSE.unlock() };
         sys::uffd::restore_signals(&self.0);
+    }
+}
+
+/// At load, while the process has one thread: [`in_child`] registered.
+pub fn at_load() {
+    fork_handler();
+}
+
+/// Registers [`in_child`] once, before `PAUSE` is first taken: a child
+/// forked while another thread holds it must find it free. At load
+/// ([`at_load`]); here again for a process that loaded the library later.
+fn fork_handler() {
+    if !AT_FORK.swap(true, Ordering::Relaxed) {
+        sys::atfork(None, None, Some(in_child));
     }
 }
 
@@ -173,44 +217,49 @@ fn ours() -> bool {
 /// and wait on itself, or on a lock this thread holds). False where none
 /// may start: the calling thread is wider than the program's main thread
 /// (it kept what the main thread gave up, or lacks a filter it entered),
-/// `/proc` cannot say, or the kernel refused.
+/// `/proc` cannot say, the program entered a seccomp filter, every slot is
+/// taken, or the kernel refused.
 pub fn spawn(name: &str, kind: Kind, f: fn()) -> bool {
-    if !AT_FORK.swap(true, Ordering::Relaxed) {
-        sys::atfork(None, None, Some(in_child));
+    // Not while a stop is under way; a thread of ours does not wait for
+    // one (it may be the thread the stop waits for).
+    let Some(_p) = Paused::take_unless(guest::is_ours()) else {
+        return false;
+    };
+    if NEVER.load(Ordering::Acquire) || !guest::may_spawn() {
+        return false;
     }
-    // Not while a call above is under way, unless it is this thread's,
-    // starting threads again.
-    let _p = (PAUSER.load(Ordering::Relaxed) != sys::gettid()).then(Paused::take);
-    if !guest::may_spawn() {
+    // Threads that ended on their own are joined here: their slots free.
+    for s in JOINABLE.iter().chain([&HANDLER]) {
+        s.reap();
+    }
+    let slot: &'static Slot = match kind {
+        Kind::Handler => &HANDLER,
+        Kind::Other => match JOINABLE.iter().find(|s| s.take()) {
+            Some(s) => s,
+            None => return false,
+        },
+    };
+    if kind == Kind::Handler && !slot.take() {
         return false;
     }
     OWNER.store(sys::getpid(), Ordering::Relaxed);
-    LIVE.fetch_add(1, Ordering::AcqRel);
     let generation = guest::generation();
+    let dropped = DROPPED.load(Ordering::Acquire);
     let r = sys::spawn(name, move || {
-        guest::enter(generation);
+        slot.started(sys::gettid());
+        guest::enter(generation, &DROPPED);
         f();
-        LIVE.fetch_sub(1, Ordering::AcqRel);
+        slot.ended();
     });
     let Ok(t) = r else {
-        LIVE.fetch_sub(1, Ordering::AcqRel);
+        slot.give_back();
         return false;
     };
-    let t = t as usize;
-    let kept = match kind {
-        Kind::Handler => HANDLER
-            .compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
-            .is_ok(),
-        Kind::Other => JOINABLE.iter().any(|s| {
-            s.compare_exchange(0, t, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        }),
-    };
-    if !kept {
-        // No slot (a handler not joined before is still there): never
-        // joined, so a stop cannot wait for it.
-        sys::detach(t as libc::pthread_t);
-    }
+    slot.fill(t);
+    // Not back to the program before the thread gave up its privileges:
+    // the program may drop its own next, and ours would then hold what it
+    // dropped until it ran (seen for 5 ms in a guest under emulation).
+    guest::wait_dropped(&DROPPED, dropped);
     true
 }
 
@@ -222,19 +271,18 @@ pub fn sync() {
     guest::sync();
 }
 
-/// Why a thread of ours is asked to end.
+/// Why a thread of ours is asked to end. Either way the program's next call
+/// that needs one starts another, from its own thread.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum End {
-    /// A stop around a call of the program's: it starts again after it,
-    /// and keeps what its owner holds.
+    /// A stop around a call of the program's: what its owner holds stays.
     Stop,
     /// It may be wider than the program now: what it holds goes back to
-    /// the kernel; the program's next call that needs one starts another.
+    /// the kernel.
     Retire,
 }
 
-/// Whether a thread of `owner`'s must end now, and why. A stop counts it,
-/// to start it again after the call.
+/// Whether a thread of `owner`'s must end now, and why.
 pub fn stopping(owner: Owner) -> Option<End> {
     if stop::stopping(owner) {
         return Some(End::Stop);
@@ -252,25 +300,11 @@ fn wake_all() {
     ]);
 }
 
-/// Wakes every thread of ours but the caller's kind: the handler does not
-/// ring its own bell (only it answers), the others are woken either way.
-fn wake_others() {
-    // SAFETY: pthread_self has no precondition.
-    let me = unsafe { libc::pthread_self() } as usize;
-    if HANDLER.load(Ordering::Acquire) == me {
-        wake(&[Owner::Workers, Owner::Cache, Owner::Pressure]);
-    } else {
-        wake_all();
-    }
-}
-
 /// A forked child has none of the parent's threads.
 extern "C" fn in_child() {
     for s in JOINABLE.iter().chain([&HANDLER]) {
-        s.store(0, Ordering::Relaxed);
+        s.forget();
     }
-    LIVE.store(0, Ordering::Relaxed);
-    PAUSER.store(0, Ordering::Relaxed);
     stop::in_child();
     // SAFETY: the child's only thread; a parent's thread that held the
     // lock across the fork is not here.

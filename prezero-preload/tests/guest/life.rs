@@ -40,8 +40,8 @@ fn an_exit_waits_for_no_thread_of_ours() {
 
 /// A program that never takes a large block has no thread of ours; one that
 /// took one and went idle (its cache and reserve given back after
-/// `PREZERO_IDLE_SECS`, 1 here) has none a second or two later; none is at
-/// `SCHED_IDLE`.
+/// `PREZERO_IDLE_SECS`, 1 here) has none two or three seconds later; none
+/// is at `SCHED_IDLE`.
 #[test]
 fn threads_exist_only_while_needed() {
     let Some(b) = built() else { return };
@@ -70,8 +70,8 @@ fn threads_exist_only_while_needed() {
                 number_after(line, "small blocks, ").unwrap_or(0.0) >= 1.0,
                 "{line}"
             );
-            // The idle time, then a look each second at most.
-            assert!(gone <= 3500.0, "{arm:?}: {line}");
+            // The idle time, then the watcher's two looks a second apart.
+            assert!(gone <= 4500.0, "{arm:?}: {line}");
         }
     }
 }

@@ -20,10 +20,11 @@ mod common;
 
 mod life;
 mod limits;
+mod review;
 mod routes;
 
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -44,6 +45,7 @@ const ARMS: [Arm; 3] = [Arm::Plain, Arm::Preload, Arm::Lazy];
 struct Built {
     so: PathBuf,
     guest: PathBuf,
+    review: PathBuf,
 }
 
 /// The shared object and tests/c/guest.c, built once; `None` (the reason
@@ -54,21 +56,19 @@ fn built() -> Option<&'static Built> {
         can_build()?;
         let dir = profile_dir().join("guest-c");
         std::fs::create_dir_all(&dir).expect("mkdir");
-        let out = dir.join("guest");
-        let src = sources().join("guest.c");
-        gcc(&[
-            "-O2",
-            "-g",
-            "-Wall",
-            "-Wextra",
-            "-pthread",
-            src.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ])?;
+        let build = |name: &str| {
+            let out = dir.join(name);
+            let src = sources().join(format!("{name}.c"));
+            let (src, out_s) = (src.to_str().unwrap(), out.to_str().unwrap());
+            gcc(&[
+                "-O2", "-g", "-Wall", "-Wextra", "-pthread", src, "-o", out_s,
+            ])
+            .map(|()| out)
+        };
         Ok(Built {
             so: shared_object(),
-            guest: out,
+            guest: build("guest")?,
+            review: build("guest_review")?,
         })
     });
     match b {
@@ -85,8 +85,35 @@ fn run(b: &Built, arm: Arm, args: &[&str], env: &[(&str, &str)], timeout: Durati
     run_in(b, arm, "true", args, env, timeout)
 }
 
-/// [`run`], after the shell commands `first` (entering a cgroup).
+/// [`run`] of `guest args`, after the shell commands `first` (entering a
+/// cgroup).
 fn run_in(
+    b: &Built,
+    arm: Arm,
+    first: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    timeout: Duration,
+) -> Run {
+    run_program(&b.guest, b, arm, first, args, env, timeout)
+}
+
+/// Runs `guest_review args` in `arm` as [`run`] runs `guest`.
+fn run_review(b: &Built, arm: Arm, args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_program(
+        &b.review,
+        b,
+        arm,
+        "true",
+        args,
+        env,
+        Duration::from_secs(300),
+    )
+}
+
+/// Runs `program args` in `arm` after the shell commands `first`.
+fn run_program(
+    program: &Path,
     b: &Built,
     arm: Arm,
     first: &str,
@@ -98,7 +125,7 @@ fn run_in(
     cmd.arg("-c")
         .arg(format!("{first} && PREZERO_PREFILL_PID=$$ exec \"$@\""))
         .arg("sh")
-        .arg(&b.guest)
+        .arg(program)
         .args(args)
         .process_group(0)
         .stdin(Stdio::null())
