@@ -314,7 +314,7 @@ fn lazy_runs_the_program_or_says_once_why_not() {
 }
 
 /// The program `prezero run` executes starts the library when it is loaded:
-/// its prefill and its lazy reserve fill from start-up, while it computes,
+/// its prefill and a lazy reserve asked for fill from start-up, while it computes,
 /// not from its first allocation (a program that computed for 2 s before it
 /// mapped anything found an empty reserve). The program counts its threads
 /// before it allocates anything.
@@ -350,12 +350,15 @@ int main(void) {
     };
     // The prefill's scrubber runs before main.
     assert!(threads(&run(&["--prefill", "4M", "--", exe])) >= 2);
-    // Where the lazy mode runs, its handler and its reserve's worker too.
-    let o = run(&["--lazy", "--", exe]);
+    // Where the lazy mode runs with a reserve asked for, its handler and the
+    // reserve's worker too; without one, the reserve is sized by demand and
+    // no thread starts before the program's first large block.
+    let o = run(&["--lazy", "--reserve", "64M", "--", exe]);
     if stderr(&o).contains("prezero: --lazy: ") {
         println!("the lazy mode does not run here: {}", stderr(&o).trim());
     } else {
         assert!(threads(&o) >= 3, "{}", stdout(&o));
+        assert_eq!(threads(&run(&["--lazy", "--", exe])), 1);
     }
     // Without either: nothing. A process the program starts (here the
     // shell's child; `; true` keeps the shell from exec'ing it in its place)
