@@ -147,6 +147,10 @@ static void mode_setid_storm(double secs) {
     }
     pthread_t t[8];
     long calls[6] = {0};
+    /* A large block first, as root: the lazy mode starts here. One that
+     * would start at a moment the euid is 65534 is refused (no access to
+     * userfaultfd), as it is for any program that drops before it starts. */
+    churn_once(16 * MB);
     pthread_create(&t[0], NULL, churner, NULL);
     pthread_create(&t[1], NULL, forker, NULL);
     for (int i = 0; i < 6; i++)
