@@ -30,8 +30,9 @@
  *   prefill [WAIT_S]        prints page faults on a calloc after PREZERO_PREFILL
  *   prefill-dirty           a block freed before the prefill ran: calloc zero?
  *   spare ROUNDS [THREADS]  calloc, check, write, work, free: page faults per round
- *   starve [SPINNERS]       calloc latency while spinning threads (default: one per
- *                           core) keep every core busy
+ *   starve [SPINNERS [SECS]] calloc latency while spinning threads (default: one per
+ *                           core) keep every core busy; 40 rounds, and more until
+ *                           SECS have passed
  *   vmas ITERS              realloc churn; prints mappings before and after
  *   mremap-race SECS        realloc by mremap on one thread, mmap/munmap on two
  *   errno                   free() keeps errno (POSIX): large blocks calloc'd,
@@ -136,7 +137,7 @@ int main(int argc, char **argv) {
   if (!strcmp(m, "prefill")) return mode_prefill(argc > 2 ? atof(argv[2]) : 10);
   if (!strcmp(m, "prefill-dirty")) return mode_prefill_dirty();
   if (!strcmp(m, "vmas")) return mode_vmas(argc, argv);
-  if (!strcmp(m, "starve")) return mode_starve(argc > 2 ? atol(argv[2]) : -1);
+  if (!strcmp(m, "starve")) return mode_starve(argc > 2 ? atol(argv[2]) : -1, argc > 3 ? atof(argv[3]) : 0);
   if (!strcmp(m, "mremap-race")) return mode_mremap_race(argc, argv);
   if (!strcmp(m, "checker")) return mode_checker(argc, argv);
   if (!strcmp(m, "errno")) return mode_errno();

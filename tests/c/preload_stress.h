@@ -79,7 +79,7 @@ int mode_idle(int argc, char **argv);
 int mode_prefill(double wait_s);
 int mode_prefill_dirty(void);
 int mode_spare(int argc, char **argv);
-int mode_starve(long spinners);
+int mode_starve(long spinners, double secs);
 int mode_vmas(int argc, char **argv);
 int mode_mremap_race(int argc, char **argv);
 

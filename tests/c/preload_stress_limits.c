@@ -154,34 +154,38 @@ static void *spinner(void *arg) {
  * calloc that waits for its step, or for the lock it holds, must not wait
  * long. `spinners` threads (-1: one per core) keep the cores busy. Prints the
  * worst. */
-int mode_starve(long spinners) {
+int mode_starve(long spinners, double secs) {
   long cpus = spinners >= 0 ? spinners : sysconf(_SC_NPROCESSORS_ONLN);
   if (cpus < 0 || cpus > 64) cpus = 2;
   pthread_t t[64];
   for (long i = 0; i < cpus; i++) pthread_create(&t[i], NULL, spinner, NULL);
   const size_t n = 64 << 20;
-  double worst = 0, total = 0;
-  const int rounds = 40;
-  for (int i = 0; i < rounds; i++) {
-    unsigned char *p = malloc(n);
+  double worst = 0, total = 0, start = now_s();
+  int rounds = 0;
+  double other = 0; /* the slowest malloc or free */
+#define TIMED(call) do { double t = now_s(); call; t = now_s() - t; if (t > other) other = t; } while (0)
+  for (; rounds < 40 || now_s() - start < secs; rounds++) {
+    unsigned char *p;
+    TIMED(p = malloc(n));
     if (!p) fail("malloc(64 MiB) failed");
     memset(p, 1, n);
     __asm__ volatile("" ::"r"(p) : "memory");
-    free(p);
+    TIMED(free(p));
     usleep(5000); /* the scrubber may take a step of it meanwhile */
     double t0 = now_s();
     unsigned char *q = calloc(1, n);
     double d = now_s() - t0;
     if (!q) fail("calloc(64 MiB) failed");
     if (first_nonzero(q, n) != n) fail("calloc not zero");
-    free(q);
+    TIMED(free(q));
     total += d;
     if (d > worst) worst = d;
   }
+#undef TIMED
   spinning = 0;
   for (long i = 0; i < cpus; i++) pthread_join(t[i], NULL);
-  printf("starve: %ld spinning threads: calloc(64 MiB) mean %.2f ms, worst %.2f ms\n", cpus,
-         total / rounds * 1e3, worst * 1e3);
+  printf("starve: %ld spinning threads: calloc(64 MiB) mean %.2f ms, worst %.2f ms; "
+         "malloc and free slowest %.2f ms\n", cpus, total / rounds * 1e3, worst * 1e3, other * 1e3);
   return 0;
 }
 

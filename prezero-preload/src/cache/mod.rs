@@ -237,6 +237,9 @@ fn ensure_scrubber() {
             return;
         }
         g.cache().scrubber = true;
+        // Here, not after the spawn: the new scrubber may take the lock at
+        // once and be starved holding it, and this free must not wait.
+        g.cache().helperless = false;
     }
     if !crate::threads::spawn(
         "prezero-scrub",
@@ -245,12 +248,10 @@ fn ensure_scrubber() {
     ) {
         // No scrubber (none may start here): freed blocks go back at once,
         // as under a cap of 0 (none would give them back later); `calloc`
-        // clears what it takes.
+        // clears what it takes. No scrubber holds the lock.
         let mut g = lock();
         g.cache().scrubber = false;
         g.cache().helperless = true;
-    } else {
-        lock().cache().helperless = false;
     }
 }
 
