@@ -83,11 +83,10 @@ fn idle_memory_goes_back_after_idle_secs() {
         r.stdout.contains("given back after"),
         "64 MiB freed are still held 8 s later with PREZERO_IDLE_SECS=1"
     );
+    // Not before the idle second; how long after depends on when a loaded
+    // machine runs the scrubber (within the program's 8 s, above).
     let secs = number_after(&r.stdout, "given back after");
-    assert!(
-        (0.9..=4.0).contains(&secs),
-        "given back after {secs} s, idle 1 s"
-    );
+    assert!(secs >= 0.9, "given back after {secs} s, idle 1 s");
     assert!(r.stats().gave_back_gib > 0.0);
 }
 
