@@ -10,6 +10,7 @@
 mod chart;
 mod fmt;
 mod headline;
+mod programs;
 mod rows;
 mod sections;
 
@@ -144,6 +145,8 @@ pub fn render(info: &Value, all: &[Value]) -> String {
     if let Some(run) = &rows.all {
         h += &failures(run);
     }
+    // The real programs first: what a user trying prezero will see.
+    h += &programs::render(&rows.programs);
     h += &headline::render(&Info::read(info), &rows);
     if let Some(run) = &rows.all {
         h += &steps(run);
