@@ -82,6 +82,13 @@ fn bench_all_smoke_runs_every_step_into_the_report() {
             .any(|r| r["bench"] == "run" && r["program"] == "calloc-big"),
         "{err}"
     );
+    // The real programs' step (sort, in coreutils), and its table first.
+    assert!(
+        rows.iter()
+            .any(|r| r["bench"] == "programs" && r["program"] == "sort"),
+        "{err}"
+    );
+    assert!(html.contains("<h2>Real programs</h2>"));
     // Every kernel measured is one this CPU (as masked) has.
     let kernels = rows[0]["kernels"].as_array().unwrap();
     for r in rows.iter().filter(|r| r["bench"] == "clear") {

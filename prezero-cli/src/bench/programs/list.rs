@@ -9,7 +9,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::inputs;
+use super::{find, inputs, postgres, text};
 use crate::bench::run::NUMPY;
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -240,7 +240,23 @@ impl Program {
                 let argv = std::iter::once(py).chain(argv.map(String::from));
                 Ok(Ready::new(argv.chain([text(&tests)]).collect()).expecting(" passed"))
             }
-            Program::Postgres => super::postgres::prepare(s, self),
+            Program::Postgres => {
+                // PostgreSQL refuses to run as root.
+                // SAFETY: geteuid has no preconditions.
+                let user = if unsafe { libc::geteuid() } == 0 {
+                    Some(
+                        s.user
+                            .context("root, and no postgres user to run the server as")?,
+                    )
+                } else {
+                    None
+                };
+                let argv = postgres::prepare(s.dir, s.mib(1024), user, self.packages())?;
+                Ok(Ready {
+                    user,
+                    ..Ready::new(argv).expecting("loaded")
+                })
+            }
             Program::Zstd => {
                 let input = s.dir.join("zstd.in");
                 inputs::repeating(&input, (s.mib(256) as usize) << 20)?;
@@ -316,23 +332,11 @@ const JAVA_FILL: &str = r#"public class Fill {
 }
 "#;
 
-pub(super) fn text(p: &Path) -> String {
-    p.to_string_lossy().into_owned()
-}
-
 /// `exe` found on PATH, or what to install.
 pub(super) fn need(exe: &str, p: Program) -> Result<String> {
     find(exe)
         .map(|e| text(&e))
         .with_context(|| format!("no {exe} on PATH: install {}", p.packages()))
-}
-
-/// `exe` on PATH.
-pub(super) fn find(exe: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(exe))
-        .find(|f| f.is_file())
 }
 
 /// Debian's own Python, not a shim first on PATH (pyenv's starts a shell

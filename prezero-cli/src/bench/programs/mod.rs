@@ -133,6 +133,19 @@ fn scale() -> Result<(f64, u64)> {
     Ok((scale, room))
 }
 
+/// `p` as text, for a command line.
+fn text(p: &Path) -> String {
+    p.to_string_lossy().into_owned()
+}
+
+/// `exe` on PATH.
+fn find(exe: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(exe))
+        .find(|f| f.is_file())
+}
+
 /// A program made ready, and each arm's environment for it.
 struct Planned {
     program: Program,
@@ -188,7 +201,7 @@ fn readable_copy(lib: &Path, dir: &Path, uid: u32) -> Result<String> {
         std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o555))?;
         std::os::unix::fs::chown(&copy, Some(uid), None)?;
     }
-    Ok(list::text(&copy))
+    Ok(text(&copy))
 }
 
 pub fn run(args: &Args) -> Result<()> {

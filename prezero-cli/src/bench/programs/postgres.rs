@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
-use super::list::{find, text, Program, Ready, Setting};
+use super::{find, text};
 
 /// The timed shell; `$1` the cluster (and its socket's directory), `$2`
 /// shared_buffers, `$3` the directory of the server's programs.
@@ -38,7 +38,7 @@ wait "$server"
 
 /// The directory of the server's own programs: that of `postgres` on PATH
 /// (a link followed: Debian's are in /usr/lib/postgresql/N/bin), or Debian's.
-fn server_bin(p: Program) -> Result<PathBuf> {
+fn server_bin(packages: &str) -> Result<PathBuf> {
     let found = find("postgres").and_then(|p| std::fs::canonicalize(p).ok());
     let debian = std::fs::read_dir("/usr/lib/postgresql")
         .into_iter()
@@ -47,19 +47,12 @@ fn server_bin(p: Program) -> Result<PathBuf> {
         .map(|e| e.path().join("bin/postgres"))
         .find(|p| p.is_file());
     let exe = found.or(debian).with_context(|| {
-        format!(
-            "no postgres on PATH or in /usr/lib/postgresql: install {}",
-            p.packages()
-        )
+        format!("no postgres on PATH or in /usr/lib/postgresql: install {packages}")
     })?;
     let bin = exe.parent().expect("a file's directory").to_path_buf();
     for tool in ["initdb", "pg_isready", "pgbench"] {
         if !bin.join(tool).is_file() {
-            bail!(
-                "no {tool} beside {}: install {}",
-                exe.display(),
-                p.packages()
-            );
+            bail!("no {tool} beside {}: install {packages}", exe.display());
         }
     }
     Ok(bin)
@@ -100,18 +93,17 @@ fn as_user(user: Option<(u32, u32)>, argv: Vec<String>) -> Result<Vec<String>> {
     Ok(v)
 }
 
-pub(super) fn prepare(s: &Setting, p: Program) -> Result<Ready> {
-    let bin = server_bin(p)?;
-    // SAFETY: geteuid has no preconditions.
-    let user = if unsafe { libc::geteuid() } == 0 {
-        Some(
-            s.user
-                .context("root, and no postgres user to run the server as")?,
-        )
-    } else {
-        None
-    };
-    let cluster = s.dir.join("postgres");
+/// A cluster made in `dir` and the timed command line with `shared_buffers`
+/// MiB; `user`: who runs it, when this is root (Debian's `postgres`);
+/// `packages`: what to install when the server is not there.
+pub(super) fn prepare(
+    dir: &Path,
+    shared_buffers: u64,
+    user: Option<(u32, u32)>,
+    packages: &str,
+) -> Result<Vec<String>> {
+    let bin = server_bin(packages)?;
+    let cluster = dir.join("postgres");
     std::fs::create_dir(&cluster).context("making the cluster's directory")?;
     if let Some((uid, gid)) = user {
         std::os::unix::fs::chown(&cluster, Some(uid), Some(gid))
@@ -124,17 +116,10 @@ pub(super) fn prepare(s: &Setting, p: Program) -> Result<Ready> {
         SCRIPT.into(),
         "sh".into(),
         text(&cluster),
-        format!("{}MB", s.mib(1024)),
+        format!("{shared_buffers}MB"),
         text(&bin),
     ];
-    let mut ready = Ready {
-        argv: Vec::new(),
-        env: Vec::new(),
-        user,
-        expect: Some("loaded"),
-    };
-    ready.argv = as_user(user, argv)?.into_iter().map(Into::into).collect();
-    Ok(ready)
+    as_user(user, argv)
 }
 
 /// A new cluster in `cluster`, not timed.
