@@ -61,12 +61,14 @@ impl Setting<'_> {
 }
 
 /// A program ready to run: its command line, the variables it needs, the
-/// user it runs as (root's children: `None`), and a word its stdout must hold.
+/// user it runs as (root's children: `None`), a word its stdout must hold,
+/// and why its lazy arm cannot be lazy, when known before it runs.
 pub(super) struct Ready {
     pub(super) argv: Vec<OsString>,
     pub(super) env: Vec<(OsString, OsString)>,
     pub(super) user: Option<(u32, u32)>,
     pub(super) expect: Option<&'static str>,
+    pub(super) lazy_denied: Option<String>,
 }
 
 impl Ready {
@@ -76,6 +78,7 @@ impl Ready {
             env: Vec::new(),
             user: None,
             expect: None,
+            lazy_denied: None,
         }
     }
 
@@ -254,6 +257,7 @@ impl Program {
                 let argv = postgres::prepare(s.dir, s.mib(1024), user, self.packages())?;
                 Ok(Ready {
                     user,
+                    lazy_denied: user.and_then(|(uid, _)| postgres::lazy_denied(uid)),
                     ..Ready::new(argv).expecting("loaded")
                 })
             }

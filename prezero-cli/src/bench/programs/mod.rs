@@ -263,7 +263,14 @@ fn measure(
     dir: &Path,
 ) -> Result<Vec<[Measured; 3]>> {
     let mut progress = Progress::new((planned.len() * ARMS.len() * reps) as u64);
-    let mut measured: Vec<[Measured; 3]> = planned.iter().map(|_| Default::default()).collect();
+    let mut measured: Vec<[Measured; 3]> = planned
+        .iter()
+        .map(|plan| {
+            let mut arms: [Measured; 3] = Default::default();
+            arms[2].notes.extend(plan.ready.lazy_denied.clone());
+            arms
+        })
+        .collect();
     let mut pads = Pad::new();
     let mut turn = 0;
     let names = ["plain", "prezero", "lazy"];

@@ -77,6 +77,29 @@ pub(super) fn unprivileged_user() -> Option<(u32, u32)> {
     user_ids("postgres")
 }
 
+/// Why `uid` cannot have the lazy mode, if it cannot: the kernel gives
+/// userfaultfd to an unprivileged user only with
+/// `vm.unprivileged_userfaultfd = 1` or through a `/dev/userfaultfd` it may
+/// open, and the preload then runs as `prezero run` does.
+pub(super) fn lazy_denied(uid: u32) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd");
+    if sysctl.is_ok_and(|v| v.trim() == "1") {
+        return None;
+    }
+    let dev = std::fs::metadata("/dev/userfaultfd").ok();
+    if dev
+        .is_some_and(|m| m.mode() & 0o006 == 0o006 || (m.uid() == uid && m.mode() & 0o600 == 0o600))
+    {
+        return None;
+    }
+    Some(format!(
+        "the server runs as uid {uid}, whom the kernel denies userfaultfd \
+         (vm.unprivileged_userfaultfd is 0 and /dev/userfaultfd is not theirs): this arm ran \
+         as prezero run does"
+    ))
+}
+
 /// `argv` run as `user` through setpriv (which execs), or as it is.
 fn as_user(user: Option<(u32, u32)>, argv: Vec<String>) -> Result<Vec<String>> {
     let Some((uid, gid)) = user else {
