@@ -184,15 +184,7 @@ impl Program {
                     "-version".into(),
                 ]))
             }
-            Program::PythonBytearray => {
-                let script = format!(
-                    "b = bytearray({} << 20)\nb2 = bytearray({} << 20)\n\
-                     print('ok' if b[-1] == 0 and b2[-1] == 0 else 'bad')\n",
-                    s.mib(1024),
-                    s.mib(512)
-                );
-                Ok(Ready::new(vec![python(self)?, "-c".into(), script]).expecting("ok"))
-            }
+            Program::PythonBytearray | Program::Numpy | Program::NumpyTests => self.python_program(s),
             Program::Sort => {
                 let input = s.dir.join("sort.txt");
                 inputs::lines(&input, SORT_LINES)?;
@@ -225,24 +217,6 @@ impl Program {
                 let argv = vec![need("gcc", self)?, "-O2".into(), "-c".into(), text(&source)];
                 Ok(Ready::new([argv, vec!["-o".into(), object]].concat()))
             }
-            Program::Numpy => {
-                let py = python(self)?;
-                importable(&py, "numpy", self)?;
-                let elements = s.mib(512) << 17;
-                let argv = vec![py, "-c".into(), NUMPY.into(), elements.to_string()];
-                Ok(Ready::new([argv, vec!["10".into()]].concat()).expecting("bad=0"))
-            }
-            Program::NumpyTests => {
-                let py = python(self)?;
-                importable(&py, "numpy, pytest, hypothesis", self)?;
-                let tests = numpy_dir(&py)?.join("core/tests/test_numeric.py");
-                if !tests.is_file() {
-                    bail!("no {}: install {}", tests.display(), self.packages());
-                }
-                let argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
-                let argv = std::iter::once(py).chain(argv.map(String::from));
-                Ok(Ready::new(argv.chain([text(&tests)]).collect()).expecting(" passed"))
-            }
             Program::Postgres => {
                 // PostgreSQL refuses to run as root.
                 // SAFETY: geteuid has no preconditions.
@@ -269,6 +243,40 @@ impl Program {
                 Ok(Ready::new(argv.chain([text(&input)]).collect()))
             }
             Program::JavaFill => java_fill(s, self),
+        }
+    }
+
+    /// Made ready: the programs of Debian's Python.
+    fn python_program(self, s: &Setting) -> Result<Ready> {
+        match self {
+            Program::PythonBytearray => {
+                let script = format!(
+                    "b = bytearray({} << 20)\nb2 = bytearray({} << 20)\n\
+                     print('ok' if b[-1] == 0 and b2[-1] == 0 else 'bad')\n",
+                    s.mib(1024),
+                    s.mib(512)
+                );
+                Ok(Ready::new(vec![python(self)?, "-c".into(), script]).expecting("ok"))
+            }
+            Program::Numpy => {
+                let py = python(self)?;
+                importable(&py, "numpy", self)?;
+                let elements = s.mib(512) << 17;
+                let argv = vec![py, "-c".into(), NUMPY.into(), elements.to_string()];
+                Ok(Ready::new([argv, vec!["10".into()]].concat()).expecting("bad=0"))
+            }
+            Program::NumpyTests => {
+                let py = python(self)?;
+                importable(&py, "numpy, pytest, hypothesis", self)?;
+                let tests = numpy_dir(&py)?.join("core/tests/test_numeric.py");
+                if !tests.is_file() {
+                    bail!("no {}: install {}", tests.display(), self.packages());
+                }
+                let argv = ["-m", "pytest", "-q", "-p", "no:cacheprovider"];
+                let argv = std::iter::once(py).chain(argv.map(String::from));
+                Ok(Ready::new(argv.chain([text(&tests)]).collect()).expecting(" passed"))
+            }
+            _ => unreachable!("{} is not a Python program", self.name()),
         }
     }
 }
