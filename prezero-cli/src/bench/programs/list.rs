@@ -184,7 +184,9 @@ impl Program {
                     "-version".into(),
                 ]))
             }
-            Program::PythonBytearray | Program::Numpy | Program::NumpyTests => self.python_program(s),
+            Program::PythonBytearray | Program::Numpy | Program::NumpyTests => {
+                self.python_program(s)
+            }
             Program::Sort => {
                 let input = s.dir.join("sort.txt");
                 inputs::lines(&input, SORT_LINES)?;
