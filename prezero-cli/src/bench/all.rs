@@ -88,7 +88,7 @@ fn quick_strategies() -> String {
 /// `info`, then every benchmark at the sizes of `scale`.
 fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
     let strategies = quick_strategies();
-    let benches: [(&'static str, Vec<&str>); 7] = match scale {
+    let benches: [(&'static str, Vec<&str>); 8] = match scale {
         Scale::Full => [
             ("clear", vec![]),
             (
@@ -108,6 +108,7 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
             ("template", vec![]),
             ("service", vec![]),
             ("run", vec![]),
+            ("programs", vec![]),
         ],
         Scale::Quick => [
             (
@@ -157,6 +158,8 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
             // Its programs compute 2 s before they touch memory (a third of
             // the whole quick run at 3 repetitions).
             ("run", vec!["--reps", "2"]),
+            // Python's bytearray and sort, 3 repetitions: ~15 s.
+            ("programs", vec!["--quick"]),
         ],
         // Every case of every bench, each as small as it goes; two sizes or
         // line counts where the report draws a line through them.
@@ -202,6 +205,7 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
                 ],
             ),
             ("run", vec!["--smoke", "--reps", "1"]),
+            ("programs", vec!["--only", "sort", "--reps", "1"]),
         ],
     };
     let mut v = vec![Step::new("info", &["info"])];
@@ -535,7 +539,10 @@ mod tests {
             let names: Vec<&str> = steps.iter().map(|s| s.name).collect();
             assert_eq!(
                 names,
-                ["info", "clear", "mmap", "faults", "pool", "template", "service", "run"]
+                [
+                    "info", "clear", "mmap", "faults", "pool", "template", "service", "run",
+                    "programs"
+                ]
             );
         }
     }

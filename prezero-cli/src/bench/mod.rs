@@ -16,6 +16,7 @@ mod hugetlb;
 mod memory;
 mod mmap;
 mod pool;
+mod programs;
 mod progress;
 mod run;
 mod service;
@@ -37,6 +38,8 @@ pub enum Which {
     Service(service::Args),
     /// Unmodified programs (numpy, C) with and without `prezero run`: speed-ups, peak memory.
     Run(run::Args),
+    /// Real programs from Debian's packages plainly, under `prezero run` and `--lazy`: time, peak RSS.
+    Programs(programs::Args),
     /// Ratio per row of two `--json` outputs, marking changes beyond the noise.
     Compare(compare::Args),
     /// Every benchmark in sequence; `--report report.html` for a self-contained report.
@@ -52,6 +55,7 @@ pub fn run(which: Which) -> Result<()> {
         Which::Template(a) => template::run(&a),
         Which::Service(a) => service::run(&a),
         Which::Run(a) => run::run(&a),
+        Which::Programs(a) => programs::run(&a),
         Which::Compare(a) => compare::run(&a),
         Which::All(a) => all::run(&a),
     }

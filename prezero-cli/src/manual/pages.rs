@@ -202,6 +202,23 @@ const PAGES: &[Page] = &[
         see_also: &["prezero-run(1)"],
     },
     Page {
+        name: "prezero-bench-programs",
+        examples: &[
+            (
+                "Real programs from Debian's packages plainly, under prezero run and --lazy.",
+                "prezero bench programs",
+            ),
+            (
+                "Two of them, three times each, as JSON rows.",
+                "prezero bench programs --only java-pretouch,sort --reps 3 --json",
+            ),
+        ],
+        env: &[],
+        files: &[],
+        exit: &[],
+        see_also: &["prezero-run(1)", "prezero-bench-run(1)"],
+    },
+    Page {
         name: "prezero-bench-compare",
         examples: &[(
             "What changed between two runs' --json outputs.",

@@ -10,6 +10,7 @@
 mod chart;
 mod fmt;
 mod headline;
+mod programs;
 mod rows;
 mod sections;
 
@@ -144,6 +145,8 @@ pub fn render(info: &Value, all: &[Value]) -> String {
     if let Some(run) = &rows.all {
         h += &failures(run);
     }
+    // The real programs first: what a user trying prezero will see.
+    h += &programs::render(&rows.programs);
     h += &headline::render(&Info::read(info), &rows);
     if let Some(run) = &rows.all {
         h += &steps(run);
@@ -412,6 +415,44 @@ mod tests {
              <td>&lt;= 1690 MiB: met</td><td>600 MiB</td><td>610 MiB</td><td>1.56 GiB</td><td></td>"
         ));
         assert!(!render(&info, &rows[..rows.len() - 2]).contains("prezero run: unmodified"));
+    }
+
+    #[test]
+    fn the_real_programs_come_first_with_their_goals() {
+        let (info, mut rows) = fixture();
+        assert!(!render(&info, &rows).contains("Real programs"));
+        let row = |arm: &str, ms: f64, speedup: f64, met: Option<bool>| {
+            let mut r = serde_json::json!({"bench": "programs", "program": "java-pretouch",
+                "command": "java -Xms2048m -version", "arm": arm, "runs": 5, "time_ms": ms,
+                "time_min_ms": ms - 10.0, "time_max_ms": ms + 20.0,
+                "peak_rss_bytes": 2095u64 << 20, "peak_rss_min_bytes": 2090u64 << 20,
+                "peak_rss_max_bytes": 2100u64 << 20, "speedup": speedup, "rss_ratio": 1.0,
+                "first_touch": true, "scale": 1.0});
+            if let Some(met) = met {
+                r["time_goal"] = ">= 2x".into();
+                r["time_goal_met"] = met.into();
+                r["rss_goal"] = "RSS <= 1.1x + 16 MiB".into();
+                r["rss_goal_met"] = true.into();
+            }
+            r
+        };
+        rows.push(row("plain", 730.0, 1.0, None));
+        rows.push(row("lazy", 924.0, 0.79, Some(false)));
+        rows.last_mut().unwrap()["notes"] = serde_json::json!(["prezero: --lazy: <no uffd>"]);
+        let html = render(&info, &rows);
+        let programs = html.find("<h2>Real programs</h2>").expect("the section");
+        assert!(
+            programs < html.find("<h2>What prezero gives").unwrap(),
+            "first"
+        );
+        assert!(html.contains("1 of 1 rows miss a goal"), "{html}");
+        assert!(html.contains(
+            "<td>java-pretouch</td><td>lazy</td><td>924 ms</td><td>914 ms</td><td>944 ms</td>\
+             <td>0.79×</td><td>2.05 GiB</td><td>2.04 GiB</td><td>2.05 GiB</td><td>1×</td>\
+             <td>&gt;= 2x: NOT met</td><td>RSS &lt;= 1.1x + 16 MiB: met</td>"
+        ));
+        assert!(html.contains("<li>java-pretouch lazy: prezero: --lazy: &lt;no uffd&gt;</li>"));
+        assert!(!html.contains("Rows not read"));
     }
 
     #[test]

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::rows::{
-    AllRun, Clear, Faults, Interference, Mmap, PoolCase, PoolHandout, PoolSustained, Row, Run,
-    Scrub, ServiceHandout, ServiceTable, Template, VmBoot, Vmm,
+    AllRun, Clear, Faults, Interference, Mmap, PoolCase, PoolHandout, PoolSustained, Programs, Row,
+    Run, Scrub, ServiceHandout, ServiceTable, Template, VmBoot, Vmm,
 };
 
 /// `prezero info --json`. Everything may be missing: a run whose `info` step
@@ -90,6 +90,7 @@ pub struct Rows {
     pub vm_boot: Vec<VmBoot>,
     pub vmm: Vec<Vmm>,
     pub run: Vec<Run>,
+    pub programs: Vec<Programs>,
     /// Rows of a known bench that do not have its fields: (row, why).
     pub unread: Vec<(String, String)>,
 }
@@ -124,6 +125,7 @@ impl Rows {
             Row::Service(ServiceTable::VmBoot(r)) => self.vm_boot.push(r),
             Row::Service(ServiceTable::Vmm(r)) => self.vmm.push(r),
             Row::Run(r) => self.run.push(r),
+            Row::Programs(r) => self.programs.push(r),
             // No section shows them (the store study's rows read as Other;
             // the charging rows are `bench service --charging`'s alone).
             Row::TemplateStores(_)

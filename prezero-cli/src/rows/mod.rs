@@ -13,6 +13,7 @@ mod clear;
 mod faults;
 mod mmap;
 mod pool;
+mod programs;
 mod run;
 mod service;
 mod template;
@@ -28,6 +29,7 @@ pub use clear::Clear;
 pub use faults::Faults;
 pub use mmap::Mmap;
 pub use pool::{Interference, PoolCase, PoolHandout, PoolSustained};
+pub use programs::Programs;
 pub use run::Run;
 pub use service::{Charging, ClearingShare, Scrub, ServiceHandout, ServiceTable, VmBoot, Vmm};
 pub use template::{Template, TemplateStores};
@@ -49,6 +51,7 @@ pub enum Row {
     TemplateStores(TemplateStores),
     Service(ServiceTable),
     Run(Run),
+    Programs(Programs),
     /// A row of no bench above (`info`, or a later bench's).
     #[serde(other, skip_serializing)]
     Other,

@@ -3,10 +3,11 @@
 //! This file keeps `info`, the CPU masks, a reservation undone on Ctrl-C,
 //! `serve`'s checks and the client; the rest, by command: `bench` (each
 //! bench's rows and errors), `profile` (a profile obeyed or refused,
-//! `calibrate`), `report` (`bench all` into a report).
+//! `calibrate`), `programs` (`bench programs`), `report` (`bench all` into a report).
 
 mod bench;
 mod profile;
+mod programs;
 mod report;
 
 use std::process::Command;

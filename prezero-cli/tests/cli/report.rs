@@ -82,6 +82,13 @@ fn bench_all_smoke_runs_every_step_into_the_report() {
             .any(|r| r["bench"] == "run" && r["program"] == "calloc-big"),
         "{err}"
     );
+    // The real programs' step (sort, in coreutils), and its table first.
+    assert!(
+        rows.iter()
+            .any(|r| r["bench"] == "programs" && r["program"] == "sort"),
+        "{err}"
+    );
+    assert!(html.contains("<h2>Real programs</h2>"));
     // Every kernel measured is one this CPU (as masked) has.
     let kernels = rows[0]["kernels"].as_array().unwrap();
     for r in rows.iter().filter(|r| r["bench"] == "clear") {
@@ -102,8 +109,9 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
         return;
     }
     let _hugetlb = hugetlb_lock();
-    // The service bench starts its daemon in a directory under TMPDIR: a file
-    // there fails that step alone.
+    // The service bench starts its daemon in a directory under TMPDIR, and
+    // the programs bench generates its inputs in one: a file there fails
+    // those two steps alone.
     let files = tmp();
     let not_a_dir = files.join("not-a-directory");
     std::fs::write(&not_a_dir, "").unwrap();
@@ -112,8 +120,9 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
     assert_eq!(status.code(), Some(1), "{err}");
     let last = err.lines().last().unwrap();
     assert!(
-        last.starts_with("prezero: bench all: 1 of 8 steps failed: service (")
-            && last.contains("Not a directory"),
+        last.starts_with("prezero: bench all: 2 of 9 steps failed: service (")
+            && last.contains("Not a directory")
+            && last.contains("), programs (cannot make a directory like "),
         "{err}"
     );
     assert!(
@@ -121,7 +130,7 @@ fn a_failed_step_keeps_the_rows_of_the_others() {
         "{err}"
     );
     assert_eq!(benches_with_rows(&rows), &BENCHES[..5]);
-    assert!(html.contains("1 of 8 steps failed: service."));
+    assert!(html.contains("2 of 9 steps failed: service, programs."));
     let run = rows.iter().find(|r| r["bench"] == "all").unwrap();
     let service = &run["steps"][6];
     assert_eq!(service["step"], "service");

@@ -46,11 +46,12 @@
 
 mod pressure;
 mod programs;
-mod sample;
+pub(super) mod sample;
 
 use std::ffi::{OsStr, OsString};
 
-use programs::{alloc_programs, goal, python_with_numpy, Arm, Goal, Program, ALL, NUMPY};
+use programs::{alloc_programs, goal, python_with_numpy, Program, ALL};
+pub(super) use programs::{Arm, Goal, NUMPY};
 use sample::{own_peak_rss, run_once, Pad, Samples};
 
 use super::progress::Progress;
@@ -87,7 +88,7 @@ pub struct Args {
 const GIB: f64 = (1u64 << 30) as f64;
 
 /// The arms, in the order of their columns.
-const ARMS: [Arm; 3] = [Arm::Plain, Arm::Prezero, Arm::Lazy];
+pub(in crate::bench) const ARMS: [Arm; 3] = [Arm::Plain, Arm::Prezero, Arm::Lazy];
 
 /// How a figure is shown: memory in MiB, else milliseconds.
 fn is_memory(figure: &str) -> bool {
@@ -98,7 +99,7 @@ fn is_memory(figure: &str) -> bool {
 /// program's own pid and execs it, as `prezero run` does (the program fills
 /// its lazy reserve from start-up); every arm alike, so a process's time
 /// holds the same shell in each.
-fn as_prezero_run_execs(argv: &[OsString]) -> Vec<OsString> {
+pub(in crate::bench) fn as_prezero_run_execs(argv: &[OsString]) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec![
         "/bin/sh".into(),
         "-c".into(),
@@ -107,6 +108,77 @@ fn as_prezero_run_execs(argv: &[OsString]) -> Vec<OsString> {
     ];
     v.extend(argv.iter().cloned());
     v
+}
+
+/// What each arm's processes get: the variables set (none plainly; what
+/// `prezero run` and `prezero run --lazy` set, and `PREZERO_STATS=1`, whose
+/// summary line gives the memory the cache held) and those removed (the
+/// plain arm's `LD_PRELOAD` when the bench itself runs under `prezero run`).
+pub(in crate::bench) struct ArmEnvironments {
+    /// By arm, in the order of [`ARMS`].
+    pub(in crate::bench) envs: [Vec<(OsString, OsString)>; 3],
+    nested: bool,
+    /// The library the prezero arms preload (`None`: the one this bench's
+    /// own `LD_PRELOAD` holds, when it runs under `prezero run`).
+    pub(in crate::bench) library: Option<std::path::PathBuf>,
+}
+
+impl ArmEnvironments {
+    /// The arms' environments for `settings` (the first prezero arm without
+    /// --lazy whatever they say, the second with it); `bench` names the bench
+    /// in what it says.
+    pub(in crate::bench) fn new(settings: &Settings, bench: &str) -> Result<ArmEnvironments> {
+        let inherited = std::env::var_os("LD_PRELOAD");
+        let marker = std::env::var_os(crate::run::MARKER);
+        let nested = crate::run::already_preloaded(
+            inherited.as_deref().unwrap_or_default(),
+            marker.as_deref(),
+        );
+        if nested {
+            eprintln!(
+                "prezero: {bench} is itself under prezero run: the plain arm runs without \
+                 LD_PRELOAD"
+            );
+        }
+        let env_of = |lazy: bool| -> Result<Vec<(OsString, OsString)>> {
+            let settings = Settings {
+                lazy,
+                ..settings.clone()
+            };
+            let mut env = crate::run::environment(
+                &settings,
+                if nested { None } else { inherited.as_deref() },
+                if nested { None } else { marker.as_deref() },
+            )?;
+            env.push(("PREZERO_STATS".into(), "1".into()));
+            Ok(env)
+        };
+        let envs = [Vec::new(), env_of(false)?, env_of(true)?];
+        let value = |name: &str| {
+            let (_, v) = envs[1].iter().find(|(k, _)| k == OsStr::new(name))?;
+            Some(v.clone())
+        };
+        let preload = value("LD_PRELOAD").unwrap_or_default();
+        eprintln!(
+            "prezero: the prezero arms preload {}",
+            preload.to_string_lossy()
+        );
+        let library = value(crate::run::MARKER).map(Into::into);
+        Ok(ArmEnvironments {
+            envs,
+            nested,
+            library,
+        })
+    }
+
+    /// The variables removed from arm `which`'s processes.
+    pub(in crate::bench) fn remove(&self, which: usize) -> &'static [&'static str] {
+        if which == 0 && self.nested {
+            &["LD_PRELOAD", crate::run::MARKER]
+        } else {
+            &[]
+        }
+    }
 }
 
 /// The lazy arm's reserve: `--reserve`, else the preload's default (the
@@ -139,48 +211,11 @@ pub fn run(args: &Args) -> Result<()> {
         .into_iter()
         .filter(|p| args.only.is_empty() || args.only.iter().any(|n| n == p.name()))
         .collect();
-    // The prezero arms: what `prezero run` and `prezero run --lazy` set, and
-    // the summary lines. When this bench itself runs under `prezero run`,
-    // the plain arm drops it.
-    let inherited = std::env::var_os("LD_PRELOAD");
-    let marker = std::env::var_os(crate::run::MARKER);
-    let nested =
-        crate::run::already_preloaded(inherited.as_deref().unwrap_or_default(), marker.as_deref());
-    if nested {
-        eprintln!(
-            "prezero: bench run is itself under prezero run: the plain arm runs without LD_PRELOAD"
-        );
-    }
-    let env_of = |lazy: bool| -> Result<Vec<(OsString, OsString)>> {
-        let settings = Settings {
-            lazy,
-            ..args.settings.clone()
-        };
-        let mut env = crate::run::environment(
-            &settings,
-            if nested { None } else { inherited.as_deref() },
-            if nested { None } else { marker.as_deref() },
-        )?;
-        env.push(("PREZERO_STATS".into(), "1".into()));
-        Ok(env)
-    };
-    let envs = [Vec::new(), env_of(false)?, env_of(true)?];
+    let arm_env = ArmEnvironments::new(&args.settings, "bench run")?;
     let reserve = (
         reserve_bytes(&args.settings)?,
         args.settings.reserve.is_some(),
     );
-    let plain_remove: &[&str] = if nested {
-        &["LD_PRELOAD", crate::run::MARKER]
-    } else {
-        &[]
-    };
-    let preload = envs[1]
-        .iter()
-        .find(|(k, _)| k == OsStr::new("LD_PRELOAD"))
-        .map(|(_, v)| v.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    eprintln!("prezero: the prezero arms preload {preload}");
-
     // Which programs can run here.
     let mut argv: Vec<(Program, Vec<OsString>)> = Vec::new();
     let mut skipped: Vec<(Program, String)> = Vec::new();
@@ -261,13 +296,19 @@ pub fn run(args: &Args) -> Result<()> {
                         p.name(),
                         ["plain", "prezero", "lazy"][which]
                     ));
-                    let mut env = envs[which].clone();
+                    let mut env = arm_env.envs[which].clone();
                     env.push(pads.next());
-                    let remove = if which == 0 { plain_remove } else { &[] };
+                    let remove = arm_env.remove(which);
                     let sample = match (&cgroup, neighbors.get(p)) {
                         (Some(cg), Some(n)) => {
                             let plain = vec![pads.next()];
-                            pressure::run_pair(cg, v, (&env, remove), n, (&plain, plain_remove))?
+                            pressure::run_pair(
+                                cg,
+                                v,
+                                (&env, remove),
+                                n,
+                                (&plain, arm_env.remove(0)),
+                            )?
                         }
                         _ => run_once(v, &env, remove, *p)?,
                     };

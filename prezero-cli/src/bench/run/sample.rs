@@ -13,12 +13,27 @@ use super::programs::Program;
 
 /// One process: its figures (nanoseconds), wall time, peak RSS and the
 /// preload's summary line.
-pub(super) struct Sample {
-    pub(super) figures: Vec<(&'static str, f64)>,
-    pub(super) maxrss: u64,
-    pub(super) stats: Option<String>,
+pub(in crate::bench) struct Sample {
+    pub(in crate::bench) figures: Vec<(&'static str, f64)>,
+    pub(in crate::bench) maxrss: u64,
+    pub(in crate::bench) stats: Option<String>,
     /// The lowest MemAvailable seen while it ran (bytes).
-    pub(super) low_available: u64,
+    pub(in crate::bench) low_available: u64,
+}
+
+impl Sample {
+    /// `figures` of the process that `ended`, with its peak RSS and the
+    /// preload's summary line.
+    pub(in crate::bench) fn of(figures: Vec<(&'static str, f64)>, ended: &Ended) -> Sample {
+        Sample {
+            figures,
+            maxrss: ended.maxrss,
+            stats: (ended.err.lines())
+                .rfind(|l| l.starts_with("prezero-preload: "))
+                .map(str::to_owned),
+            low_available: ended.low_available,
+        }
+    }
 }
 
 /// MemAvailable, in bytes.
@@ -57,25 +72,68 @@ impl LowWater {
     }
 }
 
-/// Runs `argv` to the end with `env` set and `remove` unset.
-pub(super) fn run_once(
+/// `argv` as one line, for messages.
+pub(in crate::bench) fn shown(argv: &[OsString]) -> String {
+    argv.iter()
+        .map(|a| a.to_string_lossy())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A process run to its end: what it printed, how it ended, its wall time
+/// and its peak RSS.
+pub(in crate::bench) struct Ended {
+    pub(in crate::bench) out: String,
+    pub(in crate::bench) err: String,
+    /// The status `wait4` gave.
+    pub(in crate::bench) status: i32,
+    pub(in crate::bench) wall: std::time::Duration,
+    /// `ru_maxrss` of `wait4`, in bytes: the largest peak of the process and
+    /// of each descendant it waited for (a peak of one process, not a sum).
+    pub(in crate::bench) maxrss: u64,
+    /// The lowest MemAvailable seen while it ran (bytes).
+    pub(in crate::bench) low_available: u64,
+}
+
+impl Ended {
+    /// Whether it exited with status 0.
+    pub(in crate::bench) fn succeeded(&self) -> bool {
+        libc::WIFEXITED(self.status) && libc::WEXITSTATUS(self.status) == 0
+    }
+
+    /// "exit status N" or "killed by signal N".
+    pub(in crate::bench) fn how(&self) -> String {
+        if libc::WIFSIGNALED(self.status) {
+            format!("killed by signal {}", libc::WTERMSIG(self.status))
+        } else {
+            format!("exit status {}", libc::WEXITSTATUS(self.status))
+        }
+    }
+
+    /// The last `n` lines of its stderr, joined.
+    pub(in crate::bench) fn err_tail(&self, n: usize) -> String {
+        let tail: Vec<&str> = self.err.lines().rev().take(n).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+}
+
+/// Runs `argv` to the end with `env` set and `remove` unset, in `dir` (else
+/// here), stdin from /dev/null.
+pub(in crate::bench) fn run_to_end(
     argv: &[OsString],
     env: &[(OsString, OsString)],
     remove: &[&str],
-    program: Program,
-) -> Result<Sample> {
-    let shown = || {
-        argv.iter()
-            .map(|a| a.to_string_lossy())
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
+    dir: Option<&std::path::Path>,
+) -> Result<Ended> {
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    if let Some(dir) = dir {
+        cmd.current_dir(dir);
+    }
     for r in remove {
         cmd.env_remove(r);
     }
@@ -83,7 +141,7 @@ pub(super) fn run_once(
     let start = Instant::now();
     let mut child = cmd
         .spawn()
-        .with_context(|| format!("cannot run {}", shown()))?;
+        .with_context(|| format!("cannot run {}", shown(argv)))?;
     let mut err_pipe = child.stderr.take().expect("piped");
     let err_reader = std::thread::spawn(move || {
         let mut s = Vec::new();
@@ -102,31 +160,49 @@ pub(super) fn run_once(
     let low_available = low.stop();
     let err = err_reader.join().unwrap_or_default();
     if pid < 0 {
-        bail!("wait4 for {}: {}", shown(), std::io::Error::last_os_error());
+        bail!(
+            "wait4 for {}: {}",
+            shown(argv),
+            std::io::Error::last_os_error()
+        );
     }
-    let out = String::from_utf8_lossy(&out);
-    let err = String::from_utf8_lossy(&err);
-    let ok = libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    Ok(Ended {
+        out: String::from_utf8_lossy(&out).into_owned(),
+        err: String::from_utf8_lossy(&err).into_owned(),
+        status,
+        wall,
+        // ru_maxrss is in KiB on Linux.
+        maxrss: ru.ru_maxrss as u64 * 1024,
+        low_available,
+    })
+}
+
+/// Runs one of `bench run`'s programs to the end with `env` set and `remove`
+/// unset: its figures, checked.
+pub(super) fn run_once(
+    argv: &[OsString],
+    env: &[(OsString, OsString)],
+    remove: &[&str],
+    program: Program,
+) -> Result<Sample> {
+    let ended = run_to_end(argv, env, remove, None)?;
+    let out = &ended.out;
     let field = |k: &str| -> Option<f64> {
         out.split_whitespace()
             .find_map(|w| w.strip_prefix(k)?.strip_prefix('=')?.parse().ok())
     };
-    if !ok || field("bad") != Some(0.0) {
-        let how = if libc::WIFSIGNALED(status) {
-            format!("killed by signal {}", libc::WTERMSIG(status))
-        } else {
-            format!("exit status {}", libc::WEXITSTATUS(status))
-        };
-        let tail: Vec<&str> = err.lines().rev().take(6).collect();
+    if !ended.succeeded() || field("bad") != Some(0.0) {
         bail!(
-            "VERIFY FAILED or program failed: {} ({how}); stdout: {}; stderr: {}",
-            shown(),
+            "VERIFY FAILED or program failed: {} ({}); stdout: {}; stderr: {}",
+            shown(argv),
+            ended.how(),
             out.trim(),
-            tail.into_iter().rev().collect::<Vec<_>>().join(" | ")
+            ended.err_tail(6)
         );
     }
-    let need =
-        |k: &str| field(k).with_context(|| format!("{}: no {k}= in \"{}\"", shown(), out.trim()));
+    let need = |k: &str| {
+        field(k).with_context(|| format!("{}: no {k}= in \"{}\"", shown(argv), out.trim()))
+    };
     let mut figures = match program {
         Program::Numpy => {
             let (z, f, s) = (need("zeros_ns")?, need("first_ns")?, need("second_ns")?);
@@ -141,17 +217,8 @@ pub(super) fn run_once(
         Program::Busy | Program::Exit => vec![("work", need("ns")?), ("worst", need("worst_ns")?)],
         _ => vec![("work", need("ns")?)],
     };
-    figures.push(("process", wall.as_nanos() as f64));
-    Ok(Sample {
-        figures,
-        // ru_maxrss is in KiB on Linux.
-        maxrss: ru.ru_maxrss as u64 * 1024,
-        stats: err
-            .lines()
-            .rfind(|l| l.starts_with("prezero-preload: "))
-            .map(str::to_owned),
-        low_available,
-    })
+    figures.push(("process", ended.wall.as_nanos() as f64));
+    Ok(Sample::of(figures, &ended))
 }
 
 /// A variable of random length (0-4 KiB) for every process of either arm.
@@ -161,17 +228,17 @@ pub(super) fn run_once(
 /// is longer. Random in both arms, that luck spreads evenly over both instead
 /// of favouring one (Mytkowicz et al., "Producing wrong data without doing
 /// anything obviously wrong", ASPLOS 2009).
-pub(super) struct Pad(u64);
+pub(in crate::bench) struct Pad(u64);
 
 impl Pad {
-    pub(super) fn new() -> Pad {
+    pub(in crate::bench) fn new() -> Pad {
         let seed = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(1, |d| d.as_nanos() as u64);
         Pad(seed | 1)
     }
 
-    pub(super) fn next(&mut self) -> (OsString, OsString) {
+    pub(in crate::bench) fn next(&mut self) -> (OsString, OsString) {
         // xorshift64
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
@@ -192,24 +259,24 @@ fn peak_held(stats: &str) -> Option<(f64, f64)> {
 
 /// Every sample of one program in one arm.
 #[derive(Default)]
-pub(super) struct Samples {
-    pub(super) samples: Vec<Sample>,
+pub(in crate::bench) struct Samples {
+    pub(in crate::bench) samples: Vec<Sample>,
 }
 
 impl Samples {
-    pub(super) fn figure(&self, name: &str) -> Vec<f64> {
+    pub(in crate::bench) fn figure(&self, name: &str) -> Vec<f64> {
         self.samples
             .iter()
             .filter_map(|s| s.figures.iter().find(|f| f.0 == name).map(|f| f.1))
             .collect()
     }
 
-    pub(super) fn peak_rss(&self) -> u64 {
+    pub(in crate::bench) fn peak_rss(&self) -> u64 {
         self.samples.iter().map(|s| s.maxrss).max().unwrap_or(0)
     }
 
     /// The lowest MemAvailable any of its processes saw (`None`: unread).
-    pub(super) fn low_available(&self) -> Option<u64> {
+    pub(in crate::bench) fn low_available(&self) -> Option<u64> {
         self.samples
             .iter()
             .map(|s| s.low_available)
@@ -218,7 +285,7 @@ impl Samples {
     }
 
     /// The largest (held beyond use, in use) any process reported, in GiB.
-    pub(super) fn peak_held(&self) -> Option<(f64, f64)> {
+    pub(in crate::bench) fn peak_held(&self) -> Option<(f64, f64)> {
         self.samples
             .iter()
             .filter_map(|s| peak_held(s.stats.as_deref()?))
@@ -228,7 +295,7 @@ impl Samples {
 
 /// This process's peak RSS: a child's `ru_maxrss` counts the image it was
 /// spawned from before its exec, so no figure reads below it.
-pub(super) fn own_peak_rss() -> u64 {
+pub(in crate::bench) fn own_peak_rss() -> u64 {
     // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     // SAFETY: fills a local.
