@@ -36,6 +36,11 @@ impl Progress {
         self.bar.inc(1);
     }
 
+    /// A line on stderr, above the bar where it is shown.
+    pub fn println(&self, line: String) {
+        self.bar.suspend(|| eprintln!("{line}"));
+    }
+
     pub fn finish(&self) {
         self.bar.finish_and_clear();
     }
