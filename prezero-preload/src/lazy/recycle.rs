@@ -20,6 +20,13 @@ use super::reserve::{self, DIRTY, EMPTY, INCOMING};
 use super::{active, fd, is_empty, lanes, stats, touch_active, HUGE, PAGEMAP};
 use crate::sys::uffd::{self, Region};
 
+/// Below this much room (MemAvailable, or the memory cgroup's), freed
+/// pages go back to the kernel rather than into the reserve: until they
+/// are scrubbed they are dirty, and only a thread of ours can give them
+/// back, which in a small memory cgroup may come after the kernel's OOM
+/// killer (a 256 MiB cgroup under TCG lost a program that way).
+const RECYCLE_ROOM: usize = 512 << 20;
+
 /// Moves the whole huge pages of `[start, start + len)` into the reserve.
 /// A no-op where the lazy mode does not run in this process.
 ///
@@ -31,6 +38,9 @@ pub(super) fn recycle(start: usize, len: usize) {
     let hi = (start + len) & !(HUGE - 1);
     // Under memory pressure they go back to the kernel instead.
     if lo >= hi || !active() || crate::pressure::pressed() {
+        return;
+    }
+    if crate::pressure::room() < RECYCLE_ROOM {
         return;
     }
     // One lane, full: no walk.

@@ -3,8 +3,29 @@
 //! `sys`'s manner (numbers in, numbers out, no allocation).
 
 use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::{read_file_start, Errno};
+
+/// Set for good once the program enters a seccomp filter: its allow-list
+/// was written for what the program calls, and placement calls are ours
+/// (a compute program's filter killed it at our `mbind` on two nodes).
+/// Every call here then answers as a kernel without NUMA would, and pages
+/// go where the program's own faults would put them.
+static FORBIDDEN: AtomicBool = AtomicBool::new(false);
+
+/// No call of this file's reaches the kernel from now on.
+pub fn forbid_numa_calls() {
+    FORBIDDEN.store(true, Ordering::Release);
+}
+
+/// ENOSYS where the calls are forbidden: what a kernel without NUMA says.
+fn allowed() -> Result<(), Errno> {
+    if FORBIDDEN.load(Ordering::Acquire) {
+        return Err(Errno(libc::ENOSYS));
+    }
+    Ok(())
+}
 
 /// Node masks of the policy calls: the kernel's largest `MAX_NUMNODES`.
 const MASK_WORDS: usize = 1024 / 64;
@@ -33,6 +54,7 @@ fn one_node(node: u32) -> Result<[u64; MASK_WORDS], Errno> {
 
 /// `mbind(addr, len, mode, {node})`.
 fn mbind_one(addr: usize, len: usize, mode: c_int, node: u32) -> Result<(), Errno> {
+    allowed()?;
     let mask = one_node(node)?;
     // SAFETY: the mask is a local of MASK_WORDS words, MAXNODE its size.
     let r = unsafe {
@@ -115,6 +137,7 @@ pub fn node_allowed(node: u32) -> bool {
 /// mapping's at `addr` (`MPOL_F_ADDR`), or the nodes allowed (the mask of
 /// `MPOL_F_MEMS_ALLOWED`).
 fn get_mempolicy(addr: usize, flags: libc::c_ulong) -> Option<RawPolicy> {
+    allowed().ok()?;
     let mut p = RawPolicy {
         mode: 0,
         mask: [0; MASK_WORDS],
@@ -164,6 +187,7 @@ pub fn range_policy(addr: usize) -> Option<Policy> {
 ///
 /// pre: none (placement of later pages only).
 pub fn set_thread_policy(p: &RawPolicy) -> Result<(), Errno> {
+    allowed()?;
     // SAFETY: the mask is p's, MASK_WORDS words.
     let r = unsafe {
         libc::syscall(
@@ -195,6 +219,7 @@ pub fn prefer_thread_node(node: u32) -> Result<(), Errno> {
 ///
 /// pre: none (the address is looked up, never accessed).
 pub fn page_node(addr: usize) -> Option<u32> {
+    allowed().ok()?;
     let page = addr as *const u8;
     let mut status: c_int = -1;
     // SAFETY: one page pointer and one status, both locals; no nodes are
@@ -217,6 +242,7 @@ pub fn page_node(addr: usize) -> Option<u32> {
 ///
 /// pre: none.
 pub fn current_cpu() -> Option<u32> {
+    allowed().ok()?;
     // SAFETY: sched_getcpu has no preconditions.
     let cpu = unsafe { libc::sched_getcpu() };
     u32::try_from(cpu).ok()
@@ -226,6 +252,7 @@ pub fn current_cpu() -> Option<u32> {
 ///
 /// pre: none.
 pub fn current_node() -> Option<u32> {
+    allowed().ok()?;
     let (mut cpu, mut node) = (0u32, 0u32);
     // SAFETY: both out-pointers are locals; the third argument is unused
     // since Linux 2.6.24 and may be null.
@@ -248,6 +275,7 @@ pub const CPU_WORDS: usize = 8192 / 64;
 ///
 /// pre: none.
 pub fn affinity(tid: c_int) -> Result<[u64; CPU_WORDS], Errno> {
+    allowed()?;
     let mut mask = [0u64; CPU_WORDS];
     // SAFETY: the kernel writes at most the mask's bytes, given.
     let r = unsafe {
@@ -268,6 +296,7 @@ pub fn affinity(tid: c_int) -> Result<[u64; CPU_WORDS], Errno> {
 ///
 /// pre: none.
 pub fn set_affinity(mask: &[u64; CPU_WORDS]) -> Result<(), Errno> {
+    allowed()?;
     // SAFETY: the kernel reads the mask's bytes, given.
     let r = unsafe {
         libc::syscall(
@@ -289,6 +318,7 @@ pub fn set_affinity(mask: &[u64; CPU_WORDS]) -> Result<(), Errno> {
 ///
 /// pre: none.
 pub fn thread_cpu(tid: u32) -> Option<u32> {
+    allowed().ok()?;
     let mut path = [0u8; 48];
     let mut w = &mut path[..];
     use std::io::Write;

@@ -91,6 +91,7 @@ pub fn changing<T>(
         // Nothing of ours after the filter: the lock and the signal mask go
         // first, and no thread of ours starts again.
         NEVER.store(true, Ordering::Release);
+        crate::sys::forbid_numa_calls();
         drop(p);
         return call();
     }
