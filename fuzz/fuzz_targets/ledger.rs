@@ -11,7 +11,9 @@
 
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
-use prezero_service::fuzzing::{ledger_file, ledger_file_text, LedgerEvent, LedgerPool, LedgerWorld};
+use prezero_service::fuzzing::{
+    ledger_file, ledger_file_text, LedgerEvent, LedgerPool, LedgerWorld,
+};
 
 #[derive(Arbitrary, Debug)]
 struct Pool {

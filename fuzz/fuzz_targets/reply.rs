@@ -2,8 +2,9 @@
 //! `RELEASE` counts, `STATS` from this and older daemons): any datagram is a
 //! reply or an error, never a panic, and what decodes encodes into one
 //! message that decodes equal. A `STATS` answer may come back with fewer
-//! tenants (the encoder shows as many as fit, its pool records being longer
-//! than an older daemon's), the others counted as omitted.
+//! tenants and cgroup rows (the encoder shows as many as fit, its pool
+//! records being longer than an older daemon's), the others counted as
+//! omitted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -33,8 +34,22 @@ fuzz_target!(|data: &[u8]| {
                 all(s.tenants.len(), s.tenants_omitted).min(all(shown, u32::MAX)),
                 "tenants lost from the count"
             );
+            // The cgroup rows are shown as many as fit after the tenants',
+            // the same way.
+            let shown_cgroups = b.cgroups.len();
+            assert!(
+                shown_cgroups <= s.cgroups.len() && b.cgroups[..] == s.cgroups[..shown_cgroups],
+                "cgroups changed"
+            );
+            assert_eq!(
+                all(shown_cgroups, b.cgroups_omitted),
+                all(s.cgroups.len(), s.cgroups_omitted).min(all(shown_cgroups, u32::MAX)),
+                "cgroups lost from the count"
+            );
             b.tenants.clone_from(&s.tenants);
             b.tenants_omitted = s.tenants_omitted;
+            b.cgroups.clone_from(&s.cgroups);
+            b.cgroups_omitted = s.cgroups_omitted;
             assert!(*b == **s, "{s:?} came back as {b:?}");
         }
         (_, back) => assert_eq!(back, Ok((seq, reply))),
