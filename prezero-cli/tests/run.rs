@@ -273,6 +273,8 @@ fn kernel_version() -> (u32, u32) {
 /// `--lazy` runs the program, and where the lazy mode cannot run (forced
 /// here with PREZERO_NO_USERFAULTFD=1; for real on a kernel before 6.8,
 /// which the guest tests boot) the program says why in one line and runs.
+/// `--lazy` alone starts the mode at the program's first large block, so a
+/// program that takes none hears nothing of it; `--reserve` starts it at load.
 /// The program is this prezero binary itself: dynamically linked, so the
 /// preload loads into it wherever the tests run (the guests' shell is a
 /// static busybox).
@@ -289,6 +291,8 @@ fn lazy_runs_the_program_or_says_once_why_not() {
             .collect()
     };
     let o = run(&["--lazy", "--", me, "--version"]);
+    assert_eq!(said(&o), Vec::<String>::new(), "no large block, no word");
+    let o = run(&["--lazy", "--reserve", "64M", "--", me, "--version"]);
     let why = said(&o);
     println!("{why:?}");
     if kernel_version() < (6, 8) {
