@@ -11,6 +11,9 @@
  *                    parent's bytes, its own faults work, its writes stay its
  *                    own; then fork + exec of `zero 1`
  *   threads N        N threads fault the same blocks at once, each its own bytes
+ *   pretouch N       N threads write a byte a page of one 256 MiB mapping, each
+ *                    its own 2 MiB blocks, at once (a JVM's pretouch); every
+ *                    other byte reads zero
  *   read             read(2) from a pipe and a file into untouched memory
  *   mprotect         read-only, no-access and read-write parts of one mapping
  *   mlock            mlock of untouched registered memory, then written
@@ -244,6 +247,35 @@ static void mode_threads(int n) {
     for (int t = 0; t < n; t++)
         pthread_join(th[t], NULL);
     printf("threads: %d ok\n", n);
+}
+
+static void *pretoucher(void *arg) {
+    long t = (long)arg;
+    pthread_barrier_wait(&barrier);
+    for (size_t b = (size_t)t; b < shared_len / (2 * MB); b += (size_t)nthreads)
+        for (size_t pg = 0; pg < 2 * MB / PAGE; pg++)
+            shared[b * 2 * MB + pg * PAGE + (size_t)t] = (unsigned char)(t + 1);
+    return NULL;
+}
+
+static void mode_pretouch(int n) {
+    nthreads = n < 1 ? 1 : n > 64 ? 64 : n;
+    shared_len = 256 * MB;
+    shared = map(shared_len);
+    pthread_barrier_init(&barrier, NULL, nthreads);
+    pthread_t th[64];
+    for (long t = 0; t < nthreads; t++)
+        pthread_create(&th[t], NULL, pretoucher, (void *)t);
+    for (int t = 0; t < nthreads; t++)
+        pthread_join(th[t], NULL);
+    for (size_t i = 0; i < shared_len; i++) {
+        size_t owner = (i / (2 * MB)) % (size_t)nthreads;
+        unsigned char want = i % PAGE == owner ? (unsigned char)(owner + 1) : 0;
+        if (shared[i] != want)
+            fail("pretouch: byte %zu is %d, not %d", i, shared[i], want);
+    }
+    munmap(shared, shared_len);
+    printf("pretouch: %d ok\n", nthreads);
 }
 
 struct writer {
@@ -563,6 +595,8 @@ int main(int argc, char **argv) {
         mode_fork(argv[0]);
     else if (!strcmp(mode, "threads"))
         mode_threads(argc > 2 ? atoi(argv[2]) : 4);
+    else if (!strcmp(mode, "pretouch"))
+        mode_pretouch(argc > 2 ? atoi(argv[2]) : 2);
     else if (!strcmp(mode, "read"))
         mode_read();
     else if (!strcmp(mode, "mprotect"))
@@ -582,7 +616,7 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "reclaim"))
         mode_reclaim();
     else {
-        fprintf(stderr, "usage: %s zero|fork|threads|read|mprotect|mlock|signals|mremap|hugepage|starved|spin|"
+        fprintf(stderr, "usage: %s zero|fork|threads|pretouch|read|mprotect|mlock|signals|mremap|hugepage|starved|spin|"
                 "reclaim\n", argv[0]);
         return 2;
     }

@@ -73,6 +73,10 @@ const POP_WAIT_US: u64 = 1000;
 /// in three, and the next fault is likely to fail the same way.
 const MAX_UNREGISTERED: u32 = 16;
 
+/// How recently another thread must have faulted for a fault to count as
+/// one of several at once (the coarse clock ticks every 4 ms).
+const CONTENDED_MS: u64 = 20;
+
 struct Handler {
     fd: i32,
     /// The block after the last one served: a first touch there is dense.
@@ -90,6 +94,13 @@ struct Handler {
     /// The node the handler's own policy places small pages on now
     /// (`usize::MAX`: the process's policy; `usize::MAX - 1`: not known).
     placed: usize,
+    /// The thread of the last fault, and when a fault last came from
+    /// another thread than the one before it (0: never).
+    last_tid: u32,
+    switched_ms: u64,
+    /// The mapping handed to the kernel in this batch of faults: one there
+    /// read before the hand-over was woken by it, and is the kernel's.
+    handed: (usize, usize),
 }
 
 pub fn run() {
@@ -101,6 +112,9 @@ pub fn run() {
         no_huge: false,
         checked: false,
         placed: usize::MAX - 1,
+        last_tid: 0,
+        switched_ms: 0,
+        handed: (0, 0),
     };
     loop {
         threads::sync();
@@ -188,6 +202,7 @@ impl Handler {
                 self.hand_to_kernel(m.address as usize & !(PAGE - 1), Errno(libc::EAGAIN));
             }
         }
+        self.handed = (0, 0);
         if self.unregistered > MAX_UNREGISTERED {
             give_up(Stop::Refused(self.error));
             return Round::Stopped;
@@ -209,6 +224,9 @@ impl Handler {
     }
 
     fn serve(&mut self, addr: usize, write: bool, tid: u32) {
+        if (self.handed.0..self.handed.1).contains(&addr) {
+            return;
+        }
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
         touch_active();
         let lane = self.lane(addr, tid);
@@ -232,10 +250,22 @@ impl Handler {
             if let Some(r) = g.table().find(page) {
                 if uffd::unregister(self.fd, r.start, r.end - r.start).is_ok() {
                     g.table().remove(r.start, r.end);
+                    self.handed = (r.start, r.end);
                     stats::TO_KERNEL.fetch_add(1, Ordering::Relaxed);
                     return;
                 }
             }
+        }
+        // Threads faulting at once with nothing in the reserve: the
+        // kernel's own faults run on every CPU, this handler on one and a
+        // round trip each (a JVM's pretouch ran 1.8x longer). The program's
+        // mapping is the kernel's from here on; the cache's range stays.
+        let contended = self.contended(tid);
+        if contended
+            && lane.is_none_or(|l| !reserve::has_pages(l))
+            && self.hand_over_mapping(&mut g, page)
+        {
+            return;
         }
         if !self.bounds(&mut g, block) {
             // An edge of a mapping: small pages to the end of the block or
@@ -295,6 +325,36 @@ impl Handler {
                 }
             }
         }
+    }
+
+    /// Whether another thread than `tid` faulted within [`CONTENDED_MS`]
+    /// (faults without a thread id never count).
+    fn contended(&mut self, tid: u32) -> bool {
+        let now = super::now_ms();
+        if tid != self.last_tid {
+            if self.last_tid != 0 && tid != 0 {
+                self.switched_ms = now;
+            }
+            self.last_tid = tid;
+        }
+        self.switched_ms != 0 && now.saturating_sub(self.switched_ms) <= CONTENDED_MS
+    }
+
+    /// Hands the program's whole mapping around `page` to the kernel's own
+    /// faults (unregistering it wakes every fault waiting there; its pages
+    /// stay). Whether it did: the cache's range is not a mapping of the
+    /// program's, and stays registered.
+    fn hand_over_mapping(&mut self, g: &mut PopGuard, page: usize) -> bool {
+        let Some(r) = g.table().find(page) else {
+            return false;
+        };
+        if uffd::unregister(self.fd, r.start, r.end - r.start).is_err() {
+            return false;
+        }
+        g.table().remove(r.start, r.end);
+        self.handed = (r.start, r.end);
+        stats::CONTENDED.fetch_add(1, Ordering::Relaxed);
+        true
     }
 
     /// Whether a first touch of the empty `block` is part of a dense run:

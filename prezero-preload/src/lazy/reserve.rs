@@ -258,6 +258,12 @@ pub fn full(lane_no: usize) -> bool {
     lane(lane_no).held.load(Ordering::Relaxed) >= per || held() >= per
 }
 
+/// Whether lane `lane` has a slot a fault can take now or after a scrub.
+pub fn has_pages(lane_no: usize) -> bool {
+    let l = lane(lane_no);
+    l.ready.load(Ordering::Acquire) + l.dirty.load(Ordering::Acquire) > 0
+}
+
 /// Whether no slot of any lane has pages.
 pub fn holds_nothing() -> bool {
     held() == 0

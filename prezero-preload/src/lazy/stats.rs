@@ -45,8 +45,11 @@ pub static FILLED_NOW: AtomicU64 = AtomicU64::new(0);
 /// Mappings that asked for huge pages handed to the kernel's own faults
 /// (moved huge pages arrive split here).
 pub static TO_KERNEL: AtomicU64 = AtomicU64::new(0);
+/// Mappings handed to the kernel's own faults because threads faulted in
+/// them at once with the reserve empty.
+pub static CONTENDED: AtomicU64 = AtomicU64::new(0);
 
-const ALL: [&AtomicU64; 18] = [
+const ALL: [&AtomicU64; 19] = [
     &FAULTS,
     &MOVED,
     &MOVED_SMALL,
@@ -65,6 +68,7 @@ const ALL: [&AtomicU64; 18] = [
     &SPARSE,
     &FILLED_NOW,
     &TO_KERNEL,
+    &CONTENDED,
 ];
 
 /// A forked child starts its own account.
@@ -87,7 +91,7 @@ pub fn print() {
         "prezero-preload: lazy: pid {}: {} faults: {} blocks moved in ({} of small pages, {} \
          scrubbed on demand), {} blocks copied from zeroes, {} small pages; \
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
-         mappings registered{}{}{}{}{}{}",
+         mappings registered{}{}{}{}{}{}{}",
         std::process::id(),
         FAULTS.load(Relaxed),
         MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
@@ -122,6 +126,10 @@ pub fn print() {
         Note(
             TO_KERNEL.load(Relaxed),
             "mappings that asked for huge pages handed to the kernel"
+        ),
+        Note(
+            CONTENDED.load(Relaxed),
+            "mappings handed to the kernel (threads faulting at once, the reserve empty)"
         ),
     );
     let used = LEN - w.len();

@@ -106,6 +106,26 @@ fn threads_faulting_one_block_at_once() {
     lazy(b, &["threads", "2"], &[("PREZERO_THRESHOLD", "64K")]).ok();
 }
 
+/// Threads that fault one mapping at once while the reserve is empty (the
+/// default reserve, which fills only once the program faults) get the
+/// kernel's own faults, which run on every CPU, and every byte is right:
+/// the mapping is handed over, and no fault read before or during that
+/// waits for ever (the kernel's wake at unregister can miss one).
+#[test]
+fn threads_faulting_at_once_with_the_reserve_empty() {
+    let Some(b) = available() else { return };
+    let _s = serial();
+    for _ in 0..3 {
+        let r = lazy(b, &["pretouch", "2"], &[("PREZERO_RESERVE", "")]);
+        r.ok();
+        let s = r.lazy();
+        let handed =
+            s.note("mappings handed to the kernel (threads faulting at once, the reserve empty)");
+        assert!(handed >= 1, "{s:?}");
+        assert!(s.faults < 8192, "the kernel served most faults: {s:?}");
+    }
+}
+
 #[test]
 fn read_into_untouched_memory_from_the_kernel() {
     let Some(b) = available() else { return };
