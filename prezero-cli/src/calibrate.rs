@@ -248,49 +248,8 @@ fn derive(m: &Measurements) -> (ProfileFile, TemplateChoice) {
         hot: classes_for(Temperature::Hot),
         cold: classes_for(Temperature::Cold),
     };
-    // The elision knee of each temporal kernel: the smallest extent (from 1 MiB)
-    // from which it keeps within 20% of the best streaming kernel on cold
-    // memory, i.e. it no longer reads each line before writing it (seeds
-    // 001/002: `rep stos` on AMD Zen above ~LLC size).
-    let stream = |size: usize| {
-        m.kernels
-            .iter()
-            .filter(|k| k.is_streaming())
-            .map(|&k| median(&m.figures, "cold", size, Method::Kernel(k)))
-            .fold(0.0, f64::max)
-    };
-    let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
-    let knees: BTreeMap<String, Option<usize>> = m
-        .kernels
-        .iter()
-        .filter(|k| !k.is_streaming())
-        .map(|&k| {
-            let keeps_up = |s: usize| {
-                stream(s) > 0.0
-                    && median(&m.figures, "cold", s, Method::Kernel(k)) >= 0.8 * stream(s)
-            };
-            let knee = big
-                .iter()
-                .copied()
-                .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
-            (k.name().to_string(), knee)
-        })
-        .collect();
-    let bounded: BTreeMap<String, Option<usize>> = m
-        .chunks
-        .iter()
-        .filter_map(|f| match f.method {
-            Method::Kernel(k) => Some(k),
-            _ => None,
-        })
-        .map(|k| {
-            let full = median(&m.chunks, "cold", m.chunk_extent, Method::Kernel(k));
-            let min = CHUNKS.iter().copied().find(|&c| {
-                median(&m.chunks, "cold", m.chunk_extent, Method::Chunks(k, c)) >= 0.9 * full
-            });
-            (k.name().to_string(), min)
-        })
-        .collect();
+    let knees = elision_knees(m, &sizes);
+    let bounded = bounded_min_chunks(m);
     let threads: Vec<ThreadFigure> = m
         .threads
         .iter()
@@ -341,6 +300,55 @@ fn derive(m: &Measurements) -> (ProfileFile, TemplateChoice) {
         },
     };
     (file, template)
+}
+
+/// The elision knee of each temporal kernel: the smallest extent (from 1 MiB)
+/// from which it keeps within 20% of the best streaming kernel on cold
+/// memory, i.e. it no longer reads each line before writing it (seeds
+/// 001/002: `rep stos` on AMD Zen above ~LLC size).
+fn elision_knees(m: &Measurements, sizes: &[usize]) -> BTreeMap<String, Option<usize>> {
+    let stream = |size: usize| {
+        m.kernels
+            .iter()
+            .filter(|k| k.is_streaming())
+            .map(|&k| median(&m.figures, "cold", size, Method::Kernel(k)))
+            .fold(0.0, f64::max)
+    };
+    let big: Vec<usize> = sizes.iter().copied().filter(|&s| s >= 1 << 20).collect();
+    m.kernels
+        .iter()
+        .filter(|k| !k.is_streaming())
+        .map(|&k| {
+            let keeps_up = |s: usize| {
+                stream(s) > 0.0
+                    && median(&m.figures, "cold", s, Method::Kernel(k)) >= 0.8 * stream(s)
+            };
+            let knee = big
+                .iter()
+                .copied()
+                .find(|&s| big.iter().filter(|&&t| t >= s).all(|&t| keeps_up(t)));
+            (k.name().to_string(), knee)
+        })
+        .collect()
+}
+
+/// The smallest chunk of each kernel's bounded form that keeps 90% of its
+/// speed over the whole extent, on cold memory.
+fn bounded_min_chunks(m: &Measurements) -> BTreeMap<String, Option<usize>> {
+    m.chunks
+        .iter()
+        .filter_map(|f| match f.method {
+            Method::Kernel(k) => Some(k),
+            _ => None,
+        })
+        .map(|k| {
+            let full = median(&m.chunks, "cold", m.chunk_extent, Method::Kernel(k));
+            let min = CHUNKS.iter().copied().find(|&c| {
+                median(&m.chunks, "cold", m.chunk_extent, Method::Chunks(k, c)) >= 0.9 * full
+            });
+            (k.name().to_string(), min)
+        })
+        .collect()
 }
 
 /// The template choice: the streaming kernel fastest on the largest cold

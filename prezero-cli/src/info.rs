@@ -195,8 +195,19 @@ fn feature_map(f: &prezero::cpu::Features) -> Value {
 }
 
 fn print_text(v: &Value) {
-    let cpu = &v["cpu"];
-    let mem = &v["memory"];
+    print_cpu(&v["cpu"]);
+    print_memory(&v["memory"]);
+    print_numa(&v["numa"]);
+    println!();
+    print_kernels(&v["kernels"]);
+    println!();
+    print_auto(v);
+    print_template(&v["template"]);
+    print_service(&v["service"]);
+}
+
+/// The CPU: its model, its features (and those `PREZERO_CPU` hides), its caches.
+fn print_cpu(cpu: &Value) {
     println!(
         "CPU      {} ({}, family {} model {} stepping {}), {} logical CPUs",
         cpu["model_name"].as_str().unwrap_or("?"),
@@ -248,6 +259,10 @@ fn print_text(v: &Value) {
         caches.join(", "),
         cpu["cache_source"].as_str().unwrap_or("?")
     );
+}
+
+/// Pages, NUMA nodes, the kernel and its hugetlb pools.
+fn print_memory(mem: &Value) {
     println!(
         "Pages    base {}, THP {} ({}), NUMA nodes {}, kernel {}",
         fmt_size(mem["page_size"].as_u64().unwrap_or(0) as usize),
@@ -268,8 +283,10 @@ fn print_text(v: &Value) {
             p["surplus"]
         );
     }
-    print_numa(&v["numa"]);
-    println!();
+}
+
+/// The clearing kernels: which this CPU has, and what each needs.
+fn print_kernels(list: &Value) {
     println!("Kernels");
     let kernels = Table::new(" ")
         .gap("  ")
@@ -278,7 +295,7 @@ fn print_text(v: &Value) {
         .left(9)
         .gap(" needs ")
         .left(0);
-    for k in v["kernels"].as_array().into_iter().flatten() {
+    for k in list.as_array().into_iter().flatten() {
         kernels.print(&[
             k["name"].as_str().unwrap_or(""),
             if k["available"].as_bool() == Some(true) {
@@ -294,7 +311,10 @@ fn print_text(v: &Value) {
             k["needs"].as_str().unwrap_or(""),
         ]);
     }
-    println!();
+}
+
+/// The strategy auto picks by size and temperature, and whence.
+fn print_auto(v: &Value) {
     match v["forced"].as_str() {
         Some(k) => println!("Auto     forced to {k} by PREZERO_STRATEGY"),
         None => println!(
@@ -318,7 +338,10 @@ fn print_text(v: &Value) {
             a["cold"].as_str().unwrap_or(""),
         ]);
     }
-    let t = &v["template"];
+}
+
+/// The template kernel in force, and those this CPU has.
+fn print_template(t: &Value) {
     let available: Vec<&str> = t["kernels"]
         .as_array()
         .into_iter()
@@ -332,7 +355,6 @@ fn print_text(v: &Value) {
         t["source"].as_str().unwrap_or(""),
         available.join(" ")
     );
-    print_service(&v["service"]);
 }
 
 /// The tenant cgroups of the `prezero serve` at `$PREZERO_SOCKET` (or the

@@ -509,6 +509,11 @@ mod tests {
             ("PREZERO_THRESHOLD", "0", "PREZERO_THRESHOLD=0"),
             ("PREZERO_LAZY", "yes", "1 or 0"),
             ("PREZERO_IDLE_SECS", "-1", "PREZERO_IDLE_SECS=-1"),
+            (
+                "PREZERO_IDLE_SECS",
+                "1M",
+                "a number of seconds (digits, no unit)",
+            ),
         ] {
             let e = format!("{:#}", check_inherited(env(&[(k, v)]), &[]).unwrap_err());
             assert!(e.contains(why), "{k}={v}: {e}");

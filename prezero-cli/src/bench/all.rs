@@ -85,139 +85,16 @@ fn quick_strategies() -> String {
         .join(",")
 }
 
+/// The benches in the order they run, each with its arguments.
+type Benches<'a> = [(&'static str, Vec<&'a str>); 8];
+
 /// `info`, then every benchmark at the sizes of `scale`.
 fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
     let strategies = quick_strategies();
-    let benches: [(&'static str, Vec<&str>); 8] = match scale {
-        Scale::Full => [
-            ("clear", vec![]),
-            (
-                "mmap",
-                // 4 GiB of 2 MiB pages only when the run may reserve them.
-                vec![
-                    "-p",
-                    if reserve { "4KB,thp,2MB" } else { "4KB,thp" },
-                    "-s",
-                    "4G",
-                    "-l",
-                    "5",
-                ],
-            ),
-            ("faults", vec![]),
-            ("pool", vec![]),
-            ("template", vec![]),
-            ("service", vec![]),
-            ("run", vec![]),
-            ("programs", vec![]),
-        ],
-        Scale::Quick => [
-            (
-                "clear",
-                // 256 MiB is past the LLC of most machines; 1 GiB (the
-                // full run's) took two thirds of this step.
-                vec![
-                    "--sizes",
-                    "4K,64K,2M,32M,256M",
-                    "--reps",
-                    "3",
-                    "--strategies",
-                    &strategies,
-                ],
-            ),
-            ("mmap", vec!["-p", "4KB,thp", "-s", "1G", "-l", "3"]),
-            ("faults", vec!["-s", "256M", "-r", "1"]),
-            (
-                "pool",
-                vec![
-                    "--samples",
-                    "128",
-                    "--lines",
-                    "1,8",
-                    "--volume",
-                    "512M",
-                    "--host-cold-wait",
-                    "0",
-                ],
-            ),
-            ("template", vec!["--records", "4194304", "--reps", "3"]),
-            (
-                "service",
-                vec![
-                    "--sizes",
-                    "2M,64M,1G",
-                    "--reps",
-                    "20",
-                    "--boot",
-                    "2G",
-                    "--boot-runs",
-                    "2",
-                    "--vmm-size",
-                    "1G",
-                    "--vmm-runs",
-                    "3",
-                ],
-            ),
-            // Its first-touch programs compute 2 s before they touch memory;
-            // the rows of programs beside busy CPUs (busy, exit: 95 s) and the
-            // THP first touch are the full run's only.
-            (
-                "run",
-                vec![
-                    "--reps",
-                    "2",
-                    "--only",
-                    "numpy,calloc-big,calloc-mix,small,realloc-grow,first-touch,sparse,recycle,pressure",
-                ],
-            ),
-            // Python's bytearray and sort, 3 repetitions: ~15 s.
-            ("programs", vec!["--quick"]),
-        ],
-        // Every case of every bench, each as small as it goes; two sizes or
-        // line counts where the report draws a line through them.
-        Scale::Smoke => [
-            ("clear", vec!["--sizes", "4K,64K", "--reps", "1"]),
-            ("mmap", vec!["-p", "4KB,thp", "-s", "8M", "-l", "1"]),
-            ("faults", vec!["-s", "8M", "-r", "1"]),
-            (
-                "pool",
-                vec![
-                    "--samples",
-                    "8",
-                    "--lines",
-                    "1,8",
-                    "--inflight",
-                    "1,4",
-                    "--volume",
-                    "32M",
-                    "--host-cold-wait",
-                    "0",
-                    "--backlog",
-                    "64M",
-                    "--foreground",
-                    "0.1",
-                ],
-            ),
-            ("template", vec!["--records", "5000", "--reps", "1"]),
-            (
-                "service",
-                vec![
-                    "--sizes",
-                    "2M",
-                    "--reps",
-                    "1",
-                    "--boot",
-                    "256M",
-                    "--boot-runs",
-                    "1",
-                    "--vmm-size",
-                    "64M",
-                    "--vmm-runs",
-                    "1",
-                ],
-            ),
-            ("run", vec!["--smoke", "--reps", "1"]),
-            ("programs", vec!["--only", "sort", "--reps", "1"]),
-        ],
+    let benches = match scale {
+        Scale::Full => full_benches(reserve),
+        Scale::Quick => quick_benches(&strategies),
+        Scale::Smoke => smoke_benches(),
     };
     let mut v = vec![Step::new("info", &["info"])];
     for (name, mut args) in benches {
@@ -231,6 +108,146 @@ fn steps(scale: Scale, reserve: bool) -> Vec<Step> {
         v.push(step);
     }
     v
+}
+
+/// The full run's arguments.
+fn full_benches(reserve: bool) -> Benches<'static> {
+    [
+        ("clear", vec![]),
+        (
+            "mmap",
+            // 4 GiB of 2 MiB pages only when the run may reserve them.
+            vec![
+                "-p",
+                if reserve { "4KB,thp,2MB" } else { "4KB,thp" },
+                "-s",
+                "4G",
+                "-l",
+                "5",
+            ],
+        ),
+        ("faults", vec![]),
+        ("pool", vec![]),
+        ("template", vec![]),
+        ("service", vec![]),
+        ("run", vec![]),
+        ("programs", vec![]),
+    ]
+}
+
+/// The quick run's arguments; `strategies`, the clear strategies it keeps.
+fn quick_benches(strategies: &str) -> Benches<'_> {
+    [
+        (
+            "clear",
+            // 256 MiB is past the LLC of most machines; 1 GiB (the
+            // full run's) took two thirds of this step.
+            vec![
+                "--sizes",
+                "4K,64K,2M,32M,256M",
+                "--reps",
+                "3",
+                "--strategies",
+                &strategies,
+            ],
+        ),
+        ("mmap", vec!["-p", "4KB,thp", "-s", "1G", "-l", "3"]),
+        ("faults", vec!["-s", "256M", "-r", "1"]),
+        (
+            "pool",
+            vec![
+                "--samples",
+                "128",
+                "--lines",
+                "1,8",
+                "--volume",
+                "512M",
+                "--host-cold-wait",
+                "0",
+            ],
+        ),
+        ("template", vec!["--records", "4194304", "--reps", "3"]),
+        (
+            "service",
+            vec![
+                "--sizes",
+                "2M,64M,1G",
+                "--reps",
+                "20",
+                "--boot",
+                "2G",
+                "--boot-runs",
+                "2",
+                "--vmm-size",
+                "1G",
+                "--vmm-runs",
+                "3",
+            ],
+        ),
+        // Its first-touch programs compute 2 s before they touch memory;
+        // the rows of programs beside busy CPUs (busy, exit: 95 s) and the
+        // THP first touch are the full run's only.
+        (
+            "run",
+            vec![
+                "--reps",
+                "2",
+                "--only",
+                "numpy,calloc-big,calloc-mix,small,realloc-grow,first-touch,sparse,recycle,pressure",
+            ],
+        ),
+        // Python's bytearray and sort, 3 repetitions: ~15 s.
+        ("programs", vec!["--quick"]),
+    ]
+}
+
+/// Every case of every bench, each as small as it goes; two sizes or
+/// line counts where the report draws a line through them.
+fn smoke_benches() -> Benches<'static> {
+    [
+        ("clear", vec!["--sizes", "4K,64K", "--reps", "1"]),
+        ("mmap", vec!["-p", "4KB,thp", "-s", "8M", "-l", "1"]),
+        ("faults", vec!["-s", "8M", "-r", "1"]),
+        (
+            "pool",
+            vec![
+                "--samples",
+                "8",
+                "--lines",
+                "1,8",
+                "--inflight",
+                "1,4",
+                "--volume",
+                "32M",
+                "--host-cold-wait",
+                "0",
+                "--backlog",
+                "64M",
+                "--foreground",
+                "0.1",
+            ],
+        ),
+        ("template", vec!["--records", "5000", "--reps", "1"]),
+        (
+            "service",
+            vec![
+                "--sizes",
+                "2M",
+                "--reps",
+                "1",
+                "--boot",
+                "256M",
+                "--boot-runs",
+                "1",
+                "--vmm-size",
+                "64M",
+                "--vmm-runs",
+                "1",
+            ],
+        ),
+        ("run", vec!["--smoke", "--reps", "1"]),
+        ("programs", vec!["--only", "sort", "--reps", "1"]),
+    ]
 }
 
 /// What one step did.

@@ -274,6 +274,32 @@ fn stats(args: &StatsArgs) -> Result<()> {
         print!("{}", prezero_service::metrics::prometheus(&s));
         return Ok(());
     }
+    print_pools(&s);
+    print_counters(&s);
+    for t in &s.tenants {
+        println!(
+            "tenant uid {}: {} connections, {} charged",
+            t.uid,
+            t.connections,
+            fmt_size(t.charged as usize)
+        );
+    }
+    cgroups::print_rows(&s);
+    let cap = if s.uid_cap == u64::MAX {
+        "none".to_string()
+    } else {
+        fmt_size(s.uid_cap as usize)
+    };
+    println!(
+        "uid {}: {} held or in quarantine, cap {cap}",
+        s.uid,
+        fmt_size(s.uid_used as usize)
+    );
+    Ok(())
+}
+
+/// Each pool's sizes and segments by state, and the pools short of hugetlb pages.
+fn print_pools(s: &ServiceStats) {
     let table = Table::new(" ")
         .right(5)
         .right(8)
@@ -324,6 +350,11 @@ fn stats(args: &StatsArgs) -> Result<()> {
             p.short / p.page_size.max(1)
         );
     }
+}
+
+/// What the daemon has done: clients, hand-outs, refusals by reason, latency,
+/// cleaning and verifying.
+fn print_counters(s: &ServiceStats) {
     let rate = |b: u64, ns: u64| if ns == 0 { 0.0 } else { b as f64 / ns as f64 };
     let reasons: Vec<String> = Refusal::ALL
         .iter()
@@ -362,26 +393,6 @@ fn stats(args: &StatsArgs) -> Result<()> {
         rate(s.verified_bytes, s.verify_ns),
         s.verify_failures
     );
-    for t in &s.tenants {
-        println!(
-            "tenant uid {}: {} connections, {} charged",
-            t.uid,
-            t.connections,
-            fmt_size(t.charged as usize)
-        );
-    }
-    cgroups::print_rows(&s);
-    let cap = if s.uid_cap == u64::MAX {
-        "none".to_string()
-    } else {
-        fmt_size(s.uid_cap as usize)
-    };
-    println!(
-        "uid {}: {} held or in quarantine, cap {cap}",
-        s.uid,
-        fmt_size(s.uid_used as usize)
-    );
-    Ok(())
 }
 
 pub fn stats_json(s: &ServiceStats) -> serde_json::Value {

@@ -81,12 +81,11 @@ pub(super) fn section(roff: &mut Roff, groups: &[Env]) {
 /// A preload variable: what it does, what it takes, its default.
 fn preload_text(v: &Var) -> String {
     let takes = match v.kind {
-        // Read as a size is, but a count of seconds.
-        _ if v.name == prezero::env::IDLE_SECS.name => "a number of seconds".to_owned(),
         Kind::Size { min } => format!("a size, at least {}", prezero::fmt_size(min)),
         Kind::SizeOrZero => "a size, or 0 for none".to_owned(),
         Kind::Flag => "1 (on) or 0 (off)".to_owned(),
         Kind::Pid => "a process id".to_owned(),
+        Kind::Seconds => "a number of seconds".to_owned(),
     };
     format!("{} Takes {takes}; default {}.", v.what, v.default)
 }

@@ -351,127 +351,159 @@ pub fn service(r: &Rows) -> String {
     }
     let mut h =
         String::from("<h2>prezero serve: pre-zeroed hugetlb memory for whole machines</h2>\n");
-    if !r.service_handout.is_empty() {
-        h += "<p>Hand-out latency: request to memory mapped, populated and zero in the client.</p>\n";
-        h += &table(
-            &["page", "size", "reps", "p50", "p99", "max", "rate at p50"],
-            r.service_handout.iter().map(|s| {
-                vec![
-                    s.page.clone(),
-                    human_size(s.size as usize),
-                    count(s.reps as f64),
-                    us(s.p50_us),
-                    us(s.p99_us),
-                    us(s.max_us),
-                    gbps(s.gbps_p50),
-                ]
-            }),
-        );
+    h += &service_handout(r);
+    h += &scrub(r);
+    h += &vm_boot(r);
+    h += &vmm(r);
+    h
+}
+
+/// The hand-out latencies.
+fn service_handout(r: &Rows) -> String {
+    if r.service_handout.is_empty() {
+        return String::new();
     }
-    if !r.scrub.is_empty() {
-        h += "<p>The daemon's scrubber (a segment going back to the uid that released it: streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory. Between uids the daemon gives fresh pages instead, which the kernel zeroes.</p>\n";
-        h += &table(
-            &[
-                "page",
-                "bytes",
-                "scrub",
-                "verify",
-                "both",
-                "engine cold",
-                "scrub / engine",
-            ],
-            r.scrub.iter().map(|s| {
-                vec![
-                    s.page.clone(),
-                    human_size(s.bytes as usize),
-                    gbps(s.scrub_gbps),
-                    gbps(s.verify_gbps),
-                    gbps(s.scrub_verify_gbps),
-                    gbps(s.engine_cold_gbps),
-                    times(s.ratio),
-                ]
-            }),
-        );
+    let mut h = String::new();
+    h += "<p>Hand-out latency: request to memory mapped, populated and zero in the client.</p>\n";
+    h += &table(
+        &["page", "size", "reps", "p50", "p99", "max", "rate at p50"],
+        r.service_handout.iter().map(|s| {
+            vec![
+                s.page.clone(),
+                human_size(s.size as usize),
+                count(s.reps as f64),
+                us(s.p50_us),
+                us(s.p99_us),
+                us(s.max_us),
+                gbps(s.gbps_p50),
+            ]
+        }),
+    );
+    h
+}
+
+/// The scrubber beside the clearing engine.
+fn scrub(r: &Rows) -> String {
+    if r.scrub.is_empty() {
+        return String::new();
     }
-    if !r.vm_boot.is_empty() {
-        h += "<p>VM boot: N GiB of zeroed, populated 2 MiB memory, from the service and from the kernel paths a VMM uses today.</p>\n";
-        let hosts = distinct(&r.vm_boot, |b| b.host.clone());
-        let series = distinct(&r.vm_boot, |b| b.path.clone())
-            .into_iter()
-            .map(|p| {
-                let v = (hosts.iter())
-                    .map(|host| {
-                        (r.vm_boot.iter())
-                            .find(|b| b.host == *host && b.path == p)
-                            .map(|b| b.ms)
-                    })
-                    .collect();
-                (p, v)
-            })
-            .collect();
-        h += &bar_chart(&BarChart {
-            title: "VM boot: time to usable guest memory (lower is better)",
-            y: Axis {
-                desc: "time",
-                log: true,
-                label: ms,
-                at_data: false,
-            },
-            groups: hosts.iter().map(|h| format!("host-{h}")).collect(),
-            series,
-        });
-        h += &table(
-            &[
-                "host",
-                "path",
-                "size",
-                "time",
-                "stdev",
-                "rate",
-                "× best kernel",
-            ],
-            r.vm_boot.iter().map(|b| {
-                vec![
-                    b.host.clone(),
-                    b.path.clone(),
-                    human_size(b.size as usize),
-                    ms(b.ms),
-                    pct(b.stdev_pct),
-                    gbps(b.gbps),
-                    times(b.x_best_kernel),
-                ]
-            }),
-        );
+    let mut h = String::new();
+    h += "<p>The daemon's scrubber (a segment going back to the uid that released it: streaming stores at SCHED_IDLE, then every byte verified) beside the clearing engine on cold memory. Between uids the daemon gives fresh pages instead, which the kernel zeroes.</p>\n";
+    h += &table(
+        &[
+            "page",
+            "bytes",
+            "scrub",
+            "verify",
+            "both",
+            "engine cold",
+            "scrub / engine",
+        ],
+        r.scrub.iter().map(|s| {
+            vec![
+                s.page.clone(),
+                human_size(s.bytes as usize),
+                gbps(s.scrub_gbps),
+                gbps(s.verify_gbps),
+                gbps(s.scrub_verify_gbps),
+                gbps(s.engine_cold_gbps),
+                times(s.ratio),
+            ]
+        }),
+    );
+    h
+}
+
+/// VM boots: the chart by host and the table.
+fn vm_boot(r: &Rows) -> String {
+    if r.vm_boot.is_empty() {
+        return String::new();
     }
-    if !r.vmm.is_empty() {
-        h += "<p>An unmodified QEMU ready (spawned, guest RAM allocated and populated, QMP answering, stopped with -S) on service memory through <code>prezero client exec</code>, against QEMU's own preallocation, same run.</p>\n";
-        h += &table(
-            &[
-                "path",
-                "guest RAM",
-                "accel",
-                "runs",
-                "median",
-                "min",
-                "max",
-                "stdev",
-                "× service",
-            ],
-            r.vmm.iter().map(|v| {
-                vec![
-                    v.path.clone(),
-                    human_size(v.size as usize),
-                    v.accel.clone(),
-                    count(v.runs as f64),
-                    ms(v.ms),
-                    ms(v.min_ms),
-                    ms(v.max_ms),
-                    pct(v.stdev_pct),
-                    times(v.x_service),
-                ]
-            }),
-        );
+    let mut h = String::new();
+    h += "<p>VM boot: N GiB of zeroed, populated 2 MiB memory, from the service and from the kernel paths a VMM uses today.</p>\n";
+    let hosts = distinct(&r.vm_boot, |b| b.host.clone());
+    let series = distinct(&r.vm_boot, |b| b.path.clone())
+        .into_iter()
+        .map(|p| {
+            let v = (hosts.iter())
+                .map(|host| {
+                    (r.vm_boot.iter())
+                        .find(|b| b.host == *host && b.path == p)
+                        .map(|b| b.ms)
+                })
+                .collect();
+            (p, v)
+        })
+        .collect();
+    h += &bar_chart(&BarChart {
+        title: "VM boot: time to usable guest memory (lower is better)",
+        y: Axis {
+            desc: "time",
+            log: true,
+            label: ms,
+            at_data: false,
+        },
+        groups: hosts.iter().map(|h| format!("host-{h}")).collect(),
+        series,
+    });
+    h += &table(
+        &[
+            "host",
+            "path",
+            "size",
+            "time",
+            "stdev",
+            "rate",
+            "× best kernel",
+        ],
+        r.vm_boot.iter().map(|b| {
+            vec![
+                b.host.clone(),
+                b.path.clone(),
+                human_size(b.size as usize),
+                ms(b.ms),
+                pct(b.stdev_pct),
+                gbps(b.gbps),
+                times(b.x_best_kernel),
+            ]
+        }),
+    );
+    h
+}
+
+/// QEMU ready on service memory against its own preallocation.
+fn vmm(r: &Rows) -> String {
+    if r.vmm.is_empty() {
+        return String::new();
     }
+    let mut h = String::new();
+    h += "<p>An unmodified QEMU ready (spawned, guest RAM allocated and populated, QMP answering, stopped with -S) on service memory through <code>prezero client exec</code>, against QEMU's own preallocation, same run.</p>\n";
+    h += &table(
+        &[
+            "path",
+            "guest RAM",
+            "accel",
+            "runs",
+            "median",
+            "min",
+            "max",
+            "stdev",
+            "× service",
+        ],
+        r.vmm.iter().map(|v| {
+            vec![
+                v.path.clone(),
+                human_size(v.size as usize),
+                v.accel.clone(),
+                count(v.runs as f64),
+                ms(v.ms),
+                ms(v.min_ms),
+                ms(v.max_ms),
+                pct(v.stdev_pct),
+                times(v.x_service),
+            ]
+        }),
+    );
     h
 }
 

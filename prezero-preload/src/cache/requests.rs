@@ -12,7 +12,7 @@ use super::{
     caller_lane, deferred, ensure_scrubber, lane_node, lane_of, lock, now, signal_all, Guard,
     WAITING,
 };
-use crate::blocks::{Alloc, Kind, PAGE};
+use crate::blocks::{Alloc, Kind, Piece, PAGE};
 use crate::stats;
 use crate::sys::{self, Advice, NotMoved};
 
@@ -120,8 +120,28 @@ pub(super) fn take(
     };
     drop(g);
     let (start, len, pieces, n) = granted;
+    // SAFETY: the pieces are the block just handed to this caller, writable
+    // (ensure_writable), and no one else's.
+    let populated = unsafe { clear_dirty(&pieces[..n], zeroed, counted) };
+    if !counted {
+        return start as *mut c_void;
+    }
+    stats::SERVED.fetch_add(1, Ordering::Relaxed);
+    stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
+    stats::POPULATED_BYTES.fetch_add(populated, Ordering::Relaxed);
+    start as *mut c_void
+}
+
+/// Clears the dirty pieces of a block granted `zeroed`, in the calling
+/// thread; the bytes of its pieces that were already populated.
+///
+/// # Safety
+///
+/// Every piece is part of a block just handed to the caller: writable, and
+/// no one else's.
+unsafe fn clear_dirty(pieces: &[Piece], zeroed: bool, counted: bool) -> u64 {
     let mut populated = 0u64;
-    for &(s, l, kind) in &pieces[..n] {
+    for &(s, l, kind) in pieces {
         match kind {
             Kind::Dirty | Kind::Clean => populated += l as u64,
             _ => {}
@@ -131,20 +151,14 @@ pub(super) fn take(
             // cache, streaming past that (the profile decides: memory about to be
             // touched is best zeroed hot).
             // SAFETY: [s, s + l) is part of the block just handed to this
-            // caller, writable (ensure_writable), and no one else's.
+            // caller, writable, and no one else's (the function's contract).
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };
             if counted {
                 stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
             }
         }
     }
-    if !counted {
-        return start as *mut c_void;
-    }
-    stats::SERVED.fetch_add(1, Ordering::Relaxed);
-    stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
-    stats::POPULATED_BYTES.fetch_add(populated, Ordering::Relaxed);
-    start as *mut c_void
+    populated
 }
 
 /// Takes back the block at `p` (in the range). A pointer that is not a block

@@ -26,15 +26,6 @@ impl<S> Ledger<S> {
         page: u64,
         nodes: Option<&[u32]>,
     ) -> Result<Grant, Refused> {
-        let refuse = |reason, errno, ready, message: String| {
-            Err(Refused {
-                reason,
-                errno,
-                ready,
-                message,
-                short: None,
-            })
-        };
         if bytes == 0 {
             return refuse(
                 Refusal::BadRequest,
@@ -48,6 +39,35 @@ impl<S> Ledger<S> {
             None => Some(0),
             Some(ns) => ns.iter().position(|&n| n == self.shapes[i].node),
         };
+        let of_page = self.pools_of_page(page, nodes, rank_of)?;
+        let rounded = usize::try_from(bytes)
+            .ok()
+            .and_then(|b| b.checked_next_multiple_of(page as usize));
+        let ranked = self.ranked(&of_page, rounded, rank_of);
+        if ranked.is_empty() {
+            let cap = of_page.iter().map(|&i| self.shapes[i].cap).max();
+            return refuse(
+                Refusal::PoolCap,
+                libc::ENOMEM,
+                0,
+                format!(
+                    "{bytes} bytes is more than the cap of every pool of page size {page} \
+                     (the largest is {})",
+                    cap.unwrap_or(0)
+                ),
+            );
+        }
+        self.first_ready(&ranked, (uid, cg), page, rounded, nodes)
+    }
+
+    /// The pools of `page`-byte pages on a node asked for (`rank_of`), or
+    /// why there are none.
+    fn pools_of_page(
+        &self,
+        page: u64,
+        nodes: Option<&[u32]>,
+        rank_of: impl Fn(usize) -> Option<usize>,
+    ) -> Result<Vec<usize>, Refused> {
         let any_of_page = (0..self.shapes.len()).any(|i| self.shapes[i].page as u64 == page);
         let of_page: Vec<usize> = (0..self.shapes.len())
             .filter(|&i| self.shapes[i].page as u64 == page && rank_of(i).is_some())
@@ -87,27 +107,25 @@ impl<S> Ledger<S> {
                 ),
             );
         }
-        let rounded = usize::try_from(bytes)
-            .ok()
-            .and_then(|b| b.checked_next_multiple_of(page as usize));
-        let ranked = self.ranked(&of_page, rounded, rank_of);
-        if ranked.is_empty() {
-            let cap = of_page.iter().map(|&i| self.shapes[i].cap).max();
-            return refuse(
-                Refusal::PoolCap,
-                libc::ENOMEM,
-                0,
-                format!(
-                    "{bytes} bytes is more than the cap of every pool of page size {page} \
-                     (the largest is {})",
-                    cap.unwrap_or(0)
-                ),
-            );
-        }
+        Ok(of_page)
+    }
+
+    /// The segments of the first of `ranked` (as [`Ledger::ranked`] gives
+    /// them, for a request `rounded` to `page`) that has enough ready for
+    /// `uid` of cgroup `cg` within its cap; else why none could serve: the
+    /// first that lacked ready segments, or the cap.
+    fn first_ready(
+        &self,
+        ranked: &[(usize, bool, bool, usize, usize, usize)],
+        (uid, cg): (u32, Option<u64>),
+        page: u64,
+        rounded: Option<usize>,
+        nodes: Option<&[u32]>,
+    ) -> Result<Grant, Refused> {
         let used = self.uid_used(uid);
         let mut short: Option<(usize, usize, usize)> = None;
         let mut over_cap = None;
-        for &(_, _, _, n, _, pool) in &ranked {
+        for &(_, _, _, n, _, pool) in ranked {
             let want = n * self.shapes[pool].segment;
             if let Some(cap) = self.uid_cap.filter(|&c| used.saturating_add(want) > c) {
                 over_cap.get_or_insert((want, cap));
@@ -207,4 +225,15 @@ impl<S> Ledger<S> {
         let &(.., n, _, pool) = self.ranked(&of_page, rounded, |_| Some(0)).first()?;
         Some((pool, n * self.shapes[pool].segment))
     }
+}
+
+/// A refusal of `reason` with `errno`, `ready` bytes ready for the asker.
+fn refuse<T>(reason: Refusal, errno: i32, ready: usize, message: String) -> Result<T, Refused> {
+    Err(Refused {
+        reason,
+        errno,
+        ready,
+        message,
+        short: None,
+    })
 }

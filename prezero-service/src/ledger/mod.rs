@@ -17,4 +17,4 @@ pub(crate) use adopt::adopt;
 pub(crate) use file::write_ledger;
 #[cfg(feature = "fuzzing")]
 pub(crate) use file::{ledger_text, parse_ledger};
-pub(crate) use model::{Clean, Ledger, Refused, Shape, State};
+pub(crate) use model::{Clean, Grant, Ledger, Refused, Shape, State};

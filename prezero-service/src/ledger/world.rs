@@ -133,54 +133,7 @@ impl World {
                 let id = l.adopt(pool, 0, seg, (0, 0), uid);
                 self.made(id, false, Some(UNKNOWN));
             }
-            Event::Alloc(conn, bytes, node) => {
-                let uid = uid_of(conn);
-                let nodes = node.map(|n| [n]);
-                let cg = cg_of(conn);
-                let Ok(g) = l.choose_on(uid, cg, bytes, 1, nodes.as_ref().map(|n| &n[..])) else {
-                    return false;
-                };
-                let shape = l.shapes()[g.pool];
-                assert_eq!(
-                    g.ids.len(),
-                    (bytes as usize).div_ceil(shape.segment),
-                    "{g:?}"
-                );
-                assert!(
-                    node.is_none_or(|n| n == shape.node),
-                    "{g:?} not on node {node:?}"
-                );
-                let mut lent = 0;
-                for &id in &g.ids {
-                    assert_eq!(l.get(id).map(|e| e.pool), Some(g.pool));
-                    let place = l.get(id).and_then(|e| e.place);
-                    assert!(
-                        place.is_none_or(|p| Some(p) == cg),
-                        "segment {id} placed in cgroup {place:?} handed to one of {cg:?}"
-                    );
-                    if cg.is_some() && place.is_none() {
-                        lent += l.get(id).map_or(0, |e| e.len);
-                    }
-                    assert!(self.zero[id as usize], "segment {id} handed out not zero");
-                    assert!(
-                        self.dirty_by[id as usize].is_none_or(|u| u == uid),
-                        "uid {uid} got segment {id}, last written by {:?} without fresh pages",
-                        self.dirty_by[id as usize]
-                    );
-                }
-                assert_eq!(g.lent, lent, "{g:?}");
-                let before = cg.map(|c| l.lent(c));
-                l.lease(&g, conn, uid, cg);
-                assert_eq!(cg.map(|c| l.lent(c)), before.map(|b| b + lent));
-                assert!(
-                    self.uid_cap.is_none_or(|c| l.uid_used(uid) <= c),
-                    "uid {uid} past its cap"
-                );
-                for id in g.ids {
-                    self.zero[id as usize] = false;
-                    self.dirty_by[id as usize] = Some(uid);
-                }
-            }
+            Event::Alloc(conn, bytes, node) => return self.alloc(conn, bytes, node),
             Event::Release(conn, id) => {
                 let expect = self.leased_on(conn, id);
                 let r = self.ledger.release(conn, &[id]);
@@ -230,40 +183,8 @@ impl World {
                     self.worker[id as usize] = Some((seg, Clean::Fresh));
                 }
             }
-            Event::Finish(id, ok) => {
-                let Some((seg, how)) = self.worker.get_mut(id as usize).and_then(Option::take)
-                else {
-                    return false;
-                };
-                let e = l.get(id).expect("the worker's segments are known");
-                let odd = e.len != l.shapes()[e.pool].segment;
-                if !ok {
-                    assert!(l.remove(id).is_none(), "the worker had it");
-                } else if l.cleaned(id, seg, how).is_ok() {
-                    assert!(!odd, "a segment of another shape came back ready");
-                    self.zero[id as usize] = true;
-                    if how == Clean::Fresh {
-                        self.dirty_by[id as usize] = None;
-                    }
-                } else {
-                    assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
-                }
-            }
-            Event::FinishOtherwise(id) => {
-                let Some((seg, how)) = self.worker.get_mut(id as usize).and_then(Option::take)
-                else {
-                    return false;
-                };
-                let other = match how {
-                    Clean::Fresh => Clean::InPlace,
-                    Clean::InPlace => Clean::Fresh,
-                };
-                assert!(
-                    l.cleaned(id, seg, other).is_err(),
-                    "cleaned otherwise, accepted"
-                );
-                assert!(l.get(id).is_none());
-            }
+            Event::Finish(id, ok) => return self.finish(id, ok),
+            Event::FinishOtherwise(id) => return self.finish_otherwise(id),
             Event::Trim(pool) => {
                 let extra = l.surplus(pool);
                 if extra.is_empty() {
@@ -278,6 +199,102 @@ impl World {
                 }
             }
         }
+        true
+    }
+
+    /// A request of `bytes` by `conn`, on `node` only if any: every segment handed out must be
+    /// zero, of the pool chosen, placed for the connection's cgroup or lent to it, and not
+    /// hold another uid's bytes.
+    fn alloc(&mut self, conn: u64, bytes: u64, node: Option<u32>) -> bool {
+        let l = &mut self.ledger;
+        let uid = uid_of(conn);
+        let nodes = node.map(|n| [n]);
+        let cg = cg_of(conn);
+        let Ok(g) = l.choose_on(uid, cg, bytes, 1, nodes.as_ref().map(|n| &n[..])) else {
+            return false;
+        };
+        let shape = l.shapes()[g.pool];
+        assert_eq!(
+            g.ids.len(),
+            (bytes as usize).div_ceil(shape.segment),
+            "{g:?}"
+        );
+        assert!(
+            node.is_none_or(|n| n == shape.node),
+            "{g:?} not on node {node:?}"
+        );
+        let mut lent = 0;
+        for &id in &g.ids {
+            assert_eq!(l.get(id).map(|e| e.pool), Some(g.pool));
+            let place = l.get(id).and_then(|e| e.place);
+            assert!(
+                place.is_none_or(|p| Some(p) == cg),
+                "segment {id} placed in cgroup {place:?} handed to one of {cg:?}"
+            );
+            if cg.is_some() && place.is_none() {
+                lent += l.get(id).map_or(0, |e| e.len);
+            }
+            assert!(self.zero[id as usize], "segment {id} handed out not zero");
+            assert!(
+                self.dirty_by[id as usize].is_none_or(|u| u == uid),
+                "uid {uid} got segment {id}, last written by {:?} without fresh pages",
+                self.dirty_by[id as usize]
+            );
+        }
+        assert_eq!(g.lent, lent, "{g:?}");
+        let before = cg.map(|c| l.lent(c));
+        l.lease(&g, conn, uid, cg);
+        assert_eq!(cg.map(|c| l.lent(c)), before.map(|b| b + lent));
+        assert!(
+            self.uid_cap.is_none_or(|c| l.uid_used(uid) <= c),
+            "uid {uid} past its cap"
+        );
+        for id in g.ids {
+            self.zero[id as usize] = false;
+            self.dirty_by[id as usize] = Some(uid);
+        }
+        true
+    }
+
+    /// The worker finishes `id`: zero again, or destroyed when `ok` is false (or it is of
+    /// another shape than its pool's).
+    fn finish(&mut self, id: u64, ok: bool) -> bool {
+        let l = &mut self.ledger;
+        let Some((seg, how)) = self.worker.get_mut(id as usize).and_then(Option::take) else {
+            return false;
+        };
+        let e = l.get(id).expect("the worker's segments are known");
+        let odd = e.len != l.shapes()[e.pool].segment;
+        if !ok {
+            assert!(l.remove(id).is_none(), "the worker had it");
+        } else if l.cleaned(id, seg, how).is_ok() {
+            assert!(!odd, "a segment of another shape came back ready");
+            self.zero[id as usize] = true;
+            if how == Clean::Fresh {
+                self.dirty_by[id as usize] = None;
+            }
+        } else {
+            assert!(odd && l.get(id).is_none(), "a wanted segment was refused");
+        }
+        true
+    }
+
+    /// The worker reports the other cleaning than `id` was sent for: refused, and the
+    /// segment destroyed.
+    fn finish_otherwise(&mut self, id: u64) -> bool {
+        let l = &mut self.ledger;
+        let Some((seg, how)) = self.worker.get_mut(id as usize).and_then(Option::take) else {
+            return false;
+        };
+        let other = match how {
+            Clean::Fresh => Clean::InPlace,
+            Clean::InPlace => Clean::Fresh,
+        };
+        assert!(
+            l.cleaned(id, seg, other).is_err(),
+            "cleaned otherwise, accepted"
+        );
+        assert!(l.get(id).is_none());
         true
     }
 }

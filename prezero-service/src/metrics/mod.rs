@@ -71,15 +71,31 @@ pub fn prometheus(stats: &ServiceStats) -> String {
             let _ = writeln!(out, "{name}{labels} {v}");
         }
     };
-    // A daemon that does not say where a pool is gets no node label.
-    let pool_labels = |p: &super::PoolCounters| {
-        let node = p.node.map_or(String::new(), |n| format!(",node=\"{n}\""));
-        format!(
-            "page=\"{}\",segment=\"{}\"{node}",
-            size_label(p.page_size as usize),
-            size_label(p.segment_size as usize)
-        )
-    };
+    pool_families(stats, &mut family);
+    request_families(stats, &mut family);
+    cleaning_families(stats, &mut family);
+    tenant_families(stats, &mut family);
+    cgroup_families(stats, &mut family);
+    out
+}
+
+/// A pool's labels: its page and segment sizes, and its node. A daemon that
+/// does not say where a pool is gets no node label.
+fn pool_labels(p: &super::PoolCounters) -> String {
+    let node = p.node.map_or(String::new(), |n| format!(",node=\"{n}\""));
+    format!(
+        "page=\"{}\",segment=\"{}\"{node}",
+        size_label(p.page_size as usize),
+        size_label(p.segment_size as usize)
+    )
+}
+
+/// The families by pool: its bytes by state, its target, cap and shortage,
+/// its hand-outs.
+fn pool_families(
+    stats: &ServiceStats,
+    family: &mut impl FnMut(&str, &str, &str, &[(String, f64)]),
+) {
     let mut by_state = Vec::new();
     for p in &stats.pools {
         for (state, n) in [
@@ -133,6 +149,13 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         "ALLOC requests served, by pool.",
         &per_pool(|p| p.handouts),
     );
+}
+
+/// The families of requests: refusals by reason, and the hand-outs' latency.
+fn request_families(
+    stats: &ServiceStats,
+    family: &mut impl FnMut(&str, &str, &str, &[(String, f64)]),
+) {
     let reasons: Vec<(String, f64)> = Refusal::ALL
         .iter()
         .enumerate()
@@ -166,6 +189,13 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         "Time from an ALLOC request read to its last answer sent.",
         &buckets,
     );
+}
+
+/// The families of the worker's cleaning and verifying.
+fn cleaning_families(
+    stats: &ServiceStats,
+    family: &mut impl FnMut(&str, &str, &str, &[(String, f64)]),
+) {
     let in_place = |total: u64, fresh: u64| total.saturating_sub(fresh);
     family(
         "prezero_cleaned_bytes_total",
@@ -209,6 +239,13 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         "Segments that failed verification (destroyed, never handed out).",
         &[(String::new(), stats.verify_failures as f64)],
     );
+}
+
+/// The families by tenant uid: connections and what each is charged.
+fn tenant_families(
+    stats: &ServiceStats,
+    family: &mut impl FnMut(&str, &str, &str, &[(String, f64)]),
+) {
     family(
         "prezero_connections",
         "gauge",
@@ -235,8 +272,6 @@ pub fn prometheus(stats: &ServiceStats) -> String {
         "Tenants left out of the two families above to fit one STATS message.",
         &[(String::new(), stats.tenants_omitted as f64)],
     );
-    cgroup_families(stats, &mut family);
-    out
 }
 
 /// A Prometheus label value: backslash, double quote and newline escaped

@@ -278,73 +278,7 @@ impl Reply {
             }
             Reply::Stats(s) => {
                 let mut w = Writer::new(REPLY | STATS, seq);
-                w.u32(s.pools.len() as u32);
-                w.u32(POOL_RECORD_LEN);
-                for p in &s.pools {
-                    for v in [
-                        p.page_size,
-                        p.segment_size,
-                        p.target,
-                        p.cap,
-                        p.ready,
-                        p.leased,
-                        p.quarantined,
-                        p.scrubbing,
-                        p.handouts,
-                        p.node.map_or(NO_NODE, u64::from),
-                        p.short,
-                    ] {
-                        w.u64(v);
-                    }
-                }
-                for v in [
-                    s.clients,
-                    s.handouts,
-                    s.refusals,
-                    s.protocol_errors,
-                    s.scrubbed_bytes,
-                    s.scrub_ns,
-                    s.verified_bytes,
-                    s.verify_ns,
-                    s.verify_failures,
-                ] {
-                    w.u64(v);
-                }
-                w.u32(s.uid);
-                w.u32(0);
-                w.u64(s.uid_used);
-                w.u64(s.uid_cap);
-                w.u32(s.refusals_by_reason.len() as u32);
-                w.u32(0);
-                for &v in &s.refusals_by_reason {
-                    w.u64(v);
-                }
-                let h = &s.latency;
-                w.u32(h.bounds_ns.len() as u32);
-                w.u32(0);
-                for (&b, &c) in h.bounds_ns.iter().zip(&h.counts) {
-                    w.u64(b);
-                    w.u64(c);
-                }
-                w.u64(h.sum_ns);
-                w.u64(h.count);
-                w.u64(s.fresh_bytes);
-                w.u64(s.fresh_ns);
-                // As many tenants as fit beside the cgroups; the count of
-                // the others.
-                let for_cgroups = s.cgroups.iter().map(cgroup_len).sum::<usize>() + 8;
-                let left = MAX_MESSAGE - w.0.len() - 8;
-                let room = left.saturating_sub(for_cgroups.min(left / 2)) / 16;
-                let shown = s.tenants.len().min(room);
-                w.u32(shown as u32);
-                let omitted = (s.tenants.len() - shown) as u64 + u64::from(s.tenants_omitted);
-                w.u32(omitted.min(u32::MAX as u64) as u32);
-                for t in &s.tenants[..shown] {
-                    w.u32(t.uid);
-                    w.u32(t.connections);
-                    w.u64(t.charged);
-                }
-                write_cgroups(&mut w, s);
+                write_stats(&mut w, s);
                 w.finish()
             }
         }
@@ -403,65 +337,7 @@ impl Reply {
                 Reply::Released { count }
             }
             k if k == REPLY | STATS => {
-                let n = r.u32()? as usize;
-                let record = r.u32()? as usize;
-                if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
-                    return Err(Malformed("pool records do not fit the message"));
-                }
-                // Past these no daemon's answer goes, and re-encoded (88-byte
-                // pool records, which an older daemon wrote in 64) it would
-                // not fit one message.
-                if n > MAX_POOLS {
-                    return Err(Malformed("more pools than a daemon has"));
-                }
-                let mut pools = Vec::with_capacity(n);
-                for _ in 0..n {
-                    let mut p = Reader(r.take(record)?);
-                    pools.push(PoolCounters {
-                        page_size: p.u64()?,
-                        segment_size: p.u64()?,
-                        target: p.u64()?,
-                        cap: p.u64()?,
-                        ready: p.u64()?,
-                        leased: p.u64()?,
-                        quarantined: p.u64()?,
-                        scrubbing: p.u64()?,
-                        handouts: if p.0.len() >= 8 { p.u64()? } else { 0 },
-                        node: if p.0.len() >= 8 {
-                            u32::try_from(p.u64()?).ok()
-                        } else {
-                            None
-                        },
-                        short: if p.0.len() >= 8 { p.u64()? } else { 0 },
-                    });
-                }
-                let s = ServiceStats {
-                    pools,
-                    clients: r.u64()?,
-                    handouts: r.u64()?,
-                    refusals: r.u64()?,
-                    protocol_errors: r.u64()?,
-                    scrubbed_bytes: r.u64()?,
-                    scrub_ns: r.u64()?,
-                    verified_bytes: r.u64()?,
-                    verify_ns: r.u64()?,
-                    verify_failures: r.u64()?,
-                    uid: {
-                        let uid = r.u32()?;
-                        r.u32()?;
-                        uid
-                    },
-                    uid_used: r.u64()?,
-                    uid_cap: r.u64()?,
-                    ..Default::default()
-                };
-                // The counters added after the first release of version 1:
-                // absent from an older daemon's answer.
-                let s = if r.0.is_empty() {
-                    s
-                } else {
-                    read_stats_tail(&mut r, s)?
-                };
+                let s = read_stats(&mut r)?;
                 // Later versions append fields; a version-1 reader ignores them.
                 return Ok((seq, Reply::Stats(Box::new(s))));
             }
@@ -469,6 +345,143 @@ impl Reply {
         };
         r.end()?;
         Ok((seq, reply))
+    }
+}
+
+/// A `STATS` answer's payload: the pool records, the counters, the asker's
+/// uid, the refusals, the latency histogram, as many tenants as fit beside
+/// the cgroups, and the cgroups.
+fn write_stats(w: &mut Writer, s: &ServiceStats) {
+    w.u32(s.pools.len() as u32);
+    w.u32(POOL_RECORD_LEN);
+    for p in &s.pools {
+        for v in [
+            p.page_size,
+            p.segment_size,
+            p.target,
+            p.cap,
+            p.ready,
+            p.leased,
+            p.quarantined,
+            p.scrubbing,
+            p.handouts,
+            p.node.map_or(NO_NODE, u64::from),
+            p.short,
+        ] {
+            w.u64(v);
+        }
+    }
+    for v in [
+        s.clients,
+        s.handouts,
+        s.refusals,
+        s.protocol_errors,
+        s.scrubbed_bytes,
+        s.scrub_ns,
+        s.verified_bytes,
+        s.verify_ns,
+        s.verify_failures,
+    ] {
+        w.u64(v);
+    }
+    w.u32(s.uid);
+    w.u32(0);
+    w.u64(s.uid_used);
+    w.u64(s.uid_cap);
+    w.u32(s.refusals_by_reason.len() as u32);
+    w.u32(0);
+    for &v in &s.refusals_by_reason {
+        w.u64(v);
+    }
+    let h = &s.latency;
+    w.u32(h.bounds_ns.len() as u32);
+    w.u32(0);
+    for (&b, &c) in h.bounds_ns.iter().zip(&h.counts) {
+        w.u64(b);
+        w.u64(c);
+    }
+    w.u64(h.sum_ns);
+    w.u64(h.count);
+    w.u64(s.fresh_bytes);
+    w.u64(s.fresh_ns);
+    // As many tenants as fit beside the cgroups; the count of
+    // the others.
+    let for_cgroups = s.cgroups.iter().map(cgroup_len).sum::<usize>() + 8;
+    let left = MAX_MESSAGE - w.0.len() - 8;
+    let room = left.saturating_sub(for_cgroups.min(left / 2)) / 16;
+    let shown = s.tenants.len().min(room);
+    w.u32(shown as u32);
+    let omitted = (s.tenants.len() - shown) as u64 + u64::from(s.tenants_omitted);
+    w.u32(omitted.min(u32::MAX as u64) as u32);
+    for t in &s.tenants[..shown] {
+        w.u32(t.uid);
+        w.u32(t.connections);
+        w.u64(t.charged);
+    }
+    write_cgroups(w, s);
+}
+
+/// A `STATS` answer's payload, as [`write_stats`] writes it or as an older
+/// daemon did (shorter pool records, no counters past the uid's cap).
+fn read_stats(r: &mut Reader<'_>) -> Result<ServiceStats, Malformed> {
+    let n = r.u32()? as usize;
+    let record = r.u32()? as usize;
+    if record < MIN_POOL_RECORD_LEN || n > MAX_MESSAGE / record {
+        return Err(Malformed("pool records do not fit the message"));
+    }
+    // Past these no daemon's answer goes, and re-encoded (88-byte
+    // pool records, which an older daemon wrote in 64) it would
+    // not fit one message.
+    if n > MAX_POOLS {
+        return Err(Malformed("more pools than a daemon has"));
+    }
+    let mut pools = Vec::with_capacity(n);
+    for _ in 0..n {
+        let mut p = Reader(r.take(record)?);
+        pools.push(PoolCounters {
+            page_size: p.u64()?,
+            segment_size: p.u64()?,
+            target: p.u64()?,
+            cap: p.u64()?,
+            ready: p.u64()?,
+            leased: p.u64()?,
+            quarantined: p.u64()?,
+            scrubbing: p.u64()?,
+            handouts: if p.0.len() >= 8 { p.u64()? } else { 0 },
+            node: if p.0.len() >= 8 {
+                u32::try_from(p.u64()?).ok()
+            } else {
+                None
+            },
+            short: if p.0.len() >= 8 { p.u64()? } else { 0 },
+        });
+    }
+    let s = ServiceStats {
+        pools,
+        clients: r.u64()?,
+        handouts: r.u64()?,
+        refusals: r.u64()?,
+        protocol_errors: r.u64()?,
+        scrubbed_bytes: r.u64()?,
+        scrub_ns: r.u64()?,
+        verified_bytes: r.u64()?,
+        verify_ns: r.u64()?,
+        verify_failures: r.u64()?,
+        uid: {
+            let uid = r.u32()?;
+            r.u32()?;
+            uid
+        },
+        uid_used: r.u64()?,
+        uid_cap: r.u64()?,
+        ..Default::default()
+    };
+    // The counters added after the first release of version 1:
+    // absent from an older daemon's answer.
+    if r.0.is_empty() {
+        Ok(s)
+    } else {
+        read_stats_tail(r, s)
     }
 }
 

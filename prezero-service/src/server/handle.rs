@@ -4,11 +4,11 @@
 //! dropped when its client goes.
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::time::{Duration, Instant};
 
 use super::Server;
-use crate::ledger::{Clean, Refused};
+use crate::ledger::{Clean, Grant, Refused};
 use crate::log;
 use crate::protocol::{
     self, Malformed, Refusal, Reply, Request, SegmentRecord, ALLOC_NODE, ALLOC_OTHER_NODES,
@@ -131,27 +131,7 @@ impl Server {
         flags: u32,
         node: u32,
     ) -> std::result::Result<(), AllocError> {
-        let unknown = flags & !(ALLOC_NODE | ALLOC_OTHER_NODES);
-        if unknown != 0 {
-            return Err(AllocError::Refused(
-                Reply::Error {
-                    errno: libc::EINVAL,
-                    ready: 0,
-                    message: format!("unknown flags {unknown:#x}"),
-                    limit: false,
-                },
-                Refusal::BadRequest,
-            ));
-        }
-        // The node asked for, then (if allowed) the others nearest first.
-        let named = flags & ALLOC_NODE != 0;
-        let order = named.then(|| {
-            let mut order = vec![node];
-            if flags & ALLOC_OTHER_NODES != 0 {
-                order.extend(self.nearest.get(&node).into_iter().flatten());
-            }
-            order
-        });
+        let order = self.node_order(flags, node)?;
         let (uid, cg) = self.tenant_of(conn)?;
         let chosen = self
             .ledger
@@ -171,30 +151,72 @@ impl Server {
         }
         let grant = match chosen {
             Ok(g) => g,
-            Err(Refused {
-                reason,
-                errno,
-                ready,
-                message,
-                short,
-            }) => {
-                if let Some((pool, missing)) = short {
-                    // Clients wait on the worker now: it runs at normal priority
-                    // on every core until the pools are back at their targets,
-                    // and other uids' scrubbed segments get fresh pages for this one.
-                    self.escalate(true);
-                    let batch = self.ledger.make_fresh_for(pool, uid, cg, missing);
-                    self.send_clean(batch, Clean::Fresh);
-                }
-                let reply = Reply::Error {
-                    errno,
-                    ready: ready as u64,
-                    message,
-                    limit: false,
-                };
-                return Err(AllocError::Refused(reply, reason));
-            }
+            Err(refused) => return Err(self.refuse_alloc(refused, uid, cg)),
         };
+        let files = self.open_segments(&grant)?;
+        self.ledger.lease(&grant, conn, uid, cg);
+        self.lend_to_peer(conn, &grant);
+        self.send_grant(conn, seq, &grant, &files, order.is_some())
+    }
+
+    /// The nodes an `ALLOC` with `flags` looks on, in order: the node asked
+    /// for, then (if allowed) the others nearest first; `None`, any node.
+    /// Unknown flags are refused.
+    fn node_order(
+        &self,
+        flags: u32,
+        node: u32,
+    ) -> std::result::Result<Option<Vec<u32>>, AllocError> {
+        let unknown = flags & !(ALLOC_NODE | ALLOC_OTHER_NODES);
+        if unknown != 0 {
+            return Err(AllocError::Refused(
+                Reply::Error {
+                    errno: libc::EINVAL,
+                    ready: 0,
+                    message: format!("unknown flags {unknown:#x}"),
+                    limit: false,
+                },
+                Refusal::BadRequest,
+            ));
+        }
+        let named = flags & ALLOC_NODE != 0;
+        Ok(named.then(|| {
+            let mut order = vec![node];
+            if flags & ALLOC_OTHER_NODES != 0 {
+                order.extend(self.nearest.get(&node).into_iter().flatten());
+            }
+            order
+        }))
+    }
+
+    /// The answer to an `ALLOC` the ledger refused for `uid` of cgroup `cg`.
+    fn refuse_alloc(&mut self, refused: Refused, uid: u32, cg: Option<u64>) -> AllocError {
+        let Refused {
+            reason,
+            errno,
+            ready,
+            message,
+            short,
+        } = refused;
+        if let Some((pool, missing)) = short {
+            // Clients wait on the worker now: it runs at normal priority
+            // on every core until the pools are back at their targets,
+            // and other uids' scrubbed segments get fresh pages for this one.
+            self.escalate(true);
+            let batch = self.ledger.make_fresh_for(pool, uid, cg, missing);
+            self.send_clean(batch, Clean::Fresh);
+        }
+        let reply = Reply::Error {
+            errno,
+            ready: ready as u64,
+            message,
+            limit: false,
+        };
+        AllocError::Refused(reply, reason)
+    }
+
+    /// A descriptor of each granted segment for the client, opened anew.
+    fn open_segments(&self, grant: &Grant) -> std::result::Result<Vec<OwnedFd>, AllocError> {
         let mut files = Vec::with_capacity(grant.ids.len());
         for &id in &grant.ids {
             let seg = self.ledger.home(id).expect("ready segments are home");
@@ -211,7 +233,12 @@ impl Server {
                 }
             }
         }
-        self.ledger.lease(&grant, conn, uid, cg);
+        Ok(files)
+    }
+
+    /// The granted segments' files given to the client's uid, so it can open
+    /// them by path too; where that cannot be, said once.
+    fn lend_to_peer(&mut self, conn: u64, grant: &Grant) {
         let peer = self.conns[&conn].peer_uid;
         for &id in &grant.ids {
             let lent = self
@@ -229,6 +256,18 @@ impl Server {
                 }
             }
         }
+    }
+
+    /// The leased segments sent to `conn` (its `files`, as many messages as
+    /// they need) and counted; `named`: the client named a node.
+    fn send_grant(
+        &mut self,
+        conn: u64,
+        seq: u32,
+        grant: &Grant,
+        files: &[OwnedFd],
+        named: bool,
+    ) -> std::result::Result<(), AllocError> {
         self.counters.handouts += 1;
         self.pools[grant.pool].handouts += 1;
         let segment = self.pools[grant.pool].cfg.segment_size;

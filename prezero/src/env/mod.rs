@@ -25,6 +25,8 @@ pub enum Kind {
     Flag,
     /// A process id: digits only.
     Pid,
+    /// A whole number of seconds: digits only, no unit.
+    Seconds,
 }
 
 /// One variable.
@@ -62,6 +64,8 @@ pub enum Refused {
     NotAFlag,
     /// Not digits alone.
     NotAPid,
+    /// Not digits alone (a unit such as `1M` is a size's, not a time's).
+    NotSeconds,
 }
 
 impl core::fmt::Display for Refused {
@@ -71,6 +75,7 @@ impl core::fmt::Display for Refused {
             Refused::Below(min) => write!(f, "at least {}", crate::fmt_size(*min)),
             Refused::NotAFlag => f.write_str("1 or 0"),
             Refused::NotAPid => f.write_str("a process id (digits)"),
+            Refused::NotSeconds => f.write_str("a number of seconds (digits, no unit)"),
         }
     }
 }
@@ -97,6 +102,7 @@ impl Var {
                 parse_size(raw).map(Value::Number).ok_or(Refused::NotAPid)
             }
             Kind::Pid => Err(Refused::NotAPid),
+            Kind::Seconds => seconds(raw).map(Value::Number).ok_or(Refused::NotSeconds),
         }
     }
 
@@ -113,6 +119,16 @@ impl Var {
 /// parser refuses zero.
 fn is_zero(raw: &[u8]) -> bool {
     core::str::from_utf8(raw).is_ok_and(|t| t.trim() == "0")
+}
+
+/// Digits alone (blanks around them), as a count: read as a size, `1M`
+/// seconds would be 1,048,576 of them.
+fn seconds(raw: &[u8]) -> Option<usize> {
+    let t = core::str::from_utf8(raw).ok()?.trim();
+    if t.is_empty() || !t.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    t.parse().ok()
 }
 
 /// Requests of at least this many bytes are served from the cache.
@@ -145,7 +161,7 @@ pub const PREFILL: Var = Var {
 pub const IDLE_SECS: Var = Var {
     name: "PREZERO_IDLE_SECS",
     cname: c"PREZERO_IDLE_SECS",
-    kind: Kind::SizeOrZero,
+    kind: Kind::Seconds,
     default: "5",
     what: "Free memory unused this many seconds goes back to the kernel.",
 };
@@ -250,7 +266,11 @@ pub const CASES: &[(&str, &str, Option<usize>)] = &[
     ("PREZERO_PREFILL", "1.5M", None),
     ("PREZERO_IDLE_SECS", "0", Some(0)),
     ("PREZERO_IDLE_SECS", "30", Some(30)),
+    ("PREZERO_IDLE_SECS", " 7 ", Some(7)),
     ("PREZERO_IDLE_SECS", "soon", None),
+    ("PREZERO_IDLE_SECS", "1M", None),
+    ("PREZERO_IDLE_SECS", "+5", None),
+    ("PREZERO_IDLE_SECS", "99999999999999999999999", None),
     ("PREZERO_STATS", "1", Some(1)),
     ("PREZERO_STATS", "0", Some(0)),
     ("PREZERO_STATS", "yes", None),
@@ -288,6 +308,15 @@ mod tests {
                 });
             assert_eq!(got, want, "{name}={raw:?}");
         }
+    }
+
+    #[test]
+    fn idle_seconds_take_no_unit() {
+        assert_eq!(IDLE_SECS.read(b"1M"), Err(Refused::NotSeconds));
+        assert_eq!(
+            Refused::NotSeconds.to_string(),
+            "a number of seconds (digits, no unit)"
+        );
     }
 
     #[test]

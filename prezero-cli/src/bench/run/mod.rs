@@ -198,6 +198,28 @@ fn reserve_bytes(settings: &Settings) -> Result<usize> {
 }
 
 pub fn run(args: &Args) -> Result<()> {
+    let wanted = wanted_programs(args)?;
+    let arm_env = ArmEnvironments::new(&args.settings, "bench run")?;
+    let reserve = (
+        reserve_bytes(&args.settings)?,
+        args.settings.reserve.is_some(),
+    );
+    let (mut argv, mut skipped) = runnable(&wanted, args.smoke);
+    let cgroup = pressure_cgroup(&mut argv, &mut skipped, args.smoke);
+    for (p, why) in &skipped {
+        super::not_measured(&format!("the {} row", p.name()), why);
+    }
+    if argv.is_empty() {
+        bail!("no program could run here (see above)");
+    }
+    let arms = measure(args, &argv, &arm_env, cgroup.as_ref())?;
+    let floor = own_peak_rss();
+    print_results(args, &argv, &arms, &skipped, floor, reserve);
+    Ok(())
+}
+
+/// The programs `--only` names (all by default), once the arguments are checked.
+fn wanted_programs(args: &Args) -> Result<Vec<Program>> {
     for n in &args.only {
         if !ALL.iter().any(|p| p.name() == n) {
             let names: Vec<&str> = ALL.iter().map(|p| p.name()).collect();
@@ -207,28 +229,32 @@ pub fn run(args: &Args) -> Result<()> {
     if args.reps == 0 {
         bail!("--reps must be at least 1");
     }
-    let wanted: Vec<Program> = ALL
+    Ok(ALL
         .into_iter()
         .filter(|p| args.only.is_empty() || args.only.iter().any(|n| n == p.name()))
-        .collect();
-    let arm_env = ArmEnvironments::new(&args.settings, "bench run")?;
-    let reserve = (
-        reserve_bytes(&args.settings)?,
-        args.settings.reserve.is_some(),
-    );
-    // Which programs can run here.
-    let mut argv: Vec<(Program, Vec<OsString>)> = Vec::new();
-    let mut skipped: Vec<(Program, String)> = Vec::new();
+        .collect())
+}
+
+/// Each program's command line.
+type Commands = Vec<(Program, Vec<OsString>)>;
+/// Each program that cannot run here, and why.
+type Skipped = Vec<(Program, String)>;
+
+/// Which programs can run here: each one's command line, and each other's
+/// reason for not running.
+fn runnable(wanted: &[Program], smoke: bool) -> (Commands, Skipped) {
+    let mut argv: Commands = Vec::new();
+    let mut skipped: Skipped = Vec::new();
     let python = wanted.contains(&Program::Numpy).then(python_with_numpy);
     let c = wanted
         .iter()
         .any(|&p| p != Program::Numpy)
         .then(alloc_programs);
-    for &p in &wanted {
+    for &p in wanted {
         let exe = match (p, &python, &c) {
             (Program::Numpy, Some(Ok(py)), _) => {
                 let mut v: Vec<OsString> = vec![py.into(), "-c".into(), NUMPY.into()];
-                v.extend(p.args(args.smoke).into_iter().map(OsString::from));
+                v.extend(p.args(smoke).into_iter().map(OsString::from));
                 argv.push((p, as_prezero_run_execs(&v)));
                 continue;
             }
@@ -240,33 +266,41 @@ pub fn run(args: &Args) -> Result<()> {
         match exe {
             Ok(exe) => {
                 let mut v: Vec<OsString> = vec![exe.into()];
-                v.extend(p.args(args.smoke).into_iter().map(OsString::from));
+                v.extend(p.args(smoke).into_iter().map(OsString::from));
                 argv.push((p, as_prezero_run_execs(&v)));
             }
             Err(why) => skipped.push((p, why)),
         }
     }
-    // The pressure row's cgroup, if one can be made here.
-    let cgroup = match argv.iter().position(|(p, _)| *p == Program::Pressure) {
-        Some(i) => match pressure::Cgroup::make(Program::cgroup_limit(args.smoke)) {
-            Ok(cg) => Some(cg),
-            Err(why) => {
-                skipped.push((Program::Pressure, crate::message(&why)));
-                argv.remove(i);
-                None
-            }
-        },
-        None => None,
-    };
-    for (p, why) in &skipped {
-        super::not_measured(&format!("the {} row", p.name()), why);
-    }
-    if argv.is_empty() {
-        bail!("no program could run here (see above)");
-    }
+    (argv, skipped)
+}
 
-    // Interleaved: each repetition runs every program in every arm, the
-    // arm that goes first turning round.
+/// The pressure row's cgroup, if one can be made here (else the row moves
+/// from `argv` to `skipped`).
+fn pressure_cgroup(
+    argv: &mut Commands,
+    skipped: &mut Skipped,
+    smoke: bool,
+) -> Option<pressure::Cgroup> {
+    let i = argv.iter().position(|(p, _)| *p == Program::Pressure)?;
+    match pressure::Cgroup::make(Program::cgroup_limit(smoke)) {
+        Ok(cg) => Some(cg),
+        Err(why) => {
+            skipped.push((Program::Pressure, crate::message(&why)));
+            argv.remove(i);
+            None
+        }
+    }
+}
+
+/// Every program's samples in every arm, interleaved: each repetition runs
+/// every program in every arm, the arm that goes first turning round.
+fn measure(
+    args: &Args,
+    argv: &[(Program, Vec<OsString>)],
+    arm_env: &ArmEnvironments,
+    cgroup: Option<&pressure::Cgroup>,
+) -> Result<Vec<[Samples; 3]>> {
     let total: usize = argv
         .iter()
         .map(|(p, _)| ARMS.len() * p.runs_per_rep() * args.reps)
@@ -299,7 +333,7 @@ pub fn run(args: &Args) -> Result<()> {
                     let mut env = arm_env.envs[which].clone();
                     env.push(pads.next());
                     let remove = arm_env.remove(which);
-                    let sample = match (&cgroup, neighbors.get(p)) {
+                    let sample = match (cgroup, neighbors.get(p)) {
                         (Some(cg), Some(n)) => {
                             let plain = vec![pads.next()];
                             pressure::run_pair(
@@ -318,9 +352,7 @@ pub fn run(args: &Args) -> Result<()> {
         }
     }
     progress.finish();
-    let floor = own_peak_rss();
-    print_results(args, &argv, &arms, &skipped, floor, reserve);
-    Ok(())
+    Ok(arms)
 }
 
 /// The table, or one JSON row per figure.
@@ -332,7 +364,40 @@ fn print_results(
     floor: u64,
     reserve: (usize, bool),
 ) {
-    let table = Table::new(" ")
+    let table = results_table();
+    if !args.json {
+        print_heading(&table, args, reserve);
+    }
+    let mut numpy_bound = None;
+    for ((p, _), [plain, pz, lz]) in argv.iter().zip(arms) {
+        if !args.json {
+            println!("# {}: {}", p.name(), p.what(args.smoke));
+        }
+        let figures: Vec<&'static str> = plain.samples[0].figures.iter().map(|f| f.0).collect();
+        // What no allocator can beat while the array is far larger than the
+        // caches: a first pass as fast as a resident one.
+        let bound = (*p == Program::Numpy).then(|| {
+            let m = |fig: &str| Stats::of(&plain.figure(fig)).median;
+            m("first_pass_later") / m("second_pass").max(1.0)
+        });
+        numpy_bound = numpy_bound.or(bound);
+        for fig in figures {
+            let figure = Figure::of(*p, fig, [plain, pz, lz], args.smoke, reserve);
+            if args.json {
+                figure.row(args.smoke, floor, bound).print();
+            } else {
+                table.print(&figure.cells());
+            }
+        }
+    }
+    if !args.json {
+        print_notes(numpy_bound, floor, skipped);
+    }
+}
+
+/// The table's columns, in the order of [`Figure::cells`].
+fn results_table() -> Table {
+    Table::new(" ")
         .left(15)
         .left(16)
         .right(17)
@@ -349,156 +414,198 @@ fn print_results(
         .gap("  ")
         .right(14)
         .gap("  ")
-        .right(16);
-    if !args.json {
-        println!(
-            "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
-             the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
-            args.reps,
-            if reserve.1 {
-                format!("{} filled ahead (--reserve)", human_size(reserve.0))
-            } else {
-                format!(
-                    "grown with demand, {} at most (the pressure row's: a tenth of its \
-                     cgroup's room)",
-                    human_size(reserve.0)
+        .right(16)
+}
+
+/// The table's title line (what was run, and the lazy arm's reserve) and headings.
+fn print_heading(table: &Table, args: &Args, reserve: (usize, bool)) {
+    println!(
+        "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
+         the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
+        args.reps,
+        if reserve.1 {
+            format!("{} filled ahead (--reserve)", human_size(reserve.0))
+        } else {
+            format!(
+                "grown with demand, {} at most (the pressure row's: a tenth of its \
+                 cgroup's room)",
+                human_size(reserve.0)
+            )
+        }
+    );
+    table.print(&[
+        "program",
+        "figure",
+        "plain",
+        "prezero",
+        "lazy",
+        "prez. x",
+        "lazy x",
+        "goal",
+        "RSS plain",
+        "RSS prez.",
+        "RSS lazy",
+        "held at peak",
+        "MemAvail low",
+    ]);
+}
+
+/// One figure of one program in the three arms, and the prezero arms' goals.
+struct Figure<'a> {
+    program: Program,
+    name: &'static str,
+    /// Plain, prezero, lazy.
+    arms: [&'a Samples; 3],
+    stats: [Stats; 3],
+    /// The prezero arm's goal and the lazy arm's, each with whether it was met.
+    goals: [(Option<Goal>, Option<bool>); 2],
+    low: [Option<u64>; 3],
+    /// Memory in MiB, time in ms (the row's `_ms` fields, and `unit`).
+    scale: f64,
+}
+
+impl<'a> Figure<'a> {
+    fn of(
+        program: Program,
+        name: &'static str,
+        arms: [&'a Samples; 3],
+        smoke: bool,
+        reserve: (usize, bool),
+    ) -> Figure<'a> {
+        let stats = arms.map(|arm| Stats::of(&arm.figure(name)));
+        let plain = arms[0];
+        let goals = [(Arm::Prezero, 1), (Arm::Lazy, 2)].map(|(arm, i)| {
+            let g = goal(program, name, arm, smoke, reserve);
+            let met = g.as_ref().map(|g| {
+                g.met(
+                    (stats[0].median, stats[i].median),
+                    (plain.peak_rss(), arms[i].peak_rss()),
                 )
-            }
-        );
-        table.print(&[
-            "program",
-            "figure",
-            "plain",
-            "prezero",
-            "lazy",
-            "prez. x",
-            "lazy x",
-            "goal",
-            "RSS plain",
-            "RSS prez.",
-            "RSS lazy",
-            "held at peak",
-            "MemAvail low",
-        ]);
-    }
-    let mut numpy_bound = None;
-    for ((p, _), [plain, pz, lz]) in argv.iter().zip(arms) {
-        if !args.json {
-            println!("# {}: {}", p.name(), p.what(args.smoke));
-        }
-        let held = pz.peak_held();
-        let figures: Vec<&'static str> = plain.samples[0].figures.iter().map(|f| f.0).collect();
-        // What no allocator can beat while the array is far larger than the
-        // caches: a first pass as fast as a resident one.
-        let bound = (*p == Program::Numpy).then(|| {
-            let m = |fig: &str| Stats::of(&plain.figure(fig)).median;
-            m("first_pass_later") / m("second_pass").max(1.0)
+            });
+            (g, met)
         });
-        numpy_bound = numpy_bound.or(bound);
-        for fig in figures {
-            let [a, b, c] = [plain, pz, lz].map(|arm| Stats::of(&arm.figure(fig)));
-            let x = |s: &Stats| a.median / s.median.max(1.0);
-            let goal_of = |arm| goal(*p, fig, arm, args.smoke, reserve);
-            let (gp, gl) = (goal_of(Arm::Prezero), goal_of(Arm::Lazy));
-            let met = |g: &Option<Goal>, s: &Stats, arm: &Samples| {
-                g.as_ref()
-                    .map(|g| g.met((a.median, s.median), (plain.peak_rss(), arm.peak_rss())))
-            };
-            let low = [plain, pz, lz].map(Samples::low_available);
-            // Memory in MiB, time in ms (the row's `_ms` fields, and `unit`).
-            let scale = if is_memory(fig) {
-                (1u64 << 20) as f64
-            } else {
-                1e6
-            };
-            if args.json {
-                Row::Run(rows::Run {
-                    program: p.name().to_string(),
-                    figure: fig.to_string(),
-                    runs: plain.samples.len() as u64,
-                    plain_ms: round3(a.median / scale),
-                    plain_stdev_pct: round3(a.stdev_pct),
-                    prezero_ms: round3(b.median / scale),
-                    prezero_stdev_pct: round3(b.stdev_pct),
-                    speedup: round3(x(&b)),
-                    goal: gp.as_ref().map(|g| g.text().to_string()),
-                    goal_met: met(&gp, &b, pz),
-                    plain_peak_rss_bytes: plain.peak_rss(),
-                    prezero_peak_rss_bytes: pz.peak_rss(),
-                    rss_floor_bytes: Some(floor),
-                    smoke: args.smoke,
-                    prezero_held_beyond_use_gib: held.map(|(held, _)| held),
-                    prezero_peak_in_use_gib: held.map(|(_, in_use)| in_use),
-                    bound_speedup: bound.filter(|_| fig == "first_pass_later").map(round3),
-                    unit: is_memory(fig).then(|| "MiB".to_string()),
-                    lazy_ms: Some(round3(c.median / scale)),
-                    lazy_stdev_pct: Some(round3(c.stdev_pct)),
-                    lazy_speedup: Some(round3(x(&c))),
-                    lazy_goal: gl.as_ref().map(|g| g.text().to_string()),
-                    lazy_goal_met: met(&gl, &c, lz),
-                    lazy_peak_rss_bytes: Some(lz.peak_rss()),
-                    plain_low_available_bytes: low[0],
-                    prezero_low_available_bytes: low[1],
-                    lazy_low_available_bytes: low[2],
-                })
-                .print();
-            } else {
-                let unit = if is_memory(fig) { "MiB" } else { "ms" };
-                let cell =
-                    |s: &Stats| format!("{:>7.1}{unit} +-{:>3.0}%", s.median / scale, s.stdev_pct);
-                let rss = |bytes: u64| human_size(bytes as usize);
-                let goals: Vec<String> = [("prez.", &gp, &b, pz), ("lazy", &gl, &c, lz)]
-                    .into_iter()
-                    .filter_map(|(arm, g, s, samples)| {
-                        let ok = if met(g, s, samples)? { "ok" } else { "NO" };
-                        Some(format!("{arm} {} {ok}", g.as_ref()?.text()))
-                    })
-                    .collect();
-                table.print(&[
-                    p.name().to_string(),
-                    fig.to_string(),
-                    cell(&a),
-                    cell(&b),
-                    cell(&c),
-                    format!("{:.2}x", x(&b)),
-                    format!("{:.2}x", x(&c)),
-                    goals.join(", "),
-                    rss(plain.peak_rss()),
-                    rss(pz.peak_rss()),
-                    rss(lz.peak_rss()),
-                    held.map_or_else(
-                        || "-".to_string(),
-                        |(h, u)| format!("{:.2}G + {:.2}G", u, h),
-                    ),
-                    low.map(|b| b.map_or("-".into(), |b| format!("{:.1}", b as f64 / GIB)))
-                        .join("/")
-                        + "G",
-                ]);
-            }
+        let scale = if is_memory(name) {
+            (1u64 << 20) as f64
+        } else {
+            1e6
+        };
+        Figure {
+            program,
+            name,
+            arms,
+            stats,
+            goals,
+            low: arms.map(Samples::low_available),
+            scale,
         }
     }
-    if !args.json {
-        if let Some(b) = numpy_bound {
-            println!(
-                "# numpy: first_pass_later: the iterations after the first. With an array \
-                 far larger than the last-level cache a first pass cannot beat a pass over \
-                 memory already resident: plain first_pass_later / plain second_pass = \
-                 {b:.2}x (bound_speedup in --json) is the most any allocator can give this \
-                 loop here (a block that fits the cache can beat it: calloc's clear leaves it \
-                 there, as with --smoke)"
-            );
-        }
+
+    /// Plain / the arm's median (above 1 is faster, or smaller).
+    fn speedup(&self, arm: usize) -> f64 {
+        self.stats[0].median / self.stats[arm].median.max(1.0)
+    }
+
+    /// The figure's JSON row; `bound` is numpy's (see [`print_results`]).
+    fn row(&self, smoke: bool, floor: u64, bound: Option<f64>) -> Row {
+        let [plain, pz, lz] = self.arms;
+        let [a, b, c] = self.stats;
+        let [(gp, met_p), (gl, met_l)] = &self.goals;
+        let (fig, scale, low) = (self.name, self.scale, self.low);
+        let held = pz.peak_held();
+        Row::Run(rows::Run {
+            program: self.program.name().to_string(),
+            figure: fig.to_string(),
+            runs: plain.samples.len() as u64,
+            plain_ms: round3(a.median / scale),
+            plain_stdev_pct: round3(a.stdev_pct),
+            prezero_ms: round3(b.median / scale),
+            prezero_stdev_pct: round3(b.stdev_pct),
+            speedup: round3(self.speedup(1)),
+            goal: gp.as_ref().map(|g| g.text().to_string()),
+            goal_met: *met_p,
+            plain_peak_rss_bytes: plain.peak_rss(),
+            prezero_peak_rss_bytes: pz.peak_rss(),
+            rss_floor_bytes: Some(floor),
+            smoke,
+            prezero_held_beyond_use_gib: held.map(|(held, _)| held),
+            prezero_peak_in_use_gib: held.map(|(_, in_use)| in_use),
+            bound_speedup: bound.filter(|_| fig == "first_pass_later").map(round3),
+            unit: is_memory(fig).then(|| "MiB".to_string()),
+            lazy_ms: Some(round3(c.median / scale)),
+            lazy_stdev_pct: Some(round3(c.stdev_pct)),
+            lazy_speedup: Some(round3(self.speedup(2))),
+            lazy_goal: gl.as_ref().map(|g| g.text().to_string()),
+            lazy_goal_met: *met_l,
+            lazy_peak_rss_bytes: Some(lz.peak_rss()),
+            plain_low_available_bytes: low[0],
+            prezero_low_available_bytes: low[1],
+            lazy_low_available_bytes: low[2],
+        })
+    }
+
+    /// The figure's cells in the table.
+    fn cells(&self) -> [String; 13] {
+        let [plain, pz, lz] = self.arms;
+        let [a, b, c] = self.stats;
+        let [(gp, met_p), (gl, met_l)] = &self.goals;
+        let scale = self.scale;
+        let held = pz.peak_held();
+        let unit = if is_memory(self.name) { "MiB" } else { "ms" };
+        let cell = |s: &Stats| format!("{:>7.1}{unit} +-{:>3.0}%", s.median / scale, s.stdev_pct);
+        let rss = |bytes: u64| human_size(bytes as usize);
+        let goals: Vec<String> = [("prez.", gp, met_p), ("lazy", gl, met_l)]
+            .into_iter()
+            .filter_map(|(arm, g, met)| {
+                let ok = if (*met)? { "ok" } else { "NO" };
+                Some(format!("{arm} {} {ok}", g.as_ref()?.text()))
+            })
+            .collect();
+        [
+            self.program.name().to_string(),
+            self.name.to_string(),
+            cell(&a),
+            cell(&b),
+            cell(&c),
+            format!("{:.2}x", self.speedup(1)),
+            format!("{:.2}x", self.speedup(2)),
+            goals.join(", "),
+            rss(plain.peak_rss()),
+            rss(pz.peak_rss()),
+            rss(lz.peak_rss()),
+            held.map_or_else(
+                || "-".to_string(),
+                |(h, u)| format!("{:.2}G + {:.2}G", u, h),
+            ),
+            self.low
+                .map(|b| b.map_or("-".into(), |b| format!("{:.1}", b as f64 / GIB)))
+                .join("/")
+                + "G",
+        ]
+    }
+}
+
+/// What the table's figures mean, and the rows not measured.
+fn print_notes(numpy_bound: Option<f64>, floor: u64, skipped: &[(Program, String)]) {
+    if let Some(b) = numpy_bound {
         println!(
-            "# process: the whole process (start, work, exit); held at peak: the most any \
-             prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
-             reads at least this bench's own {} (wait4 counts the image a child was \
-             spawned from); sparse rss_anon: RssAnon after the touches, the lazy arm's \
-             reserve in it; MemAvail low: the lowest MemAvailable while each arm ran \
-             (plain/prezero/lazy)",
-            human_size(floor as usize)
+            "# numpy: first_pass_later: the iterations after the first. With an array \
+             far larger than the last-level cache a first pass cannot beat a pass over \
+             memory already resident: plain first_pass_later / plain second_pass = \
+             {b:.2}x (bound_speedup in --json) is the most any allocator can give this \
+             loop here (a block that fits the cache can beat it: calloc's clear leaves it \
+             there, as with --smoke)"
         );
-        for (p, why) in skipped {
-            println!("# no {} row: {why}", p.name());
-        }
+    }
+    println!(
+        "# process: the whole process (start, work, exit); held at peak: the most any \
+         prezero process had in use + kept beyond it (its PREZERO_STATS line); peak RSS \
+         reads at least this bench's own {} (wait4 counts the image a child was \
+         spawned from); sparse rss_anon: RssAnon after the touches, the lazy arm's \
+         reserve in it; MemAvail low: the lowest MemAvailable while each arm ran \
+         (plain/prezero/lazy)",
+        human_size(floor as usize)
+    );
+    for (p, why) in skipped {
+        println!("# no {} row: {why}", p.name());
     }
 }

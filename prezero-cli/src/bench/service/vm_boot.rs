@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use prezero::{PageKind, Region, Temperature};
+use prezero_service::Client;
 
 use super::{memory_budget, Args};
 use crate::bench::daemon::{alloc, wait_ready, Daemon};
@@ -103,35 +104,7 @@ pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<()>
             ) {
                 cool_hugetlb(kind, size / kind.page_size(), secs)?;
             }
-            let t = Instant::now();
-            let d = match p {
-                BootPath::Service => {
-                    if wait_ready(c, kind, size)? < size {
-                        bail!("the service has less than {} ready", fmt_size(size));
-                    }
-                    let t = Instant::now();
-                    let m = alloc(c, size, kind)?;
-                    let d = t.elapsed();
-                    verify_zero(&m.as_slice()[..1 << 20], "service boot memory")?;
-                    d
-                }
-                _ => {
-                    let mut r = Region::new(size, kind)?;
-                    match p {
-                        BootPath::PopulateParallel => {
-                            prezero::prefault(&r, threads)?;
-                        }
-                        BootPath::Populate => {
-                            prezero::prefault(&r, 1)?;
-                        }
-                        // Zeros: the check below reads these pages too.
-                        _ => touch_pages(r.as_mut_slice(), kind.page_size(), 0),
-                    }
-                    let d = t.elapsed();
-                    verify_zero(&r.as_slice()[..1 << 20], "kernel boot memory")?;
-                    d
-                }
-            };
+            let d = boot_once(p, c, kind, size, threads)?;
             samples[i].push(d.as_secs_f64());
         }
     }
@@ -164,4 +137,44 @@ pub(super) fn vm_boot(args: &Args, size: usize, host: Temperature) -> Result<()>
         }
     }
     Ok(())
+}
+
+/// One boot's memory by `p`, verified zero: the time it took.
+fn boot_once(
+    p: BootPath,
+    c: &Client,
+    kind: PageKind,
+    size: usize,
+    threads: usize,
+) -> Result<Duration> {
+    let t = Instant::now();
+    let d = match p {
+        BootPath::Service => {
+            if wait_ready(c, kind, size)? < size {
+                bail!("the service has less than {} ready", fmt_size(size));
+            }
+            let t = Instant::now();
+            let m = alloc(c, size, kind)?;
+            let d = t.elapsed();
+            verify_zero(&m.as_slice()[..1 << 20], "service boot memory")?;
+            d
+        }
+        _ => {
+            let mut r = Region::new(size, kind)?;
+            match p {
+                BootPath::PopulateParallel => {
+                    prezero::prefault(&r, threads)?;
+                }
+                BootPath::Populate => {
+                    prezero::prefault(&r, 1)?;
+                }
+                // Zeros: the check below reads these pages too.
+                _ => touch_pages(r.as_mut_slice(), kind.page_size(), 0),
+            }
+            let d = t.elapsed();
+            verify_zero(&r.as_slice()[..1 << 20], "kernel boot memory")?;
+            d
+        }
+    };
+    Ok(d)
 }

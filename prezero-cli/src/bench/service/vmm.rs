@@ -322,6 +322,12 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
     });
     let _ = std::fs::remove_dir_all(&dir);
     result?;
+    print_vmm(args, size, accel, &paths, &samples);
+    Ok(())
+}
+
+/// The table (or JSON rows) of each path's times, against the service's.
+fn print_vmm(args: &Args, size: usize, accel: &str, paths: &[VmmPath], samples: &[Vec<f64>]) {
     let service = Stats::of(&samples[0]).median;
     let threads = prezero::cpu().logical_cpus;
     let table = Table::new(" ")
@@ -374,5 +380,4 @@ pub(super) fn vmm(args: &Args, size: usize) -> Result<()> {
             Stats::of(&samples[1]).median / service
         );
     }
-    Ok(())
 }

@@ -186,28 +186,8 @@ pub fn run(args: &Args) -> Result<()> {
             bail!("unknown layout or method \"{n}\"");
         }
     }
-    let wanted = |m: &str| args.method.is_empty() || args.method.iter().any(|n| n == m);
-    let mut methods: Vec<Method> = ALL_METHODS
-        .into_iter()
-        .filter(|m| !matches!(m, Method::Ceiling(_)) && wanted(m.name()))
-        .collect();
     let c_variant = c_reference::variant();
-    match &c_variant {
-        Ok(v) if wanted("c-reference") => eprintln!("prezero: C reference: {v}"),
-        Err(why) if wanted("c-reference") => {
-            eprintln!("prezero: no c-reference row: {why}");
-            methods.retain(|&m| m != Method::CReference);
-        }
-        _ => {}
-    }
-    if wanted("ceiling") {
-        methods.extend(
-            CopyKernel::ALL
-                .into_iter()
-                .filter(|k| k.is_streaming() && k.is_available())
-                .map(Method::Ceiling),
-        );
-    }
+    let methods = wanted_methods(args, &c_variant);
     let bytes = args.records * 64;
     let mut region = Region::new(bytes, PageKind::Thp)?;
     // First touch (a VM pays a host fault here), not part of any figure.
@@ -215,29 +195,7 @@ pub fn run(args: &Args) -> Result<()> {
     let dst = pages(&mut region, args.records);
     let mut progress = Progress::new((layouts.len() * args.reps) as u64);
     for &layout in &layouts {
-        // Start from garbage, so each verified warm-up proves the method wrote every field.
-        for &m in &methods {
-            dst.fill(uniform(0xcdcd_cdcd_cdcd_cdcd));
-            run_method(m, layout, dst);
-            verify(m, layout, dst)?;
-        }
-        // Every repetition runs each method once, in a new order: every method
-        // meets the same drift of this shared machine, and no method always
-        // follows the same one (a run after the slow `movnti` ceiling was up
-        // to 1.5x slower on Zen 4, whatever ran).
-        let mut ms = vec![Vec::with_capacity(args.reps); methods.len()];
-        let mut order: Vec<usize> = (0..methods.len()).collect();
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        for _ in 0..args.reps {
-            progress.step(layout.name().to_string());
-            shuffle(&mut order, &mut seed);
-            for &i in &order {
-                let t = Instant::now();
-                run_method(methods[i], layout, dst);
-                ms[i].push(t.elapsed().as_secs_f64() * 1e3);
-                verify(methods[i], layout, dst)?;
-            }
-        }
+        let ms = measure(&methods, layout, dst, args.reps, &mut progress)?;
         let rows: Vec<Row> = methods
             .iter()
             .zip(&ms)
@@ -263,44 +221,118 @@ pub fn run(args: &Args) -> Result<()> {
             })
             .collect();
         if args.json {
-            for r in &shown {
-                let mut row = rows::Template {
-                    layout: layout.name().to_string(),
-                    method: r.method.name().to_string(),
-                    records: args.records as u64,
-                    ms: round2(r.stats.mean),
-                    median_ms: round2(r.stats.median),
-                    gbps: round2(bytes as f64 / (r.stats.median / 1e3) / 1e9),
-                    stdev_pct: round2(r.stats.stdev_pct),
-                    kernel: None,
-                    candidates_median_ms: None,
-                    variant: None,
-                };
-                match r.method {
-                    Method::Ceiling(k) => {
-                        row.kernel = Some(k.name().to_string());
-                        row.candidates_median_ms = Some(
-                            (candidates.iter())
-                                .map(|(k, m)| (k.to_string(), round2(*m)))
-                                .collect(),
-                        );
-                    }
-                    Method::CReference => {
-                        row.variant = Some(c_variant.clone().unwrap_or_default());
-                    }
-                    Method::TemplateWords => {
-                        row.kernel = Some(Streamer::for_bytes(bytes).kernel().name().to_string());
-                    }
-                    _ => {}
-                }
-                rows::Row::Template(row).print();
-            }
+            print_json(layout, args.records, &shown, &candidates, &c_variant);
         } else {
             print_table(layout, args.records, &shown, &candidates);
         }
     }
     progress.finish();
     Ok(())
+}
+
+/// The methods `--method` names (all by default), less the C reference where
+/// it was not built (`c_variant` says why), with the ceilings this CPU has.
+fn wanted_methods(args: &Args, c_variant: &Result<String, &'static str>) -> Vec<Method> {
+    let wanted = |m: &str| args.method.is_empty() || args.method.iter().any(|n| n == m);
+    let mut methods: Vec<Method> = ALL_METHODS
+        .into_iter()
+        .filter(|m| !matches!(m, Method::Ceiling(_)) && wanted(m.name()))
+        .collect();
+    match c_variant {
+        Ok(v) if wanted("c-reference") => eprintln!("prezero: C reference: {v}"),
+        Err(why) if wanted("c-reference") => {
+            eprintln!("prezero: no c-reference row: {why}");
+            methods.retain(|&m| m != Method::CReference);
+        }
+        _ => {}
+    }
+    if wanted("ceiling") {
+        methods.extend(
+            CopyKernel::ALL
+                .into_iter()
+                .filter(|k| k.is_streaming() && k.is_available())
+                .map(Method::Ceiling),
+        );
+    }
+    methods
+}
+
+/// Each method's times in ms on `layout`, `reps` of them, each run verified.
+fn measure(
+    methods: &[Method],
+    layout: Layout,
+    dst: &mut [Page],
+    reps: usize,
+    progress: &mut Progress,
+) -> Result<Vec<Vec<f64>>> {
+    // Start from garbage, so each verified warm-up proves the method wrote every field.
+    for &m in methods {
+        dst.fill(uniform(0xcdcd_cdcd_cdcd_cdcd));
+        run_method(m, layout, dst);
+        verify(m, layout, dst)?;
+    }
+    // Every repetition runs each method once, in a new order: every method
+    // meets the same drift of this shared machine, and no method always
+    // follows the same one (a run after the slow `movnti` ceiling was up
+    // to 1.5x slower on Zen 4, whatever ran).
+    let mut ms = vec![Vec::with_capacity(reps); methods.len()];
+    let mut order: Vec<usize> = (0..methods.len()).collect();
+    let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+    for _ in 0..reps {
+        progress.step(layout.name().to_string());
+        shuffle(&mut order, &mut seed);
+        for &i in &order {
+            let t = Instant::now();
+            run_method(methods[i], layout, dst);
+            ms[i].push(t.elapsed().as_secs_f64() * 1e3);
+            verify(methods[i], layout, dst)?;
+        }
+    }
+    Ok(ms)
+}
+
+/// One JSON row per shown method on `layout`: the ceiling's with every
+/// candidate's median, the C reference's with its variant.
+fn print_json(
+    layout: Layout,
+    records: usize,
+    shown: &[&Row],
+    candidates: &[(&str, f64)],
+    c_variant: &Result<String, &'static str>,
+) {
+    let bytes = records * 64;
+    for r in shown {
+        let mut row = rows::Template {
+            layout: layout.name().to_string(),
+            method: r.method.name().to_string(),
+            records: records as u64,
+            ms: round2(r.stats.mean),
+            median_ms: round2(r.stats.median),
+            gbps: round2(bytes as f64 / (r.stats.median / 1e3) / 1e9),
+            stdev_pct: round2(r.stats.stdev_pct),
+            kernel: None,
+            candidates_median_ms: None,
+            variant: None,
+        };
+        match r.method {
+            Method::Ceiling(k) => {
+                row.kernel = Some(k.name().to_string());
+                row.candidates_median_ms = Some(
+                    (candidates.iter())
+                        .map(|(k, m)| (k.to_string(), round2(*m)))
+                        .collect(),
+                );
+            }
+            Method::CReference => {
+                row.variant = Some(c_variant.clone().unwrap_or_default());
+            }
+            Method::TemplateWords => {
+                row.kernel = Some(Streamer::for_bytes(bytes).kernel().name().to_string());
+            }
+            _ => {}
+        }
+        rows::Row::Template(row).print();
+    }
 }
 
 /// A Fisher-Yates shuffle driven by xorshift: a fixed sequence of orders.

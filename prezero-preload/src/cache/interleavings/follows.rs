@@ -25,8 +25,13 @@ fn the_model_follows_the_code() {
             "WAITING.fetch_sub(1, Ordering::Relaxed)",
             "None => return std::ptr::null_mut(),",
             "drop(g);",
-            "prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot)",
+            "clear_dirty(&pieces[..n], zeroed, counted)",
         ],
+    );
+    in_order(
+        requests,
+        "unsafe fn clear_dirty(",
+        &["prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot)"],
     );
     in_order(
         requests,

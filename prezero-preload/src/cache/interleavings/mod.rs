@@ -96,7 +96,8 @@ enum Pc {
     Waiting {
         signalled: bool,
     },
-    /// `take`, after `drop(g)`: `clear_raw_with` on the grant's Dirty pieces.
+    /// `take`, after `drop(g)`: `clear_raw_with` on the grant's Dirty pieces
+    /// (`clear_dirty`).
     Clear,
     Clearing,
     /// The program's writes to its block.
