@@ -242,29 +242,7 @@ impl Handler {
             self.small(page, page, page + PAGE, write);
             return;
         };
-        // Where moved huge pages arrive split (before Linux 6.14), a mapping
-        // of the program's that asked for huge pages is the kernel's from
-        // its next fault on: the kernel's own fault gives them whole, which
-        // no move here can (unregistering wakes the fault).
-        if self.no_huge && (thp_always() || g.table().asked_huge(block)) {
-            if let Some(r) = g.table().find(page) {
-                if uffd::unregister(self.fd, r.start, r.end - r.start).is_ok() {
-                    g.table().remove(r.start, r.end);
-                    self.handed = (r.start, r.end);
-                    stats::TO_KERNEL.fetch_add(1, Ordering::Relaxed);
-                    return;
-                }
-            }
-        }
-        // Threads faulting at once with nothing in the reserve: the
-        // kernel's own faults run on every CPU, this handler on one and a
-        // round trip each (a JVM's pretouch ran 1.8x longer). The program's
-        // mapping is the kernel's from here on; the cache's range stays.
-        let contended = self.contended(tid);
-        if contended
-            && lane.is_none_or(|l| !reserve::has_pages(l))
-            && self.hand_over_mapping(&mut g, page)
-        {
+        if self.kernel_serves_better(&mut g, page, lane, tid) {
             return;
         }
         if !self.bounds(&mut g, block) {
@@ -327,6 +305,40 @@ impl Handler {
         }
     }
 
+    /// Hands the program's mapping around `page` to the kernel's own faults
+    /// where they serve it better than this handler can. Whether it did.
+    fn kernel_serves_better(
+        &mut self,
+        g: &mut PopGuard,
+        page: usize,
+        lane: Option<usize>,
+        tid: u32,
+    ) -> bool {
+        let block = page & !(HUGE - 1);
+        // Where moved huge pages arrive split (before Linux 6.14), a mapping
+        // of the program's that asked for huge pages: the kernel's own fault
+        // gives them whole, which no move here can.
+        if self.no_huge
+            && (thp_always() || g.table().asked_huge(block))
+            && self.hand_over_mapping(g, page)
+        {
+            stats::TO_KERNEL.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        // Threads faulting at once with nothing in the reserve: the
+        // kernel's own faults run on every CPU, this handler on one and a
+        // round trip each (a JVM's pretouch ran 1.8x longer). The cache's
+        // range stays.
+        if self.contended(tid)
+            && lane.is_none_or(|l| !reserve::has_pages(l))
+            && self.hand_over_mapping(g, page)
+        {
+            stats::CONTENDED.fetch_add(1, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// Whether another thread than `tid` faulted within [`CONTENDED_MS`]
     /// (faults without a thread id never count).
     fn contended(&mut self, tid: u32) -> bool {
@@ -353,7 +365,6 @@ impl Handler {
         }
         g.table().remove(r.start, r.end);
         self.handed = (r.start, r.end);
-        stats::CONTENDED.fetch_add(1, Ordering::Relaxed);
         true
     }
 
