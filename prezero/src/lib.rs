@@ -23,6 +23,23 @@
 //! (record arrays with streaming stores), [`numa`] and [`mm`] (the machine's
 //! nodes and the kernel's memory state) and [`sys`] (the OS layer).
 //!
+//! The modules are layers, each importing only those below it, and only what
+//! its row names (`scripts/check-imports.py` checks every import, re-exports
+//! followed to the module that defines the item, against this table):
+//!
+//! ```text
+//! pool/, fuzzing.rs                   clear/ and below
+//! clear/                              prefault.rs, numa/, profile/, cpu/, sys/, error.rs
+//! prefault.rs                         region.rs, numa/, cpu/, sys/, error.rs
+//! template/                           profile/, cpu/, error.rs
+//! region.rs, numa/, hugetlb.rs        mm.rs, cpu/, sys/, error.rs
+//! profile/                            cpu/, error.rs
+//! cpu/                                size.rs, sys/, error.rs
+//! mm.rs, env/                         size.rs, sys/, error.rs
+//! size.rs, sys/                       error.rs
+//! error.rs, verify.rs                 nothing of the crate's
+//! ```
+//!
 //! Beside it: `prezero-service` (`prezero serve` and its client), `prezero-capi`
 //! (the C ABI, libprezero), `prezero-preload` and `prezero-cli`, which import
 //! this crate and never the reverse. See `docs/ARCHITECTURE.md`.
