@@ -65,7 +65,8 @@
 //!   fails chosen ones, in a test build.
 //!
 //! The modules are layers, each importing only those below it (no circle,
-//! at file or folder level):
+//! at file or folder level), and only what its row names
+//! (`scripts/check-imports.py` checks every import against this table):
 //!
 //! ```text
 //! entry/                              every exported symbol: all below
