@@ -136,7 +136,7 @@ def references(mods, mod, text):
     for m in USE.finditer(text):
         for pos, segs, alias in use_leaves(m.group(1), m.start(1)):
             out.append((pos, segs, alias or (segs[-1] if segs else None)))
-    for pos, segs, name in out:
+    for pos, segs, name in sorted(out, key=lambda r: r[0]):
         path = absolute(mods, mod, segs)
         if path is not None:
             yield bisect.bisect(lines, pos) + 1, path, name
