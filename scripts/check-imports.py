@@ -38,15 +38,6 @@ USE = re.compile(r"\buse\s+([^;]*);")
 TOKEN = re.compile(r"::|[{},*]|[A-Za-z_][A-Za-z_0-9]*")
 MODULE = re.compile(r"\b([a-z_][a-z_0-9]*)(/|\.rs)(\s+and below)?")
 TEST_ONLY = ("tests", "interleavings")
-# Circles the re-exports hid until the checker followed them (issue 46), each
-# to be broken in a change of its own: reported, not failed. One that is no
-# longer found fails, so the list only shrinks.
-KNOWN = {
-    "prezero: import circle between files template::in_force -> template::streamer":
-        "in_force.rs holds Streamers, streamer.rs's auto() reads in_force()",
-    "prezero-service: import circle between modules config -> ledger":
-        "config names ledger::Shape, ledger/adopt.rs names crate::PlacedPool (config's)",
-}
 
 
 def modules(src):
@@ -363,16 +354,11 @@ def main():
     problems = []
     for crate in CRATES:
         problems += check(crate, os.path.join(crate, "src"))
-    bad = [p for p in problems if p not in KNOWN]
-    bad += [f"{k}: no longer found, so remove it from KNOWN" for k in KNOWN if k not in problems]
     for p in problems:
-        if p in KNOWN:
-            print(f"known, to be fixed: {p} ({KNOWN[p]})")
-    for p in bad:
         print(p)
-    if bad:
+    if problems:
         sys.exit(1)
-    print("no new import circle, and every layer table kept, in " + ", ".join(CRATES))
+    print("no import circle, and every layer table kept, in " + ", ".join(CRATES))
 
 
 if __name__ == "__main__":

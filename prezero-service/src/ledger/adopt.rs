@@ -11,14 +11,13 @@ use std::time::{Duration, Instant};
 use super::file::read_ledger;
 use crate::log;
 use crate::segment::{open_rw, Segment};
-use crate::PlacedPool;
 use prezero::region::PageKind;
 use prezero::sys;
 
 /// Takes over what a previous instance handed out and some process still
 /// holds: `(segment, uid to charge)`. Segments of a page size no pool serves
-/// now are left to their holders.
-pub(crate) fn adopt(ledger: &Path, pools: &[PlacedPool]) -> Vec<(Segment, u32)> {
+/// now (none of `served`) are left to their holders.
+pub(crate) fn adopt(ledger: &Path, served: &[PageKind]) -> Vec<(Segment, u32)> {
     let wanted = read_ledger(ledger);
     if wanted.is_empty() {
         return Vec::new();
@@ -46,7 +45,7 @@ pub(crate) fn adopt(ledger: &Path, pools: &[PlacedPool]) -> Vec<(Segment, u32)> 
     let mut adopted = Vec::new();
     for (key, f) in found {
         let page = wanted[&key];
-        if !pools.iter().any(|p| p.page == page) {
+        if !served.contains(&page) {
             continue;
         }
         match Segment::adopt(f.file, page, f.uid) {

@@ -24,7 +24,10 @@ pub(super) fn taken_over(
 ) -> Result<Ledger<Segment>> {
     let shapes = pools.iter().map(PlacedPool::shape).collect();
     let mut ledger = Ledger::new(shapes, uid_cap);
-    for (mut seg, uid) in adopt(ledger_file, pools) {
+    for (mut seg, uid) in adopt(
+        ledger_file,
+        &pools.iter().map(|p| p.page).collect::<Vec<_>>(),
+    ) {
         // Back to the pool of the node its pages are on: its cleaning with
         // fresh pages then takes them from that node's hugetlb pages.
         let Some(pool) = ledger.pool_for(seg.page_size(), seg.len(), seg.most_on()) else {

@@ -37,6 +37,33 @@ pub(super) fn in_force() -> &'static InForce {
     })
 }
 
+// The kernels in force, as `Streamer`s: here, so that `streamer.rs` (what a
+// kernel is) never reads which one this process chose.
+impl Streamer {
+    /// The streaming kernel the template functions use for large fills: the
+    /// profile's choice (`prezero calibrate`) or the built-in one.
+    pub fn auto() -> Streamer {
+        in_force().stream
+    }
+
+    /// The temporal kernel the template functions use for fills smaller than
+    /// [`stream_from`](super::stream_from).
+    pub fn auto_temporal() -> Streamer {
+        in_force().temporal
+    }
+
+    /// The kernel the template functions use for a fill of `bytes` bytes:
+    /// temporal below [`stream_from`](super::stream_from), streaming from it.
+    pub fn for_bytes(bytes: usize) -> Streamer {
+        let c = in_force();
+        if bytes >= c.stream_from {
+            c.stream
+        } else {
+            c.temporal
+        }
+    }
+}
+
 /// Fills of at least this many bytes stream; smaller ones store through the caches.
 pub fn stream_from() -> usize {
     in_force().stream_from

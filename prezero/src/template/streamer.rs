@@ -6,7 +6,6 @@ use std::mem::size_of;
 
 #[cfg(target_arch = "aarch64")]
 use super::aarch64;
-use super::in_force::in_force;
 use super::kernel::{CopyFn, CopyKernel, UnitKind};
 #[cfg(target_arch = "x86_64")]
 use super::x86_64;
@@ -32,29 +31,6 @@ impl std::fmt::Debug for Streamer {
 }
 
 impl Streamer {
-    /// The streaming kernel the template functions use for large fills: the
-    /// profile's choice (`prezero calibrate`) or the built-in one.
-    pub fn auto() -> Streamer {
-        in_force().stream
-    }
-
-    /// The temporal kernel the template functions use for fills smaller than
-    /// [`stream_from`](super::stream_from).
-    pub fn auto_temporal() -> Streamer {
-        in_force().temporal
-    }
-
-    /// The kernel the template functions use for a fill of `bytes` bytes:
-    /// temporal below [`stream_from`](super::stream_from), streaming from it.
-    pub fn for_bytes(bytes: usize) -> Streamer {
-        let c = in_force();
-        if bytes >= c.stream_from {
-            c.stream
-        } else {
-            c.temporal
-        }
-    }
-
     /// A named kernel; an error if the CPU lacks it.
     pub fn new(kernel: CopyKernel) -> Result<Streamer> {
         // `cpu().features` honours PREZERO_CPU and never claims a feature the
