@@ -184,6 +184,8 @@ fn role_placement(role: &str, spec: &str, wrap: &[&str], arm: Arm) -> (Placement
         .args(&argv[1..])
         .env("PREZERO_NUMA_ROLE", spec)
         .env("PREZERO_STATS", "1")
+        // No history: what an earlier run took must not change this one.
+        .env("PREZERO_HISTORY", "0")
         .env_remove("LD_PRELOAD")
         .output()
         .unwrap();

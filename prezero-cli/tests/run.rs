@@ -405,3 +405,100 @@ fn bad_inherited_values_stop_the_run() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("at least 2M"), "{}", stderr(&o));
 }
+
+/// `--lazy` keeps what a command took in its last run, per command, in the
+/// cache directory; the next run of the same command starts its reserve at
+/// load and fills that much ahead. `--no-history` keeps and reads none; a
+/// run of other arguments is another command.
+#[test]
+fn the_lazy_mode_remembers_what_a_command_took() {
+    let Some((dir, exe)) = c_program(
+        "takes_32m",
+        r#"#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+int main(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    buf[n > 0 ? n : 0] = 0;
+    const char *t = strstr(buf, "Threads:");
+    int threads = 0;
+    if (t) sscanf(t + 8, "%d", &threads);
+    size_t len = 32u << 20;
+    unsigned char *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return 2;
+    for (size_t i = 0; i < len; i += 4096) {
+        if (p[i]) return 1;
+        p[i] = 1;
+    }
+    printf("threads %d\n", threads);
+    return 0;
+}
+"#,
+    ) else {
+        prezero_testkit::skip("tool", "no C compiler (cc) to build the program");
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let cache = dir.join("cache");
+    let history = cache.join("prezero/history");
+    let run_here = |args: &[&str]| -> (u32, Output) {
+        let o = prezero()
+            .env("XDG_CACHE_HOME", &cache)
+            .env_remove("PREZERO_HISTORY")
+            .arg("run")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let t = stdout(&o)
+            .strip_prefix("threads ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        (t, o)
+    };
+    let files = || -> Vec<(PathBuf, String)> {
+        let Ok(entries) = std::fs::read_dir(&history) else {
+            return Vec::new();
+        };
+        entries
+            .map(|e| {
+                let p = e.unwrap().path();
+                let text = std::fs::read_to_string(&p).unwrap();
+                (p, text)
+            })
+            .collect()
+    };
+    let (threads, o) = run_here(&["--lazy", "--", exe]);
+    if stderr(&o).contains("prezero: --lazy: ") {
+        println!("the lazy mode does not run here: {}", stderr(&o).trim());
+        return;
+    }
+    assert_eq!(threads, 1, "a first run starts nothing at load");
+    let kept = files();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let took: usize = kept[0].1.trim().parse().unwrap();
+    // The blocks it took whole: most of its 16 (the first may come alone).
+    assert!((24 << 20..=32 << 20).contains(&took), "{took}");
+    assert!(kept[0].1.ends_with('\n'));
+    let mode = std::fs::metadata(&kept[0].0).unwrap().permissions();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode) & 0o777,
+        0o600
+    );
+    // The second run starts its reserve at load.
+    let (threads, _) = run_here(&["--lazy", "--", exe]);
+    assert!(threads >= 3, "{threads}");
+    assert_eq!(files().len(), 1);
+    // Without history: nothing at load, nothing kept.
+    let (threads, _) = run_here(&["--lazy", "--no-history", "--", exe]);
+    assert_eq!(threads, 1);
+    // Another command (an argument more) has a history of its own.
+    let (threads, _) = run_here(&["--lazy", "--", exe, "again"]);
+    assert_eq!(threads, 1);
+    assert_eq!(files().len(), 2);
+}

@@ -49,10 +49,14 @@ pub struct Config {
     /// 2 MiB pages; default the smallest of 1 GiB, 10% of MemAvailable and
     /// 10% of what the memory cgroup has left).
     pub reserve: usize,
-    /// Whether `PREZERO_RESERVE` sized the reserve: a person set that much
-    /// aside, and it fills whole ahead of demand. The default one fills to
-    /// a share of what the program has taken.
+    /// Whether the reserve fills whole ahead of demand, from start-up: a
+    /// person sized it (`PREZERO_RESERVE`), or the program's last run did
+    /// (`PREZERO_HISTORY`). The default one fills to a share of what the
+    /// program has taken.
     pub reserve_asked: bool,
+    /// A file keeps what the lazy mode served the program (`PREZERO_HISTORY`
+    /// names it): read at start, written at exit.
+    pub history: bool,
     /// This process is the program `prezero run` executes
     /// (`PREZERO_PREFILL_PID` names it): it prefills, and its reserve fills
     /// from start-up; other processes only once they fault a large block.
@@ -104,6 +108,29 @@ pub fn mem_total() -> Option<usize> {
     meminfo(b"MemTotal:")
 }
 
+/// The file `PREZERO_HISTORY` names, if it names one.
+pub fn history_file() -> Option<&'static CStr> {
+    let raw = env(env::HISTORY.cname)?;
+    if env::HISTORY.read(raw) != Ok(Value::Flag(true)) {
+        return None;
+    }
+    // SAFETY: `raw` is the string getenv returned (it reads no NUL), which
+    // ends with a NUL right after its bytes and lives as long as the entry.
+    Some(unsafe { CStr::from_ptr(raw.as_ptr().cast()) })
+}
+
+/// The bytes the history file says the program's last run took: digits,
+/// then a newline.
+fn last_run() -> Option<usize> {
+    let mut buf = [0u8; 32];
+    let n = sys::read_file_start(history_file()?, &mut buf).ok()?;
+    let digits = buf[..n].split(|&b| b == b'\n').next()?;
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
 impl Config {
     pub fn from_env() -> Config {
         // Read inside the program's first `malloc`, which keeps errno.
@@ -113,18 +140,22 @@ impl Config {
             |v| env(v.cname),
             available,
             cgroup::room,
+            last_run,
             sys::getpid() as usize,
         )
     }
 
     /// The settings `get` gives (a variable's value), with `available`
     /// bytes of MemAvailable, the memory cgroup's `room` (read only for a
-    /// default reserve) and this process's `pid`: every variable read by the
-    /// contract (`prezero::env`), a refused one as if unset.
+    /// default reserve), what the `last_run` of the program took (read only
+    /// for its reserve, with none asked for) and this process's `pid`: every
+    /// variable read by the contract (`prezero::env`), a refused one as if
+    /// unset.
     fn read<'a>(
         get: impl Fn(&Var) -> Option<&'a [u8]>,
         available: Option<usize>,
         room: impl Fn() -> Option<usize>,
+        last_run: impl Fn() -> Option<usize>,
         pid: usize,
     ) -> Config {
         let num = |v: &Var| number(get(v), v);
@@ -139,7 +170,17 @@ impl Config {
         let program = num(&env::PREFILL_PID) == Some(pid);
         let someone_elses = get(&env::PREFILL_PID).is_some() && !program;
         let lazy = on(&env::LAZY);
-        let asked = num(&env::RESERVE);
+        let history = on(&env::HISTORY);
+        // What the program's last run took, filled ahead: at most a quarter
+        // of the memory left (a wrong guess costs that much until the idle
+        // time gives it back), in whole huge pages.
+        let from_history = || {
+            let room = room().map_or(usize::MAX, |r| r / 4);
+            let most = available.map_or(1 << 30, |m| m / 4).min(room);
+            Some(last_run()?.min(most) & !((2 << 20) - 1)).filter(|&b| b > 0)
+        };
+        let asked = num(&env::RESERVE)
+            .or_else(|| (lazy && program && history).then(from_history).flatten());
         Config {
             threshold: num(&env::THRESHOLD).unwrap_or(1 << 20),
             cap: num(&env::CAP).unwrap_or(default_cap),
@@ -154,6 +195,7 @@ impl Config {
             lazy,
             reserve: asked.unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
             reserve_asked: asked.is_some(),
+            history,
             program,
             no_userfaultfd: on(&env::NO_USERFAULTFD),
         }
@@ -179,6 +221,7 @@ mod tests {
             "PREZERO_NO_USERFAULTFD" => usize::from(c.no_userfaultfd),
             // Whether it names this process (pid 4187 here).
             "PREZERO_PREFILL_PID" => usize::from(c.program) * 4187,
+            "PREZERO_HISTORY" => usize::from(c.history),
             other => panic!("no field for {other}"),
         }
     }
@@ -196,6 +239,7 @@ mod tests {
                 },
                 Some(16 << 30),
                 || None,
+                || None,
                 4187,
             )
         };
@@ -209,5 +253,51 @@ mod tests {
         for v in env::ALL {
             field(&defaults, v.name);
         }
+    }
+
+    /// The program's last run sizes its reserve, filled ahead, where no
+    /// reserve was asked for: at most a quarter of the memory left and of
+    /// the cgroup's room, in whole huge pages; never in another process.
+    #[test]
+    fn the_last_run_sizes_the_programs_reserve() {
+        const MB: usize = 1 << 20;
+        let read = |vars: &[(&str, &str)], room: Option<usize>, last: Option<usize>| {
+            Config::read(
+                |v| {
+                    vars.iter()
+                        .find(|(k, _)| *k == v.name)
+                        .map(|(_, raw)| raw.as_bytes())
+                },
+                Some(16 << 30),
+                || room,
+                || last,
+                4187,
+            )
+        };
+        let program = [
+            ("PREZERO_LAZY", "1"),
+            ("PREZERO_PREFILL_PID", "4187"),
+            ("PREZERO_HISTORY", "/h/1"),
+        ];
+        let c = read(&program, None, Some(513 * MB + 5));
+        assert_eq!((c.reserve, c.reserve_asked), (512 * MB, true));
+        // Bounded by a quarter of MemAvailable and of the cgroup's room.
+        assert_eq!(read(&program, None, Some(64 << 30)).reserve, 4 << 30);
+        assert_eq!(
+            read(&program, Some(400 * MB), Some(1 << 30)).reserve,
+            100 * MB
+        );
+        // Nothing taken, or less than a huge page: the default reserve.
+        for last in [None, Some(0), Some(MB)] {
+            assert!(!read(&program, None, last).reserve_asked, "{last:?}");
+        }
+        // A reserve asked for wins; another process, or no history, reads none.
+        let mut asked = program.to_vec();
+        asked.push(("PREZERO_RESERVE", "64M"));
+        assert_eq!(read(&asked, None, Some(1 << 30)).reserve, 64 * MB);
+        let other = [program[0], ("PREZERO_PREFILL_PID", "1"), program[2]];
+        assert!(!read(&other, None, Some(1 << 30)).reserve_asked);
+        let off = [program[0], program[1], ("PREZERO_HISTORY", "0")];
+        assert!(!read(&off, None, Some(1 << 30)).reserve_asked);
     }
 }

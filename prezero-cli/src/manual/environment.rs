@@ -86,6 +86,7 @@ fn preload_text(v: &Var) -> String {
         Kind::Flag => "1 (on) or 0 (off)".to_owned(),
         Kind::Pid => "a process id".to_owned(),
         Kind::Seconds => "a number of seconds".to_owned(),
+        Kind::FileOrZero => "an absolute path, or 0 for none".to_owned(),
     };
     format!("{} Takes {takes}; default {}.", v.what, v.default)
 }

@@ -267,11 +267,19 @@ const PAGES: &[Page] = &[
             ),
         ],
         env: &[Env::Preload],
-        files: &[(
-            "$XDG_CACHE_HOME/prezero",
-            "Where the preload library embedded in prezero is written, once per version \
-             (~/.cache/prezero without XDG_CACHE_HOME, else /tmp/prezero-UID).",
-        )],
+        files: &[
+            (
+                "$XDG_CACHE_HOME/prezero",
+                "Where the preload library embedded in prezero is written, once per version \
+                 (~/.cache/prezero without XDG_CACHE_HOME, else /tmp/prezero-UID).",
+            ),
+            (
+                "$XDG_CACHE_HOME/prezero/history",
+                "With --lazy, one file per command (program and arguments): the bytes the \
+                 lazy mode served its last run, which the next run fills ahead \
+                 (--no-history: none).",
+            ),
+        ],
         exit: PROGRAM_EXIT,
         see_also: &["ld.so(8)"],
     },

@@ -100,6 +100,8 @@ fn run_in(cg: &Memcg, args: &str, role: &str, env: &[(&str, &str)]) -> std::proc
         .arg(std::env::current_exe().unwrap())
         .env("PREZERO_PRESSURE_ROLE", "1")
         .env("PREZERO_STATS", "1")
+        // No history: what an earlier run took must not change this one.
+        .env("PREZERO_HISTORY", "0")
         .envs(env.iter().copied())
         .env_remove("LD_PRELOAD")
         .output()

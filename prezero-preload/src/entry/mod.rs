@@ -156,6 +156,9 @@ fn boot() -> u8 {
     if cfg.stats {
         sys::atexit(at_exit);
     }
+    if cfg.lazy && cfg.program && cfg.history {
+        sys::atexit(crate::lazy::history::record);
+    }
     if !started {
         return FORWARD;
     }

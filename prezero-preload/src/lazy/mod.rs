@@ -15,6 +15,7 @@
 //! as they would plainly.
 //!
 //! * `handler.rs`: the fault handler thread (huge page, readahead, 4 KiB);
+//! * `history.rs`: what the program took, kept for its next run;
 //! * `reserve.rs`: the reserve's slots, filled, scrubbed, given back;
 //! * `lanes.rs`: which node's lane of the reserve serves a fault;
 //! * `worker.rs`: the threads (one per lane) that do that in the
@@ -68,6 +69,7 @@
 //! parent's memory.
 
 mod handler;
+pub mod history;
 mod lanes;
 pub mod mappings;
 mod pause;

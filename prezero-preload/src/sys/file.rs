@@ -43,6 +43,24 @@ pub fn open_write(path: &CStr) -> Option<c_int> {
     (fd >= 0).then_some(fd)
 }
 
+/// Writes `buf` as the whole of `path`: created (0600) or truncated, never
+/// through a symbolic link.
+///
+/// pre: none.
+pub fn replace_file(path: &CStr, buf: &[u8]) -> Result<(), Errno> {
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: open reads the NUL-terminated path; the descriptor is new and
+    // this function's alone.
+    let fd = unsafe { libc::open(path.as_ptr(), flags, 0o600) };
+    if fd < 0 {
+        return Err(Errno::last());
+    }
+    let r = write_all(fd, buf);
+    // SAFETY: the descriptor opened above, used by no one else.
+    unsafe { libc::close(fd) };
+    r
+}
+
 /// Writes `buf` to `fd` in one `write` (a control file takes a line whole).
 ///
 /// pre: none.

@@ -27,6 +27,8 @@ pub enum Kind {
     Pid,
     /// A whole number of seconds: digits only, no unit.
     Seconds,
+    /// An absolute path, or `0` for none.
+    FileOrZero,
 }
 
 /// One variable.
@@ -49,7 +51,8 @@ pub struct Var {
 pub enum Value {
     /// Bytes (a size), seconds (`PREZERO_IDLE_SECS`) or a pid.
     Number(usize),
-    /// On or off.
+    /// On or off; for a file, whether one is named (its path is the raw
+    /// value).
     Flag(bool),
 }
 
@@ -66,6 +69,8 @@ pub enum Refused {
     NotAPid,
     /// Not digits alone (a unit such as `1M` is a size's, not a time's).
     NotSeconds,
+    /// Neither an absolute path nor `0`.
+    NotAFile,
 }
 
 impl core::fmt::Display for Refused {
@@ -76,6 +81,7 @@ impl core::fmt::Display for Refused {
             Refused::NotAFlag => f.write_str("1 or 0"),
             Refused::NotAPid => f.write_str("a process id (digits)"),
             Refused::NotSeconds => f.write_str("a number of seconds (digits, no unit)"),
+            Refused::NotAFile => f.write_str("an absolute path, or 0 for none"),
         }
     }
 }
@@ -103,6 +109,11 @@ impl Var {
             }
             Kind::Pid => Err(Refused::NotAPid),
             Kind::Seconds => seconds(raw).map(Value::Number).ok_or(Refused::NotSeconds),
+            Kind::FileOrZero if raw == b"0" => Ok(Value::Flag(false)),
+            Kind::FileOrZero if raw.first() == Some(&b'/') && !raw.contains(&0) => {
+                Ok(Value::Flag(true))
+            }
+            Kind::FileOrZero => Err(Refused::NotAFile),
         }
     }
 
@@ -223,8 +234,18 @@ pub const NO_USERFAULTFD: Var = Var {
     what: "Testing only: the lazy mode acts as if userfaultfd were refused.",
 };
 
+/// Where the lazy mode keeps what the program took in its last run: read
+/// at start (the reserve fills that much ahead), written at exit.
+pub const HISTORY: Var = Var {
+    name: "PREZERO_HISTORY",
+    cname: c"PREZERO_HISTORY",
+    kind: Kind::FileOrZero,
+    default: "0 (prezero run --lazy names a file per command in its cache directory)",
+    what: "With the lazy mode, the file that keeps what the program took in its last run: its reserve fills that much ahead at start.",
+};
+
 /// Every variable of the contract.
-pub const ALL: [Var; 11] = [
+pub const ALL: [Var; 12] = [
     THRESHOLD,
     CAP,
     PREFILL,
@@ -236,6 +257,7 @@ pub const ALL: [Var; 11] = [
     RESERVE,
     PREFILL_PID,
     NO_USERFAULTFD,
+    HISTORY,
 ];
 
 /// The variable named `name`.
@@ -289,6 +311,14 @@ pub const CASES: &[(&str, &str, Option<usize>)] = &[
     ("PREZERO_PREFILL_PID", "1K", None),
     ("PREZERO_PREFILL_PID", "", None),
     ("PREZERO_NO_USERFAULTFD", "1", Some(1)),
+    (
+        "PREZERO_HISTORY",
+        "/root/.cache/prezero/history/0123abcd",
+        Some(1),
+    ),
+    ("PREZERO_HISTORY", "0", Some(0)),
+    ("PREZERO_HISTORY", "history", None),
+    ("PREZERO_HISTORY", "", None),
 ];
 
 #[cfg(test)]

@@ -188,6 +188,7 @@ fn environments(
             })
             .collect();
         env.extend(ready.env.iter().cloned());
+        env.extend(arm_env.history(which, &ready.argv));
         env
     }))
 }

@@ -121,6 +121,19 @@ pub(in crate::bench) struct ArmEnvironments {
     /// The library the prezero arms preload (`None`: the one this bench's
     /// own `LD_PRELOAD` holds, when it runs under `prezero run`).
     pub(in crate::bench) library: Option<std::path::PathBuf>,
+    /// The lazy arm's history files (`PREZERO_HISTORY`, as `prezero run
+    /// --lazy` keeps one per command), in a directory of this bench's own,
+    /// removed at its end: a command's first repetition is its first run,
+    /// the others its later runs, whatever ran before the bench.
+    history: Option<std::path::PathBuf>,
+}
+
+impl Drop for ArmEnvironments {
+    fn drop(&mut self) {
+        if let Some(dir) = &self.history {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl ArmEnvironments {
@@ -164,11 +177,30 @@ impl ArmEnvironments {
             preload.to_string_lossy()
         );
         let library = value(crate::run::MARKER).map(Into::into);
+        let history = (!settings.no_history)
+            .then(|| {
+                crate::run::history::directory(&format!("history-bench-{}", std::process::id()))
+            })
+            .flatten();
         Ok(ArmEnvironments {
             envs,
             nested,
             library,
+            history,
         })
+    }
+
+    /// The history file arm `which` gives the command `argv`, as a variable:
+    /// the lazy arm's only.
+    pub(in crate::bench) fn history(
+        &self,
+        which: usize,
+        argv: &[OsString],
+    ) -> Option<(OsString, OsString)> {
+        let dir = self.history.as_ref().filter(|_| which == 2)?;
+        let (program, args) = argv.split_first()?;
+        let file = crate::run::history::file_in(dir, program, args)?;
+        Some(("PREZERO_HISTORY".into(), file.into()))
     }
 
     /// The variables removed from arm `which`'s processes.
@@ -200,9 +232,10 @@ fn reserve_bytes(settings: &Settings) -> Result<usize> {
 pub fn run(args: &Args) -> Result<()> {
     let wanted = wanted_programs(args)?;
     let arm_env = ArmEnvironments::new(&args.settings, "bench run")?;
-    let reserve = (
+    let reserve = LazyReserve(
         reserve_bytes(&args.settings)?,
         args.settings.reserve.is_some(),
+        !args.settings.no_history,
     );
     let (mut argv, mut skipped) = runnable(&wanted, args.smoke);
     let cgroup = pressure_cgroup(&mut argv, &mut skipped, args.smoke);
@@ -331,6 +364,7 @@ fn measure(
                         ["plain", "prezero", "lazy"][which]
                     ));
                     let mut env = arm_env.envs[which].clone();
+                    env.extend(arm_env.history(which, v));
                     env.push(pads.next());
                     let remove = arm_env.remove(which);
                     let sample = match (cgroup, neighbors.get(p)) {
@@ -362,7 +396,7 @@ fn print_results(
     arms: &[[Samples; 3]],
     skipped: &[(Program, String)],
     floor: u64,
-    reserve: (usize, bool),
+    reserve: LazyReserve,
 ) {
     let table = results_table();
     if !args.json {
@@ -417,8 +451,14 @@ fn results_table() -> Table {
         .right(16)
 }
 
+/// The lazy arm's reserve: its most bytes, whether it fills ahead of demand
+/// (`--reserve`), and whether a command's history fills it ahead from its
+/// second run (the default; `--no-history` keeps none).
+#[derive(Clone, Copy)]
+pub(super) struct LazyReserve(pub usize, pub bool, pub bool);
+
 /// The table's title line (what was run, and the lazy arm's reserve) and headings.
-fn print_heading(table: &Table, args: &Args, reserve: (usize, bool)) {
+fn print_heading(table: &Table, args: &Args, reserve: LazyReserve) {
     println!(
         "# prezero bench run: {} repetitions, interleaved; medians (+- stdev%); x: plain / \
          the arm (above 1 is faster, or smaller); lazy: prezero run --lazy, reserve {}",
@@ -428,8 +468,13 @@ fn print_heading(table: &Table, args: &Args, reserve: (usize, bool)) {
         } else {
             format!(
                 "grown with demand, {} at most (the pressure row's: a tenth of its \
-                 cgroup's room)",
-                human_size(reserve.0)
+                 cgroup's room){}",
+                human_size(reserve.0),
+                if reserve.2 {
+                    "; from a command's second run, filled ahead with what its last run took"
+                } else {
+                    ""
+                }
             )
         }
     );
@@ -470,7 +515,7 @@ impl<'a> Figure<'a> {
         name: &'static str,
         arms: [&'a Samples; 3],
         smoke: bool,
-        reserve: (usize, bool),
+        reserve: LazyReserve,
     ) -> Figure<'a> {
         let stats = arms.map(|arm| Stats::of(&arm.figure(name)));
         let plain = arms[0];

@@ -21,6 +21,8 @@
 //! `libprezero_preload*` in `LD_PRELOAD`, or the path `PREZERO_PRELOADED`
 //! names); its flags still set the environment the first copy reads.
 
+pub mod history;
+
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::io::Write;
@@ -90,6 +92,13 @@ pub struct Settings {
     /// Sets PREZERO_RESERVE.
     #[arg(long, value_name = "SIZE")]
     pub reserve: Option<String>,
+    /// With --lazy: keep no history. By default what the command (the
+    /// program and its arguments) took in its last run is kept in the cache
+    /// directory, and its reserve fills that much ahead from start-up (at
+    /// most a quarter of the memory left; given back after the idle time
+    /// if unused). Sets PREZERO_HISTORY=0.
+    #[arg(long)]
+    pub no_history: bool,
 }
 
 #[derive(clap::Args)]
@@ -188,6 +197,9 @@ impl Settings {
         if let Some(r) = &self.reserve {
             let r = sized(&env::RESERVE, r).context("--reserve")?;
             v.push(("PREZERO_RESERVE", r.to_string()));
+        }
+        if self.no_history {
+            v.push(("PREZERO_HISTORY", "0".into()));
         }
         Ok(v)
     }
@@ -405,6 +417,14 @@ pub fn run(args: &Args) -> Result<()> {
             std::process::id().to_string().into(),
         ));
     }
+    // The command's history, unless a reserve was sized or a history file
+    // named (or refused) already.
+    let named = |k: &str| env.iter().any(|(n, _)| n == k) || std::env::var_os(k).is_some();
+    if args.settings.lazy && !named("PREZERO_RESERVE") && !named("PREZERO_HISTORY") {
+        if let Some(file) = history::file_for(program, rest) {
+            env.push(("PREZERO_HISTORY".into(), file.into()));
+        }
+    }
     let e = std::process::Command::new(program)
         .args(rest)
         .envs(env)
@@ -454,6 +474,7 @@ mod tests {
             spare: true,
             lazy: true,
             reserve: Some("64M".into()),
+            no_history: true,
         };
         assert_eq!(
             s.variables().unwrap(),
@@ -467,6 +488,7 @@ mod tests {
                 ("PREZERO_SPARE", "1".into()),
                 ("PREZERO_LAZY", "1".into()),
                 ("PREZERO_RESERVE", "67108864".into()),
+                ("PREZERO_HISTORY", "0".into()),
             ]
         );
         assert!(Settings::default().variables().unwrap().is_empty());
