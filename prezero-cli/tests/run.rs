@@ -501,4 +501,15 @@ int main(void) {
     let (threads, _) = run_here(&["--lazy", "--", exe, "again"]);
     assert_eq!(threads, 1);
     assert_eq!(files().len(), 2);
+    // A file named by hand that holds anything but a figure stays as it is.
+    let precious = dir.join("precious");
+    std::fs::write(&precious, "root:x:0:0\n").unwrap();
+    let o = prezero()
+        .env("XDG_CACHE_HOME", &cache)
+        .env("PREZERO_HISTORY", &precious)
+        .args(["run", "--lazy", "--", exe])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "root:x:0:0\n");
 }

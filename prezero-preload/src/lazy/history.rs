@@ -12,12 +12,22 @@ use super::{stats, HUGE};
 use crate::config;
 use crate::sys;
 
-/// At exit (`atexit`): writes this run's figure, in decimal, to the file;
-/// nothing where it cannot (a program that changed who it is, say).
+/// At exit (`atexit`): writes this run's figure, in decimal, to the file
+/// (created, or replacing a figure); nothing where it cannot (a program
+/// that changed who it is, say).
 pub extern "C" fn record() {
     let Some(path) = config::history_file() else {
         return;
     };
+    // A file that holds anything but a figure is not a history: never
+    // overwritten (a variable naming /etc/passwd in a root program's
+    // environment must not cost it).
+    let mut old = [0u8; 32];
+    if let Ok(n) = sys::read_file_start(path, &mut old) {
+        if n == old.len() || !old[..n].iter().all(|&b| b.is_ascii_digit() || b == b'\n') {
+            return;
+        }
+    }
     let blocks =
         stats::MOVED.load(Relaxed) + stats::MOVED_SMALL.load(Relaxed) + stats::COPIED.load(Relaxed);
     const LEN: usize = 24;
