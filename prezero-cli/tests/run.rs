@@ -445,14 +445,14 @@ int main(void) {
     let exe = exe.to_str().unwrap();
     let cache = dir.join("cache");
     let history = cache.join("prezero/history");
-    let run_here = |args: &[&str]| -> (u32, Output) {
-        let o = prezero()
-            .env("XDG_CACHE_HOME", &cache)
-            .env_remove("PREZERO_HISTORY")
-            .arg("run")
-            .args(args)
-            .output()
-            .unwrap();
+    let run_here_with = |args: &[&str], history: &str| -> (u32, Output) {
+        let mut c = prezero();
+        c.env("XDG_CACHE_HOME", &cache)
+            .env_remove("PREZERO_HISTORY");
+        if !history.is_empty() {
+            c.env("PREZERO_HISTORY", history);
+        }
+        let o = c.arg("run").args(args).output().unwrap();
         assert!(o.status.success(), "{}", stderr(&o));
         let t = stdout(&o)
             .strip_prefix("threads ")
@@ -461,6 +461,7 @@ int main(void) {
             .unwrap();
         (t, o)
     };
+    let run_here = |args: &[&str]| run_here_with(args, "");
     let files = || -> Vec<(PathBuf, String)> {
         let Ok(entries) = std::fs::read_dir(&history) else {
             return Vec::new();
@@ -501,15 +502,11 @@ int main(void) {
     let (threads, _) = run_here(&["--lazy", "--", exe, "again"]);
     assert_eq!(threads, 1);
     assert_eq!(files().len(), 2);
-    // A file named by hand that holds anything but a figure stays as it is.
-    let precious = dir.join("precious");
-    std::fs::write(&precious, "root:x:0:0\n").unwrap();
-    let o = prezero()
-        .env("XDG_CACHE_HOME", &cache)
-        .env("PREZERO_HISTORY", &precious)
-        .args(["run", "--lazy", "--", exe])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "root:x:0:0\n");
+    // A file an outer run (or the caller) named is another command's: this
+    // command keeps its own.
+    run_here_with(
+        &["--lazy", "--", exe, "nested"],
+        "/elsewhere/history/0123456789abcdef",
+    );
+    assert_eq!(files().len(), 3);
 }

@@ -1,7 +1,7 @@
 //! What the environment says (`prezero run` sets it from its flags), read
 //! once at start-up with `getenv`, without allocating.
 
-use std::ffi::CStr;
+use std::ffi::{c_int, CStr};
 
 use crate::cgroup;
 use crate::sys;
@@ -49,11 +49,12 @@ pub struct Config {
     /// 2 MiB pages; default the smallest of 1 GiB, 10% of MemAvailable and
     /// 10% of what the memory cgroup has left).
     pub reserve: usize,
-    /// Whether the reserve fills whole ahead of demand, from start-up: a
-    /// person sized it (`PREZERO_RESERVE`), or the program's last run did
-    /// (`PREZERO_HISTORY`). The default one fills to a share of what the
-    /// program has taken.
-    pub reserve_asked: bool,
+    /// Bytes of the reserve filled ahead of demand, from start-up: all of
+    /// it (`usize::MAX`) where a person sized it (`PREZERO_RESERVE`), what
+    /// the program's last run took where its history says (`PREZERO_HISTORY`),
+    /// else none: the default reserve fills to a share of what the program
+    /// has taken.
+    pub ahead: usize,
     /// A file keeps what the lazy mode served the program (`PREZERO_HISTORY`
     /// names it): read at start, written at exit.
     pub history: bool,
@@ -108,27 +109,57 @@ pub fn mem_total() -> Option<usize> {
     meminfo(b"MemTotal:")
 }
 
-/// The file `PREZERO_HISTORY` names, if it names one.
-pub fn history_file() -> Option<&'static CStr> {
+/// Runs `f` on the history file `PREZERO_HISTORY` names, opened with
+/// `flags`: only a name of 16 hex digits in a directory `history` of the
+/// caller's own (`sys::open_private`), and never in a process the kernel
+/// started with privileges its caller lacks (`AT_SECURE`): the variable may
+/// come from someone else's environment. `None` where it names none.
+pub fn with_history<R>(flags: c_int, f: impl FnOnce(c_int) -> R) -> Option<R> {
+    // SAFETY: getauxval reads the process's auxiliary vector.
+    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+        return None;
+    }
     let raw = env(env::HISTORY.cname)?;
     if env::HISTORY.read(raw) != Ok(Value::Flag(true)) {
         return None;
     }
-    // SAFETY: `raw` is the string getenv returned (it reads no NUL), which
-    // ends with a NUL right after its bytes and lives as long as the entry.
-    Some(unsafe { CStr::from_ptr(raw.as_ptr().cast()) })
+    let slash = raw.iter().rposition(|&b| b == b'/')?;
+    let (dir, name) = (&raw[..slash], &raw[slash + 1..]);
+    let hex = |b: &u8| b.is_ascii_digit() || (b'a'..=b'f').contains(b);
+    if name.len() != 16 || !name.iter().all(hex) || !dir.ends_with(b"/history") {
+        return None;
+    }
+    let mut dir_c = [0u8; 4096];
+    let mut name_c = [0u8; 17];
+    dir_c.get_mut(..dir.len())?.copy_from_slice(dir);
+    name_c[..16].copy_from_slice(name);
+    let dir_c = CStr::from_bytes_until_nul(&dir_c).ok()?;
+    let name_c = CStr::from_bytes_until_nul(&name_c).ok()?;
+    let fd = sys::open_private(dir_c, name_c, flags)?;
+    let r = f(fd);
+    // SAFETY: the descriptor open_private opened, no one else's.
+    unsafe { libc::close(fd) };
+    Some(r)
 }
 
-/// The bytes the history file says the program's last run took: digits,
-/// then a newline.
-fn last_run() -> Option<usize> {
-    let mut buf = [0u8; 32];
-    let n = sys::read_file_start(history_file()?, &mut buf).ok()?;
-    let digits = buf[..n].split(|&b| b == b'\n').next()?;
+/// A history file's figure: digits, then a newline (`None` for anything
+/// else, a file that is not a history).
+pub fn figure(text: &[u8]) -> Option<usize> {
+    let digits = text.strip_suffix(b"\n")?;
     if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
     std::str::from_utf8(digits).ok()?.parse().ok()
+}
+
+/// The bytes the history file says the program's last run took.
+fn last_run() -> Option<usize> {
+    with_history(libc::O_RDONLY, |fd| {
+        let mut buf = [0u8; 32];
+        let n = sys::read_at_start(fd, &mut buf).ok()?;
+        figure(&buf[..n])
+    })
+    .flatten()
 }
 
 impl Config {
@@ -179,8 +210,16 @@ impl Config {
             let most = available.map_or(1 << 30, |m| m / 4).min(room);
             Some(last_run()?.min(most) & !((2 << 20) - 1)).filter(|&b| b > 0)
         };
-        let asked = num(&env::RESERVE)
-            .or_else(|| (lazy && program && history).then(from_history).flatten());
+        let asked = num(&env::RESERVE);
+        let guess = match asked {
+            None if lazy && program && history => from_history(),
+            _ => None,
+        };
+        let reserve = match (asked, lazy) {
+            (Some(r), _) => r,
+            (None, true) => default_reserve().max(guess.unwrap_or(0)),
+            (None, false) => 0,
+        };
         Config {
             threshold: num(&env::THRESHOLD).unwrap_or(1 << 20),
             cap: num(&env::CAP).unwrap_or(default_cap),
@@ -193,8 +232,8 @@ impl Config {
             stats: on(&env::STATS),
             thp: on(&env::THP) && !lazy,
             lazy,
-            reserve: asked.unwrap_or_else(|| if lazy { default_reserve() } else { 0 }),
-            reserve_asked: asked.is_some(),
+            reserve,
+            ahead: asked.map_or(guess.unwrap_or(0), |_| usize::MAX),
             history,
             program,
             no_userfaultfd: on(&env::NO_USERFAULTFD),
@@ -279,25 +318,28 @@ mod tests {
             ("PREZERO_PREFILL_PID", "4187"),
             ("PREZERO_HISTORY", "/h/1"),
         ];
+        // The default reserve here: 1 GiB (16 GiB available).
         let c = read(&program, None, Some(513 * MB + 5));
-        assert_eq!((c.reserve, c.reserve_asked), (512 * MB, true));
-        // Bounded by a quarter of MemAvailable and of the cgroup's room.
-        assert_eq!(read(&program, None, Some(64 << 30)).reserve, 4 << 30);
-        assert_eq!(
-            read(&program, Some(400 * MB), Some(1 << 30)).reserve,
-            100 * MB
-        );
-        // Nothing taken, or less than a huge page: the default reserve.
+        assert_eq!((c.reserve, c.ahead), (1 << 30, 512 * MB));
+        // Beyond the default, the reserve grows to it; at most a quarter of
+        // MemAvailable and of the cgroup's room.
+        let c = read(&program, None, Some(64 << 30));
+        assert_eq!((c.reserve, c.ahead), (4 << 30, 4 << 30));
+        let c = read(&program, Some(400 * MB), Some(1 << 30));
+        assert_eq!((c.reserve, c.ahead), (100 * MB, 100 * MB));
+        // Nothing taken, or less than a huge page: nothing ahead.
         for last in [None, Some(0), Some(MB)] {
-            assert!(!read(&program, None, last).reserve_asked, "{last:?}");
+            assert_eq!(read(&program, None, last).ahead, 0, "{last:?}");
         }
-        // A reserve asked for wins; another process, or no history, reads none.
+        // A reserve asked for wins, all of it ahead; another process, or no
+        // history, reads none.
         let mut asked = program.to_vec();
         asked.push(("PREZERO_RESERVE", "64M"));
-        assert_eq!(read(&asked, None, Some(1 << 30)).reserve, 64 * MB);
+        let c = read(&asked, None, Some(1 << 30));
+        assert_eq!((c.reserve, c.ahead), (64 * MB, usize::MAX));
         let other = [program[0], ("PREZERO_PREFILL_PID", "1"), program[2]];
-        assert!(!read(&other, None, Some(1 << 30)).reserve_asked);
+        assert_eq!(read(&other, None, Some(1 << 30)).ahead, 0);
         let off = [program[0], program[1], ("PREZERO_HISTORY", "0")];
-        assert!(!read(&off, None, Some(1 << 30)).reserve_asked);
+        assert_eq!(read(&off, None, Some(1 << 30)).ahead, 0);
     }
 }

@@ -417,10 +417,17 @@ pub fn run(args: &Args) -> Result<()> {
             std::process::id().to_string().into(),
         ));
     }
-    // The command's history, unless a reserve was sized or a history file
-    // named (or refused) already.
-    let named = |k: &str| env.iter().any(|(n, _)| n == k) || std::env::var_os(k).is_some();
-    if args.settings.lazy && !named("PREZERO_RESERVE") && !named("PREZERO_HISTORY") {
+    // The command's own history, unless a reserve was sized or the history
+    // switched off (`--no-history`, or PREZERO_HISTORY=0 inherited). A file
+    // an outer `prezero run` named is its command's, not this one's.
+    let set = |k: &str| {
+        env.iter()
+            .find(|(n, _)| n == k)
+            .map(|(_, v)| v.clone())
+            .or_else(|| std::env::var_os(k))
+    };
+    let off = set("PREZERO_HISTORY").is_some_and(|v| v == "0");
+    if args.settings.lazy && set("PREZERO_RESERVE").is_none() && !off {
         if let Some(file) = history::file_for(program, rest) {
             env.push(("PREZERO_HISTORY".into(), file.into()));
         }

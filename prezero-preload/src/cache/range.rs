@@ -117,6 +117,9 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     };
     // Unlocked while the kernel drops the pages: the block is Busy, no one
     // else touches it.
+    // Counted before the pages go: a program that sees them gone and exits
+    // at once (a test watching its RSS) finds them in its stats line.
+    stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
     let ok = g.unlocked(|| {
         // The lazy mode moves its huge pages into its reserve first, scrubbed
         // there instead of faulted anew.
@@ -129,10 +132,10 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     let c = g.cache().lane(lane);
     if ok {
         c.blocks.busy_done(s, Kind::Fresh);
-        stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
         // Memory went back (idle, or past the cap): no spare to make again.
         c.spare = 0;
     } else {
+        stats::RELEASED_BYTES.fetch_sub(l as u64, Ordering::Relaxed);
         // Kept (mlock'd memory): not idle again before idle_secs, or the
         // scrubber would clear it and fail to give it back in a loop.
         c.blocks.busy_failed(s, now());

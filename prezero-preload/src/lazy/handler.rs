@@ -26,6 +26,13 @@
 //! its whole blocks: to the mapping's end if that comes first). EEXIST
 //! (another thread's fault filled it first) ends in `UFFDIO_WAKE`.
 //!
+//! Threads that fault one of the program's mappings at once (two within
+//! 20 ms) while the reserve has nothing for them get the kernel's own
+//! faults: the whole mapping is unregistered (the huge pages the program
+//! asked for, which registration turned off, asked again), since the
+//! kernel's fault runs on every CPU and the handler on one. It stays the
+//! kernel's.
+//!
 //! No fault waits for ever: one the handler cannot serve (ENOMEM in a memory
 //! cgroup at its limit, EPERM under a seccomp filter, anything) is handed to
 //! the kernel: the shared zero page (a write then takes the kernel's own
@@ -77,6 +84,9 @@ const MAX_UNREGISTERED: u32 = 16;
 /// one of several at once (the coarse clock ticks every 4 ms).
 const CONTENDED_MS: u64 = 20;
 
+/// Fault messages read at once.
+const BATCH: usize = 16;
+
 struct Handler {
     fd: i32,
     /// The block after the last one served: a first touch there is dense.
@@ -94,13 +104,17 @@ struct Handler {
     /// The node the handler's own policy places small pages on now
     /// (`usize::MAX`: the process's policy; `usize::MAX - 1`: not known).
     placed: usize,
-    /// The thread of the last fault, and when a fault last came from
-    /// another thread than the one before it (0: never).
+    /// The thread of the last fault in a mapping of the program's, that
+    /// mapping's start, and when a fault there last came from another thread
+    /// than the one before it (0: never).
     last_tid: u32,
+    last_mapping: usize,
     switched_ms: u64,
-    /// The mapping handed to the kernel in this batch of faults: one there
-    /// read before the hand-over was woken by it, and is the kernel's.
-    handed: (usize, usize),
+    /// The mappings handed to the kernel in this batch of faults (one a
+    /// message at most): a fault there read before the hand-over was woken
+    /// by it, and is the kernel's.
+    handed: [(usize, usize); BATCH],
+    n_handed: usize,
 }
 
 pub fn run() {
@@ -113,8 +127,10 @@ pub fn run() {
         checked: false,
         placed: usize::MAX - 1,
         last_tid: 0,
+        last_mapping: 0,
         switched_ms: 0,
-        handed: (0, 0),
+        handed: [(0, 0); BATCH],
+        n_handed: 0,
     };
     loop {
         threads::sync();
@@ -181,7 +197,7 @@ enum MoveIn {
 impl Handler {
     /// Reads what faults wait (`ms` at most for the first) and serves them.
     fn round(&mut self, ms: i32) -> Round {
-        let mut msgs = [Msg::default(); 16];
+        let mut msgs = [Msg::default(); BATCH];
         if !uffd::readable_within(self.fd, ms) {
             return Round::Quiet;
         }
@@ -202,7 +218,7 @@ impl Handler {
                 self.hand_to_kernel(m.address as usize & !(PAGE - 1), Errno(libc::EAGAIN));
             }
         }
-        self.handed = (0, 0);
+        self.n_handed = 0;
         if self.unregistered > MAX_UNREGISTERED {
             give_up(Stop::Refused(self.error));
             return Round::Stopped;
@@ -224,7 +240,10 @@ impl Handler {
     }
 
     fn serve(&mut self, addr: usize, write: bool, tid: u32) {
-        if (self.handed.0..self.handed.1).contains(&addr) {
+        if self.handed[..self.n_handed]
+            .iter()
+            .any(|&(s, e)| (s..e).contains(&addr))
+        {
             return;
         }
         stats::FAULTS.fetch_add(1, Ordering::Relaxed);
@@ -329,7 +348,8 @@ impl Handler {
         // kernel's own faults run on every CPU, this handler on one and a
         // round trip each (a JVM's pretouch ran 1.8x longer). The cache's
         // range stays.
-        if self.contended(tid)
+        let mapping = g.table().find(page).map(|r| r.start);
+        if self.contended(tid, mapping)
             && lane.is_none_or(|l| !reserve::has_pages(l))
             && self.hand_over_mapping(g, page)
         {
@@ -339,15 +359,20 @@ impl Handler {
         false
     }
 
-    /// Whether another thread than `tid` faulted within [`CONTENDED_MS`]
-    /// (faults without a thread id never count).
-    fn contended(&mut self, tid: u32) -> bool {
+    /// Whether another thread than `tid` faulted in the same mapping of the
+    /// program's (`mapping`: its start) within [`CONTENDED_MS`]. Faults
+    /// without a thread id, outside the program's mappings, or by a thread of
+    /// the preload's own never count.
+    fn contended(&mut self, tid: u32, mapping: Option<usize>) -> bool {
+        let Some(mapping) = mapping.filter(|_| tid != 0 && !crate::cache::is_scrubber(tid)) else {
+            return false;
+        };
         let now = super::now_ms();
-        if tid != self.last_tid {
-            if self.last_tid != 0 && tid != 0 {
+        if (tid, mapping) != (self.last_tid, self.last_mapping) {
+            if self.last_tid != 0 && tid != self.last_tid && mapping == self.last_mapping {
                 self.switched_ms = now;
             }
-            self.last_tid = tid;
+            (self.last_tid, self.last_mapping) = (tid, mapping);
         }
         self.switched_ms != 0 && now.saturating_sub(self.switched_ms) <= CONTENDED_MS
     }
@@ -363,8 +388,21 @@ impl Handler {
         if uffd::unregister(self.fd, r.start, r.end - r.start).is_err() {
             return false;
         }
+        // The huge pages the program asked for (or all, under THP
+        // `always`), which registration had turned off: the kernel's own
+        // faults give them as plainly.
+        if thp_always() {
+            let _ = sys::madvise(r.start, r.end - r.start, sys::Advice::HugePage);
+        } else {
+            g.table().each_asked_within(r.start, r.end, |s, e| {
+                let _ = sys::madvise(s, e - s, sys::Advice::HugePage);
+            });
+        }
         g.table().remove(r.start, r.end);
-        self.handed = (r.start, r.end);
+        if self.n_handed < BATCH {
+            self.handed[self.n_handed] = (r.start, r.end);
+            self.n_handed += 1;
+        }
         true
     }
 

@@ -12,28 +12,32 @@ use super::{stats, HUGE};
 use crate::config;
 use crate::sys;
 
-/// At exit (`atexit`): writes this run's figure, in decimal, to the file
-/// (created, or replacing a figure); nothing where it cannot (a program
-/// that changed who it is, say).
+/// At exit (`atexit`), in the program only (a forked child that calls
+/// `exit` has its own count): writes this run's figure, in decimal, to the
+/// file (created, or replacing a figure; a file that holds anything else is
+/// not a history and stays as it is): the bytes of the blocks served whole,
+/// at most the peak resident memory (a program that takes and frees the
+/// same block in a loop is served it many times). Nothing where it cannot.
 pub extern "C" fn record() {
-    let Some(path) = config::history_file() else {
+    if !config::is_program() {
         return;
-    };
-    // A file that holds anything but a figure is not a history: never
-    // overwritten (a variable naming /etc/passwd in a root program's
-    // environment must not cost it).
-    let mut old = [0u8; 32];
-    if let Ok(n) = sys::read_file_start(path, &mut old) {
-        if n == old.len() || !old[..n].iter().all(|&b| b.is_ascii_digit() || b == b'\n') {
-            return;
-        }
     }
     let blocks =
         stats::MOVED.load(Relaxed) + stats::MOVED_SMALL.load(Relaxed) + stats::COPIED.load(Relaxed);
+    let served = blocks.saturating_mul(HUGE as u64) as usize;
+    let took = served.min(sys::peak_resident().unwrap_or(served));
     const LEN: usize = 24;
     let mut buf = [0u8; LEN];
     let mut w = &mut buf[..];
-    let _ = writeln!(w, "{}", blocks.saturating_mul(HUGE as u64));
+    let _ = writeln!(w, "{took}");
     let len = LEN - w.len();
-    let _ = sys::replace_file(path, &buf[..len]);
+    config::with_history(libc::O_RDWR | libc::O_CREAT, |fd| {
+        let mut old = [0u8; 32];
+        match sys::read_at_start(fd, &mut old) {
+            Ok(0) => {}
+            Ok(n) if config::figure(&old[..n]).is_some() => {}
+            _ => return,
+        }
+        let _ = sys::replace_contents(fd, &buf[..len]);
+    });
 }

@@ -55,8 +55,9 @@
 //! and touches neither block: the hooks' contract in `cache/hooks.rs`.
 //!
 //! Starts: at the first large block or mapping; in the program `prezero
-//! run` executes with `--reserve`, at start-up (its reserve fills from then
-//! on). Only the program fills its reserve from the start; any other
+//! run` executes with `--reserve`, or whose last run left a history
+//! (`history.rs`), at start-up (its reserve fills from then on). Only the
+//! program fills its reserve from the start; any other
 //! process fills it once it has faulted a block (a script that starts a
 //! hundred short processes does not populate a hundred reserves). Where it
 //! cannot start (no userfaultfd allowed, no `UFFDIO_MOVE`) the program says
@@ -238,7 +239,7 @@ pub fn configure(cfg: &Config) {
     NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
     SAY_WHY.store(cfg.program, Ordering::Relaxed);
     FILL.store(cfg.program, Ordering::Relaxed);
-    reserve::fill_ahead(cfg.reserve_asked);
+    reserve::fill_ahead(cfg.ahead);
     pause::register();
     crate::pressure::register(&PRESSURE_HOOKS);
     // The cache reaches the lazy mode only through these (the contract:
@@ -252,9 +253,10 @@ pub fn configure(cfg: &Config) {
         releasing: recycle::recycle,
     });
     STATE.store(WANTED, Ordering::Release);
-    // Threads at load only where a person asked for memory ahead: any
-    // other program starts none before its first large block or mapping.
-    if cfg.program && cfg.reserve_asked {
+    // Threads at load only where memory is to be filled ahead (a reserve
+    // asked for, or the program's history): any other program starts none
+    // before its first large block or mapping.
+    if cfg.program && cfg.ahead > 0 {
         ensure_started();
     }
 }

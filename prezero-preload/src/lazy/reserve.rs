@@ -277,9 +277,10 @@ fn held() -> usize {
         .sum()
 }
 
-/// Whether the workers fill every slot ahead of demand: a reserve a person
-/// asked for (`--reserve`). Else they fill to [`BOUND`].
-static AHEAD: AtomicBool = AtomicBool::new(false);
+/// Slots the workers fill ahead of demand: every one for a reserve a
+/// person asked for (`--reserve`), what the program's last run took (its
+/// history), else none; beyond them they fill to [`BOUND`].
+static AHEAD: AtomicUsize = AtomicUsize::new(0);
 /// Slots the default reserve fills to: a sixteenth of the memory the
 /// program has resident beside the reserve, as the worker last read it. It
 /// grows as the program takes memory and shrinks as it gives it back, so a
@@ -292,9 +293,10 @@ const RESIDENT_SHARE: usize = 16;
 static TAKEN_BLOCKS: AtomicUsize = AtomicUsize::new(0);
 const WAKE_EVERY: usize = 8;
 
-/// Whether the workers fill every slot from start (see [`AHEAD`]).
-pub fn fill_ahead(all: bool) {
-    AHEAD.store(all, Ordering::Relaxed);
+/// The bytes the workers fill from start (see [`AHEAD`]; `usize::MAX`:
+/// every slot).
+pub fn fill_ahead(bytes: usize) {
+    AHEAD.store(bytes / HUGE, Ordering::Relaxed);
 }
 
 /// The program took a block whole (moved in or filled) in lane `lane_no`.
@@ -318,11 +320,11 @@ pub fn update_bound() {
 /// tenth of that room.
 pub fn enough() -> bool {
     let room = crate::pressure::room() / HUGE;
-    let want = if AHEAD.load(Ordering::Relaxed) {
-        PER_LANE.load(Ordering::Acquire).min(room / 2)
-    } else {
-        BOUND.load(Ordering::Relaxed).min(room / 10)
-    };
+    let ahead = AHEAD.load(Ordering::Relaxed);
+    let want = BOUND
+        .load(Ordering::Relaxed)
+        .min(room / 10)
+        .max(ahead.min(PER_LANE.load(Ordering::Acquire)).min(room / 2));
     held() >= want
 }
 

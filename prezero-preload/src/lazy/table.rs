@@ -115,6 +115,20 @@ impl Table {
                 .any(|r| r.start <= addr && addr < r.end)
     }
 
+    /// Calls `f` on each part of `[start, end)` the program asked huge pages
+    /// for (the whole of it once the list overflowed).
+    pub fn each_asked_within(&self, start: usize, end: usize, mut f: impl FnMut(usize, usize)) {
+        if self.all_huge {
+            return f(start, end);
+        }
+        for r in &self.huge[..self.n_huge] {
+            let (s, e) = (r.start.max(start), r.end.min(end));
+            if s < e {
+                f(s, e);
+            }
+        }
+    }
+
     /// Takes `[start, end)` out of every entry. An entry that holds it with
     /// room on both sides is split; with no room for the second half, that
     /// half is returned (no longer tracked: the caller unregisters it).

@@ -121,3 +121,58 @@ fn mremap_of_a_mapping_with_edges_moves_it_whole() {
     let _s = serial();
     review(b, &["mremap-edges"], &[]).ok();
 }
+
+/// The history file (`PREZERO_HISTORY`) is written only where it is one:
+/// a name of 16 hex digits in a directory `history` of the caller's own
+/// (no access for others), a regular file holding a figure or nothing.
+/// A hostile environment naming another file, a link, or a directory
+/// others can write gets nothing written.
+#[test]
+fn the_history_writes_only_its_own_files() {
+    use std::os::unix::fs::{symlink, DirBuilderExt, PermissionsExt};
+    let Some(b) = available() else { return };
+    let _s = serial();
+    let tmp = prezero_testkit::TempDir::new("lazy-history");
+    let private = tmp.join("own/history");
+    let open = tmp.join("open/history");
+    for (dir, mode) in [(&private, 0o700), (&open, 0o755)] {
+        std::fs::create_dir_all(dir.parent().unwrap()).unwrap();
+        std::fs::DirBuilder::new().mode(mode).create(dir).unwrap();
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let precious = tmp.join("precious");
+    std::fs::write(&precious, "root:x:0:0\n").unwrap();
+    let not_a_figure = private.join("0123456789abcdef");
+    std::fs::write(&not_a_figure, "root:x:0:0\n").unwrap();
+    let link = private.join("00000000000000aa");
+    symlink(&precious, &link).unwrap();
+    let run_naming = |file: &std::path::Path| {
+        lazy(
+            b,
+            &["zero", "1"],
+            &[("PREZERO_HISTORY", file.to_str().unwrap())],
+        )
+        .ok();
+    };
+    // Its own file: created, private, a figure of the blocks served.
+    let own = private.join("fedcba9876543210");
+    run_naming(&own);
+    let text = std::fs::read_to_string(&own).unwrap();
+    let figure: u64 = text.strip_suffix('\n').unwrap().parse().unwrap();
+    assert!(figure >= 2 << 20, "{text:?}");
+    let mode = std::fs::metadata(&own).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    // Anything else: untouched, or never made.
+    for file in [&precious, &not_a_figure, &link] {
+        run_naming(file);
+    }
+    run_naming(&open.join("fedcba9876543210"));
+    run_naming(&tmp.join("own/fedcba9876543210"));
+    assert_eq!(std::fs::read_to_string(&precious).unwrap(), "root:x:0:0\n");
+    assert_eq!(
+        std::fs::read_to_string(&not_a_figure).unwrap(),
+        "root:x:0:0\n"
+    );
+    assert!(!open.join("fedcba9876543210").exists());
+    assert!(!tmp.join("own/fedcba9876543210").exists());
+}
