@@ -277,9 +277,10 @@ fn held() -> usize {
         .sum()
 }
 
-/// Slots the workers fill ahead of demand: every one for a reserve a
-/// person asked for (`--reserve`), what the program's last run took (its
-/// history), else none; beyond them they fill to [`BOUND`].
+/// Slots the workers fill ahead of demand, less the blocks the program has
+/// taken since: every one for a reserve a person asked for (`--reserve`),
+/// what the program's last run took (its history), else none; beyond them
+/// they fill to [`BOUND`].
 static AHEAD: AtomicUsize = AtomicUsize::new(0);
 /// Slots the default reserve fills to: a sixteenth of the memory the
 /// program has resident beside the reserve, as the worker last read it. It
@@ -320,7 +321,12 @@ pub fn update_bound() {
 /// tenth of that room.
 pub fn enough() -> bool {
     let room = crate::pressure::room() / HUGE;
-    let ahead = AHEAD.load(Ordering::Relaxed);
+    // What the program's history foresees and it has not taken yet: a
+    // reserve filled to the whole figure while the program takes it would
+    // hold it twice (numpy's loop peaked at 1.9x its RSS).
+    let ahead = AHEAD
+        .load(Ordering::Relaxed)
+        .saturating_sub(TAKEN_BLOCKS.load(Ordering::Relaxed));
     let want = BOUND
         .load(Ordering::Relaxed)
         .min(room / 10)

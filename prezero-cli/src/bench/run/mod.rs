@@ -49,6 +49,7 @@ mod programs;
 pub(super) mod sample;
 
 use std::ffi::{OsStr, OsString};
+use std::os::unix::fs::DirBuilderExt;
 
 use programs::{alloc_programs, goal, python_with_numpy, Program, ALL};
 pub(super) use programs::{Arm, Goal, NUMPY};
@@ -177,11 +178,17 @@ impl ArmEnvironments {
             preload.to_string_lossy()
         );
         let library = value(crate::run::MARKER).map(Into::into);
+        // `<cache>/bench-<pid>/history`: the preload takes a history only
+        // in a directory of that name.
         let history = (!settings.no_history)
-            .then(|| {
-                crate::run::history::directory(&format!("history-bench-{}", std::process::id()))
-            })
-            .flatten();
+            .then(|| crate::run::history::directory(&format!("bench-{}", std::process::id())))
+            .flatten()
+            .filter(|base| {
+                std::fs::DirBuilder::new()
+                    .mode(0o700)
+                    .create(base.join("history"))
+                    .is_ok()
+            });
         Ok(ArmEnvironments {
             envs,
             nested,
@@ -197,9 +204,9 @@ impl ArmEnvironments {
         which: usize,
         argv: &[OsString],
     ) -> Option<(OsString, OsString)> {
-        let dir = self.history.as_ref().filter(|_| which == 2)?;
+        let base = self.history.as_ref().filter(|_| which == 2)?;
         let (program, args) = argv.split_first()?;
-        let file = crate::run::history::file_in(dir, program, args)?;
+        let file = crate::run::history::file_in(&base.join("history"), program, args)?;
         Some(("PREZERO_HISTORY".into(), file.into()))
     }
 
