@@ -406,10 +406,10 @@ fn bad_inherited_values_stop_the_run() {
     assert!(stderr(&o).contains("at least 2M"), "{}", stderr(&o));
 }
 
-/// `--lazy` keeps what a command took in its last run, per command, in the
-/// cache directory; the next run of the same command starts its reserve at
-/// load and fills that much ahead. `--no-history` keeps and reads none; a
-/// run of other arguments is another command.
+/// `--lazy --history` keeps what a command took in its last run, per
+/// command, in the cache directory; the next run of the same command starts
+/// its reserve at load and fills that much ahead. `--lazy` alone keeps and
+/// reads none; a run of other arguments is another command.
 #[test]
 fn the_lazy_mode_remembers_what_a_command_took() {
     let Some((dir, exe)) = c_program(
@@ -474,7 +474,7 @@ int main(void) {
             })
             .collect()
     };
-    let (threads, o) = run_here(&["--lazy", "--", exe]);
+    let (threads, o) = run_here(&["--lazy", "--history", "--", exe]);
     if stderr(&o).contains("prezero: --lazy: ") {
         println!("the lazy mode does not run here: {}", stderr(&o).trim());
         return;
@@ -492,21 +492,26 @@ int main(void) {
         0o600
     );
     // The second run starts its reserve at load.
-    let (threads, _) = run_here(&["--lazy", "--", exe]);
+    let (threads, _) = run_here(&["--lazy", "--history", "--", exe]);
     assert!(threads >= 3, "{threads}");
     assert_eq!(files().len(), 1);
     // Without history: nothing at load, nothing kept.
-    let (threads, _) = run_here(&["--lazy", "--no-history", "--", exe]);
+    let (threads, _) = run_here(&["--lazy", "--", exe]);
     assert_eq!(threads, 1);
     // Another command (an argument more) has a history of its own.
-    let (threads, _) = run_here(&["--lazy", "--", exe, "again"]);
+    let (threads, _) = run_here(&["--lazy", "--history", "--", exe, "again"]);
     assert_eq!(threads, 1);
     assert_eq!(files().len(), 2);
     // A file an outer run (or the caller) named is another command's: this
     // command keeps its own.
     run_here_with(
-        &["--lazy", "--", exe, "nested"],
+        &["--lazy", "--history", "--", exe, "nested"],
         "/elsewhere/history/0123456789abcdef",
     );
     assert_eq!(files().len(), 3);
+    // Without --history, a file an outer run named is not this command's:
+    // none is read or written.
+    let own = &files()[0];
+    let (threads, _) = run_here_with(&["--lazy", "--", exe], own.0.to_str().unwrap());
+    assert_eq!(threads, 1);
 }

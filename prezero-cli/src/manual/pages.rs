@@ -275,9 +275,8 @@ const PAGES: &[Page] = &[
             ),
             (
                 "$XDG_CACHE_HOME/prezero/history",
-                "With --lazy, one file per command (program and arguments): the bytes the \
-                 lazy mode served its last run, which the next run fills ahead \
-                 (--no-history: none).",
+                "With --lazy --history, one file per command (program and arguments): the \
+                 bytes the lazy mode served its last run, which the next run fills ahead.",
             ),
         ],
         exit: PROGRAM_EXIT,

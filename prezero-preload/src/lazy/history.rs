@@ -1,5 +1,5 @@
 //! What the program took, kept for its next run (`PREZERO_HISTORY`, which
-//! `prezero run --lazy` sets to a file per command): the bytes of the blocks
+//! `prezero run --lazy --history` sets to a file per command): the bytes of the blocks
 //! the lazy mode served whole. At start, `config.rs` reads it and the
 //! reserve fills that much ahead, so a program that computes before it
 //! touches its memory finds it ready; a wrong guess is given back after the

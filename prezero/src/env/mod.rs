@@ -240,7 +240,7 @@ pub const HISTORY: Var = Var {
     name: "PREZERO_HISTORY",
     cname: c"PREZERO_HISTORY",
     kind: Kind::FileOrZero,
-    default: "0 (prezero run --lazy names a file per command in its cache directory)",
+    default: "0 (prezero run --lazy --history names a file per command in its cache directory)",
     what: "With the lazy mode, the file that keeps what the program took in its last run: its reserve fills that much ahead at start.",
 };
 

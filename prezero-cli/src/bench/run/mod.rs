@@ -180,7 +180,8 @@ impl ArmEnvironments {
         let library = value(crate::run::MARKER).map(Into::into);
         // `<cache>/bench-<pid>/history`: the preload takes a history only
         // in a directory of that name.
-        let history = (!settings.no_history)
+        let history = settings
+            .history
             .then(|| crate::run::history::directory(&format!("bench-{}", std::process::id())))
             .flatten()
             .filter(|base| {
@@ -242,7 +243,7 @@ pub fn run(args: &Args) -> Result<()> {
     let reserve = LazyReserve(
         reserve_bytes(&args.settings)?,
         args.settings.reserve.is_some(),
-        !args.settings.no_history,
+        args.settings.history,
     );
     let (mut argv, mut skipped) = runnable(&wanted, args.smoke);
     let cgroup = pressure_cgroup(&mut argv, &mut skipped, args.smoke);
@@ -460,7 +461,7 @@ fn results_table() -> Table {
 
 /// The lazy arm's reserve: its most bytes, whether it fills ahead of demand
 /// (`--reserve`), and whether a command's history fills it ahead from its
-/// second run (the default; `--no-history` keeps none).
+/// second run (`--history`).
 #[derive(Clone, Copy)]
 pub(super) struct LazyReserve(pub usize, pub bool, pub bool);
 
@@ -478,7 +479,7 @@ fn print_heading(table: &Table, args: &Args, reserve: LazyReserve) {
                  cgroup's room){}",
                 human_size(reserve.0),
                 if reserve.2 {
-                    "; from a command's second run, filled ahead with what its last run took"
+                    "; --history: from a command's second run, filled ahead with what its last run took"
                 } else {
                     ""
                 }
