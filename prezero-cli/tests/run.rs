@@ -317,6 +317,26 @@ fn lazy_runs_the_program_or_says_once_why_not() {
     );
 }
 
+/// C: `threads_now()`, the process's threads, counted without allocating (a
+/// stack buffer and system calls): what the preload started before `main`.
+const THREADS_NOW: &str = r#"#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static int threads_now(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    const char *t = strstr(buf, "Threads:");
+    int threads = 0;
+    if (t) sscanf(t + 8, "%d", &threads);
+    return threads;
+}
+"#;
+
 /// The program `prezero run` executes starts the library when it is loaded:
 /// its prefill and a lazy reserve asked for fill from start-up, while it computes,
 /// not from its first allocation (a program that computed for 2 s before it
@@ -324,26 +344,12 @@ fn lazy_runs_the_program_or_says_once_why_not() {
 /// before it allocates anything.
 #[test]
 fn the_program_starts_the_library_at_load_time() {
-    let Some((_dir, exe)) = c_program(
-        "threads_at_main",
-        r#"#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <unistd.h>
-int main(void) {
-    /* No allocation before the count: a stack buffer and system calls. */
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-    buf[n > 0 ? n : 0] = 0;
-    const char *t = strstr(buf, "Threads:");
-    int threads = 0;
-    if (t) sscanf(t + 8, "%d", &threads);
-    printf("threads %d\n", threads);
+    let main = r#"int main(void) {
+    printf("threads %d\n", threads_now());
     return 0;
 }
-"#,
-    ) else {
+"#;
+    let Some((_dir, exe)) = c_program("threads_at_main", &[THREADS_NOW, main].concat()) else {
         prezero_testkit::skip("tool", "no C compiler (cc) to build the program");
         return;
     };
@@ -412,21 +418,8 @@ fn bad_inherited_values_stop_the_run() {
 /// reads none; a run of other arguments is another command.
 #[test]
 fn the_lazy_mode_remembers_what_a_command_took() {
-    let Some((dir, exe)) = c_program(
-        "takes_32m",
-        r#"#include <fcntl.h>
-#include <stdio.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
-int main(void) {
-    char buf[4096];
-    int fd = open("/proc/self/status", O_RDONLY);
-    ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
-    buf[n > 0 ? n : 0] = 0;
-    const char *t = strstr(buf, "Threads:");
-    int threads = 0;
-    if (t) sscanf(t + 8, "%d", &threads);
+    let main = r#"int main(void) {
+    int threads = threads_now();
     size_t len = 32u << 20;
     unsigned char *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return 2;
@@ -437,8 +430,8 @@ int main(void) {
     printf("threads %d\n", threads);
     return 0;
 }
-"#,
-    ) else {
+"#;
+    let Some((dir, exe)) = c_program("takes_32m", &[THREADS_NOW, main].concat()) else {
         prezero_testkit::skip("tool", "no C compiler (cc) to build the program");
         return;
     };

@@ -265,23 +265,27 @@ mod tests {
         }
     }
 
+    /// The settings of process 4187 with 16 GiB available: `vars` set, the
+    /// cgroup's `room` and the `last` run's figure.
+    fn read_as(vars: &[(&str, &str)], room: Option<usize>, last: Option<usize>) -> Config {
+        Config::read(
+            |v| {
+                vars.iter()
+                    .find(|(k, _)| *k == v.name)
+                    .map(|(_, raw)| raw.as_bytes())
+            },
+            Some(16 << 30),
+            || room,
+            || last,
+            4187,
+        )
+    }
+
     /// The contract's table, read by this reader: a value it takes sets its
     /// field; one it refuses leaves the default, as an unset one does.
     #[test]
     fn the_contracts_cases_read_here_as_the_table_says() {
-        let read = |vars: &[(&str, &str)]| {
-            Config::read(
-                |v| {
-                    vars.iter()
-                        .find(|(k, _)| *k == v.name)
-                        .map(|(_, raw)| raw.as_bytes())
-                },
-                Some(16 << 30),
-                || None,
-                || None,
-                4187,
-            )
-        };
+        let read = |vars: &[(&str, &str)]| read_as(vars, None, None);
         let defaults = read(&[]);
         for &(name, raw, want) in env::CASES {
             let got = field(&read(&[(name, raw)]), name);
@@ -300,19 +304,7 @@ mod tests {
     #[test]
     fn the_last_run_sizes_the_programs_reserve() {
         const MB: usize = 1 << 20;
-        let read = |vars: &[(&str, &str)], room: Option<usize>, last: Option<usize>| {
-            Config::read(
-                |v| {
-                    vars.iter()
-                        .find(|(k, _)| *k == v.name)
-                        .map(|(_, raw)| raw.as_bytes())
-                },
-                Some(16 << 30),
-                || room,
-                || last,
-                4187,
-            )
-        };
+        let read = read_as;
         let program = [
             ("PREZERO_LAZY", "1"),
             ("PREZERO_PREFILL_PID", "4187"),
