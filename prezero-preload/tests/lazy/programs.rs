@@ -143,6 +143,10 @@ fn mprotect_mlock_and_a_signal_handler_touching_memory() {
     }
 }
 
+/// A registered mapping keeps `MADV_NOHUGEPAGE` after the program asks for
+/// huge pages (the handler gives them); one handed to the kernel (where
+/// moved huge pages arrive split, before 6.14) gets the program's advice
+/// back, as plainly.
 #[test]
 fn mremap_moves_and_madvise_hugepage_stays_undone() {
     let Some(b) = available() else { return };
@@ -150,7 +154,11 @@ fn mremap_moves_and_madvise_hugepage_stays_undone() {
     lazy(b, &["mremap"], &[]).ok();
     let r = lazy(b, &["hugepage"], &[]);
     r.ok();
-    assert!(r.stdout.contains("nh=1 hg=0"), "{}", r.stdout);
+    let handed = r
+        .lazy()
+        .note("mappings that asked for huge pages handed to the kernel");
+    let want = if handed > 0 { "nh=0 hg=1" } else { "nh=1 hg=0" };
+    assert!(r.stdout.contains(want), "{want}: {}", r.stdout);
 }
 
 #[test]
