@@ -43,6 +43,8 @@ fn preload() {
         "prezero-preload/Cargo.toml",
         "prezero/src",
         "prezero/Cargo.toml",
+        "prezero-sys/src",
+        "prezero-sys/Cargo.toml",
     ] {
         println!("cargo:rerun-if-changed={}", root.join(p).display());
     }

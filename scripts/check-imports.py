@@ -31,7 +31,7 @@ import re
 import sys
 import tempfile
 
-CRATES = ["prezero", "prezero-service", "prezero-capi", "prezero-preload", "prezero-cli"]
+CRATES = ["prezero-sys", "prezero", "prezero-service", "prezero-capi", "prezero-preload", "prezero-cli"]
 LAYERS = "The modules are layers, each importing only those below it"
 PATH = re.compile(r"\b((?:crate|super|self)(?:::[A-Za-z_][A-Za-z_0-9]*)+)")
 USE = re.compile(r"\buse\s+([^;]*);")

@@ -10,7 +10,7 @@
 # - The pure models: the pool's state machine (pool::state), the service's
 #   ledger model (prezero-service's ledger::model) and the preload's block model
 #   (prezero-preload's blocks).
-# - The preload's cache lock (sys::sync's TagMutex: a futex word that says who
+# - The preload's cache lock (prezero-sys's raw::sync TagMutex: a futex word that says who
 #   holds it) and the frees left for its next holder (cache::deferred): atomics
 #   and futexes shared by threads.
 # Not here: the SIMD and asm kernels and everything that picks a kernel (that
@@ -43,4 +43,5 @@ cargo +nightly miri test -q -p prezero-capi --lib -- helpers
 # The block tests leak their block lists on purpose: Blocks holds a `&'static mut`
 # list, as the preload's own lists are mappings kept for the life of the process.
 MIRIFLAGS="${MIRIFLAGS:-} -Zmiri-ignore-leaks" \
-  cargo +nightly miri test -q -p prezero-preload --lib -- blocks:: cache::deferred:: sys::sync::
+  cargo +nightly miri test -q -p prezero-preload --lib -- blocks:: cache::deferred::
+cargo +nightly miri test -q -p prezero-sys --lib -- raw::sync::

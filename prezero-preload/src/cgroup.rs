@@ -8,7 +8,7 @@
 use std::ffi::CStr;
 
 use crate::sys;
-use prezero::env::parse_size;
+use prezero_sys::size::read_size;
 
 /// Where a hierarchy's files are, and the two it has for a limit and usage.
 #[derive(Debug, PartialEq, Eq)]
@@ -66,7 +66,7 @@ fn ancestors(path: &[u8]) -> impl Iterator<Item = usize> + '_ {
 fn read_number(root: &[u8], dir: &[u8], name: &[u8]) -> Option<usize> {
     let mut buf = [0u8; 64];
     let n = read_start(root, dir, name, &mut buf)?;
-    parse_size(&buf[..n])
+    read_size(&buf[..n]).ok()
 }
 
 /// The start of the file `root` `dir` `/` `name` into `buf`: its length.
@@ -89,7 +89,7 @@ fn read_stat(h: &Hierarchy, dir: &[u8]) -> Option<usize> {
     let line = buf[..n]
         .split(|&b| b == b'\n')
         .find_map(|l| l.strip_prefix(h.inactive_file))?;
-    parse_size(line)
+    read_size(line).ok()
 }
 
 /// The memory the process's cgroups have left, if any has a limit: its

@@ -5,7 +5,8 @@ use std::ffi::{c_int, CStr};
 
 use crate::cgroup;
 use crate::sys;
-use prezero::env::{self, parse_size, Value, Var};
+use prezero_sys::env::{self, Value, Var};
+use prezero_sys::size::read_size;
 
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,7 +95,7 @@ pub fn meminfo(field: &[u8]) -> Option<usize> {
     let end = rest.iter().position(|b| !b.is_ascii_digit())?;
     match &rest[..end] {
         b"0" => Some(0),
-        digits => parse_size(digits)?.checked_mul(1024),
+        digits => read_size(digits).ok()?.checked_mul(1024),
     }
 }
 
@@ -180,7 +181,7 @@ impl Config {
     /// bytes of MemAvailable, the memory cgroup's `room` (read only for a
     /// default reserve), what the `last_run` of the program took (read only
     /// for its reserve, with none asked for) and this process's `pid`: every
-    /// variable read by the contract (`prezero::env`), a refused one as if
+    /// variable read by the contract (`prezero_sys::env`), a refused one as if
     /// unset.
     fn read<'a>(
         get: impl Fn(&Var) -> Option<&'a [u8]>,

@@ -57,12 +57,11 @@
 //! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
 //!   `cgroup.rs`: the process's memory cgroup (its files, its room);
 //!   `stats.rs`: the counters.
-//! * `sys/`: every call into libc, none of which allocates; `sys/uffd.rs`
-//!   the lazy mode's (userfaultfd, pagemap, signal mask); `sys/sync.rs` the
-//!   locks that live in statics (a mutex, an event on a futex);
-//!   `sys/identity.rs` who a thread is, from `/proc`; `sys/direct.rs` system
-//!   calls made past the functions this library interposes; `sys/fault.rs`
-//!   fails chosen ones, in a test build.
+//! * `sys`: every call into libc, none of which allocates, is
+//!   `prezero_sys::raw`, the allocation-free half of the workspace's OS
+//!   layer (userfaultfd, pagemap, signal masks, the locks that live in
+//!   statics, who a thread is, calls made past the functions this library
+//!   interposes, and the test build's injected failures).
 //!
 //! The modules are layers, each importing only those below it (no circle,
 //! at file or folder level), and only what its row names
@@ -72,12 +71,11 @@
 //! entry/                              every exported symbol: all below
 //! lazy/                               cache/ and below
 //! cache/                              stats.rs and below, and blocks/
-//! stats.rs                            pressure/ (its event count), sys/
-//! pressure/                           threads/, config.rs, cgroup.rs, sys/
-//! threads/                            sys/
-//! config.rs                           cgroup.rs, sys/
-//! cgroup.rs, nodes.rs, next.rs        sys/
-//! blocks/ (pure), sys/                nothing of the crate's
+//! stats.rs                            pressure/ (its event count)
+//! pressure/                           threads/, config.rs, cgroup.rs
+//! config.rs                           cgroup.rs
+//! threads/, cgroup.rs, nodes.rs       nothing of the crate's (prezero_sys)
+//! next.rs, blocks/ (pure)             nothing of the crate's
 //! ```
 //!
 //! A lower layer reaches a higher one only through hooks the higher one
@@ -102,8 +100,10 @@ mod next;
 mod nodes;
 mod pressure;
 mod stats;
-mod sys;
 mod threads;
+
+// The OS layer's allocation-free half: every call the preload makes into libc.
+use prezero_sys::raw as sys;
 
 #[cfg(not(test))]
 mod entry;

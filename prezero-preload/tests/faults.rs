@@ -1,5 +1,5 @@
 //! libprezero_preload.so under injected failures. Built with the
-//! feature `fault-injection` (`src/sys/fault.rs`, in a target dir of its own), it
+//! feature `fault-injection` (`prezero-sys/src/raw/fault.rs`, in a target dir of its own), it
 //! fails the Nth `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`, thread
 //! creation, or call of the lazy mode's (opening a userfaultfd and its
 //! handshake, registering, filling and moving pages, the pagemap) of a run,

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use prezero::clear::{clear_bounded_with, Temperature};
-use prezero::sys;
+use prezero_sys as sys;
 
 /// How much of a scrubbed segment is read back before it is handed out again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,7 +56,7 @@ unsafe impl Sync for Board {}
 /// Nanoseconds of `CLOCK_MONOTONIC`, the same in a forked child (an
 /// `Instant` is a reading of it).
 fn now_ns() -> u64 {
-    prezero::sys::monotonic_ns()
+    prezero_sys::monotonic_ns()
 }
 
 impl Board {

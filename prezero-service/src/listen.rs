@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use super::client::connect_socket;
 use super::log;
-use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
+use prezero_sys::{self as sys, UnixAddr};
 
 /// How long the start-up check waits for a daemon already on the socket.
 const LIVE_CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -83,7 +83,7 @@ pub(super) fn prepare_dir(path: &Path) -> Result<()> {
 /// a stale socket file replaced, a live one refused. The file starts at mode
 /// 0600 and [`restrict_socket`] opens it to the allowed uids and groups.
 pub(super) fn bind(path: &Path) -> Result<OwnedFd> {
-    let addr = UnixAddr::new(path)?;
+    let addr = UnixAddr::new(path).map_err(|e| Error::invalid(e.to_string()))?;
     check_private_dir(dir_of(path))?;
     if path.exists() {
         refuse_if_served(path)?;

@@ -36,8 +36,8 @@ use std::ptr::NonNull;
 use super::SEALS;
 use prezero::numa::{self, Topology};
 use prezero::region::PageKind;
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 /// The NUMA node a segment's pages must be on, and the CPUs that fill it
 /// (none: a node of memory only, filled from anywhere).

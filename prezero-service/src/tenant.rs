@@ -4,7 +4,7 @@
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use prezero::sys;
+use prezero_sys as sys;
 
 /// The uid a peer is a tenant as: its own, unless it runs in a user namespace
 /// that an unprivileged user made (`unshare -U`, a rootless container), where

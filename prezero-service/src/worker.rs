@@ -28,8 +28,8 @@ use super::segment::{Home, Segment};
 use prezero::clear::{clear_bounded_with, Temperature};
 use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 /// Bytes faulted in, scrubbed or verified between checks for shutdown and
 /// for a client mapping its hand-out: 16 MiB is ~1.6 ms of kernel zeroing on

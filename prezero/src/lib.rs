@@ -21,7 +21,8 @@
 //! file both choices can come from), [`region`] and [`prefault`] (mapping and
 //! populating), [`pool`] (pre-zeroed chunks and their scrubber), [`template`]
 //! (record arrays with streaming stores), [`numa`] and [`mm`] (the machine's
-//! nodes and the kernel's memory state) and [`sys`] (the OS layer).
+//! nodes and the kernel's memory state). The OS layer is the crate
+//! `prezero_sys`, below this one.
 //!
 //! The modules are layers, each importing only those below it, and only what
 //! its row names (`scripts/check-imports.py` checks every import, re-exports
@@ -29,14 +30,14 @@
 //!
 //! ```text
 //! pool/, fuzzing.rs                   clear/ and below
-//! clear/                              prefault.rs, numa/, profile/, cpu/, sys/, error.rs
-//! prefault.rs                         region.rs, numa/, cpu/, sys/, error.rs
+//! clear/                              prefault.rs, numa/, profile/, cpu/, error.rs
+//! prefault.rs                         region.rs, numa/, cpu/, error.rs
 //! template/                           profile/, cpu/, error.rs
-//! region.rs, numa/, hugetlb.rs        mm.rs, cpu/, sys/, error.rs
+//! region.rs, numa/, hugetlb.rs        mm.rs, cpu/, error.rs
 //! profile/                            cpu/, error.rs
-//! cpu/                                size.rs, sys/, error.rs
-//! mm.rs, env/                         size.rs, sys/, error.rs
-//! size.rs, sys/                       error.rs
+//! cpu/                                size.rs, error.rs
+//! mm.rs                               size.rs, error.rs
+//! size.rs                             error.rs
 //! error.rs, verify.rs                 nothing of the crate's
 //! ```
 //!
@@ -46,9 +47,11 @@
 
 #![warn(missing_docs)]
 
+// The OS layer is the workspace's own crate; `sys::` names its calls here.
+use prezero_sys as sys;
+
 pub mod clear;
 pub mod cpu;
-pub mod env;
 mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
@@ -64,7 +67,6 @@ pub mod prefault;
 pub mod profile;
 pub mod region;
 mod size;
-pub mod sys;
 pub mod template;
 mod verify;
 

@@ -1,9 +1,9 @@
 //! The man pages' ENVIRONMENT: the variables the library reads in every
 //! command, the client's socket, and the preload's `PREZERO_*` contract
 //! (`prezero run`), the last read from the library's own table
-//! (`prezero::env::ALL`), so a variable added there is documented here.
+//! (`prezero_sys::env::ALL`), so a variable added there is documented here.
 
-use prezero::env::{Kind, Var};
+use prezero_sys::env::{Kind, Var};
 use roff::{roman, Roff};
 
 /// A group of variables a command reads.
@@ -63,7 +63,7 @@ pub(super) fn section(roff: &mut Roff, groups: &[Env]) {
              caller's, and a value the preload would refuse stops prezero run before the \
              program starts):",
         )]);
-        for v in prezero::env::ALL {
+        for v in prezero_sys::env::ALL {
             super::item(roff, v.name, &preload_text(&v));
         }
         roff.control("PP", []).text([roman(

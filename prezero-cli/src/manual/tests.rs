@@ -88,7 +88,7 @@ fn every_page_has_its_sections_and_run_every_preload_variable() {
         assert!(text.contains("PREZERO_CPU"), "{c}.1");
     }
     let run = std::fs::read_to_string(dir.join("prezero-run.1")).unwrap();
-    for v in prezero::env::ALL {
+    for v in prezero_sys::env::ALL {
         assert!(run.contains(v.name), "prezero-run.1 lacks {}", v.name);
     }
     let serve = std::fs::read_to_string(dir.join("prezero-serve.1")).unwrap();

@@ -33,7 +33,7 @@ use std::path::{Path, PathBuf};
 
 use crate::units::{fmt_size, parse_size, parse_size_or_zero};
 use anyhow::{anyhow, bail, Context, Result};
-use prezero::env;
+use prezero_sys::env;
 
 /// The library, built by build.rs from `prezero-preload`.
 static PRELOAD_SO: &[u8] = include_bytes!(env!("PREZERO_PRELOAD_SO"));
@@ -136,7 +136,7 @@ fn sized(var: &env::Var, s: &str) -> Result<usize> {
     })
 }
 
-/// How the library reads a variable of its contract (`prezero::env`), for
+/// How the library reads a variable of its contract (`prezero_sys::env`), for
 /// [`check_inherited`]; `None` for one it does not read.
 fn read_as(name: &str, value: &str) -> Option<Result<()>> {
     let var = env::var(name)?;
@@ -551,7 +551,7 @@ mod tests {
     /// given as a flag.
     #[test]
     fn the_contracts_cases_read_here_as_the_table_says() {
-        for &(name, raw, want) in prezero::env::CASES {
+        for &(name, raw, want) in prezero_sys::env::CASES {
             let inherited = check_inherited([(name.into(), raw.into())], &[]);
             assert_eq!(
                 inherited.is_ok(),

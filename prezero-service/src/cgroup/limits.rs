@@ -9,7 +9,7 @@ use std::os::fd::{AsFd, BorrowedFd};
 
 use super::parse::{levels, relative};
 use super::{Hierarchies, Opened, Root};
-use prezero::sys;
+use prezero_sys as sys;
 
 /// The tightest limit met: the room left at one level, and what sets it.
 #[derive(Debug, Clone, PartialEq, Eq)]

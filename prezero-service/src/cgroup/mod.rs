@@ -15,7 +15,7 @@ pub(crate) mod parse;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
-use prezero::sys;
+use prezero_sys as sys;
 
 pub(crate) use limits::Limit;
 use parse::{check_path, membership, relative, Membership};

@@ -10,8 +10,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::{self, Reply, Request, MAX_MESSAGE};
-use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
+use prezero_sys::{self as sys, UnixAddr};
 
 /// How long the client waits for any one reply before giving up on the service.
 const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -157,8 +157,7 @@ pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// Connects a `SOCK_SEQPACKET` socket to `path` within `timeout` (`TimedOut`
 /// while the listen backlog stays full), with send and reply timeouts.
 pub(crate) fn connect_socket(path: &Path, timeout: Duration) -> io::Result<OwnedFd> {
-    let addr = UnixAddr::new(path)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e.to_string()))?;
+    let addr = UnixAddr::new(path)?;
     // Non-blocking: a unix socket's connect then fails with EAGAIN at once
     // when the backlog is full, instead of waiting for room.
     let sock = sys::seqpacket_socket(libc::SOCK_NONBLOCK)?;

@@ -10,8 +10,8 @@ use super::{SegmentFiles, ServiceMemory, Source};
 use crate::SEALS;
 use prezero::numa::Topology;
 use prezero::region::{PageKind, Region};
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 /// The local fallback of [`Client::alloc_with`]: `bytes` mapped and
 /// populated here, on `node` when one was asked for (bound to it, from its
@@ -72,7 +72,7 @@ pub(super) fn local(
 /// has it (populating more than is available would end in the OOM killer,
 /// not an error).
 fn thp_instead(bytes: usize, why: &str) -> Result<Region> {
-    let available = prezero::sys::mem_available();
+    let available = prezero_sys::mem_available();
     if bytes > available {
         return Err(Error::invalid(format!(
             "{why}; and {bytes} bytes is more than the {available} bytes of memory available \
@@ -119,7 +119,7 @@ pub(super) fn local_file(
             let len = bytes.next_multiple_of(PageKind::Base.page_size());
             // Populating more than is available would end in the OOM killer,
             // not an error.
-            let available = prezero::sys::mem_available();
+            let available = prezero_sys::mem_available();
             if len > available {
                 return Err(Error::invalid(format!(
                     "{why}; local {page} memfd: {short}; and {len} bytes is more than the \

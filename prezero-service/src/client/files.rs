@@ -8,8 +8,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use super::held::{lease_accessors, Backing};
 use super::{SegmentView, Source};
 use prezero::region::PageKind;
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 /// Zeroed, populated memory as files, from [`Client::alloc_files`]: the
 /// service's segments (sealed hugetlb memfds), or one local memfd. Nothing is

@@ -14,8 +14,8 @@ use super::exchange::Conn;
 use super::SegmentView;
 use crate::protocol::{Reply, Request, ALLOC_NODE, ALLOC_OTHER_NODES, MAX_RELEASE_IDS};
 use prezero::region::{PageKind, Region};
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 /// The node an `ALLOC` asks for, and whether another may serve.
 #[derive(Debug, Clone, Copy)]

@@ -9,8 +9,8 @@ use super::exchange::Conn;
 use super::held::{check_on, lease_accessors, take_segments, Backing, Taken, Want};
 use super::{SegmentView, Source};
 use prezero::region::{PageKind, Region};
-use prezero::sys;
 use prezero::{Error, Result};
+use prezero_sys as sys;
 
 pub(super) fn from_service(
     conn: &Arc<Conn>,

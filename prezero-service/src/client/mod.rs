@@ -28,8 +28,8 @@ use held::{take_segments, Backing, Want};
 use mapping::from_service;
 use prezero::numa::Topology;
 use prezero::region::PageKind;
-use prezero::sys::UnixAddr;
 use prezero::{Error, Result};
+use prezero_sys::UnixAddr;
 
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
 pub use files::{InheritedFile, SegmentFiles};
@@ -58,7 +58,7 @@ impl Default for AllocOptions {
     fn default() -> Self {
         AllocOptions {
             fallback: true,
-            populate_threads: prezero::sys::online_cpus(),
+            populate_threads: prezero_sys::online_cpus(),
             node: NodeChoice::Caller,
             other_nodes: false,
         }
@@ -154,7 +154,7 @@ impl Client {
     /// Errors are for bad input only: a path too long for a unix socket.
     pub fn connect(path: impl AsRef<Path>) -> Result<Client> {
         let path = path.as_ref().to_path_buf();
-        UnixAddr::new(&path)?;
+        UnixAddr::new(&path).map_err(|e| Error::invalid(e.to_string()))?;
         Ok(match connect_socket(&path, CONNECT_TIMEOUT) {
             Ok(sock) => Client {
                 conn: Some(Arc::new(Conn::new(sock))),

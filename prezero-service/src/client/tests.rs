@@ -6,7 +6,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use super::held::tile;
 use super::*;
 use crate::SEALS;
-use prezero::sys;
+use prezero_sys as sys;
 
 const M: u64 = 2 << 20;
 

@@ -12,7 +12,7 @@ use super::file::read_ledger;
 use crate::log;
 use crate::segment::{open_rw, Segment};
 use prezero::region::PageKind;
-use prezero::sys;
+use prezero_sys as sys;
 
 /// Takes over what a previous instance handed out and some process still
 /// holds: `(segment, uid to charge)`. Segments of a page size no pool serves

@@ -12,7 +12,7 @@ use crate::log;
 use crate::replace_file::replace_file;
 use crate::segment::Segment;
 use prezero::region::PageKind;
-use prezero::sys;
+use prezero_sys as sys;
 
 /// How the ledger file's first line starts (the format); the id of the boot
 /// it was written in follows.

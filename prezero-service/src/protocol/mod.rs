@@ -20,7 +20,7 @@ pub use messages::{
     CgroupStats, Histogram, Malformed, PoolCounters, Refusal, Reply, Request, SegmentRecord,
     ServiceStats, TenantStats,
 };
-pub use prezero::sys::Received;
+pub use prezero_sys::Received;
 pub use transport::{recv, send};
 
 /// `b"PZSV"` read as a little-endian u32.

@@ -5,7 +5,7 @@ use std::io;
 use std::os::fd::BorrowedFd;
 
 use super::{Received, MAX_FDS};
-use prezero::sys;
+use prezero_sys as sys;
 
 /// Sends one datagram with `fds` attached (`SCM_RIGHTS`). Never raises SIGPIPE.
 pub fn send(sock: BorrowedFd<'_>, msg: &[u8], fds: &[BorrowedFd<'_>]) -> io::Result<()> {

@@ -10,7 +10,7 @@ use super::{Conn, Server};
 use crate::log;
 use crate::protocol::Refusal;
 use crate::tenant::{peer_pidfd, tenant_uid};
-use prezero::sys;
+use prezero_sys as sys;
 
 /// Most connections at once: each costs two descriptors.
 const MAX_CONNS: usize = 4096;

@@ -52,8 +52,8 @@ use cgroups::Cgroups;
 use prezero::fmt_size;
 use prezero::numa::Topology;
 use prezero::region::PageKind;
-use prezero::sys::{self, UnixAddr};
 use prezero::{Error, Result};
+use prezero_sys::{self as sys, UnixAddr};
 use start::{fill, record_filled, taken_over};
 use stats::Counters;
 
@@ -165,7 +165,7 @@ impl Server {
         let homes: Vec<Home> = pools.iter().map(|p| Home::of(&topology, p.node)).collect();
         // Fail before populating gigabytes, not after: the socket, its
         // directory, the pools' page sizes (below: the ledger).
-        UnixAddr::new(&cfg.socket)?;
+        UnixAddr::new(&cfg.socket).map_err(|e| Error::invalid(e.to_string()))?;
         refuse_if_served(&cfg.socket)?;
         prepare_dir(&cfg.socket)?;
         for p in &pools {

@@ -11,7 +11,8 @@ use crate::ledger::{write_ledger, Clean, State};
 use crate::log;
 use crate::segment::Segment;
 use crate::worker::{Done, Job};
-use prezero::{sys, Error};
+use prezero::Error;
+use prezero_sys as sys;
 
 impl Server {
     /// Newly quarantined segments go back to the daemon's uid before anything

@@ -10,7 +10,8 @@ use crate::config::PlacedPool;
 use crate::ledger::{adopt, write_ledger, Ledger, State};
 use crate::log;
 use crate::segment::{Home, Segment};
-use prezero::{fmt_size, sys, Error, Result};
+use prezero::{fmt_size, Error, Result};
+use prezero_sys as sys;
 
 /// A ledger of `pools` with what a previous instance handed out and some
 /// process still holds taken over (quarantined, charged to its holder),

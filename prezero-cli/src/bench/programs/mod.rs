@@ -112,7 +112,7 @@ fn cgroup_room() -> Option<u64> {
 /// The sizes' share of their full values: what MemAvailable and the memory
 /// cgroup leave, against [`FULL_ROOM`].
 fn scale() -> Result<(f64, u64)> {
-    let available = prezero::sys::mem_available() as u64;
+    let available = prezero_sys::mem_available() as u64;
     let room = cgroup_room().map_or(available, |c| c.min(available));
     let scale = (room as f64 / FULL_ROOM as f64).min(1.0);
     if scale < 1.0 / 16.0 {

@@ -1,38 +1,52 @@
-//! The OS layer: every call the library makes into libc (the system calls std
-//! has no safe form of), each wrapper with its precondition on a `pre:` line
-//! (as mimalloc's `prim` layer has them), and the sysfs/procfs text readers.
+//! The workspace's one OS layer: every call prezero makes into libc (the
+//! system calls std has no safe form of), the `/proc` and sysfs readers, and
+//! the `PREZERO_*` variables. Each wrapper has its precondition on a `pre:`
+//! line, as mimalloc's `prim` layer has them. The library, the preload, the
+//! service, the C ABI and the CLI call these; none keeps a wrapper of its own.
 //!
-//! Keeping them in one place makes the crate's contact surface with the kernel
-//! small enough to audit, and gives every failure the name of its call. A
-//! wrapper is safe unless a wrong argument could break memory or a descriptor
-//! the caller still uses (then it is an `unsafe fn` and its `pre:` line is the
-//! obligation); a bad range or descriptor is otherwise the kernel's error, not
-//! undefined behaviour. The files sort the calls by subject, and callers name
-//! them `sys::call`:
+//! Keeping them in one place makes the contact surface with the kernel small
+//! enough to audit, and gives every failure the name of its call. A wrapper is
+//! safe unless a wrong argument could break memory or a descriptor the caller
+//! still uses (then it is an `unsafe fn` and its `pre:` line is the
+//! obligation); a bad range or descriptor is otherwise the kernel's error,
+//! not undefined behaviour.
 //!
-//! * `mem.rs`: mappings (`mmap`, `munmap`, `madvise`, `mincore`, `/proc/self/smaps`);
-//! * `fd.rs`: files and descriptors (memfds, seals, leases, punching, `fstat`,
-//!   eventfds, `poll`);
-//! * `socket.rs`: unix sockets (addresses, connecting, descriptors passed,
-//!   peer credentials);
-//! * `numa.rs`: memory policies, page placement, CPU affinity;
-//! * `sched.rs`: thread ids and scheduling priority;
-//! * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
-//!   the auxiliary vector);
-//! * `child.rs`: short-lived children forked into a cgroup, waited for with a
-//!   deadline, and the calls they and their makers need (`openat2` beneath a
-//!   directory, a pidfd's liveness).
+//! Two layers, as rustix has them:
 //!
-//! In debug builds, chosen calls can be made to fail for tests (`fault.rs`).
+//! * [`raw`]: allocation-free calls that take and return numbers, C strings
+//!   and the caller's stack buffers, and fail with an [`raw::Errno`]. The
+//!   preload runs inside `malloc` and calls only these.
+//! * this top level: `io::Result`s, `OwnedFd`s, `std::fs` readers, by subject:
+//!   * `mem.rs`: mappings (`mmap`, `munmap`, `madvise`, `mincore`, `/proc/self/smaps`);
+//!   * `fd.rs`: files and descriptors (memfds, seals, leases, punching, `fstat`,
+//!     eventfds, `poll`);
+//!   * `socket.rs`: unix sockets (addresses, connecting, descriptors passed,
+//!     peer credentials);
+//!   * `numa.rs`: memory policies, page placement, CPU affinity;
+//!   * `sched.rs`: thread ids and scheduling priority;
+//!   * `process.rs`: the process (identity, signals, limits, namespaces, xattrs,
+//!     the auxiliary vector);
+//!   * `child.rs`: short-lived children forked into a cgroup, waited for with a
+//!     deadline, and the calls they and their makers need (`openat2` beneath a
+//!     directory, a pidfd's liveness).
+//!
+//! Beside them, [`size`] reads and writes byte sizes (the one parser, which
+//! allocates nothing) and [`env`] is the `PREZERO_*` contract between `prezero
+//! run` and the preload. In debug builds chosen calls of the top level can be
+//! made to fail for tests (`fault.rs`); in a `fault-injection` build, chosen
+//! calls of [`raw`] (`raw/fault.rs`).
 
 mod child;
+pub mod env;
 #[cfg(debug_assertions)]
 mod fault;
 mod fd;
 mod mem;
 mod numa;
 mod process;
+pub mod raw;
 mod sched;
+pub mod size;
 mod socket;
 
 pub use child::*;
@@ -42,8 +56,6 @@ pub use numa::*;
 pub use process::*;
 pub use sched::*;
 pub use socket::*;
-// Public as `service::protocol::Received`.
-pub use socket::Received;
 
 use std::fs;
 use std::io;

@@ -10,7 +10,6 @@ use std::path::Path;
 use std::time::Duration;
 
 use super::{check, owned};
-use crate::error::{Error, Result};
 
 /// A unix socket's address: a path of at most 107 bytes (`sockaddr_un`).
 pub struct UnixAddr {
@@ -19,19 +18,22 @@ pub struct UnixAddr {
 }
 
 impl UnixAddr {
-    /// The address of `path`; a path that does not fit (or holds a NUL) is an
-    /// error.
-    pub fn new(path: &Path) -> Result<UnixAddr> {
+    /// The address of `path`; a path that does not fit (or holds a NUL) is
+    /// `InvalidInput`, as std's sockets say it.
+    pub fn new(path: &Path) -> io::Result<UnixAddr> {
         // SAFETY: an all-zero sockaddr_un is valid (and NUL-terminates the path).
         let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
         addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
         let bytes = path.as_os_str().as_bytes();
         if bytes.is_empty() || bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
-            return Err(Error::invalid(format!(
-                "socket path '{}' must be 1..{} bytes without NUL",
-                path.display(),
-                addr.sun_path.len() - 1
-            )));
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "socket path '{}' must be 1..{} bytes without NUL",
+                    path.display(),
+                    addr.sun_path.len() - 1
+                ),
+            ));
         }
         for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
             *d = s as libc::c_char;

@@ -7,10 +7,6 @@
 //! stops with the reason before the program runs; the preload, which has no
 //! one to tell, takes the default.
 
-mod size;
-
-pub use size::parse_size;
-
 /// What a variable takes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kind {
@@ -77,7 +73,7 @@ impl core::fmt::Display for Refused {
     fn fmt(&self, f: &mut core::fmt::Formatter) -> core::fmt::Result {
         match self {
             Refused::NotASize => f.write_str("not a size (try 4K, 2M, 1G)"),
-            Refused::Below(min) => write!(f, "at least {}", crate::fmt_size(*min)),
+            Refused::Below(min) => write!(f, "at least {}", crate::size::fmt_size(*min)),
             Refused::NotAFlag => f.write_str("1 or 0"),
             Refused::NotAPid => f.write_str("a process id (digits)"),
             Refused::NotSeconds => f.write_str("a number of seconds (digits, no unit)"),
@@ -91,21 +87,27 @@ impl Var {
     pub fn read(&self, raw: &[u8]) -> Result<Value, Refused> {
         match self.kind {
             Kind::Size { min } => {
-                let n = parse_size(raw).ok_or(Refused::NotASize)?;
+                let n = crate::size::read_size(raw).ok().ok_or(Refused::NotASize)?;
                 if n < min {
                     return Err(Refused::Below(min));
                 }
                 Ok(Value::Number(n))
             }
             Kind::SizeOrZero if is_zero(raw) => Ok(Value::Number(0)),
-            Kind::SizeOrZero => parse_size(raw).map(Value::Number).ok_or(Refused::NotASize),
+            Kind::SizeOrZero => crate::size::read_size(raw)
+                .ok()
+                .map(Value::Number)
+                .ok_or(Refused::NotASize),
             Kind::Flag => match raw {
                 b"1" => Ok(Value::Flag(true)),
                 b"0" => Ok(Value::Flag(false)),
                 _ => Err(Refused::NotAFlag),
             },
             Kind::Pid if !raw.is_empty() && raw.iter().all(u8::is_ascii_digit) => {
-                parse_size(raw).map(Value::Number).ok_or(Refused::NotAPid)
+                crate::size::read_size(raw)
+                    .ok()
+                    .map(Value::Number)
+                    .ok_or(Refused::NotAPid)
             }
             Kind::Pid => Err(Refused::NotAPid),
             Kind::Seconds => seconds(raw).map(Value::Number).ok_or(Refused::NotSeconds),

@@ -32,7 +32,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
-use crate::sys;
+use crate::raw as sys;
 
 /// The calls a fault can be injected into.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,13 +1,14 @@
-//! The preload's OS layer: every call it makes into libc, each a small
-//! function with its precondition on a `pre:` line, as the library's `sys/`
-//! has them (the lazy mode's userfaultfd, pagemap and signal-mask calls in
-//! `uffd.rs`, the locks that live in statics and the futex in `sync.rs`).
-//! That layer cannot serve here: it is the library's own
-//! (`pub(crate)`), and it reports `io::Error`s, reads files through `std::fs`
-//! and builds `Vec`s, where this crate runs inside `malloc` and may not
-//! allocate. These take and return numbers, C strings and the caller's stack
-//! buffers only; `spawn` alone allocates (std's thread creation), outside
-//! the cache's lock.
+//! The allocation-free half of the OS layer: the calls the preload makes
+//! from inside `malloc`, where nothing may allocate. Each is a small function
+//! with its precondition on a `pre:` line, as the top level has them, but
+//! these take and return numbers, C strings and the caller's stack buffers
+//! only, and fail with an [`Errno`], never an `io::Error`. `spawn` alone
+//! allocates (std's thread creation); its caller holds no lock of the
+//! preload's. By subject: `uffd.rs` the lazy mode's userfaultfd, pagemap and
+//! signal-mask calls; `sync.rs` the locks that live in statics and the futex;
+//! `identity.rs` who a thread is, from `/proc`; `direct.rs` system calls made
+//! past the functions the preload interposes; `file.rs`, `numa.rs`,
+//! `thread.rs` files read into stack buffers, placement, threads.
 //!
 //! A wrapper is safe unless a wrong argument could break memory or a
 //! descriptor still in use; then it is an `unsafe fn` and its `pre:` line is
@@ -27,12 +28,12 @@ pub struct Errno(pub c_int);
 /// failure returned.
 macro_rules! inject {
     ($kind:ident, $errno:expr) => {
-        inject!($kind, $errno, Err(crate::sys::Errno($errno)))
+        inject!($kind, $errno, Err(crate::raw::Errno($errno)))
     };
     ($kind:ident, $errno:expr, $failure:expr) => {
         #[cfg(feature = "fault-injection")]
-        if crate::sys::fault::fails(crate::sys::fault::Kind::$kind) {
-            crate::sys::set_errno($errno);
+        if crate::raw::fault::fails(crate::raw::fault::Kind::$kind) {
+            crate::raw::set_errno($errno);
             return $failure;
         }
     };
@@ -110,6 +111,8 @@ pub fn resident_private() -> Option<usize> {
 pub struct KeepErrno(c_int);
 
 impl KeepErrno {
+    // A `Default` would hide that this reads errno at the call.
+    #[allow(clippy::new_without_default)]
     pub fn new() -> KeepErrno {
         KeepErrno(Errno::last().0)
     }

@@ -14,6 +14,12 @@ pub struct Mutex(UnsafeCell<libc::pthread_mutex_t>);
 // reached through the pthread calls below.
 unsafe impl Sync for Mutex {}
 
+impl Default for Mutex {
+    fn default() -> Mutex {
+        Mutex::new()
+    }
+}
+
 impl Mutex {
     pub const fn new() -> Mutex {
         Mutex(UnsafeCell::new(libc::PTHREAD_MUTEX_INITIALIZER))
@@ -70,6 +76,12 @@ pub struct TagMutex(AtomicU32);
 
 /// The word's bit that says a thread may sleep on it (the unlock wakes one).
 const SLEEPERS: u32 = 1 << 31;
+
+impl Default for TagMutex {
+    fn default() -> TagMutex {
+        TagMutex::new()
+    }
+}
 
 impl TagMutex {
     /// The longest sleep between two looks at the word.
@@ -167,6 +179,12 @@ fn now_ns() -> u64 {
 pub struct Event {
     changes: AtomicU32,
     sleepers: AtomicU32,
+}
+
+impl Default for Event {
+    fn default() -> Event {
+        Event::new()
+    }
 }
 
 impl Event {
