@@ -18,6 +18,16 @@ pub(super) fn guard(f: impl FnOnce() -> Result<()>) -> c_int {
     }
 }
 
+/// [`guard`] for the calls that ask `prezero serve`, whose errors are the
+/// service's (a refusal carries the daemon's errno).
+pub(super) fn guard_service(f: impl FnOnce() -> prezero_service::Result<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => -e.errno(),
+        Err(_) => -libc::ENOTRECOVERABLE,
+    }
+}
+
 pub(super) fn inval(msg: &str) -> Error {
     Error::invalid(msg)
 }

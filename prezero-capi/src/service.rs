@@ -5,10 +5,11 @@ use std::ffi::{c_char, c_int, c_void, CStr, OsStr};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 
-use super::helpers::{free_handle, guard, handle, into_handle, inval, not_null, write_opt};
+use super::helpers::{
+    free_handle, guard, guard_service, handle, into_handle, inval, not_null, write_opt,
+};
 use super::region::page_kind;
-use prezero::Error;
-use prezero_service::{AllocOptions, Client, NodeChoice, ServiceMemory, Source};
+use prezero_service::{AllocOptions, Client, Error, NodeChoice, ServiceMemory, Source};
 
 /// `pz_service_alloc` flag: fail rather than map local memory when the service
 /// cannot serve.
@@ -57,7 +58,7 @@ pub unsafe extern "C" fn pz_service_connect(
     path: *const c_char,
     out: *mut *mut PzService,
 ) -> c_int {
-    guard(|| {
+    guard_service(|| {
         not_null(out, "output pointer")?;
         // SAFETY: out is not NULL; the caller gave a writable slot.
         unsafe { out.write(std::ptr::null_mut()) };
@@ -69,7 +70,7 @@ pub unsafe extern "C" fn pz_service_connect(
             Client::connect(OsStr::from_bytes(p.to_bytes()))?
         };
         if let Some(errno) = client.connect_errno() {
-            return Err(Error::Service {
+            return Err(Error::Refused {
                 errno,
                 reason: "no service".into(),
             });
@@ -127,10 +128,10 @@ pub unsafe extern "C" fn pz_service_alloc_on(
     out: *mut *mut PzServiceMemory,
     source_out: *mut c_int,
 ) -> c_int {
-    guard(|| {
+    guard_service(|| {
         not_null(out, "output pointer")?;
         if flags & !(PZ_SERVICE_NO_FALLBACK | PZ_SERVICE_OTHER_NODES) != 0 {
-            return Err(inval("unknown flags"));
+            return Err(inval("unknown flags").into());
         }
         let node = match node {
             PZ_NODE_CALLER => NodeChoice::Caller,
@@ -177,7 +178,7 @@ pub unsafe extern "C" fn pz_service_memory_node(
     mem: *const PzServiceMemory,
     out: *mut u32,
 ) -> c_int {
-    guard(|| {
+    guard_service(|| {
         not_null(out, "output pointer")?;
         // SAFETY: handle() checks mem is live; the caller promises no one frees it meanwhile.
         let m = unsafe { handle(mem, "service memory")? };
@@ -187,10 +188,10 @@ pub unsafe extern "C" fn pz_service_memory_node(
                 unsafe { out.write(*n) };
                 Ok(())
             }
-            _ => Err(Error::Os {
-                call: "pz_service_memory_node",
-                source: std::io::Error::from_raw_os_error(libc::ENOENT),
-            }),
+            _ => Err(Error::os(
+                "pz_service_memory_node",
+                std::io::Error::from_raw_os_error(libc::ENOENT),
+            )),
         }
     })
 }
@@ -231,17 +232,17 @@ pub unsafe extern "C" fn pz_service_segment(
     offset_out: *mut usize,
     len_out: *mut usize,
 ) -> c_int {
-    guard(|| {
+    guard_service(|| {
         if fd_out.is_null() || offset_out.is_null() || len_out.is_null() {
-            return Err(inval("NULL output pointer"));
+            return Err(inval("NULL output pointer").into());
         }
         // SAFETY: NULL (refused) or live (the caller's promise).
         let m = unsafe { handle(mem, "memory")? };
         let segs = m.memory.segments();
-        let s = segs.get(index).ok_or(Error::Os {
-            call: "pz_service_segment",
-            source: std::io::Error::from_raw_os_error(libc::ENOENT),
-        })?;
+        let s = segs.get(index).ok_or(Error::os(
+            "pz_service_segment",
+            std::io::Error::from_raw_os_error(libc::ENOENT),
+        ))?;
         // SAFETY: checked non-NULL, and writable (the caller's promise).
         unsafe { fd_out.write(s.fd.as_raw_fd()) };
         // SAFETY: as for fd_out.

@@ -23,6 +23,7 @@ mod charged;
 mod client;
 #[cfg(feature = "daemon")]
 mod config;
+mod error;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
@@ -56,10 +57,11 @@ pub use client::{InheritedFile, SegmentFiles};
 pub use config::{
     Amount, PlacedPool, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
 };
+#[cfg(feature = "daemon")]
+pub use error::{Error, Result};
 #[cfg(feature = "fuzzing")]
 pub(crate) use ledger::{ledger_text, parse_ledger, world as ledger_world, Shape};
 pub use protocol::{CgroupStats, Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
-#[cfg(feature = "daemon")]
 pub use server::Server;
 
 /// Where `prezero serve` listens unless told otherwise.

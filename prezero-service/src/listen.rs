@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use super::client::connect_socket;
 use super::log;
-use prezero::{Error, Result};
+use crate::{Error, Result};
 use prezero_sys::{self as sys, UnixAddr};
 
 /// How long the start-up check waits for a daemon already on the socket.

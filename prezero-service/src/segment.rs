@@ -34,9 +34,9 @@ use std::path::Path;
 use std::ptr::NonNull;
 
 use super::SEALS;
+use crate::{Error, Result};
 use prezero::numa::{self, Topology};
 use prezero::region::PageKind;
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 /// The NUMA node a segment's pages must be on, and the CPUs that fill it
@@ -149,7 +149,7 @@ impl Segment {
             Ok(p) => p,
             // No NUMA in this kernel: one node, nothing to check.
             Err(e) if e.errno() == libc::ENOSYS => return Ok(()),
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         if p.all_on(home.node) {
             return Ok(());
@@ -211,7 +211,7 @@ impl Segment {
     fn map(file: OwnedFd, page: PageKind, len: usize, flags: libc::c_int) -> Result<Segment> {
         let ptr = sys::mmap_shared(file.as_fd(), len, flags).map_err(|e| {
             if e.raw_os_error() == Some(libc::ENOMEM) {
-                prezero::region::hugetlb_shortage(page, len)
+                prezero::region::hugetlb_shortage(page, len).into()
             } else {
                 Error::os("mmap(memfd)", e)
             }
@@ -296,7 +296,7 @@ impl Segment {
             Err(e) if e.errno() == libc::EFAULT => {
                 let node = self.node().unwrap_or(0);
                 let page = self.page_size();
-                Err(Error::HugetlbShortage {
+                Err(Error::Local(prezero::Error::HugetlbShortage {
                     page_size: page,
                     needed: len / page,
                     free: 0,
@@ -305,9 +305,9 @@ impl Segment {
                         prezero::hugetlb::nr_path(node, page),
                         self.page.name()
                     ),
-                })
+                }))
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 }

@@ -25,10 +25,10 @@ use super::cgroup::Opened;
 use super::charged::{self, Board, Op, Verify};
 use super::ledger::Clean;
 use super::segment::{Home, Segment};
+use crate::{Error, Result};
 use prezero::clear::{clear_bounded_with, Temperature};
 use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 /// Bytes faulted in, scrubbed or verified between checks for shutdown and

@@ -44,21 +44,6 @@ pub enum Error {
         /// A command that reserves enough (run as root).
         reserve_cmd: String,
     },
-    /// `prezero serve` refused a request, or is not there.
-    Service {
-        /// The service's errno: ENOTCONN (no service), EACCES (uid not allowed),
-        /// ENOMEM (too little ready memory), EDQUOT (uid cap), EINVAL...
-        errno: i32,
-        /// The service's message.
-        reason: String,
-    },
-    /// `prezero serve` refused a request because the caller's cgroup is at
-    /// its hugetlb or memory limit: what the kernel would answer the
-    /// caller's own allocation (`ENOMEM`), so no local memory is made instead.
-    CgroupLimit {
-        /// The service's message (which cgroup, which limit).
-        reason: String,
-    },
     /// Any other failing system call: which call, and the OS error.
     Os {
         /// The call, e.g. "madvise(MADV_POPULATE_WRITE)".
@@ -80,22 +65,18 @@ impl Error {
     }
 
     /// The matching errno (positive: the C ABI returns it negated), for the C
-    /// ABI and for callers who think in errno. Always in 1..=4095: a code from
-    /// outside (the daemon's answer, the OS) that is not a real errno reads as
-    /// `EPROTO` or `EIO`, so a lying daemon can never make a C call report
-    /// success or a positive number.
+    /// ABI and for callers who think in errno. Always in 1..=4095: an OS code
+    /// that is not a real errno reads as `EIO`, so a C call never reports
+    /// success or a positive number for a failure.
     pub fn errno(&self) -> i32 {
         let real = |e: i32| (1..=4095).contains(&e);
         match self {
             Error::Unsupported { .. } => libc::ENOTSUP,
             Error::InvalidArgument(_) => libc::EINVAL,
             Error::OutOfMemory { .. } | Error::HugetlbShortage { .. } => libc::ENOMEM,
-            Error::CgroupLimit { .. } => libc::ENOMEM,
             Error::Exhausted { .. } => libc::EAGAIN,
             Error::NotZero { .. } => libc::EIO,
             Error::Busy => libc::EBUSY,
-            Error::Service { errno, .. } if real(*errno) => *errno,
-            Error::Service { .. } => libc::EPROTO,
             Error::Os { source, .. } => source
                 .raw_os_error()
                 .filter(|e| real(*e))
@@ -129,8 +110,6 @@ impl fmt::Display for Error {
                 "need {needed} hugetlb pages of {} KiB but only {free} are free; reserve more with: {reserve_cmd}",
                 page_size / 1024
             ),
-            Error::Service { reason, .. } => write!(f, "prezero serve: {reason}"),
-            Error::CgroupLimit { reason } => write!(f, "prezero serve: {reason}"),
             Error::Os { call, source } => write!(f, "{call} failed: {source}"),
         }
     }
@@ -153,18 +132,12 @@ mod tests {
     use super::Error;
 
     #[test]
-    fn a_peers_code_that_is_no_errno_never_reads_as_success() {
+    fn an_os_code_that_is_no_errno_never_reads_as_success() {
         for bad in [0, -12, i32::MIN, 4096, i32::MAX] {
-            let e = Error::Service {
-                errno: bad,
-                reason: String::new(),
-            };
-            assert_eq!(e.errno(), libc::EPROTO, "{bad}");
+            let e = Error::os("test", std::io::Error::from_raw_os_error(bad));
+            assert_eq!(e.errno(), libc::EIO, "{bad}");
         }
-        let e = Error::Service {
-            errno: libc::ENOMEM,
-            reason: String::new(),
-        };
+        let e = Error::os("test", std::io::Error::from_raw_os_error(libc::ENOMEM));
         assert_eq!(e.errno(), libc::ENOMEM);
     }
 }

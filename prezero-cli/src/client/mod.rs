@@ -453,7 +453,7 @@ fn churn(args: &ChurnArgs) -> Result<()> {
                 served += 1;
                 bytes += size;
             }
-            Err(prezero::Error::Service { errno, .. })
+            Err(prezero_service::Error::Refused { errno, .. })
                 if errno == libc::ENOMEM || errno == libc::EDQUOT =>
             {
                 refused += 1;

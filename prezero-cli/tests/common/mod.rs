@@ -398,7 +398,7 @@ pub const NO_FALLBACK: AllocOptions = AllocOptions {
     other_nodes: false,
 };
 
-pub fn from_service(c: &Client, bytes: usize) -> prezero::Result<ServiceMemory> {
+pub fn from_service(c: &Client, bytes: usize) -> prezero_service::Result<ServiceMemory> {
     c.alloc_with(bytes, PageKind::Huge2M, NO_FALLBACK)
 }
 

@@ -18,7 +18,7 @@ fn every_byte_is_zero_across_cycles_of_garbage() {
         let mut m = loop {
             match from_service(&c, bytes) {
                 Ok(m) => break m,
-                Err(prezero::Error::Service { errno, .. }) if errno == libc::ENOMEM => {
+                Err(prezero_service::Error::Refused { errno, .. }) if errno == libc::ENOMEM => {
                     std::thread::sleep(Duration::from_millis(2))
                 }
                 Err(e) => panic!("cycle {cycle}: {e}"),

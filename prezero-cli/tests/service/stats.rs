@@ -61,7 +61,9 @@ fn pools_by_shape_give_exact_fits_first_then_the_fewest_segments_under_concurren
                             assert_all_zero(&m);
                             m.as_mut_slice().fill(0xc3);
                         }
-                        Err(prezero::Error::Service { errno, .. }) if errno == libc::ENOMEM => {
+                        Err(prezero_service::Error::Refused { errno, .. })
+                            if errno == libc::ENOMEM =>
+                        {
                             std::thread::sleep(Duration::from_millis(1))
                         }
                         Err(e) => panic!("{e}"),

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::protocol::{self, Reply, Request, MAX_MESSAGE};
-use prezero::{Error, Result};
+use crate::{Error, Result};
 use prezero_sys::{self as sys, UnixAddr};
 
 /// How long the client waits for any one reply before giving up on the service.
@@ -48,7 +48,7 @@ impl Conn {
     pub(super) fn exchange(&self, req: &Request) -> Result<(Vec<Reply>, Vec<OwnedFd>)> {
         let _g = self.lock.lock().unwrap_or_else(|e| e.into_inner());
         if self.broken.load(Ordering::Relaxed) {
-            return Err(Error::Service {
+            return Err(Error::Refused {
                 errno: libc::ENOTCONN,
                 reason: "the connection was closed after an earlier error".into(),
             });
@@ -138,7 +138,7 @@ impl Conn {
             if let Ok(got) = protocol::recv(self.sock.as_fd(), buf, libc::MSG_DONTWAIT) {
                 if let Ok((_, Reply::Error { errno, message, .. })) = Reply::decode(&buf[..got.len])
                 {
-                    return Some(Error::Service {
+                    return Some(Error::Refused {
                         errno,
                         reason: message,
                     });

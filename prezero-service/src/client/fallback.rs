@@ -8,9 +8,9 @@ use std::ptr::NonNull;
 use super::held::Backing;
 use super::{SegmentFiles, ServiceMemory, Source};
 use crate::SEALS;
+use crate::{Error, Result};
 use prezero::numa::Topology;
 use prezero::region::{PageKind, Region};
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 /// The local fallback of [`Client::alloc_with`]: `bytes` mapped and
@@ -28,11 +28,11 @@ pub(super) fn local(
     let threads = threads.max(1);
     let (mut region, mut reason) = match Region::new(bytes, page) {
         Ok(r) => (r, why),
-        Err(e @ Error::HugetlbShortage { .. }) => {
+        Err(e @ prezero::Error::HugetlbShortage { .. }) => {
             let r = thp_instead(bytes, &format!("{why}; local {page}: {e}"))?;
             (r, format!("{why}; local {page}: {e}; used THP"))
         }
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     match node {
         Some(n) => {
@@ -79,7 +79,7 @@ fn thp_instead(bytes: usize, why: &str) -> Result<Region> {
              for a THP fallback"
         )));
     }
-    Region::new(bytes, PageKind::Thp)
+    Ok(Region::new(bytes, PageKind::Thp)?)
 }
 
 /// The local fallback of [`Client::alloc_files`]: one sealed, populated memfd
@@ -178,7 +178,7 @@ fn populated_memfd(
             if at.all_on(n) {
                 Ok(())
             } else {
-                Err(Error::invalid(format!(
+                Err(prezero::Error::invalid(format!(
                     "node {n}'s pool was short (pages on {:?})",
                     at.on
                 )))

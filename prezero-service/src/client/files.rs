@@ -7,8 +7,8 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use super::held::{lease_accessors, Backing};
 use super::{SegmentView, Source};
+use crate::{Error, Result};
 use prezero::region::PageKind;
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 /// Zeroed, populated memory as files, from [`Client::alloc_files`]: the

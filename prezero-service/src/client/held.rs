@@ -13,8 +13,8 @@ use std::sync::Arc;
 use super::exchange::Conn;
 use super::SegmentView;
 use crate::protocol::{Reply, Request, ALLOC_NODE, ALLOC_OTHER_NODES, MAX_RELEASE_IDS};
+use crate::{Error, Result};
 use prezero::region::{PageKind, Region};
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 /// The node an `ALLOC` asks for, and whether another may serve.
@@ -59,7 +59,7 @@ pub(super) fn take_segments(
         node,
     };
     let (replies, fds) = conn.exchange(&req).map_err(|e| match (e, want.node) {
-        (Error::Service { errno, reason }, Some(n)) if errno == libc::EPROTO => Error::Service {
+        (Error::Refused { errno, reason }, Some(n)) if errno == libc::EPROTO => Error::Refused {
             errno,
             reason: format!(
                 "{reason} (a daemon of protocol version 1 cannot place memory on NUMA node {n}: \
@@ -86,7 +86,7 @@ pub(super) fn take_segments(
                 ..
             } => return Err(Error::CgroupLimit { reason: message }),
             Reply::Error { errno, message, .. } => {
-                return Err(Error::Service {
+                return Err(Error::Refused {
                     errno,
                     reason: message,
                 })

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use super::exchange::Conn;
 use super::held::{check_on, lease_accessors, take_segments, Backing, Taken, Want};
 use super::{SegmentView, Source};
+use crate::{Error, Result};
 use prezero::region::{PageKind, Region};
-use prezero::{Error, Result};
 use prezero_sys as sys;
 
 pub(super) fn from_service(
@@ -88,9 +88,9 @@ pub(super) fn from_service(
 fn reserve(len: usize, align: usize) -> Result<NonNull<u8>> {
     let span = len
         .checked_add(align)
-        .ok_or(Error::OutOfMemory { size: len })?;
+        .ok_or(prezero::Error::OutOfMemory { size: len })?;
     sys::mmap_anon_aligned(len, align, libc::PROT_NONE, libc::MAP_NORESERVE)
-        .map_err(|_| Error::OutOfMemory { size: span })
+        .map_err(|_| prezero::Error::OutOfMemory { size: span }.into())
 }
 
 /// Zeroed, populated memory from [`Client::alloc`]; unmapped and given back when

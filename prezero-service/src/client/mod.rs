@@ -22,13 +22,13 @@ use std::sync::Arc;
 
 use super::protocol::{Reply, Request, ServiceStats};
 use super::DEFAULT_SOCKET;
+use crate::{Error, Result};
 use exchange::Conn;
 use fallback::{local, local_file};
 use held::{take_segments, Backing, Want};
 use mapping::from_service;
 use prezero::numa::Topology;
 use prezero::region::PageKind;
-use prezero::{Error, Result};
 use prezero_sys::UnixAddr;
 
 pub(crate) use exchange::{connect_socket, CONNECT_TIMEOUT};
@@ -100,7 +100,7 @@ impl AllocOptions {
         }
         match self.node {
             NodeChoice::Any => Ok(None),
-            NodeChoice::Node(n) => Topology::read().memory_node(n).map(|_| Some(n)),
+            NodeChoice::Node(n) => Ok(Topology::read().memory_node(n).map(|_| Some(n))?),
             NodeChoice::Caller if prezero::numa::is_multi_node() => Ok(prezero::numa::home_node()),
             NodeChoice::Caller => Ok(None),
         }
@@ -199,7 +199,7 @@ impl Client {
 
     /// `ENOTCONN`, with why connect(2) failed.
     fn not_connected(&self) -> Error {
-        Error::Service {
+        Error::Refused {
             errno: libc::ENOTCONN,
             reason: self.absent.as_ref().map_or(String::new(), |a| a.1.clone()),
         }
@@ -350,7 +350,7 @@ impl Client {
         let (mut replies, _) = conn.exchange(&req)?;
         match replies.pop() {
             Some(Reply::Prepared { target, placed }) => Ok((target, placed)),
-            Some(Reply::Error { errno, message, .. }) => Err(Error::Service {
+            Some(Reply::Error { errno, message, .. }) => Err(Error::Refused {
                 errno,
                 reason: message,
             }),
@@ -364,7 +364,7 @@ impl Client {
         let (mut replies, _) = conn.exchange(&Request::Stats)?;
         match replies.pop() {
             Some(Reply::Stats(s)) => Ok(*s),
-            Some(Reply::Error { errno, message, .. }) => Err(Error::Service {
+            Some(Reply::Error { errno, message, .. }) => Err(Error::Refused {
                 errno,
                 reason: message,
             }),

@@ -4,7 +4,8 @@
 
 use std::fmt;
 
-use prezero::{fmt_size, parse_size, Error, Result};
+use crate::{Error, Result};
+use prezero::{fmt_size, parse_size};
 
 /// A pool's target or cap as the configuration says it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -35,10 +36,10 @@ impl Amount {
             fraction(n, d)
         } else {
             return parse_size(t).map(Amount::Bytes).map_err(|e| match e {
-                Error::InvalidArgument(m) => {
+                prezero::Error::InvalidArgument(m) => {
                     Error::invalid(format!("{m}; or a share of the node's memory (1/8, 12.5%)"))
                 }
-                e => e,
+                e => e.into(),
             });
         };
         let (num, den) = share.ok_or_else(|| {

@@ -15,11 +15,11 @@ use super::ledger::Shape;
 use super::protocol::MAX_POOLS;
 use super::replace_file::tmp_beside;
 use super::DEFAULT_SOCKET;
+use crate::{Error, Result};
 pub use amount::Amount;
 use prezero::numa::{Node, Topology};
 use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;
-use prezero::{Error, Result};
 
 /// Where a pool's pages are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -173,7 +173,7 @@ impl ServerConfig {
                     Ok(node) => placed.push(p.placed_on(node)),
                     Err(e) => {
                         let why = match e {
-                            Error::InvalidArgument(m) => m,
+                            prezero::Error::InvalidArgument(m) => m,
                             e => e.to_string(),
                         };
                         return Err(Error::invalid(format!("pool {}: {why}", p.page.name())));

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use crate::log;
 use crate::replace_file::replace_file;
-use prezero::{Error, Result};
+use crate::{Error, Result};
 
 /// The metrics file's writer: a thread of its own, so a slow file system never
 /// holds up the event loop, which only hands it the rendered text.

@@ -11,7 +11,7 @@ use crate::ledger::{write_ledger, Clean, State};
 use crate::log;
 use crate::segment::Segment;
 use crate::worker::{Done, Job};
-use prezero::Error;
+use crate::{Error, Result};
 use prezero_sys as sys;
 
 impl Server {
@@ -233,7 +233,10 @@ impl Server {
                     self.pools[pool].creating = false;
                     // Short of hugetlb pages: said once for all pools, then
                     // shown in STATS and the metrics, not every retry.
-                    let short = matches!(seg, Err(Error::HugetlbShortage { .. }));
+                    let short = matches!(
+                        seg,
+                        Err(Error::Local(prezero::Error::HugetlbShortage { .. }))
+                    );
                     let added = match seg {
                         Ok(seg) => self.add_recorded(pool, seg, None),
                         Err(e) => Err(e.to_string()),
@@ -295,7 +298,7 @@ impl Server {
 
     /// A segment of `pool` made inside cgroup `key` (its pages charged
     /// there) with `cpu`, or why not.
-    fn created_in(&mut self, key: u64, pool: usize, seg: prezero::Result<Segment>, cpu: Duration) {
+    fn created_in(&mut self, key: u64, pool: usize, seg: Result<Segment>, cpu: Duration) {
         let len = self.pools[pool].cfg.segment_size;
         let added = match seg {
             Ok(seg) => self.add_recorded(pool, seg, Some(key)),

@@ -10,7 +10,8 @@ use crate::config::PlacedPool;
 use crate::ledger::{adopt, write_ledger, Ledger, State};
 use crate::log;
 use crate::segment::{Home, Segment};
-use prezero::{fmt_size, Error, Result};
+use crate::{Error, Result};
+use prezero::fmt_size;
 use prezero_sys as sys;
 
 /// A ledger of `pools` with what a previous instance handed out and some
@@ -100,7 +101,7 @@ pub(super) fn fill(
                 // memory or descriptors did: a smaller pool, which grows
                 // toward its target while serving.
                 Err(e)
-                    if matches!(e, Error::HugetlbShortage { .. })
+                    if matches!(e, Error::Local(prezero::Error::HugetlbShortage { .. }))
                         || matches!(e.errno(), libc::ENOMEM | libc::EMFILE | libc::ENFILE) =>
                 {
                     stopped = Some(e);
@@ -116,7 +117,7 @@ pub(super) fn fill(
                 "pool {name}: {got} segments of {s} ready ({ready}) in {:.2} s",
                 t.elapsed().as_secs_f64()
             )),
-            Some(Error::HugetlbShortage { .. }) => {
+            Some(Error::Local(prezero::Error::HugetlbShortage { .. })) => {
                 short[i] = true;
                 log(&format!(
                     "pool {name}: {got} of {want} segments of {s} ready ({ready} of {}): short \
