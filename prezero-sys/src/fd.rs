@@ -149,8 +149,8 @@ pub fn punch_hole(fd: BorrowedFd<'_>, offset: usize, len: usize) -> io::Result<(
 ///
 /// pre: none.
 pub fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: eventfd has no memory-safety preconditions.
-    owned(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) })
+    // A new descriptor, owned by no one else (`owned`'s pre).
+    owned(crate::raw::eventfd()?)
 }
 
 /// Adds `n` to an eventfd's counter (makes it readable).

@@ -82,18 +82,7 @@ fn owned(r: libc::c_int) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
-/// The base page size (4 KiB on x86_64, 4/16/64 KiB on aarch64).
-///
-/// pre: none.
-pub fn page_size() -> usize {
-    // SAFETY: sysconf has no memory-safety preconditions.
-    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    if v > 0 {
-        v as usize
-    } else {
-        4096
-    }
-}
+pub use raw::page_size;
 
 /// Online logical CPUs this process may run on.
 ///

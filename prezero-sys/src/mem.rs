@@ -175,47 +175,30 @@ pub unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> io::Result<()> {
     Ok(())
 }
 
-/// Advice that keeps a range's contents: safe to give any range.
-#[derive(Clone, Copy, Debug)]
-pub enum Advice {
-    /// MADV_HUGEPAGE: back the range with transparent huge pages where possible.
-    HugePage,
-    /// MADV_POPULATE_WRITE: fault every page in writable, contents unchanged.
-    PopulateWrite,
-}
+pub use crate::raw::Advice;
 
-/// `madvise(2)` with advice that keeps contents.
+/// `madvise(2)` with advice that keeps contents: [`raw::madvise`](crate::raw::madvise)
+/// on a pointer.
 ///
 /// pre: none: the kernel checks the range (ENOMEM for one not mapped), and
-/// neither advice changes a byte, so a wrong range is an error, never
+/// no such advice changes a byte, so a wrong range is an error, never
 /// undefined behaviour.
 pub fn madvise(ptr: *mut u8, len: usize, advice: Advice) -> io::Result<()> {
-    let advice = match advice {
-        Advice::HugePage => libc::MADV_HUGEPAGE,
-        Advice::PopulateWrite => libc::MADV_POPULATE_WRITE,
-    };
-    // SAFETY: the kernel validates the range; both values only hint or
-    // populate, leaving every byte as it was.
-    if unsafe { libc::madvise(ptr.cast(), len, advice) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    Ok(crate::raw::madvise(ptr as usize, len, advice)?)
 }
 
 /// `madvise(MADV_FREE)` of zeroed memory held for later: the kernel may take
 /// its pages back under pressure, without swap, and a page it took reads
 /// zero again; one it left keeps its zeroes, and a write to it needs no
-/// fault. EINVAL for memory it does not apply to (hugetlb, shared).
+/// fault. EINVAL for memory it does not apply to (hugetlb, shared). As
+/// [`raw::free_lazily`](crate::raw::free_lazily), in steps of 2 MiB.
 ///
 /// # Safety
 /// pre: `[ptr, ptr+len)` lies in mappings this crate made, reads zero, and
 /// nothing writes it while this runs (a write after it keeps the page).
 pub unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
-    // SAFETY: zero memory of ours (pre): taken back or not, it reads zero.
-    if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_FREE) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: the caller's zeroed range, unwritten meanwhile (pre).
+    Ok(unsafe { crate::raw::free_lazily(ptr as usize, len, false) }?)
 }
 
 /// `madvise(MADV_DONTNEED)`: the range's pages go back to the kernel and
@@ -225,11 +208,8 @@ pub unsafe fn free_lazily(ptr: *mut u8, len: usize) -> io::Result<()> {
 /// pre: `[ptr, ptr+len)` lies in private anonymous mappings this crate made,
 /// and nothing else reads or writes it while this runs (its contents vanish).
 pub unsafe fn discard(ptr: *mut u8, len: usize) -> io::Result<()> {
-    // SAFETY: the caller owns the range and nothing else uses it.
-    if unsafe { libc::madvise(ptr.cast(), len, libc::MADV_DONTNEED) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
+    // SAFETY: the caller owns the range and nothing else uses it (pre).
+    Ok(unsafe { crate::raw::discard(ptr as usize, len) }?)
 }
 
 /// Base pages of `[ptr, ptr+len)` resident in memory (`mincore(2)`).

@@ -304,7 +304,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<Result<*mut c_
 pub fn move_plain(p: usize, old: usize, q: usize, again: &dyn Fn()) -> Moved {
     // SAFETY: [p, p + old) and [q, q + old) are two disjoint blocks of our
     // range this thread owns (the program's, and the one just granted).
-    match unsafe { sys::move_pages(p, old, q) } {
+    match unsafe { sys::remap_pages(p, old, q) } {
         Ok(()) => {
             // The vacated part keeps the moved pages' mapping (its offset and
             // flags differ from its neighbours'), which the kernel will not

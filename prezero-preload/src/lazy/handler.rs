@@ -485,7 +485,7 @@ impl Handler {
         // SAFETY: the slot is ours (TAKEN) and zero; the block is missing,
         // in a range registered with this descriptor.
         let (moved, r) =
-            unsafe { uffd::move_pages(self.fd, block, from, HUGE, uffd::MOVE_SRC_HOLES) };
+            unsafe { uffd::move_range(self.fd, block, from, HUGE, uffd::MOVE_SRC_HOLES) };
         match r {
             Ok(()) => reserve::set(slot, EMPTY),
             // The kernel may report an error for a move it made (a batch

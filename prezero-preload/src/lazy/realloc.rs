@@ -70,7 +70,7 @@ fn move_block(_: &PopGuard, from: usize, len: usize, to: usize) -> Option<usize>
     // granted it, now without pages), in the cache's range, registered with
     // this descriptor.
     Some(
-        match unsafe { uffd::move_pages(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
+        match unsafe { uffd::move_range(fd(), to, from, len, uffd::MOVE_SRC_HOLES) } {
             (_, Ok(())) => len,
             (moved, Err(_)) => moved,
         },

@@ -77,7 +77,7 @@ pub(super) fn recycle(start: usize, len: usize) {
                 // registered with this descriptor; the block's contents are
                 // the caller's to drop (see above).
                 let (m, r) = unsafe {
-                    uffd::move_pages(fd, reserve::slot_addr(slot), b, HUGE, uffd::MOVE_DONT_WAKE)
+                    uffd::move_range(fd, reserve::slot_addr(slot), b, HUGE, uffd::MOVE_DONT_WAKE)
                 };
                 match r {
                     Ok(()) => {

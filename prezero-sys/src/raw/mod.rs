@@ -65,6 +65,13 @@ pub use numa::*;
 pub use sync::{futex_wait, futex_wake, Event, Mutex, TagMutex};
 pub use thread::*;
 
+impl From<Errno> for std::io::Error {
+    /// The std layer's form of the same failure.
+    fn from(e: Errno) -> std::io::Error {
+        std::io::Error::from_raw_os_error(e.0)
+    }
+}
+
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
     pub fn last() -> Errno {
@@ -360,7 +367,7 @@ pub unsafe fn discard_even_locked(addr: usize, len: usize) -> Result<(), Errno> 
     }
 }
 
-/// What [`move_pages`] left when it moved nothing.
+/// What [`remap_pages`] left when it moved nothing.
 #[derive(Debug, PartialEq, Eq)]
 pub enum NotMoved {
     /// Both ranges are as they were.
@@ -384,7 +391,7 @@ pub enum NotMoved {
 /// # Safety
 /// pre: both ranges are the caller's, in private anonymous mappings this
 /// crate made, disjoint, and nothing else uses either while this runs.
-pub unsafe fn move_pages(from: usize, len: usize, to: usize) -> Result<(), NotMoved> {
+pub unsafe fn remap_pages(from: usize, len: usize, to: usize) -> Result<(), NotMoved> {
     inject!(Mremap, libc::ENOMEM, Err(NotMoved::Refused));
     let flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
     // SAFETY: both ranges are the caller's, disjoint and unused (pre).
@@ -589,12 +596,13 @@ pub fn write_stderr(buf: &[u8]) {
     }
 }
 
-/// The base page size (`sysconf(_SC_PAGESIZE)`).
+/// The base page size (4 KiB on x86_64, 4/16/64 KiB on aarch64).
 ///
 /// pre: none.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
-    unsafe { libc::sysconf(libc::_SC_PAGESIZE) as usize }
+    let v = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(v).ok().filter(|&v| v > 0).unwrap_or(4096)
 }
 
 /// The address of the next definition of the symbol `name` after this

@@ -299,7 +299,7 @@ pub const MOVE_SRC_HOLES: u64 = 2;
 /// pre: the caller owns both ranges: nothing else reads `src` (it becomes
 /// missing) or expects `dst` to stay missing; `dst` lies in a range
 /// registered with `fd`.
-pub unsafe fn move_pages(
+pub unsafe fn move_range(
     fd: c_int,
     dst: usize,
     src: usize,
