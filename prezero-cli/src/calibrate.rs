@@ -279,7 +279,7 @@ fn derive(m: &Measurements) -> (ProfileFile, TemplateChoice) {
         classes: size_classes.to_rows(),
         template: Some(template.to_row()),
         measured: profile::Measured {
-            microcode: cpuinfo_field("microcode"),
+            microcode: prezero_sys::cpuinfo_field("microcode"),
             kernel_release: Some(prezero::memory().kernel_release),
             elision_knee: knees,
             bounded_min_chunk: bounded,
@@ -539,14 +539,6 @@ fn check(path: &std::path::Path, m: &Measurements) -> Result<()> {
         path.display()
     );
     Ok(())
-}
-
-fn cpuinfo_field(name: &str) -> Option<String> {
-    let text = std::fs::read_to_string("/proc/cpuinfo").ok()?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == name).then(|| v.trim().to_owned())
-    })
 }
 
 /// Now as an ISO 8601 UTC timestamp (civil-from-days, no calendar crate needed).

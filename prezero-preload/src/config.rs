@@ -3,10 +3,9 @@
 
 use std::ffi::{c_int, CStr};
 
-use crate::cgroup;
 use crate::sys;
+use crate::sys::cgroup;
 use prezero_sys::env::{self, Value, Var};
-use prezero_sys::size::read_size;
 
 /// The cache's settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,21 +83,6 @@ fn number(value: Option<&[u8]>, var: &Var) -> Option<usize> {
     }
 }
 
-/// A field of /proc/meminfo in bytes, read into a stack buffer.
-pub fn meminfo(field: &[u8]) -> Option<usize> {
-    let mut buf = [0u8; 4096];
-    let n = sys::read_file_start(c"/proc/meminfo", &mut buf).ok()?;
-    let text = &buf[..n];
-    let at = text.windows(field.len()).position(|w| w == field)?;
-    let rest = &text[at + field.len()..];
-    let rest = &rest[rest.iter().position(|b| b.is_ascii_digit())?..];
-    let end = rest.iter().position(|b| !b.is_ascii_digit())?;
-    match &rest[..end] {
-        b"0" => Some(0),
-        digits => read_size(digits).ok()?.checked_mul(1024),
-    }
-}
-
 /// Whether this process is the program `prezero run` executed, which keeps
 /// the pid it names in `PREZERO_PREFILL_PID` across the exec.
 pub fn is_program() -> bool {
@@ -107,7 +91,7 @@ pub fn is_program() -> bool {
 
 /// The machine's memory.
 pub fn mem_total() -> Option<usize> {
-    meminfo(b"MemTotal:")
+    sys::meminfo(b"MemTotal:")
 }
 
 /// Runs `f` on the history file `PREZERO_HISTORY` names, opened with
@@ -167,7 +151,7 @@ impl Config {
     pub fn from_env() -> Config {
         // Read inside the program's first `malloc`, which keeps errno.
         let _kept = sys::KeepErrno::new();
-        let available = meminfo(b"MemAvailable:");
+        let available = sys::meminfo(b"MemAvailable:");
         Config::read(
             |v| env(v.cname),
             available,

@@ -54,14 +54,14 @@
 //!   way on the CPU (`polite.rs`). A registry: each owner of threads (the
 //!   lazy mode, the cache, the pressure watcher) registers how its threads
 //!   are woken and started again (`threads::Hooks`) before it starts one.
-//! * `config.rs`: the `PREZERO_*` environment, its sizes read by `size.rs`;
-//!   `cgroup.rs`: the process's memory cgroup (its files, its room);
-//!   `stats.rs`: the counters.
+//! * `config.rs`: the `PREZERO_*` environment, as `prezero_sys::env`
+//!   defines and reads it; `stats.rs`: the counters.
 //! * `sys`: every call into libc, none of which allocates, is
 //!   `prezero_sys::raw`, the allocation-free half of the workspace's OS
 //!   layer (userfaultfd, pagemap, signal masks, the locks that live in
 //!   statics, who a thread is, calls made past the functions this library
-//!   interposes, and the test build's injected failures).
+//!   interposes, the memory cgroup's files and room, `/proc/meminfo`, the
+//!   THP mode, and the test build's injected failures).
 //!
 //! The modules are layers, each importing only those below it (no circle,
 //! at file or folder level), and only what its row names
@@ -72,9 +72,8 @@
 //! lazy/                               cache/ and below
 //! cache/                              stats.rs and below, and blocks/
 //! stats.rs                            pressure/ (its event count)
-//! pressure/                           threads/, config.rs, cgroup.rs
-//! config.rs                           cgroup.rs
-//! threads/, cgroup.rs, nodes.rs       nothing of the crate's (prezero_sys)
+//! pressure/                           threads/, config.rs
+//! config.rs, threads/, nodes.rs       nothing of the crate's (prezero_sys)
 //! next.rs, blocks/ (pure)             nothing of the crate's
 //! ```
 //!
@@ -93,7 +92,6 @@
 
 mod blocks;
 mod cache;
-mod cgroup;
 mod config;
 mod lazy;
 mod next;

@@ -109,12 +109,19 @@ pub fn read_usize(path: impl AsRef<Path>) -> Option<usize> {
 ///
 /// pre: none.
 pub fn mem_available() -> usize {
-    read_text("/proc/meminfo")
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            line.split_whitespace().nth(1)?.parse::<usize>().ok()
-        })
-        .map_or(0, |kib| kib << 10)
+    raw::meminfo(b"MemAvailable:").unwrap_or(0)
+}
+
+/// A field of `/proc/cpuinfo` (the first CPU's), as text: `"model name"`,
+/// `"vendor_id"`.
+///
+/// pre: none.
+pub fn cpuinfo_field(name: &str) -> Option<String> {
+    let text = read_text("/proc/cpuinfo")?;
+    text.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        (k.trim() == name).then(|| v.trim().to_owned())
+    })
 }
 
 /// Writes a sysfs/procfs file (hugetlb reservations).

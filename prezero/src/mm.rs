@@ -58,13 +58,9 @@ pub struct Memory {
 
 /// The kernel's memory-management state at this moment.
 pub fn memory() -> Memory {
-    let thp_mode = sys::read_text("/sys/kernel/mm/transparent_hugepage/enabled")
-        .and_then(|s| {
-            let start = s.find('[')? + 1;
-            let end = s[start..].find(']')? + start;
-            Some(s[start..end].to_owned())
-        })
-        .unwrap_or_else(|| "unavailable".into());
+    let thp_mode = sys::raw::thp_mode()
+        .map_or("unavailable", sys::raw::ThpMode::name)
+        .to_owned();
     let pmd_size =
         sys::read_usize("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size").unwrap_or(0);
     Memory {

@@ -606,10 +606,7 @@ fn thp_always() -> bool {
 
 /// Reads the kernel's THP mode into [`THP_ALWAYS`].
 fn read_thp_mode() {
-    let mut buf = [0u8; 64];
-    let n =
-        sys::read_file_start(c"/sys/kernel/mm/transparent_hugepage/enabled", &mut buf).unwrap_or(0);
-    let always = buf[..n].windows(8).any(|w| w == b"[always]");
+    let always = sys::thp_mode() == Some(sys::ThpMode::Always);
     THP_ALWAYS.store(always, Ordering::Relaxed);
 }
 

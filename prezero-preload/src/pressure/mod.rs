@@ -284,7 +284,7 @@ fn look(what: &mut Source, fd: i32, ev: libc::c_short) -> (bool, bool) {
                 return (false, false);
             }
             let short = *what == Source::Level
-                || crate::cgroup::v1_usage()
+                || sys::cgroup::v1_usage()
                     .is_some_and(|u| u as u64 >= sources::THRESHOLD.load(Ordering::Relaxed));
             (short, false)
         }
@@ -347,13 +347,13 @@ fn run() {
 /// of MemTotal, or the memory cgroup's room under [`LOW_ROOM`]. Notes the
 /// room left ([`room`]).
 fn low() -> bool {
-    use crate::config::meminfo;
+    use crate::sys::meminfo;
     let available = meminfo(b"MemAvailable:");
     let short = match (available, meminfo(b"MemTotal:")) {
         (Some(a), Some(t)) => a < t / 16,
         _ => false,
     };
-    let cgroup = crate::cgroup::room();
+    let cgroup = sys::cgroup::room();
     let room = available
         .unwrap_or(usize::MAX)
         .min(cgroup.unwrap_or(usize::MAX));

@@ -92,20 +92,20 @@ pub fn open() -> usize {
     };
     let mut path = [0u8; 4096];
     add(
-        crate::cgroup::v2_file(b"memory.pressure", &mut path)
+        sys::cgroup::v2_file(b"memory.pressure", &mut path)
             .and_then(|p| sys::psi_trigger(p, TRIGGER)),
         Source::Psi,
     );
     let mut path = [0u8; 4096];
     add(
-        crate::cgroup::v2_file(b"memory.events", &mut path).and_then(sys::open_read),
+        sys::cgroup::v2_file(b"memory.events", &mut path).and_then(sys::open_read),
         Source::Events(0),
     );
     // The machine's stalls count other cgroups' at their own limits: only
     // for a process in no cgroup of its own.
     let mut path = [0u8; 4096];
     let at_root =
-        crate::cgroup::v2_file(b"", &mut path).is_none_or(|p| p.to_bytes() == b"/sys/fs/cgroup/");
+        sys::cgroup::v2_file(b"", &mut path).is_none_or(|p| p.to_bytes() == b"/sys/fs/cgroup/");
     add(
         at_root
             .then(|| sys::psi_trigger(c"/proc/pressure/memory", TRIGGER))
@@ -124,7 +124,7 @@ pub fn open() -> usize {
 /// limit.
 fn v1_events() -> (Option<i32>, Option<i32>) {
     let mut dir = [0u8; 4096];
-    let Some((len, limit)) = crate::cgroup::v1_limited(&mut dir) else {
+    let Some((len, limit)) = sys::cgroup::v1_limited(&mut dir) else {
         return (None, None);
     };
     let threshold = limit.saturating_sub(headroom(limit));

@@ -51,10 +51,12 @@ pub fn injected_stall() {
         std::thread::sleep(std::time::Duration::from_secs(3));
     }
 }
+pub mod cgroup;
 pub mod direct;
 mod file;
 mod identity;
 mod numa;
+mod procfs;
 mod sync;
 mod thread;
 pub mod uffd;
@@ -62,6 +64,7 @@ pub mod uffd;
 pub use file::*;
 pub use identity::Identity;
 pub use numa::*;
+pub use procfs::{meminfo, thp_mode, ThpMode};
 pub use sync::{futex_wait, futex_wake, Event, Mutex, TagMutex};
 pub use thread::*;
 

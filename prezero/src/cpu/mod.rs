@@ -211,7 +211,7 @@ pub fn cpu() -> &'static Cpu {
 fn detect() -> Cpu {
     let (vendor, family, model, stepping, mut model_name) = arch::identity();
     if model_name.is_empty() {
-        model_name = cpuinfo_field("model name").unwrap_or_default();
+        model_name = sys::cpuinfo_field("model name").unwrap_or_default();
     }
     let (caches, cache_source) = match sysfs_caches() {
         Some(c) if !c.is_empty() => (c, "sysfs"),
@@ -265,14 +265,6 @@ fn detect() -> Cpu {
         logical_cpus: sys::online_cpus(),
         page_size: sys::page_size(),
     }
-}
-
-fn cpuinfo_field(name: &str) -> Option<String> {
-    let text = sys::read_text("/proc/cpuinfo")?;
-    text.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        (k.trim() == name).then(|| v.trim().to_owned())
-    })
 }
 
 /// Caches of CPU 0 from /sys/devices/system/cpu/cpu0/cache/index*, instruction caches left out.

@@ -242,12 +242,7 @@ fn node_hugetlb(node_dir: &Path) -> Vec<NodeHugetlb> {
 /// A kernel without NUMA sysfs: one node holding everything.
 fn single_node() -> Topology {
     let memory = crate::mm::memory();
-    let mem_total = sys::read_text("/proc/meminfo")
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemTotal:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib << 10);
+    let mem_total = sys::raw::meminfo(b"MemTotal:").unwrap_or(0) as u64;
     Topology {
         nodes: vec![Node {
             id: 0,

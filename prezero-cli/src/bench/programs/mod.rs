@@ -79,34 +79,7 @@ fn wanted(args: &Args) -> Result<Vec<Program>> {
 /// What the memory cgroups of this process have left below their limits:
 /// the least over the cgroup and its ancestors, in v2's files or v1's.
 fn cgroup_room() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let read = |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-    let mut least: Option<u64> = None;
-    for line in text.lines() {
-        let mut parts = line.splitn(3, ':');
-        let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
-        let (root, limit, usage) = if controllers.is_empty() {
-            ("/sys/fs/cgroup", "memory.max", "memory.current")
-        } else if controllers.split(',').any(|c| c == "memory") {
-            (
-                "/sys/fs/cgroup/memory",
-                "memory.limit_in_bytes",
-                "memory.usage_in_bytes",
-            )
-        } else {
-            continue;
-        };
-        let mut dir = PathBuf::from(root);
-        let levels = std::iter::once("").chain(path.split('/').filter(|c| !c.is_empty()));
-        for level in levels {
-            dir.push(level);
-            if let Some(max) = read(dir.join(limit)) {
-                let room = max.saturating_sub(read(dir.join(usage)).unwrap_or(0));
-                least = Some(least.map_or(room, |l| l.min(room)));
-            }
-        }
-    }
-    least
+    prezero_sys::raw::cgroup::room().map(|b| b as u64)
 }
 
 /// The sizes' share of their full values: what MemAvailable and the memory

@@ -227,13 +227,7 @@ fn reserve_bytes(settings: &Settings) -> Result<usize> {
     if let Some(r) = &settings.reserve {
         return crate::units::parse_size(r).context("--reserve");
     }
-    let available = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|m| {
-            let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-            line.split_whitespace().nth(1)?.parse::<usize>().ok()
-        })
-        .map(|kib| kib * 1024);
+    let available = prezero_sys::raw::meminfo(b"MemAvailable:");
     Ok(available.map_or(1 << 30, |a| a / 10).min(1 << 30))
 }
 

@@ -38,9 +38,7 @@ impl Sample {
 
 /// MemAvailable, in bytes.
 fn mem_available() -> Option<u64> {
-    let m = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = m.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    prezero_sys::raw::meminfo(b"MemAvailable:").map(|b| b as u64)
 }
 
 /// A thread that reads MemAvailable every 20 ms (a read costs ~20 us:

@@ -7,8 +7,8 @@
 
 use std::ffi::CStr;
 
-use crate::sys;
-use prezero_sys::size::read_size;
+use crate::raw as sys;
+use crate::size::read_size;
 
 /// Where a hierarchy's files are, and the two it has for a limit and usage.
 #[derive(Debug, PartialEq, Eq)]
