@@ -64,7 +64,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::blocks::{Blocks, PAGE};
 use crate::config::Config;
 use crate::nodes::{Nodes, MAX_LANES};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys;
 use lock::{lock, signal_all, Guard};
 
@@ -384,7 +384,7 @@ impl Cache {
     fn peaks(&mut self) {
         let held = self.held();
         let in_use: usize = self.lanes().map(|l| l.blocks.bytes.in_use).sum();
-        stats::PEAK_HELD.fetch_max(held, Ordering::Relaxed);
-        stats::PEAK_IN_USE.fetch_max(in_use, Ordering::Relaxed);
+        stats::CACHE.max(Count::PeakHeld, held as u64);
+        stats::CACHE.max(Count::PeakInUse, in_use as u64);
     }
 }

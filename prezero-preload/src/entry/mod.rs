@@ -44,10 +44,11 @@ mod threads;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
+use crate::cache;
 use crate::config::Config;
 use crate::next::{self, Next};
+use crate::stats::{self, Count};
 use crate::sys::{self, set_errno};
-use crate::{cache, stats};
 
 const UNINIT: u8 = 0;
 /// Finding the next allocator: only the arena serves.
@@ -177,7 +178,7 @@ fn large(size: usize, align: usize, zeroed: bool, n: &Next) -> *mut c_void {
     if !p.is_null() {
         return p;
     }
-    stats::FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    stats::CACHE.add(Count::Fallbacks, 1);
     if zeroed {
         // SAFETY: the next allocator's own calloc, with valid arguments.
         unsafe { (n.calloc)(1, size) }
@@ -349,7 +350,7 @@ extern "C" fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
             Some(Ok(q)) => q,
             Some(Err(old)) => copy_to_new(old),
             None => {
-                stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+                stats::CACHE.add(Count::BadFrees, 1);
                 set_errno(libc::EINVAL);
                 std::ptr::null_mut()
             }

@@ -33,6 +33,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::stats::Count;
 use super::table::Range;
 use super::{active, ensure_started, fd, stats, thp_always, threshold, PopGuard, HUGE, PAGE};
 use crate::sys::uffd;
@@ -149,7 +150,7 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
         let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
     }
     track(g, r);
-    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
+    stats::LAZY.add(Count::Mappings, 1);
 }
 
 /// Registers the small new mapping `[at, at + len)` if it lies right beside

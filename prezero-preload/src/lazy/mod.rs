@@ -676,5 +676,5 @@ extern "C" fn in_child() {
     unsafe { POP.reset() };
     // SAFETY: as for POP: nor is one that may have been changing the table.
     unsafe { (*TABLE.0.get()).clear() };
-    stats::reset();
+    stats::LAZY.reset();
 }

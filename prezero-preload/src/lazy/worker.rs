@@ -13,6 +13,7 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
+use super::stats::Count;
 use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
 use crate::sys;
 use crate::threads::{self, End, Owner, Polite, CHECK_MS};
@@ -62,7 +63,7 @@ pub fn run() {
                 reserve::take(lane, READY, TAKEN).or_else(|| reserve::take(lane, DIRTY, SCRUBBING))
             {
                 if reserve::drop_pages(i) {
-                    stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+                    stats::LAZY.add(Count::Released, 1);
                 } else {
                     // Kept (DIRTY now): the kernel would keep the others too.
                     release_from = now + BACKOFF_MS;
