@@ -181,7 +181,7 @@ enum Round {
 /// faster than the kernel.
 fn idle_and_empty() -> bool {
     let idle = super::now_ms().saturating_sub(super::LAST_ACTIVE.load(Ordering::Relaxed))
-        >= super::IDLE_MS.load(Ordering::Relaxed);
+        >= super::SETTINGS.idle_ms.load(Ordering::Relaxed);
     idle && reserve::holds_nothing()
 }
 

@@ -140,19 +140,37 @@ static ZEROES: AtomicUsize = AtomicUsize::new(0);
 /// (a raw `clone`, `vfork`) must not use the descriptor, whose moves act on
 /// this process's memory.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-static RESERVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
-static IDLE_MS: AtomicU64 = AtomicU64::new(5000);
-/// Whether the reserve fills ahead of demand from start-up (the program
-/// `prezero run` executes; in other processes a lane fills once they fault
-/// there), in the starting thread's lane.
-static FILL: AtomicBool = AtomicBool::new(false);
 /// When the program last faulted or freed a huge page (coarse ms).
 static LAST_ACTIVE: AtomicU64 = AtomicU64::new(0);
-/// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
-static NO_USERFAULTFD: AtomicBool = AtomicBool::new(false);
-/// Print why, if it cannot start (the program `prezero run` executes).
-static SAY_WHY: AtomicBool = AtomicBool::new(false);
+
+/// The lazy mode's settings: stored once by [`configure`] at start-up from
+/// the `Config`, only read after (atomics: no lock on any path).
+struct Settings {
+    /// Most bytes the reserve holds (`Config::reserve`).
+    reserve_bytes: AtomicUsize,
+    /// The smallest of the program's mappings registered: the preload's
+    /// threshold (`PREZERO_THRESHOLD`), at least a huge page.
+    smallest_mapping: AtomicUsize,
+    /// The reserve unused this long goes back (`PREZERO_IDLE_SECS`, in ms).
+    idle_ms: AtomicU64,
+    /// Whether the reserve fills ahead of demand from start-up (the program
+    /// `prezero run` executes; in other processes a lane fills once they
+    /// fault there), in the starting thread's lane.
+    fill: AtomicBool,
+    /// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
+    no_userfaultfd: AtomicBool,
+    /// Print why, if it cannot start (the program `prezero run` executes).
+    say_why: AtomicBool,
+}
+
+static SETTINGS: Settings = Settings {
+    reserve_bytes: AtomicUsize::new(0),
+    smallest_mapping: AtomicUsize::new(usize::MAX),
+    idle_ms: AtomicU64::new(5000),
+    fill: AtomicBool::new(false),
+    no_userfaultfd: AtomicBool::new(false),
+    say_why: AtomicBool::new(false),
+};
 
 /// The table of registered mappings, under `POP`.
 struct TableCell(UnsafeCell<table::Table>);
@@ -233,12 +251,16 @@ pub fn configure(cfg: &Config) {
     }
     // The main thread's, at load time: what numactl set for the process.
     lanes::take_process_policy();
-    RESERVE_BYTES.store(cfg.reserve, Ordering::Relaxed);
-    THRESHOLD.store(cfg.threshold.max(HUGE), Ordering::Relaxed);
-    IDLE_MS.store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
-    NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
-    SAY_WHY.store(cfg.program, Ordering::Relaxed);
-    FILL.store(cfg.program, Ordering::Relaxed);
+    let s = &SETTINGS;
+    s.reserve_bytes.store(cfg.reserve, Ordering::Relaxed);
+    s.smallest_mapping
+        .store(cfg.threshold.max(HUGE), Ordering::Relaxed);
+    s.idle_ms
+        .store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
+    s.no_userfaultfd
+        .store(cfg.no_userfaultfd, Ordering::Relaxed);
+    s.say_why.store(cfg.program, Ordering::Relaxed);
+    s.fill.store(cfg.program, Ordering::Relaxed);
     reserve::fill_ahead(cfg.ahead);
     pause::register();
     crate::pressure::register(&PRESSURE_HOOKS);
@@ -267,9 +289,9 @@ pub fn wanted() -> bool {
     STATE.load(Ordering::Acquire) != OFF
 }
 
-/// The smallest mapping worth registering.
-pub fn threshold() -> usize {
-    THRESHOLD.load(Ordering::Relaxed)
+/// The smallest mapping worth registering ([`Settings::smallest_mapping`]).
+pub fn smallest_mapping() -> usize {
+    SETTINGS.smallest_mapping.load(Ordering::Relaxed)
 }
 
 /// Starts the lazy mode if it was asked for and has not been tried, or
@@ -300,7 +322,7 @@ pub fn ensure_started() -> bool {
         // A stop or a retirement may have suspended it meanwhile.
         Ok(()) => STATE.load(Ordering::Acquire) == ON,
         Err(why) => {
-            if SAY_WHY.load(Ordering::Relaxed) {
+            if SETTINGS.say_why.load(Ordering::Relaxed) {
                 why.print();
             }
             STATE.store(FAILED, Ordering::Release);
@@ -382,7 +404,7 @@ fn high(fd: i32) -> i32 {
 }
 
 fn start() -> Result<(), Why> {
-    if NO_USERFAULTFD.load(Ordering::Relaxed) {
+    if SETTINGS.no_userfaultfd.load(Ordering::Relaxed) {
         return Err(Why::Disabled);
     }
     if !sys::data_unlimited() {
@@ -419,7 +441,12 @@ fn start() -> Result<(), Why> {
     })?;
     ZEROES.store(zeroes, Ordering::Release);
     lanes::init();
-    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed), lanes::count()).map_err(|e| {
+    reserve::create(
+        fd,
+        SETTINGS.reserve_bytes.load(Ordering::Relaxed),
+        lanes::count(),
+    )
+    .map_err(|e| {
         uffd::close(pm);
         fail(Why::Failed(
             "the reserve (mapped, and placed on each NUMA node)",
@@ -447,7 +474,7 @@ fn start() -> Result<(), Why> {
         )));
     }
     pause::go_live();
-    if FILL.load(Ordering::Relaxed) {
+    if SETTINGS.fill.load(Ordering::Relaxed) {
         reserve::start_filling(lanes::of_caller());
     }
     crate::pressure::watch();

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
 use super::stats::Count;
-use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
+use super::{lanes, now_ms, stats, LAST_ACTIVE, SETTINGS};
 use crate::sys;
 use crate::threads::{self, End, Owner, Polite, CHECK_MS};
 
@@ -56,7 +56,7 @@ pub fn run() {
         }
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
-            >= IDLE_MS.load(Ordering::Relaxed);
+            >= SETTINGS.idle_ms.load(Ordering::Relaxed);
         if idle && now >= release_from {
             // Ready pages first, then the ones still to scrub.
             if let Some(i) =

@@ -46,7 +46,7 @@ pub static KINDS: [AtomicU8; MAX] = [const { AtomicU8::new(0) }; MAX];
 pub static BELL: AtomicI32 = AtomicI32::new(-1);
 static BELL_ID: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// The v1 threshold (bytes of usage) the `Usage` eventfd fires at.
-pub static THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
+pub static V1_USAGE_THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
 
 impl Source {
     fn code(self) -> u8 {
@@ -128,7 +128,7 @@ fn v1_events() -> (Option<i32>, Option<i32>) {
         return (None, None);
     };
     let threshold = limit.saturating_sub(headroom(limit));
-    THRESHOLD.store(threshold as u64, Ordering::Relaxed);
+    V1_USAGE_THRESHOLD.store(threshold as u64, Ordering::Relaxed);
     let level = event(&dir[..len], b"memory.pressure_level", b"medium");
     let mut num = [0u8; 24];
     let digits = format_number(threshold, &mut num);
