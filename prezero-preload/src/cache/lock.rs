@@ -58,6 +58,7 @@ pub(super) struct Guard {
 }
 
 impl Guard {
+    /// The cache the lock guards: reached only through a guard.
     pub(super) fn cache(&mut self) -> &mut Cache {
         // SAFETY: the mutex is held while the guard lives, so this is the only
         // reference; `started()` checked the cache exists before any guard.

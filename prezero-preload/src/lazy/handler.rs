@@ -118,6 +118,9 @@ struct Handler {
     n_handed: usize,
 }
 
+/// The handler thread's body: it reads the userfaultfd's faults and serves
+/// them until it is asked to end, the lazy mode stops, or it is idle with
+/// the reserve empty.
 pub fn run() {
     let mut h = Handler {
         fd: fd(),

@@ -70,13 +70,16 @@
 //! parent's memory.
 
 mod handler;
+/// What the program took, kept for its next run.
 pub mod history;
 mod lanes;
+/// The program's own mappings (for `entry/lazy.rs`).
 pub mod mappings;
 mod pause;
 mod realloc;
 mod recycle;
 mod reserve;
+/// The lazy mode's counters and its line at exit.
 pub mod stats;
 mod suspend;
 mod table;

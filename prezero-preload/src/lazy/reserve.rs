@@ -56,12 +56,20 @@ use crate::nodes::MAX_LANES;
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
+// A slot's states (the table above).
+/// No pages.
 pub const EMPTY: u8 = 0;
+/// Being populated (the worker).
 pub const FILLING: u8 = 1;
+/// A freed page being moved in (the recycler).
 pub const INCOMING: u8 = 2;
+/// Pages of unknown contents: to scrub.
 pub const DIRTY: u8 = 3;
+/// Being cleared, by whoever took it.
 pub const SCRUBBING: u8 = 4;
+/// Zeroed pages, for the handler to move out.
 pub const READY: u8 = 5;
+/// Being moved out (the handler).
 pub const TAKEN: u8 = 6;
 
 /// Most slots: a reserve of 16 GiB.
@@ -149,6 +157,7 @@ pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     Ok(per)
 }
 
+/// Where slot `i` starts.
 pub fn slot_addr(i: usize) -> usize {
     BASE.load(Ordering::Relaxed) + i * HUGE
 }

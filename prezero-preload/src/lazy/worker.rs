@@ -30,6 +30,9 @@ pub fn first_lane() {
     NEXT_LANE.store(0, Ordering::Relaxed);
 }
 
+/// A worker's body: it takes the next lane, binds itself to its node's
+/// CPUs, and scrubs, fills and gives back that lane until it is asked to
+/// end or the lazy mode stops.
 pub fn run() {
     let lane = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
     lanes::bind_worker(lane);

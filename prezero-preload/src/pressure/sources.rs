@@ -40,6 +40,7 @@ pub const MAX: usize = 6;
 /// The descriptors opened for the watcher (-1: none), and what each is,
 /// for it to take; closed by it as it ends, or by a forked child.
 pub static FDS: [AtomicI32; MAX] = [const { AtomicI32::new(-1) }; MAX];
+/// What the descriptor in `FDS` at the same index is ([`Source::of`] its code).
 pub static KINDS: [AtomicU8; MAX] = [const { AtomicU8::new(0) }; MAX];
 /// The bell pipe's write end (-1: none), and the pipe's identity (device,
 /// inode): a number the program closed and reused is not written to.
@@ -59,6 +60,7 @@ impl Source {
         }
     }
 
+    /// The source a code in [`KINDS`] stands for (an `Events` count at 0).
     pub fn of(code: u8) -> Source {
         match code {
             1 => Source::Events(0),
