@@ -1,6 +1,6 @@
 //! The large-block cache's bookkeeping: which part of the reserved range is
 //! which block, and in which state. Pure data, no system calls and no heap
-//! (it runs inside `malloc`): the block list lives in a slice the caller
+//! (the crate's no-malloc contract: `lib.rs`): the block list lives in a slice the caller
 //! provides, kept sorted by address.
 //!
 //! The blocks tile `[base, top)` exactly: every byte of it is in one block.

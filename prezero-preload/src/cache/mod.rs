@@ -2,7 +2,8 @@
 //! ([`Blocks`]), one lock, and the scrubber thread.
 //!
 //! Concurrency: every change to the blocks happens under the lock
-//! (`SHARED.mutex`, see `lock.rs`). Memory is
+//! (`SHARED.mutex`, see `lock.rs`; its place among the crate's locks:
+//! `lib.rs`). Memory is
 //! cleared, populated or given back outside it, only while its block is
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in

@@ -29,7 +29,8 @@
 //!   empty), until the next large block or mapping;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges (their C entry points are in `entry/lazy.rs`);
-//! * `table.rs`: the registered mappings (pure).
+//! * `table.rs`: the registered mappings (pure);
+//! * `why.rs`: why it could not start, said once.
 //!
 //! The lazy mode uses the cache; the cache never names it, and reaches it
 //! through the hooks set in [`configure`] (their contract in
@@ -51,8 +52,9 @@
 //! the lazy mode, starts it unlocked and its table empty. The reserve is
 //! atomics only. The cache's `realloc` hook (`realloc.rs`) holds it across
 //! the cache's plain move, which takes no lock (the cache calls its hooks
-//! without its own, so `POP` and the cache's lock are never held together)
-//! and touches neither block: the hooks' contract in `cache/hooks.rs`.
+//! without its own) and touches neither block: the hooks' contract in
+//! `cache/hooks.rs`. How `POP` stands to the other locks, and to signals:
+//! the crate's contracts (`lib.rs`).
 //!
 //! Starts: at the first large block or mapping; in the program `prezero
 //! run` executes with `--reserve`, or whose last run left a history
@@ -83,6 +85,7 @@ mod reserve;
 pub mod stats;
 mod suspend;
 mod table;
+mod why;
 mod worker;
 
 use std::cell::UnsafeCell;
@@ -91,6 +94,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize,
 use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
+use why::Why;
 
 /// What memory pressure asks of the lazy mode (`crate::pressure`).
 static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
@@ -345,54 +349,6 @@ fn serving() -> bool {
 /// the state, for the paths that use the descriptor from program threads.
 pub fn active() -> bool {
     STATE.load(Ordering::Acquire) == ON && OWNER.load(Ordering::Relaxed) == sys::getpid()
-}
-
-/// Why it could not start.
-enum Why {
-    Disabled,
-    Refused(uffd::Refused),
-    NoMove(Errno),
-    Failed(&'static str, Errno),
-    /// `RLIMIT_DATA` is set: the reserve would count against it.
-    DataLimit,
-}
-
-impl Why {
-    fn print(&self) {
-        use std::io::Write;
-        let mut buf = [0u8; 512];
-        let mut w = &mut buf[..];
-        let _ = write!(w, "prezero: --lazy: ");
-        let _ = match self {
-            Why::Disabled => write!(w, "userfaultfd disabled (PREZERO_NO_USERFAULTFD=1)"),
-            Why::Refused(r) => write!(
-                w,
-                "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
-                 give the user access to /dev/userfaultfd{})",
-                sys::strerror(r.device),
-                r.syscall
-                    .map_or("not tried under a seccomp filter", sys::strerror),
-                if r.syscall.is_some() {
-                    ", or CAP_SYS_PTRACE"
-                } else {
-                    ""
-                }
-            ),
-            Why::NoMove(e) => write!(
-                w,
-                "the kernel has no UFFDIO_MOVE (Linux 6.8 or later; {})",
-                sys::strerror(*e)
-            ),
-            Why::Failed(what, e) => write!(w, "{what}: {}", sys::strerror(*e)),
-            Why::DataLimit => write!(
-                w,
-                "RLIMIT_DATA is set, and the reserve would count against it"
-            ),
-        };
-        let _ = writeln!(w, "; running as prezero run does");
-        let used = 512 - w.len();
-        sys::write_stderr(&buf[..used]);
-    }
 }
 
 /// Moves `fd` to a high number: a program that opens and closes many files
