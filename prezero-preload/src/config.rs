@@ -148,6 +148,8 @@ fn last_run() -> Option<usize> {
 }
 
 impl Config {
+    /// The settings the environment gives, defaults where it is silent;
+    /// read once, at start-up, without allocating.
     pub fn from_env() -> Config {
         // Read inside the program's first `malloc`, which keeps errno.
         let _kept = sys::KeepErrno::new();

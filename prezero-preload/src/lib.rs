@@ -20,6 +20,49 @@
 //! follow a change at once where the preload sees it, and end within
 //! `threads::CHECK_MS` of one it cannot.
 //!
+//! # Contracts
+//!
+//! Every module keeps these; they are stated here once, and the modules
+//! point here.
+//!
+//! * **No malloc.** The library runs inside `malloc`, `free` and the rest,
+//!   and at exit with the heap in any state: nothing in it allocates
+//!   through `malloc` (no `Box`, `Vec`, `String`, `format!` or `std::fs`;
+//!   text is formatted into stack buffers, lists are fixed arrays in
+//!   statics, files are read with `sys` into the caller's buffer). The
+//!   exceptions, each off the allocation paths and outside the cache's
+//!   lock: starting a thread (std's `pthread_create` allocates; its small
+//!   blocks go to the next allocator), start-up's `dlsym` (served by the
+//!   arena of `next.rs`), and the clearing kernels' choice, made once when
+//!   the lazy mode starts (`prezero::active_size_classes`) so that the
+//!   fault handler never makes it. The malloc family reaches the next
+//!   allocator only through `dlsym(RTLD_NEXT)` (`next.rs`), never glibc's
+//!   `__libc_*` names. `tests/preload/tools.rs` (`imports_no_allocator`)
+//!   checks what the dynamic symbol table can show of this.
+//! * **Async-signal safety.** A program may call some of the functions
+//!   this library takes from a signal handler (`close`, `dup2`, the
+//!   `set*id` calls) on a thread interrupted anywhere, inside this library
+//!   too: they never wait for a lock the interrupted thread may hold. Every
+//!   lock a program thread holds other than the cache's (`POP`, `PAUSE`) is
+//!   held with its signals blocked, so no handler runs on a thread inside
+//!   one; where a path must reach the cache's lock from such a call it only
+//!   tries it (the scrubber's wake, `cache/mod.rs`). The preload's own
+//!   threads run with every signal blocked (`threads::spawn`). The malloc
+//!   family itself is no more async-signal-safe than glibc's.
+//! * **Lock order.** Three locks live in statics (`prezero_sys::raw`'s `sync.rs`): the
+//!   threads' `PAUSE` (`threads/mod.rs`), the lazy mode's `POP`
+//!   (`lazy/mod.rs`) and the cache's lock (`cache/lock.rs`). `PAUSE` comes
+//!   first: a stop holds it while its owners' hooks run, and under it the
+//!   lazy mode's hand-over takes `POP` and the scrubber's wake tries the
+//!   cache's lock; `PAUSE` is never taken with either of the others held,
+//!   and a thread of ours never waits for it. `POP` and the cache's lock
+//!   are never held together, in any order: the cache calls its hooks
+//!   without its lock (`cache/hooks.rs`). Whoever holds `POP` touches no
+//!   registered memory and takes no other lock (a fault there would wait
+//!   on the handler, which waits on `POP`). Around `fork` only the cache's
+//!   lock is held (`cache/fork.rs`); a child resets `POP` and `PAUSE`,
+//!   which a thread of the parent's may have held.
+//!
 //! * `entry/`: every C symbol the library exports, and nothing else: the
 //!   allocator's entry points and start-up (`mod.rs`), the calls that change
 //!   who the program is, `set*id`, `unshare`, `setns` and `prctl`

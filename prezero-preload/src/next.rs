@@ -7,9 +7,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::sys;
 
+/// C's `malloc`.
 pub type Malloc = unsafe extern "C" fn(usize) -> *mut c_void;
+/// C's `free`.
 pub type Free = unsafe extern "C" fn(*mut c_void);
+/// C's `realloc`.
 pub type Realloc = unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void;
+/// C's `calloc`.
 pub type Calloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 type PosixMemalign = unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int;
 type UsableSize = unsafe extern "C" fn(*mut c_void) -> usize;
@@ -18,11 +22,17 @@ type AlignedAlloc = unsafe extern "C" fn(usize, usize) -> *mut c_void;
 /// The next allocator's entry points.
 #[derive(Clone, Copy)]
 pub struct Next {
+    /// Its `malloc`.
     pub malloc: Malloc,
+    /// Its `free`.
     pub free: Free,
+    /// Its `calloc`.
     pub calloc: Calloc,
+    /// Its `realloc`.
     pub realloc: Realloc,
+    /// Its `posix_memalign`: every aligned request the cache does not take.
     pub posix_memalign: PosixMemalign,
+    /// Its `malloc_usable_size`.
     pub usable_size: UsableSize,
     /// Only for alignments that are not a power of two, whose treatment
     /// differs between C library versions (glibc before 2.38 rounds them up

@@ -1,6 +1,6 @@
 //! The large-block cache's bookkeeping: which part of the reserved range is
 //! which block, and in which state. Pure data, no system calls and no heap
-//! (it runs inside `malloc`): the block list lives in a slice the caller
+//! (the crate's no-malloc contract: `lib.rs`): the block list lives in a slice the caller
 //! provides, kept sorted by address.
 //!
 //! The blocks tile `[base, top)` exactly: every byte of it is in one block.
@@ -39,13 +39,19 @@ mod split;
 #[cfg(test)]
 mod tests;
 
+/// What a block is (the table above).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(test, derive(Hash))]
 pub enum Kind {
+    /// Handed out.
     InUse,
+    /// Free, pages present, contents unknown.
     Dirty,
+    /// Free, pages present, all zero.
     Clean,
+    /// Free, no pages present, all zero.
     Fresh,
+    /// Free, being scrubbed or given back outside the lock.
     Busy,
 }
 
@@ -59,11 +65,15 @@ impl Kind {
     }
 }
 
+/// One block of the range.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[cfg_attr(test, derive(Hash))]
 pub struct Block {
+    /// Its address.
     pub start: usize,
+    /// Its length (a page multiple).
     pub len: usize,
+    /// What it is.
     pub kind: Kind,
     /// When it was freed (the caller's clock): the scrubber takes the oldest,
     /// and idle memory goes back to the kernel.
@@ -102,10 +112,15 @@ pub enum Alloc {
 /// Bytes per kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Bytes {
+    /// In InUse blocks.
     pub in_use: usize,
+    /// In Dirty blocks.
     pub dirty: usize,
+    /// In Clean blocks.
     pub clean: usize,
+    /// In Fresh blocks.
     pub fresh: usize,
+    /// In Busy blocks.
     pub busy: usize,
 }
 
@@ -126,12 +141,14 @@ impl Bytes {
     }
 }
 
+/// A lane's blocks: the list that tiles `[base, top)`, and its counters.
 pub struct Blocks {
     base: usize,
     limit: usize,
     top: usize,
     list: &'static mut [Block],
     n: usize,
+    /// The bytes of each kind (kept by every change).
     pub bytes: Bytes,
 }
 
@@ -149,6 +166,7 @@ impl Blocks {
         }
     }
 
+    /// The end of the blocks: beyond it the range is untouched.
     pub fn top(&self) -> usize {
         self.top
     }
@@ -158,6 +176,7 @@ impl Blocks {
         self.limit
     }
 
+    /// The list, in address order.
     #[cfg(test)]
     pub fn blocks(&self) -> &[Block] {
         &self.list[..self.n]

@@ -52,7 +52,7 @@ pub(super) extern "C" fn in_child() {
     }
     // The parent's waiting threads do not exist here.
     WAITING.store(0, Ordering::Relaxed);
-    stats::reset();
+    stats::CACHE.reset();
     // SAFETY: locked by before_fork, in the thread the child began as.
     unsafe { SHARED.mutex.unlock() };
 }

@@ -6,12 +6,13 @@
 //!
 //! The contract, which every hook keeps and the cache relies on:
 //!
-//! * Locks: the cache calls a hook without its lock held, and a hook never
-//!   takes the cache's lock; what the cache passes into a hook (the plain
+//! * Locks (the crate's lock order: `lib.rs`): the cache calls a hook
+//!   without its lock held, and a hook never takes the cache's lock; what the cache passes into a hook (the plain
 //!   move's `again`) takes none of the cache's either. A lock a hook holds
 //!   (the lazy mode's `POP`, which its `realloc_move` holds across the plain
 //!   move) and the cache's lock are never held together, in any order.
-//! * Memory: a hook allocates nothing through malloc (it runs inside
+//! * Memory: a hook allocates nothing through malloc (the crate's
+//!   contract, `lib.rs`: it runs inside
 //!   `malloc`, `realloc` and `free`; the lazy mode's start, in
 //!   `before_alloc`, makes its threads through the preload's own thread
 //!   layer), and touches no block of the cache's but those it is given, as

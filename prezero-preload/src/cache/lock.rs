@@ -23,7 +23,7 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use super::{Cache, SHARED};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys;
 
 /// The lock's tag (`sys::TagMutex`) held by a thread of the program (or a
@@ -58,6 +58,7 @@ pub(super) struct Guard {
 }
 
 impl Guard {
+    /// The cache the lock guards: reached only through a guard.
     pub(super) fn cache(&mut self) -> &mut Cache {
         // SAFETY: the mutex is held while the guard lives, so this is the only
         // reference; `started()` checked the cache exists before any guard.
@@ -151,7 +152,7 @@ pub(super) fn lock_unless_starved() -> Option<Guard> {
     let mut seen = SHARED.mutex.holder();
     let starved = |tag: Option<u32>| {
         let tag = tag.filter(|&t| is_scrubber(t))?;
-        stats::AROUND_SCRUBBER.fetch_add(1, Ordering::Relaxed);
+        stats::CACHE.add(Count::AroundScrubber, 1);
         GAVE_UP_ON.store(tag, Ordering::Relaxed);
         Some(())
     };

@@ -2,7 +2,8 @@
 //! ([`Blocks`]), one lock, and the scrubber thread.
 //!
 //! Concurrency: every change to the blocks happens under the lock
-//! (`SHARED.mutex`, see `lock.rs`). Memory is
+//! (`SHARED.mutex`, see `lock.rs`; its place among the crate's locks:
+//! `lib.rs`). Memory is
 //! cleared, populated or given back outside it, only while its block is
 //! InUse (the caller's: `calloc` clearing what was Dirty) or Busy (the
 //! scrubber's or a releasing thread's): no one else may touch a block in
@@ -64,7 +65,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use crate::blocks::{Blocks, PAGE};
 use crate::config::Config;
 use crate::nodes::{Nodes, MAX_LANES};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys;
 use lock::{lock, signal_all, Guard};
 
@@ -384,7 +385,7 @@ impl Cache {
     fn peaks(&mut self) {
         let held = self.held();
         let in_use: usize = self.lanes().map(|l| l.blocks.bytes.in_use).sum();
-        stats::PEAK_HELD.fetch_max(held, Ordering::Relaxed);
-        stats::PEAK_IN_USE.fetch_max(in_use, Ordering::Relaxed);
+        stats::CACHE.max(Count::PeakHeld, held as u64);
+        stats::CACHE.max(Count::PeakInUse, in_use as u64);
     }
 }

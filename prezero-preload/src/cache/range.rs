@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use super::hooks::hooks;
 use super::{now, signal_all, Guard, Lane, WRITABLE};
 use crate::blocks::{Block, Kind};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys::{self, Advice};
 
 /// Bytes given back per `madvise`.
@@ -119,7 +119,7 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
     // else touches it.
     // Counted before the pages go: a program that sees them gone and exits
     // at once (a test watching its RSS) finds them in its stats line.
-    stats::RELEASED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+    stats::CACHE.add(Count::ReleasedBytes, l as u64);
     let ok = g.unlocked(|| {
         // The lazy mode moves its huge pages into its reserve first, scrubbed
         // there instead of faulted anew.
@@ -135,7 +135,7 @@ pub(super) fn release_one(g: &mut Guard, before: u64) -> bool {
         // Memory went back (idle, or past the cap): no spare to make again.
         c.spare = 0;
     } else {
-        stats::RELEASED_BYTES.fetch_sub(l as u64, Ordering::Relaxed);
+        stats::CACHE.sub(Count::ReleasedBytes, l as u64);
         // Kept (mlock'd memory): not idle again before idle_secs, or the
         // scrubber would clear it and fail to give it back in a loop.
         c.blocks.busy_failed(s, now());

@@ -13,7 +13,7 @@ use super::{
     WAITING,
 };
 use crate::blocks::{Alloc, Kind, Piece, PAGE};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys::{self, Advice, NotMoved};
 
 /// `size` bytes aligned to `align` from the cache, zero if `zeroed`, in the
@@ -126,9 +126,9 @@ pub(super) fn take(
     if !counted {
         return start as *mut c_void;
     }
-    stats::SERVED.fetch_add(1, Ordering::Relaxed);
-    stats::SERVED_BYTES.fetch_add(len as u64, Ordering::Relaxed);
-    stats::POPULATED_BYTES.fetch_add(populated, Ordering::Relaxed);
+    stats::CACHE.add(Count::Served, 1);
+    stats::CACHE.add(Count::ServedBytes, len as u64);
+    stats::CACHE.add(Count::PopulatedBytes, populated);
     start as *mut c_void
 }
 
@@ -154,7 +154,7 @@ unsafe fn clear_dirty(pieces: &[Piece], zeroed: bool, counted: bool) -> u64 {
             // caller, writable, and no one else's (the function's contract).
             let _ = unsafe { prezero::clear_raw_with(s as *mut u8, l, prezero::Temperature::Hot) };
             if counted {
-                stats::INLINE_CLEARED.fetch_add(l as u64, Ordering::Relaxed);
+                stats::CACHE.add(Count::InlineCleared, l as u64);
             }
         }
     }
@@ -203,7 +203,7 @@ fn free_block(g: &mut Guard, p: usize) {
     let c = g.cache();
     let l = c.lane(lane_of(p));
     if l.blocks.free(p, now()).is_none() {
-        stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+        stats::CACHE.add(Count::BadFrees, 1);
         return;
     }
     debug_assert!(l.blocks.check());
@@ -280,7 +280,7 @@ pub fn realloc(p: usize, size: usize, threshold: usize) -> Option<Result<*mut c_
                 let _ = sys::prefer_node(p, old, node);
             }
             g.cache().lane(lane).blocks.free_fresh(p);
-            stats::REMAPS.fetch_add(1, Ordering::Relaxed);
+            stats::CACHE.add(Count::Remaps, 1);
             signal_all();
         }
         Moved::Filled => free(p),

@@ -21,7 +21,7 @@ use super::range::release_one;
 use super::requests::{free_deferred, take};
 use super::{now, signal_all, Guard, WAITING};
 use crate::blocks::{Kind, PAGE};
-use crate::stats;
+use crate::stats::{self, Count};
 use crate::sys::{self, Advice, Errno};
 use crate::threads::{self, End, Owner, Polite, CHECK_MS};
 
@@ -115,8 +115,8 @@ pub(super) fn scrub() {
                 // SAFETY: as above, and zero now.
                 unsafe { mark_free(s, l, free) };
             }
-            stats::SCRUB_NS.fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            stats::SCRUBBED_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+            stats::CACHE.add(Count::ScrubNs, t.elapsed().as_nanos() as u64);
+            stats::CACHE.add(Count::ScrubbedBytes, l as u64);
             g = lock_as_scrubber();
             g.cache().lane(lane).blocks.busy_done(s, Kind::Clean);
             signal_all();
@@ -171,7 +171,7 @@ fn populate_spare(s: usize, l: usize, lane: usize, free: Free, polite: &mut Poli
     c.cfg.spare &= !unknown;
     let lanes = c.lane(lane);
     if ok {
-        stats::SPARE_BYTES.fetch_add(l as u64, Ordering::Relaxed);
+        stats::CACHE.add(Count::SpareBytes, l as u64);
         lanes.blocks.busy_done(s, Kind::Clean);
         c.peaks();
     } else {

@@ -44,10 +44,11 @@ mod threads;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
+use crate::cache;
 use crate::config::Config;
 use crate::next::{self, Next};
+use crate::stats::{self, Count};
 use crate::sys::{self, set_errno};
-use crate::{cache, stats};
 
 const UNINIT: u8 = 0;
 /// Finding the next allocator: only the arena serves.
@@ -60,18 +61,35 @@ const READY: u8 = 3;
 const NONE: u8 = 4;
 
 static STATE: AtomicU8 = AtomicU8::new(UNINIT);
-static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
+/// Requests of at least this many bytes are large: the cache's
+/// (`Config::threshold`, `PREZERO_THRESHOLD`); none before start-up.
+static LARGE_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
 /// Where small requests and frees of memory not ours go: our own slow paths
 /// until start-up has found the next allocator, then its `malloc`, `calloc`,
 /// `free` and `realloc` (the `memchr` crate's self-replacing pointer). After
 /// start-up a program of small allocations pays a comparison or two and one
 /// jump per call: no state to check, no NULL test. `free` and `realloc` stay
 /// on the slow paths, which know the start-up arena, if the arena served any
-/// call (see [`next::close_arena`]).
-static NEXT_MALLOC: AtomicPtr<()> = AtomicPtr::new(malloc_slow as *mut ());
-static NEXT_CALLOC: AtomicPtr<()> = AtomicPtr::new(calloc_slow as *mut ());
-static NEXT_FREE: AtomicPtr<()> = AtomicPtr::new(free_slow as *mut ());
-static NEXT_REALLOC: AtomicPtr<()> = AtomicPtr::new(realloc_slow as *mut ());
+/// call (see [`next::close_arena`]). Each pointer is stored with `Release`
+/// and loaded with `Acquire` (see [`boot`]).
+struct NextFns {
+    /// A `next::Malloc`.
+    malloc: AtomicPtr<()>,
+    /// A `next::Calloc`.
+    calloc: AtomicPtr<()>,
+    /// A `next::Free`.
+    free: AtomicPtr<()>,
+    /// A `next::Realloc`.
+    realloc: AtomicPtr<()>,
+}
+
+static NEXT_FNS: NextFns = NextFns {
+    malloc: AtomicPtr::new(malloc_slow as *mut ()),
+    calloc: AtomicPtr::new(calloc_slow as *mut ()),
+    free: AtomicPtr::new(free_slow as *mut ()),
+    realloc: AtomicPtr::new(realloc_slow as *mut ()),
+};
 
 struct NextCell(std::cell::UnsafeCell<Option<Next>>);
 // SAFETY: written once by the booting thread before STATE leaves BOOTING
@@ -142,14 +160,20 @@ fn boot() -> u8 {
     // that has taken one pointer's new value and still finds another's slow
     // path there finds the next allocator known when it gets there, so its
     // block is forwarded, not leaked.
-    NEXT_MALLOC.store(n.malloc as *mut (), Ordering::Release);
-    NEXT_CALLOC.store(n.calloc as *mut (), Ordering::Release);
+    NEXT_FNS
+        .malloc
+        .store(n.malloc as *mut (), Ordering::Release);
+    NEXT_FNS
+        .calloc
+        .store(n.calloc as *mut (), Ordering::Release);
     if !arena_used {
-        NEXT_FREE.store(n.free as *mut (), Ordering::Release);
-        NEXT_REALLOC.store(n.realloc as *mut (), Ordering::Release);
+        NEXT_FNS.free.store(n.free as *mut (), Ordering::Release);
+        NEXT_FNS
+            .realloc
+            .store(n.realloc as *mut (), Ordering::Release);
     }
     let cfg = Config::from_env();
-    THRESHOLD.store(cfg.threshold, Ordering::Relaxed);
+    LARGE_FROM.store(cfg.threshold, Ordering::Relaxed);
     let started = cache::start(cfg);
     // After the cache, whose range it registers; its mappings need no cache.
     crate::lazy::configure(&cfg);
@@ -177,7 +201,7 @@ fn large(size: usize, align: usize, zeroed: bool, n: &Next) -> *mut c_void {
     if !p.is_null() {
         return p;
     }
-    stats::FALLBACKS.fetch_add(1, Ordering::Relaxed);
+    stats::CACHE.add(Count::Fallbacks, 1);
     if zeroed {
         // SAFETY: the next allocator's own calloc, with valid arguments.
         unsafe { (n.calloc)(1, size) }
@@ -199,16 +223,16 @@ fn large(size: usize, align: usize, zeroed: bool, n: &Next) -> *mut c_void {
 }
 
 fn wants_cache(size: usize) -> bool {
-    size >= THRESHOLD.load(Ordering::Relaxed)
+    size >= LARGE_FROM.load(Ordering::Relaxed)
 }
 
 /// # Safety
 /// As C's `malloc`.
 #[no_mangle]
 pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-    if size < THRESHOLD.load(Ordering::Relaxed) {
-        let f = NEXT_MALLOC.load(Ordering::Acquire);
-        // SAFETY: NEXT_MALLOC holds `malloc_slow` or the next allocator's
+    if size < LARGE_FROM.load(Ordering::Relaxed) {
+        let f = NEXT_FNS.malloc.load(Ordering::Acquire);
+        // SAFETY: NEXT_FNS.malloc holds `malloc_slow` or the next allocator's
         // malloc, both of this signature.
         let f = unsafe { std::mem::transmute::<*mut (), next::Malloc>(f) };
         // SAFETY: either, with the caller's arguments.
@@ -233,9 +257,9 @@ extern "C" fn malloc_slow(size: usize) -> *mut c_void {
 #[no_mangle]
 pub unsafe extern "C" fn calloc(count: usize, size: usize) -> *mut c_void {
     if let Some(total) = count.checked_mul(size) {
-        if total < THRESHOLD.load(Ordering::Relaxed) {
-            let f = NEXT_CALLOC.load(Ordering::Acquire);
-            // SAFETY: NEXT_CALLOC holds `calloc_slow` or the next allocator's
+        if total < LARGE_FROM.load(Ordering::Relaxed) {
+            let f = NEXT_FNS.calloc.load(Ordering::Acquire);
+            // SAFETY: NEXT_FNS.calloc holds `calloc_slow` or the next allocator's
             // calloc, both of this signature.
             let f = unsafe { std::mem::transmute::<*mut (), next::Calloc>(f) };
             // SAFETY: either, with the caller's arguments.
@@ -269,8 +293,8 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if cache::owns(a) {
         return cache::free(a);
     }
-    let f = NEXT_FREE.load(Ordering::Acquire);
-    // SAFETY: NEXT_FREE holds `free_slow` or the next allocator's free, both
+    let f = NEXT_FNS.free.load(Ordering::Acquire);
+    // SAFETY: NEXT_FNS.free holds `free_slow` or the next allocator's free, both
     // of this signature.
     let f = unsafe { std::mem::transmute::<*mut (), next::Free>(f) };
     // SAFETY: `p` is not the cache's, and the next allocator's free is there
@@ -301,10 +325,10 @@ pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     let a = p as usize;
     // Small, and not the cache's: the next allocator's business whatever `p`
     // is (NULL, or `size` 0, it answers as it would without us), unless the
-    // arena's, which NEXT_REALLOC then knows (it is `realloc_slow`).
-    if size < THRESHOLD.load(Ordering::Relaxed) && !cache::owns(a) {
-        let f = NEXT_REALLOC.load(Ordering::Acquire);
-        // SAFETY: NEXT_REALLOC holds `realloc_slow` or the next allocator's
+    // arena's, which NEXT_FNS.realloc then knows (it is `realloc_slow`).
+    if size < LARGE_FROM.load(Ordering::Relaxed) && !cache::owns(a) {
+        let f = NEXT_FNS.realloc.load(Ordering::Acquire);
+        // SAFETY: NEXT_FNS.realloc holds `realloc_slow` or the next allocator's
         // realloc, both of this signature.
         let f = unsafe { std::mem::transmute::<*mut (), next::Realloc>(f) };
         // SAFETY: the next allocator's only if no pointer is the arena's, and
@@ -344,12 +368,12 @@ extern "C" fn realloc_slow(p: *mut c_void, size: usize) -> *mut c_void {
         return copy_to_new(next::arena_size(a));
     }
     if cache::owns(a) {
-        let threshold = THRESHOLD.load(Ordering::Relaxed);
-        return match cache::realloc(a, size, threshold) {
+        let large_from = LARGE_FROM.load(Ordering::Relaxed);
+        return match cache::realloc(a, size, large_from) {
             Some(Ok(q)) => q,
             Some(Err(old)) => copy_to_new(old),
             None => {
-                stats::BAD_FREES.fetch_add(1, Ordering::Relaxed);
+                stats::CACHE.add(Count::BadFrees, 1);
                 set_errno(libc::EINVAL);
                 std::ptr::null_mut()
             }

@@ -59,6 +59,7 @@
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
+use super::stats::Count;
 use super::{
     fd, give_up, guarded, is_empty, is_huge, lanes, serving, stats, still_ours, stop, suspend,
     thp_always, touch_active, PopGuard, Stop, HUGE, PAGE, ZEROES,
@@ -117,6 +118,9 @@ struct Handler {
     n_handed: usize,
 }
 
+/// The handler thread's body: it reads the userfaultfd's faults and serves
+/// them until it is asked to end, the lazy mode stops, or it is idle with
+/// the reserve empty.
 pub fn run() {
     let mut h = Handler {
         fd: fd(),
@@ -180,7 +184,7 @@ enum Round {
 /// faster than the kernel.
 fn idle_and_empty() -> bool {
     let idle = super::now_ms().saturating_sub(super::LAST_ACTIVE.load(Ordering::Relaxed))
-        >= super::IDLE_MS.load(Ordering::Relaxed);
+        >= super::SETTINGS.idle_ms.load(Ordering::Relaxed);
     idle && reserve::holds_nothing()
 }
 
@@ -246,7 +250,7 @@ impl Handler {
         {
             return;
         }
-        stats::FAULTS.fetch_add(1, Ordering::Relaxed);
+        stats::LAZY.add(Count::Faults, 1);
         touch_active();
         let lane = self.lane(addr, tid);
         if let Some(l) = lane.filter(|&l| !reserve::filling(l)) {
@@ -284,7 +288,7 @@ impl Handler {
             // is as sparse; only a second touch here makes the run dense.
             self.next = 0;
             self.small(page, page, page + PAGE, write);
-            stats::SPARSE.fetch_add(1, Ordering::Relaxed);
+            stats::LAZY.add(Count::Sparse, 1);
             return;
         }
         // A program that turned huge pages off for itself gets none moved
@@ -315,7 +319,7 @@ impl Handler {
             }
             MoveIn::Unavailable => {
                 if self.small(page, block, block + HUGE, write) {
-                    stats::COPIED.fetch_add(1, Ordering::Relaxed);
+                    stats::LAZY.add(Count::Copied, 1);
                     if let Some(l) = lane {
                         reserve::demanded(l);
                     }
@@ -341,7 +345,7 @@ impl Handler {
             && (thp_always() || g.table().asked_huge(block))
             && self.hand_over_mapping(g, page)
         {
-            stats::TO_KERNEL.fetch_add(1, Ordering::Relaxed);
+            stats::LAZY.add(Count::ToKernel, 1);
             return true;
         }
         // Threads faulting at once with nothing in the reserve: the
@@ -353,7 +357,7 @@ impl Handler {
             && lane.is_none_or(|l| !reserve::has_pages(l))
             && self.hand_over_mapping(g, page)
         {
-            stats::CONTENDED.fetch_add(1, Ordering::Relaxed);
+            stats::LAZY.add(Count::Contended, 1);
             return true;
         }
         false
@@ -444,7 +448,7 @@ impl Handler {
         if let Ok((n, _)) = uffd::scan_missing(pm, block, block + HUGE, &mut holes) {
             for h in &holes[..n] {
                 if let Ok(filled) = self.fill(h.start as usize, h.end as usize, true) {
-                    stats::SMALL.fetch_add((filled / PAGE) as u64, Ordering::Relaxed);
+                    stats::LAZY.add(Count::Small, (filled / PAGE) as u64);
                 }
             }
         }
@@ -508,18 +512,18 @@ impl Handler {
             }
         }
         let kind = if huge {
-            &stats::MOVED
+            Count::Moved
         } else {
-            &stats::MOVED_SMALL
+            Count::MovedSmall
         };
-        kind.fetch_add(1, Ordering::Relaxed);
+        stats::LAZY.add(kind, 1);
         if whole && !self.checked {
             // A kernel that keeps the empty page table (before 6.14's
             // reclaim of them on MADV_DONTNEED) splits every moved page.
             self.checked = true;
             if !is_huge(block) {
                 self.no_huge = true;
-                stats::SPLIT.fetch_add(1, Ordering::Relaxed);
+                stats::LAZY.add(Count::Split, 1);
             }
         }
         MoveIn::Moved
@@ -553,7 +557,7 @@ impl Handler {
         if let Some(i) = reserve::take(lane, DIRTY, SCRUBBING) {
             let scrubbed = reserve::scrub(i, true);
             if scrubbed {
-                stats::SYNC.fetch_add(1, Ordering::Relaxed);
+                stats::LAZY.add(Count::ScrubbedOnDemand, 1);
             }
             return scrubbed;
         }
@@ -571,7 +575,7 @@ impl Handler {
         };
         let filled = reserve::fill(i, false);
         if filled {
-            stats::FILLED_NOW.fetch_add(1, Ordering::Relaxed);
+            stats::LAZY.add(Count::FilledNow, 1);
         }
         filled
     }
@@ -621,7 +625,7 @@ impl Handler {
         };
         match r {
             Ok(filled) => {
-                stats::SMALL.fetch_add((filled / PAGE) as u64, Ordering::Relaxed);
+                stats::LAZY.add(Count::Small, (filled / PAGE) as u64);
                 // It woke what it filled, which starts at or before the page.
                 if from + filled > page {
                     self.unregistered = 0;
@@ -647,7 +651,7 @@ impl Handler {
     /// (which wakes it too); where neither can be done the lazy mode stops
     /// after this batch of faults.
     fn hand_to_kernel(&mut self, page: usize, e: Errno) {
-        stats::UNSERVED.fetch_add(1, Ordering::Relaxed);
+        stats::LAZY.add(Count::Unserved, 1);
         self.error = e;
         match uffd::zeropage(self.fd, page, PAGE) {
             Ok(_) => return,

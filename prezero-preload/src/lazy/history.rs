@@ -6,8 +6,8 @@
 //! idle time, and this run's figure replaces it.
 
 use std::io::Write;
-use std::sync::atomic::Ordering::Relaxed;
 
+use super::stats::Count;
 use super::{stats, HUGE};
 use crate::config;
 use crate::sys;
@@ -22,8 +22,9 @@ pub extern "C" fn record() {
     if !config::is_program() {
         return;
     }
-    let blocks =
-        stats::MOVED.load(Relaxed) + stats::MOVED_SMALL.load(Relaxed) + stats::COPIED.load(Relaxed);
+    let blocks = stats::LAZY.get(Count::Moved)
+        + stats::LAZY.get(Count::MovedSmall)
+        + stats::LAZY.get(Count::Copied);
     let served = blocks.saturating_mul(HUGE as u64) as usize;
     let took = served.min(sys::peak_resident().unwrap_or(served));
     const LEN: usize = 24;

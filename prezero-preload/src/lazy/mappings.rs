@@ -4,9 +4,10 @@
 //! already forwarded everything while the lazy mode was not asked for.
 //!
 //! Registered: anonymous private read-write mappings of at least the
-//! threshold (2 MiB at least), without `MAP_POPULATE` (the program wants the
-//! pages now), `MAP_LOCKED` (a move into locked memory is refused),
-//! `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`, and holding a whole 2 MiB
+//! threshold, 2 MiB at least (`smallest_mapping`), without `MAP_POPULATE`
+//! (the program wants the pages now), `MAP_LOCKED` (a move into locked
+//! memory is refused), `MAP_HUGETLB`, `MAP_STACK` or `MAP_GROWSDOWN`, and
+//! holding a whole 2 MiB
 //! block: all of it (its edges get small pages: a move is of whole blocks;
 //! a part registered or advised alone would split the mapping, which
 //! `mremap` could not move or grow whole then). A
@@ -33,8 +34,11 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
+use super::stats::Count;
 use super::table::Range;
-use super::{active, ensure_started, fd, stats, thp_always, threshold, PopGuard, HUGE, PAGE};
+use super::{
+    active, ensure_started, fd, smallest_mapping, stats, thp_always, PopGuard, HUGE, PAGE,
+};
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
@@ -64,7 +68,7 @@ fn interior(start: usize, len: usize) -> Option<Range> {
 
 /// Whether a new mapping of these arguments is one to register.
 pub fn candidate(len: usize, prot: i32, flags: i32) -> bool {
-    registrable(prot, flags) && len >= threshold()
+    registrable(prot, flags) && len >= smallest_mapping()
 }
 
 /// Whether a mapping of these arguments could be registered, of any size.
@@ -149,7 +153,7 @@ fn register(g: &mut PopGuard, at: usize, len: usize) {
         let _ = sys::madvise(r.start, r.end - r.start, Advice::NoHugePage);
     }
     track(g, r);
-    stats::MAPPINGS.fetch_add(1, Ordering::Relaxed);
+    stats::LAZY.add(Count::Mappings, 1);
 }
 
 /// Registers the small new mapping `[at, at + len)` if it lies right beside

@@ -29,7 +29,8 @@
 //!   empty), until the next large block or mapping;
 //! * `mappings.rs`: what `mmap`, `munmap`, `mremap` and `madvise` do to the
 //!   registered ranges (their C entry points are in `entry/lazy.rs`);
-//! * `table.rs`: the registered mappings (pure).
+//! * `table.rs`: the registered mappings (pure);
+//! * `why.rs`: why it could not start, said once.
 //!
 //! The lazy mode uses the cache; the cache never names it, and reaches it
 //! through the hooks set in [`configure`] (their contract in
@@ -51,8 +52,9 @@
 //! the lazy mode, starts it unlocked and its table empty. The reserve is
 //! atomics only. The cache's `realloc` hook (`realloc.rs`) holds it across
 //! the cache's plain move, which takes no lock (the cache calls its hooks
-//! without its own, so `POP` and the cache's lock are never held together)
-//! and touches neither block: the hooks' contract in `cache/hooks.rs`.
+//! without its own) and touches neither block: the hooks' contract in
+//! `cache/hooks.rs`. How `POP` stands to the other locks, and to signals:
+//! the crate's contracts (`lib.rs`).
 //!
 //! Starts: at the first large block or mapping; in the program `prezero
 //! run` executes with `--reserve`, or whose last run left a history
@@ -70,16 +72,20 @@
 //! parent's memory.
 
 mod handler;
+/// What the program took, kept for its next run.
 pub mod history;
 mod lanes;
+/// The program's own mappings (for `entry/lazy.rs`).
 pub mod mappings;
 mod pause;
 mod realloc;
 mod recycle;
 mod reserve;
+/// The lazy mode's counters and its line at exit.
 pub mod stats;
 mod suspend;
 mod table;
+mod why;
 mod worker;
 
 use std::cell::UnsafeCell;
@@ -88,6 +94,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicU8, AtomicUsize,
 use crate::config::Config;
 use crate::sys::uffd;
 use crate::sys::{self, Errno};
+use why::Why;
 
 /// What memory pressure asks of the lazy mode (`crate::pressure`).
 static PRESSURE_HOOKS: crate::pressure::Hooks = crate::pressure::Hooks {
@@ -140,19 +147,37 @@ static ZEROES: AtomicUsize = AtomicUsize::new(0);
 /// (a raw `clone`, `vfork`) must not use the descriptor, whose moves act on
 /// this process's memory.
 static OWNER: AtomicI32 = AtomicI32::new(0);
-static RESERVE_BYTES: AtomicUsize = AtomicUsize::new(0);
-static THRESHOLD: AtomicUsize = AtomicUsize::new(usize::MAX);
-static IDLE_MS: AtomicU64 = AtomicU64::new(5000);
-/// Whether the reserve fills ahead of demand from start-up (the program
-/// `prezero run` executes; in other processes a lane fills once they fault
-/// there), in the starting thread's lane.
-static FILL: AtomicBool = AtomicBool::new(false);
 /// When the program last faulted or freed a huge page (coarse ms).
 static LAST_ACTIVE: AtomicU64 = AtomicU64::new(0);
-/// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
-static NO_USERFAULTFD: AtomicBool = AtomicBool::new(false);
-/// Print why, if it cannot start (the program `prezero run` executes).
-static SAY_WHY: AtomicBool = AtomicBool::new(false);
+
+/// The lazy mode's settings: stored once by [`configure`] at start-up from
+/// the `Config`, only read after (atomics: no lock on any path).
+struct Settings {
+    /// Most bytes the reserve holds (`Config::reserve`).
+    reserve_bytes: AtomicUsize,
+    /// The smallest of the program's mappings registered: the preload's
+    /// threshold (`PREZERO_THRESHOLD`), at least a huge page.
+    smallest_mapping: AtomicUsize,
+    /// The reserve unused this long goes back (`PREZERO_IDLE_SECS`, in ms).
+    idle_ms: AtomicU64,
+    /// Whether the reserve fills ahead of demand from start-up (the program
+    /// `prezero run` executes; in other processes a lane fills once they
+    /// fault there), in the starting thread's lane.
+    fill: AtomicBool,
+    /// Testing only (`PREZERO_NO_USERFAULTFD=1`): as if userfaultfd were refused.
+    no_userfaultfd: AtomicBool,
+    /// Print why, if it cannot start (the program `prezero run` executes).
+    say_why: AtomicBool,
+}
+
+static SETTINGS: Settings = Settings {
+    reserve_bytes: AtomicUsize::new(0),
+    smallest_mapping: AtomicUsize::new(usize::MAX),
+    idle_ms: AtomicU64::new(5000),
+    fill: AtomicBool::new(false),
+    no_userfaultfd: AtomicBool::new(false),
+    say_why: AtomicBool::new(false),
+};
 
 /// The table of registered mappings, under `POP`.
 struct TableCell(UnsafeCell<table::Table>);
@@ -233,12 +258,16 @@ pub fn configure(cfg: &Config) {
     }
     // The main thread's, at load time: what numactl set for the process.
     lanes::take_process_policy();
-    RESERVE_BYTES.store(cfg.reserve, Ordering::Relaxed);
-    THRESHOLD.store(cfg.threshold.max(HUGE), Ordering::Relaxed);
-    IDLE_MS.store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
-    NO_USERFAULTFD.store(cfg.no_userfaultfd, Ordering::Relaxed);
-    SAY_WHY.store(cfg.program, Ordering::Relaxed);
-    FILL.store(cfg.program, Ordering::Relaxed);
+    let s = &SETTINGS;
+    s.reserve_bytes.store(cfg.reserve, Ordering::Relaxed);
+    s.smallest_mapping
+        .store(cfg.threshold.max(HUGE), Ordering::Relaxed);
+    s.idle_ms
+        .store(cfg.idle_secs.saturating_mul(1000), Ordering::Relaxed);
+    s.no_userfaultfd
+        .store(cfg.no_userfaultfd, Ordering::Relaxed);
+    s.say_why.store(cfg.program, Ordering::Relaxed);
+    s.fill.store(cfg.program, Ordering::Relaxed);
     reserve::fill_ahead(cfg.ahead);
     pause::register();
     crate::pressure::register(&PRESSURE_HOOKS);
@@ -267,9 +296,9 @@ pub fn wanted() -> bool {
     STATE.load(Ordering::Acquire) != OFF
 }
 
-/// The smallest mapping worth registering.
-pub fn threshold() -> usize {
-    THRESHOLD.load(Ordering::Relaxed)
+/// The smallest mapping worth registering ([`Settings::smallest_mapping`]).
+pub fn smallest_mapping() -> usize {
+    SETTINGS.smallest_mapping.load(Ordering::Relaxed)
 }
 
 /// Starts the lazy mode if it was asked for and has not been tried, or
@@ -300,7 +329,7 @@ pub fn ensure_started() -> bool {
         // A stop or a retirement may have suspended it meanwhile.
         Ok(()) => STATE.load(Ordering::Acquire) == ON,
         Err(why) => {
-            if SAY_WHY.load(Ordering::Relaxed) {
+            if SETTINGS.say_why.load(Ordering::Relaxed) {
                 why.print();
             }
             STATE.store(FAILED, Ordering::Release);
@@ -322,54 +351,6 @@ pub fn active() -> bool {
     STATE.load(Ordering::Acquire) == ON && OWNER.load(Ordering::Relaxed) == sys::getpid()
 }
 
-/// Why it could not start.
-enum Why {
-    Disabled,
-    Refused(uffd::Refused),
-    NoMove(Errno),
-    Failed(&'static str, Errno),
-    /// `RLIMIT_DATA` is set: the reserve would count against it.
-    DataLimit,
-}
-
-impl Why {
-    fn print(&self) {
-        use std::io::Write;
-        let mut buf = [0u8; 512];
-        let mut w = &mut buf[..];
-        let _ = write!(w, "prezero: --lazy: ");
-        let _ = match self {
-            Why::Disabled => write!(w, "userfaultfd disabled (PREZERO_NO_USERFAULTFD=1)"),
-            Why::Refused(r) => write!(
-                w,
-                "userfaultfd is not allowed here (/dev/userfaultfd: {}; userfaultfd(2): {}: \
-                 give the user access to /dev/userfaultfd{})",
-                sys::strerror(r.device),
-                r.syscall
-                    .map_or("not tried under a seccomp filter", sys::strerror),
-                if r.syscall.is_some() {
-                    ", or CAP_SYS_PTRACE"
-                } else {
-                    ""
-                }
-            ),
-            Why::NoMove(e) => write!(
-                w,
-                "the kernel has no UFFDIO_MOVE (Linux 6.8 or later; {})",
-                sys::strerror(*e)
-            ),
-            Why::Failed(what, e) => write!(w, "{what}: {}", sys::strerror(*e)),
-            Why::DataLimit => write!(
-                w,
-                "RLIMIT_DATA is set, and the reserve would count against it"
-            ),
-        };
-        let _ = writeln!(w, "; running as prezero run does");
-        let used = 512 - w.len();
-        sys::write_stderr(&buf[..used]);
-    }
-}
-
 /// Moves `fd` to a high number: a program that opens and closes many files
 /// is less likely to close ours by mistake (the handler would read another
 /// file's bytes).
@@ -382,7 +363,7 @@ fn high(fd: i32) -> i32 {
 }
 
 fn start() -> Result<(), Why> {
-    if NO_USERFAULTFD.load(Ordering::Relaxed) {
+    if SETTINGS.no_userfaultfd.load(Ordering::Relaxed) {
         return Err(Why::Disabled);
     }
     if !sys::data_unlimited() {
@@ -419,7 +400,12 @@ fn start() -> Result<(), Why> {
     })?;
     ZEROES.store(zeroes, Ordering::Release);
     lanes::init();
-    reserve::create(fd, RESERVE_BYTES.load(Ordering::Relaxed), lanes::count()).map_err(|e| {
+    reserve::create(
+        fd,
+        SETTINGS.reserve_bytes.load(Ordering::Relaxed),
+        lanes::count(),
+    )
+    .map_err(|e| {
         uffd::close(pm);
         fail(Why::Failed(
             "the reserve (mapped, and placed on each NUMA node)",
@@ -447,7 +433,7 @@ fn start() -> Result<(), Why> {
         )));
     }
     pause::go_live();
-    if FILL.load(Ordering::Relaxed) {
+    if SETTINGS.fill.load(Ordering::Relaxed) {
         reserve::start_filling(lanes::of_caller());
     }
     crate::pressure::watch();
@@ -673,5 +659,5 @@ extern "C" fn in_child() {
     unsafe { POP.reset() };
     // SAFETY: as for POP: nor is one that may have been changing the table.
     unsafe { (*TABLE.0.get()).clear() };
-    stats::reset();
+    stats::LAZY.reset();
 }

@@ -17,6 +17,7 @@
 use std::sync::atomic::Ordering;
 
 use super::reserve::{self, DIRTY, EMPTY, INCOMING};
+use super::stats::Count;
 use super::{active, fd, is_empty, lanes, stats, touch_active, HUGE, PAGEMAP};
 use crate::sys::uffd::{self, Region};
 
@@ -102,7 +103,7 @@ pub(super) fn recycle(start: usize, len: usize) {
         at = walk_end.max(at + HUGE);
     }
     if moved > 0 {
-        stats::RECYCLED.fetch_add(moved as u64, Ordering::Relaxed);
+        stats::LAZY.add(Count::Recycled, moved as u64);
         touch_active();
     }
 }

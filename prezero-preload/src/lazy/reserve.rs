@@ -50,17 +50,26 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
+use super::stats::Count;
 use super::{is_empty, is_huge, stats, HUGE};
 use crate::nodes::MAX_LANES;
 use crate::sys::uffd;
 use crate::sys::{self, Advice, Errno};
 
+// A slot's states (the table above).
+/// No pages.
 pub const EMPTY: u8 = 0;
+/// Being populated (the worker).
 pub const FILLING: u8 = 1;
+/// A freed page being moved in (the recycler).
 pub const INCOMING: u8 = 2;
+/// Pages of unknown contents: to scrub.
 pub const DIRTY: u8 = 3;
+/// Being cleared, by whoever took it.
 pub const SCRUBBING: u8 = 4;
+/// Zeroed pages, for the handler to move out.
 pub const READY: u8 = 5;
+/// Being moved out (the handler).
 pub const TAKEN: u8 = 6;
 
 /// Most slots: a reserve of 16 GiB.
@@ -148,6 +157,7 @@ pub fn create(fd: i32, bytes: usize, lanes: usize) -> Result<usize, Errno> {
     Ok(per)
 }
 
+/// Where slot `i` starts.
 pub fn slot_addr(i: usize) -> usize {
     BASE.load(Ordering::Relaxed) + i * HUGE
 }
@@ -237,7 +247,7 @@ pub fn unserve_lane(lane_no: usize) {
 pub fn give_back_lane(lane_no: usize) {
     while let Some(i) = take(lane_no, READY, TAKEN).or_else(|| take(lane_no, DIRTY, SCRUBBING)) {
         if drop_pages(i) {
-            stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+            stats::LAZY.add(Count::Released, 1);
         } else {
             // Kept (locked): the others would be too.
             break;
@@ -407,11 +417,11 @@ pub fn fill(i: usize, ahead: bool) -> bool {
             mark_free(i);
         }
         let kind = if is_huge(at) {
-            &stats::FILLED
+            Count::Filled
         } else {
-            &stats::FILLED_SMALL
+            Count::FilledSmall
         };
-        kind.fetch_add(1, Ordering::Relaxed);
+        stats::LAZY.add(kind, 1);
         set(i, READY);
     } else {
         drop_pages(i);
@@ -455,7 +465,7 @@ pub fn scrub(i: usize, hot: bool) -> bool {
         // Hot: moved out at once, for a waiting fault.
         mark_free(i);
     }
-    stats::SCRUBBED.fetch_add(1, Ordering::Relaxed);
+    stats::LAZY.add(Count::Scrubbed, 1);
     set(i, READY);
     true
 }
@@ -470,7 +480,7 @@ fn mark_free(i: usize) {
 /// A READY slot taken (`i`) that the kernel emptied: EMPTY, and no filling
 /// for a while.
 pub fn reclaimed(i: usize) {
-    stats::RECLAIMED.fetch_add(1, Ordering::Relaxed);
+    stats::LAZY.add(Count::Reclaimed, 1);
     PRESSED_UNTIL.store(super::now_ms() + PRESSED_MS, Ordering::Relaxed);
     set(i, EMPTY);
 }

@@ -4,83 +4,93 @@
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Faults the handler answered.
-pub static FAULTS: AtomicU64 = AtomicU64::new(0);
-/// Huge pages moved into a block for a fault.
-pub static MOVED: AtomicU64 = AtomicU64::new(0);
-/// Slots of small pages moved into a block.
-pub static MOVED_SMALL: AtomicU64 = AtomicU64::new(0);
-/// Of those moved in, the freed ones the handler scrubbed itself (nothing
-/// was ready in the reserve).
-pub static SYNC: AtomicU64 = AtomicU64::new(0);
-/// Blocks the handler copied zeroes into (nothing in the reserve at all).
-pub static COPIED: AtomicU64 = AtomicU64::new(0);
-/// 4 KiB pages the handler mapped (edges, partly populated blocks, an empty
-/// reserve that could not be filled).
-pub static SMALL: AtomicU64 = AtomicU64::new(0);
-/// Freed huge pages moved back into the reserve.
-pub static RECYCLED: AtomicU64 = AtomicU64::new(0);
-/// Slots the kernel populated with a fresh huge page.
-pub static FILLED: AtomicU64 = AtomicU64::new(0);
-/// Slots the kernel populated with small pages (it had no huge page).
-pub static FILLED_SMALL: AtomicU64 = AtomicU64::new(0);
-/// Slots scrubbed (recycled pages cleared).
-pub static SCRUBBED: AtomicU64 = AtomicU64::new(0);
-/// Slots given back to the kernel (idle).
-pub static RELEASED: AtomicU64 = AtomicU64::new(0);
-/// The program's mappings registered (interposed `mmap`).
-pub static MAPPINGS: AtomicU64 = AtomicU64::new(0);
-/// A moved huge page arrived split (the kernel kept the block's empty page
-/// table): from then on every slot moves a page-table entry at a time.
-pub static SPLIT: AtomicU64 = AtomicU64::new(0);
-/// Faults the handler could not serve, handed to the kernel.
-pub static UNSERVED: AtomicU64 = AtomicU64::new(0);
-/// READY slots the kernel had taken back (marked free, under pressure).
-pub static RECLAIMED: AtomicU64 = AtomicU64::new(0);
-/// First touches of a block away from the last served: the page alone.
-pub static SPARSE: AtomicU64 = AtomicU64::new(0);
-/// Slots the handler filled itself for a block the program asked huge
-/// pages for (the reserve had none ready; counted in FILLED too).
-pub static FILLED_NOW: AtomicU64 = AtomicU64::new(0);
-/// Mappings that asked for huge pages handed to the kernel's own faults
-/// (moved huge pages arrive split here).
-pub static TO_KERNEL: AtomicU64 = AtomicU64::new(0);
-/// Mappings handed to the kernel's own faults because threads faulted in
-/// them at once with the reserve empty.
-pub static CONTENDED: AtomicU64 = AtomicU64::new(0);
+/// What the lazy mode counts: one counter each, in [`LAZY`].
+#[derive(Clone, Copy)]
+pub enum Count {
+    /// Faults the handler answered.
+    Faults,
+    /// Huge pages moved into a block for a fault.
+    Moved,
+    /// Slots of small pages moved into a block.
+    MovedSmall,
+    /// Of those moved in, the freed ones the handler scrubbed itself (nothing
+    /// was ready in the reserve).
+    ScrubbedOnDemand,
+    /// Blocks the handler copied zeroes into (nothing in the reserve at all).
+    Copied,
+    /// 4 KiB pages the handler mapped (edges, partly populated blocks, an empty
+    /// reserve that could not be filled).
+    Small,
+    /// Freed huge pages moved back into the reserve.
+    Recycled,
+    /// Slots the kernel populated with a fresh huge page.
+    Filled,
+    /// Slots the kernel populated with small pages (it had no huge page).
+    FilledSmall,
+    /// Slots scrubbed (recycled pages cleared).
+    Scrubbed,
+    /// Slots given back to the kernel (idle).
+    Released,
+    /// The program's mappings registered (interposed `mmap`).
+    Mappings,
+    /// A moved huge page arrived split (the kernel kept the block's empty page
+    /// table): from then on every slot moves a page-table entry at a time.
+    Split,
+    /// Faults the handler could not serve, handed to the kernel.
+    Unserved,
+    /// READY slots the kernel had taken back (marked free, under pressure).
+    Reclaimed,
+    /// First touches of a block away from the last served: the page alone.
+    Sparse,
+    /// Slots the handler filled itself for a block the program asked huge
+    /// pages for (the reserve had none ready; counted in `Filled` too).
+    FilledNow,
+    /// Mappings that asked for huge pages handed to the kernel's own faults
+    /// (moved huge pages arrive split here).
+    ToKernel,
+    /// Mappings handed to the kernel's own faults because threads faulted in
+    /// them at once with the reserve empty.
+    Contended,
+}
 
-const ALL: [&AtomicU64; 19] = [
-    &FAULTS,
-    &MOVED,
-    &MOVED_SMALL,
-    &SYNC,
-    &COPIED,
-    &SMALL,
-    &RECYCLED,
-    &FILLED,
-    &FILLED_SMALL,
-    &SCRUBBED,
-    &RELEASED,
-    &MAPPINGS,
-    &SPLIT,
-    &UNSERVED,
-    &RECLAIMED,
-    &SPARSE,
-    &FILLED_NOW,
-    &TO_KERNEL,
-    &CONTENDED,
-];
+impl Count {
+    /// How many there are: the last one's index, plus one.
+    const N: usize = Count::Contended as usize + 1;
+}
 
-/// A forked child starts its own account.
-pub fn reset() {
-    for c in ALL {
-        c.store(0, Relaxed);
+/// One atomic per [`Count`], each added to with `Relaxed` (a count,
+/// ordering nothing), read at exit (and by `history.rs`).
+pub struct Counters([AtomicU64; Count::N]);
+
+impl Counters {
+    /// Adds `n` to `c`.
+    #[inline]
+    pub fn add(&self, c: Count, n: u64) {
+        self.0[c as usize].fetch_add(n, Relaxed);
+    }
+
+    /// The count so far.
+    pub fn get(&self, c: Count) -> u64 {
+        self.0[c as usize].load(Relaxed)
+    }
+
+    /// A forked child starts its own account. Every counter is in the
+    /// array, so none can be left out.
+    pub fn reset(&self) {
+        for c in &self.0 {
+            c.store(0, Relaxed);
+        }
     }
 }
 
+/// What the lazy mode did in this process: the counters' one owner.
+pub static LAZY: Counters = Counters([const { AtomicU64::new(0) }; Count::N]);
+
 /// The line, if the lazy mode did anything in this process.
 pub fn print() {
-    if FAULTS.load(Relaxed) == 0 && MAPPINGS.load(Relaxed) == 0 && RECYCLED.load(Relaxed) == 0 {
+    use Count::*;
+    let c = |k| LAZY.get(k);
+    if c(Faults) == 0 && c(Mappings) == 0 && c(Recycled) == 0 {
         return;
     }
     const LEN: usize = 1024;
@@ -93,42 +103,36 @@ pub fn print() {
          {} moved back; reserve filled {} ({} with small pages), scrubbed {}, gave back {}; {} \
          mappings registered{}{}{}{}{}{}{}",
         std::process::id(),
-        FAULTS.load(Relaxed),
-        MOVED.load(Relaxed) + MOVED_SMALL.load(Relaxed),
-        MOVED_SMALL.load(Relaxed),
-        SYNC.load(Relaxed),
-        COPIED.load(Relaxed),
-        SMALL.load(Relaxed),
-        RECYCLED.load(Relaxed),
-        FILLED.load(Relaxed) + FILLED_SMALL.load(Relaxed),
-        FILLED_SMALL.load(Relaxed),
-        SCRUBBED.load(Relaxed),
-        RELEASED.load(Relaxed),
-        MAPPINGS.load(Relaxed),
-        if SPLIT.load(Relaxed) > 0 {
+        c(Faults),
+        c(Moved) + c(MovedSmall),
+        c(MovedSmall),
+        c(ScrubbedOnDemand),
+        c(Copied),
+        c(Small),
+        c(Recycled),
+        c(Filled) + c(FilledSmall),
+        c(FilledSmall),
+        c(Scrubbed),
+        c(Released),
+        c(Mappings),
+        if c(Split) > 0 {
             "; moved huge pages arrived split: they move a page at a time"
         } else {
             ""
         },
-        Note(UNSERVED.load(Relaxed), "faults handed to the kernel"),
+        Note(c(Unserved), "faults handed to the kernel"),
+        Note(c(Reclaimed), "reserve slots the kernel took back"),
+        Note(c(Sparse), "first touches of a block given their page alone"),
         Note(
-            RECLAIMED.load(Relaxed),
-            "reserve slots the kernel took back"
-        ),
-        Note(
-            SPARSE.load(Relaxed),
-            "first touches of a block given their page alone"
-        ),
-        Note(
-            FILLED_NOW.load(Relaxed),
+            c(FilledNow),
             "slots filled for a fault that asked for huge pages"
         ),
         Note(
-            TO_KERNEL.load(Relaxed),
+            c(ToKernel),
             "mappings that asked for huge pages handed to the kernel"
         ),
         Note(
-            CONTENDED.load(Relaxed),
+            c(Contended),
             "mappings handed to the kernel (threads faulting at once, the reserve empty)"
         ),
     );

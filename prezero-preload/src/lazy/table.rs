@@ -16,13 +16,17 @@ pub const MAX_MAPPINGS: usize = 1024;
 pub const MAX_HUGE: usize = 64;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// An address range `[start, end)`.
 pub struct Range {
+    /// Its first byte.
     pub start: usize,
+    /// One past its last byte.
     pub end: usize,
 }
 
 const NONE: Range = Range { start: 0, end: 0 };
 
+/// The registered mappings, and the ranges asked huge pages for.
 pub struct Table {
     list: [Range; MAX_MAPPINGS],
     n: usize,
@@ -35,6 +39,7 @@ pub struct Table {
 }
 
 impl Table {
+    /// An empty table (a static's initial value).
     pub const fn new() -> Table {
         Table {
             list: [NONE; MAX_MAPPINGS],
@@ -45,6 +50,7 @@ impl Table {
         }
     }
 
+    /// How many ranges are registered.
     pub fn len(&self) -> usize {
         self.n
     }

@@ -13,7 +13,8 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::reserve::{self, DIRTY, EMPTY, FILLING, READY, SCRUBBING, TAKEN};
-use super::{lanes, now_ms, stats, IDLE_MS, LAST_ACTIVE};
+use super::stats::Count;
+use super::{lanes, now_ms, stats, LAST_ACTIVE, SETTINGS};
 use crate::sys;
 use crate::threads::{self, End, Owner, Polite, CHECK_MS};
 
@@ -29,6 +30,9 @@ pub fn first_lane() {
     NEXT_LANE.store(0, Ordering::Relaxed);
 }
 
+/// A worker's body: it takes the next lane, binds itself to its node's
+/// CPUs, and scrubs, fills and gives back that lane until it is asked to
+/// end or the lazy mode stops.
 pub fn run() {
     let lane = NEXT_LANE.fetch_add(1, Ordering::Relaxed);
     lanes::bind_worker(lane);
@@ -55,14 +59,14 @@ pub fn run() {
         }
         let now = now_ms();
         let idle = now.saturating_sub(LAST_ACTIVE.load(Ordering::Relaxed))
-            >= IDLE_MS.load(Ordering::Relaxed);
+            >= SETTINGS.idle_ms.load(Ordering::Relaxed);
         if idle && now >= release_from {
             // Ready pages first, then the ones still to scrub.
             if let Some(i) =
                 reserve::take(lane, READY, TAKEN).or_else(|| reserve::take(lane, DIRTY, SCRUBBING))
             {
                 if reserve::drop_pages(i) {
-                    stats::RELEASED.fetch_add(1, Ordering::Relaxed);
+                    stats::LAZY.add(Count::Released, 1);
                 } else {
                     // Kept (DIRTY now): the kernel would keep the others too.
                     release_from = now + BACKOFF_MS;

@@ -284,8 +284,9 @@ fn look(what: &mut Source, fd: i32, ev: libc::c_short) -> (bool, bool) {
                 return (false, false);
             }
             let short = *what == Source::Level
-                || sys::cgroup::v1_usage()
-                    .is_some_and(|u| u as u64 >= sources::THRESHOLD.load(Ordering::Relaxed));
+                || sys::cgroup::v1_usage().is_some_and(|u| {
+                    u as u64 >= sources::V1_USAGE_THRESHOLD.load(Ordering::Relaxed)
+                });
             (short, false)
         }
         // Read at the loop's top; a number the program reused is its file,

@@ -40,13 +40,14 @@ pub const MAX: usize = 6;
 /// The descriptors opened for the watcher (-1: none), and what each is,
 /// for it to take; closed by it as it ends, or by a forked child.
 pub static FDS: [AtomicI32; MAX] = [const { AtomicI32::new(-1) }; MAX];
+/// What the descriptor in `FDS` at the same index is ([`Source::of`] its code).
 pub static KINDS: [AtomicU8; MAX] = [const { AtomicU8::new(0) }; MAX];
 /// The bell pipe's write end (-1: none), and the pipe's identity (device,
 /// inode): a number the program closed and reused is not written to.
 pub static BELL: AtomicI32 = AtomicI32::new(-1);
 static BELL_ID: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
 /// The v1 threshold (bytes of usage) the `Usage` eventfd fires at.
-pub static THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
+pub static V1_USAGE_THRESHOLD: AtomicU64 = AtomicU64::new(u64::MAX);
 
 impl Source {
     fn code(self) -> u8 {
@@ -59,6 +60,7 @@ impl Source {
         }
     }
 
+    /// The source a code in [`KINDS`] stands for (an `Events` count at 0).
     pub fn of(code: u8) -> Source {
         match code {
             1 => Source::Events(0),
@@ -128,7 +130,7 @@ fn v1_events() -> (Option<i32>, Option<i32>) {
         return (None, None);
     };
     let threshold = limit.saturating_sub(headroom(limit));
-    THRESHOLD.store(threshold as u64, Ordering::Relaxed);
+    V1_USAGE_THRESHOLD.store(threshold as u64, Ordering::Relaxed);
     let level = event(&dir[..len], b"memory.pressure_level", b"medium");
     let mut num = [0u8; 24];
     let digits = format_number(threshold, &mut num);

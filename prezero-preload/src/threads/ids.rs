@@ -23,7 +23,9 @@ pub enum IdCall {
 /// A `set*id` call and whether it is of gids (else uids).
 #[derive(Clone, Copy, Debug)]
 pub struct IdChange {
+    /// Of gids (else uids).
     pub gid: bool,
+    /// Which call, with its ids.
     pub call: IdCall,
 }
 

@@ -34,7 +34,7 @@
 //! none of them, empties them. `PAUSE` orders the stops with each other and
 //! with [`spawn`] (a thread started during one would miss it), and is held
 //! with signals blocked; a thread of ours never waits for it (a stop may be
-//! waiting for that thread).
+//! waiting for that thread). Its place among the crate's locks: `lib.rs`.
 
 mod guest;
 mod ids;

@@ -26,6 +26,7 @@ pub struct Slot {
 }
 
 impl Slot {
+    /// An empty slot (a static's initial value).
     pub const fn new() -> Slot {
         Slot {
             thread: AtomicUsize::new(0),

@@ -15,7 +15,7 @@
 //! The scenarios, by what they check: `contents` (zeroes, alignment, guards,
 //! overlap), `process` (fork, signals, dlopen, foreign pointers), `stats`
 //! (the stats line, the cap, idle, prefill), `address_space`, `tools`
-//! (sanitizers, valgrind, the exported symbols).
+//! (sanitizers, valgrind, the exported and imported symbols).
 
 #[path = "../common/mod.rs"]
 mod common;

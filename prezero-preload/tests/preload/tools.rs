@@ -178,3 +178,112 @@ fn exports_only_the_allocator() {
         ]
     );
 }
+
+/// The allocator's entry points, which the library defines (interposes) and
+/// so must never import: a call to one from inside the library reaches its
+/// own, and the next allocator only through `dlsym(RTLD_NEXT)` (`next.rs`).
+const MALLOC_FAMILY: [&str; 11] = [
+    "malloc",
+    "calloc",
+    "realloc",
+    "free",
+    "posix_memalign",
+    "aligned_alloc",
+    "memalign",
+    "valloc",
+    "pvalloc",
+    "reallocarray",
+    "malloc_usable_size",
+];
+
+/// glibc's own allocator under other names: a call to one would pass by the
+/// next allocator (jemalloc preloaded after us, say), and by our own.
+const GLIBC_ALLOCATOR: [&str; 7] = [
+    "__libc_malloc",
+    "__libc_calloc",
+    "__libc_realloc",
+    "__libc_free",
+    "__libc_memalign",
+    "__libc_valloc",
+    "__libc_pvalloc",
+];
+
+/// C library calls that allocate with `malloc` by design (what they return
+/// is the caller's to `free`, or a heap object such as a `FILE`): inside
+/// `malloc` they would call `malloc`. None is imported today; `realpath`,
+/// `getcwd` and `opendir`, which may allocate too, are, from std and the
+/// library's start-up reads, off the allocation paths, and not listed.
+const ALLOCATING_CALLS: [&str; 24] = [
+    "strdup",
+    "strndup",
+    "wcsdup",
+    "asprintf",
+    "vasprintf",
+    "getline",
+    "getdelim",
+    "open_memstream",
+    "fopen",
+    "fopen64",
+    "fdopen",
+    "freopen",
+    "popen",
+    "scandir",
+    "scandir64",
+    "glob",
+    "glob64",
+    "backtrace_symbols",
+    "getpwnam",
+    "getpwuid",
+    "getgrnam",
+    "getgrgid",
+    "setenv",
+    "putenv",
+];
+
+/// The no-malloc contract (`lib.rs`), where the dynamic symbol table can
+/// show it: the malloc family is defined here and never imported, glibc's
+/// allocator is not called by its own names, and no C library call that
+/// allocates by design is imported. (A call to `malloc` from inside the
+/// library binds to its own definition, so no table can show that one:
+/// the contract's other half is the code's.)
+#[test]
+fn imports_no_allocator() {
+    let so = shared_object();
+    let nm = |only: &str| {
+        let out = Command::new("nm").args(["-D", only]).arg(&so).output();
+        let out = out.ok().filter(|o| o.status.success())?;
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        // "<address> T name" or "U name@GLIBC_2.2.5": the last word, less
+        // its version.
+        let names = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().last())
+            .map(|n| n.split('@').next().unwrap_or(n).to_string())
+            .collect::<Vec<_>>();
+        Some(names)
+    };
+    let (Some(imported), Some(defined)) = (nm("--undefined-only"), nm("--defined-only")) else {
+        prezero_testkit::skip("tool", "no nm to read the dynamic symbol table");
+        return;
+    };
+    for f in MALLOC_FAMILY {
+        assert!(
+            defined.iter().any(|d| d == f),
+            "{} does not define {f}: the program's calls of it pass the preload by",
+            so.display()
+        );
+    }
+    let forbidden: Vec<&String> = imported
+        .iter()
+        .filter(|i| {
+            MALLOC_FAMILY.contains(&i.as_str())
+                || GLIBC_ALLOCATOR.contains(&i.as_str())
+                || ALLOCATING_CALLS.contains(&i.as_str())
+        })
+        .collect();
+    assert!(
+        forbidden.is_empty(),
+        "{} imports {forbidden:?}, which allocate through malloc (the no-malloc contract, lib.rs)",
+        so.display()
+    );
+}
