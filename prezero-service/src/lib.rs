@@ -11,8 +11,8 @@
 //! * [`protocol`]: the wire format (`docs/PROTOCOL.md`).
 //! * [`metrics`]: the counters in the Prometheus text format (`daemon`).
 //!
-//! Built on the `prezero` library (regions, NUMA placement, prefault, the OS
-//! layer), which never imports this crate.
+//! Built on the `prezero` library (regions, NUMA placement, prefault) and
+//! the OS layer `prezero-sys`, neither of which imports this crate.
 
 #![warn(missing_docs)]
 
@@ -57,11 +57,11 @@ pub use client::{InheritedFile, SegmentFiles};
 pub use config::{
     Amount, PlacedPool, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
 };
-#[cfg(feature = "daemon")]
 pub use error::{Error, Result};
 #[cfg(feature = "fuzzing")]
 pub(crate) use ledger::{ledger_text, parse_ledger, world as ledger_world, Shape};
 pub use protocol::{CgroupStats, Histogram, PoolCounters, Refusal, ServiceStats, TenantStats};
+#[cfg(feature = "daemon")]
 pub use server::Server;
 
 /// Where `prezero serve` listens unless told otherwise.

@@ -1,13 +1,14 @@
 //! Injected failures, for tests: built only with the feature `fault-injection`
-//! (off by default), which `tests/faults.rs` builds into a shared object of
-//! its own. `PREZERO_FAULT` names the calls of `sys/` to fail:
+//! (off by default), which the preload's `tests/faults.rs` builds into a
+//! shared object of its own. `PREZERO_FAULT` names the calls of `raw` to
+//! fail:
 //!
 //! * `KIND:N[,KIND:N...]`: the Nth call of each kind in this process fails
-//!   as the kernel would fail it (`sys/` gives the errno), without being
+//!   as the kernel would fail it (`raw` gives the errno), without being
 //!   made; `KIND:N+`: the Nth and every call after it (a memory cgroup at
 //!   its limit fails every call that allocates). Kinds: `mmap`, `madvise`, `mremap`, `munmap`, `mprotect`,
 //!   `thread` (the creation of the scrubber and of the lazy mode's handler
-//!   and worker), and the lazy mode's (`sys/uffd.rs`): `userfaultfd`
+//!   and worker), and the lazy mode's (`raw/uffd.rs`): `userfaultfd`
 //!   (opening one, then its handshake), `uffd_register`, `uffd_copy`
 //!   (`UFFDIO_COPY` and `UFFDIO_ZEROPAGE`), `uffd_move`, `uffd_wake`
 //!   (`UFFDIO_WAKE` and `UFFDIO_UNREGISTER`), `pagemap` (opening it, then

@@ -77,6 +77,7 @@ impl From<Errno> for std::io::Error {
 
 impl Errno {
     /// The calling thread's errno, read just after a call failed.
+    #[inline]
     pub fn last() -> Errno {
         // SAFETY: no preconditions: the address of this thread's errno.
         let at = unsafe { libc::__errno_location() };
@@ -88,6 +89,7 @@ impl Errno {
 /// Sets the calling thread's errno: how a C caller learns why it got NULL.
 ///
 /// pre: none.
+#[inline]
 pub fn set_errno(e: c_int) {
     // SAFETY: no preconditions: the address of this thread's errno.
     let at = unsafe { libc::__errno_location() };
@@ -123,12 +125,14 @@ pub struct KeepErrno(c_int);
 impl KeepErrno {
     // A `Default` would hide that this reads errno at the call.
     #[allow(clippy::new_without_default)]
+    #[inline]
     pub fn new() -> KeepErrno {
         KeepErrno(Errno::last().0)
     }
 }
 
 impl Drop for KeepErrno {
+    #[inline]
     fn drop(&mut self) {
         set_errno(self.0);
     }
@@ -331,9 +335,14 @@ pub unsafe fn free_lazily(addr: usize, len: usize, whole_huge: bool) -> Result<(
     // preempted inside it keeps the program's own mapping calls waiting
     // until it runs again (at SCHED_IDLE a whole 8 MiB scrub step in one
     // call held a calloc for 1.3 s behind two spinning threads).
-    for at in (start..end).step_by(2 << 20) {
+    // The steps end on 2 MiB boundaries, so that none splits a huge page
+    // the range holds whole.
+    let mut at = start;
+    while at < end {
+        let stop = (at | ((2 << 20) - 1)).saturating_add(1).min(end);
         // SAFETY: zero memory of ours (pre): taken or not, it reads zero.
-        unsafe { madvise_raw(at, (end - at).min(2 << 20), libc::MADV_FREE) }?;
+        unsafe { madvise_raw(at, stop - at, libc::MADV_FREE) }?;
+        at = stop;
     }
     Ok(())
 }

@@ -29,6 +29,7 @@ impl Mutex {
     ///
     /// pre: none (the calling thread holding it already deadlocks, the
     /// default kind's answer: no memory is touched).
+    #[inline]
     pub fn lock(&self) {
         // SAFETY: an initialised mutex (new), never moved while in use (a static).
         unsafe { libc::pthread_mutex_lock(self.0.get()) };
@@ -37,6 +38,7 @@ impl Mutex {
     /// Takes the mutex if it is free: whether it did.
     ///
     /// pre: none.
+    #[inline]
     pub fn try_lock(&self) -> bool {
         // SAFETY: as in lock.
         unsafe { libc::pthread_mutex_trylock(self.0.get()) == 0 }
@@ -46,6 +48,7 @@ impl Mutex {
     ///
     /// # Safety
     /// pre: the calling thread holds it (unlocking another's is undefined).
+    #[inline]
     pub unsafe fn unlock(&self) {
         // SAFETY: held by this thread (pre).
         unsafe { libc::pthread_mutex_unlock(self.0.get()) };
@@ -96,6 +99,7 @@ impl TagMutex {
     /// Takes the mutex if it is free, as `tag`: whether it did.
     ///
     /// pre: none.
+    #[inline]
     pub fn try_lock(&self, tag: u32) -> bool {
         debug_assert!(tag != 0 && tag <= Self::MAX_TAG);
         self.0.compare_exchange(0, tag, Acquire, Relaxed).is_ok()
@@ -104,6 +108,7 @@ impl TagMutex {
     /// Takes the mutex as `tag`, waiting for it.
     ///
     /// pre: none (the calling thread holding it already waits for ever).
+    #[inline]
     pub fn lock(&self, tag: u32) {
         while !self.lock_within(tag, u64::MAX) {}
     }
@@ -158,6 +163,7 @@ impl TagMutex {
     /// # Safety
     /// pre: the calling thread holds it, or is a forked child's only thread
     /// and its parent's thread that forked held it.
+    #[inline]
     pub unsafe fn unlock(&self) {
         if self.0.swap(0, Release) & SLEEPERS != 0 {
             futex_wake(&self.0);
