@@ -1,5 +1,5 @@
 //! `prezero serve`'s TOML config: the CLI's reading of the file
-//! (`prezero-cli/src/serve/config.rs`, compiled here as it is, with no flags
+//! (`prezero_service::ConfigFile`, as `prezero serve` reads it, with no flags
 //! over it) and the library's checks (`ServerConfig::placed_pools`, as
 //! `validate` and `Server::start` make them, on this machine's NUMA
 //! topology). Any text is an error or a config that passes them, never a
@@ -16,8 +16,7 @@ use libfuzzer_sys::fuzz_target;
 use prezero::numa::Topology;
 use prezero_service::protocol::MAX_POOLS;
 
-#[path = "../../prezero-cli/src/serve/config.rs"]
-mod config;
+use prezero_service::{ConfigFile, ConfigPrepare};
 
 /// Read once: a sysfs read per input would be most of the time spent.
 fn topology() -> &'static Topology {
@@ -31,8 +30,8 @@ fuzz_target!(|data: &[u8]| {
     };
     // The same text as a `--prepare` flag, read as a `[[prepare]]` table is:
     // one that passes names an absolute cgroup path and hugetlb pages.
-    if let Ok(p) = config::FilePrepare::from_flag(text) {
-        let mut f = config::File::default();
+    if let Ok(p) = ConfigPrepare::from_flag(text) {
+        let mut f = ConfigFile::default();
         f.prepare.push(p);
         if let Ok(cfg) = f.config(Vec::new()) {
             for p in &cfg.prepare {
@@ -40,7 +39,7 @@ fuzz_target!(|data: &[u8]| {
             }
         }
     }
-    let Ok(cfg) = config::File::parse(text).and_then(|f| f.config(Vec::new())) else {
+    let Ok(cfg) = ConfigFile::parse(text).and_then(|f| f.config(Vec::new())) else {
         return;
     };
     let Ok(placed) = cfg.placed_pools(topology()) else {

@@ -1,5 +1,5 @@
 //! `prezero serve`: the node-wide service, configured by a TOML file
-//! (`serve/config.rs`) and flags.
+//! (read by `prezero_service::ConfigFile`) and flags.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -7,13 +7,10 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 
 use prezero::{HugetlbReservation, PageKind};
+use prezero_service::{parse_pool_flag, ConfigFile, ConfigPrepare};
 use prezero_service::{PlacedPool, PoolNode, Server, ServerConfig};
 
 use crate::units::fmt_size;
-
-mod config;
-
-use config::{parse_pool_flag, File, FilePrepare};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -99,9 +96,9 @@ fn config(args: &Args) -> Result<ServerConfig> {
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .with_context(|| format!("cannot read the config {}", p.display()))?;
-            File::parse(&text).with_context(|| format!("the config {}", p.display()))?
+            ConfigFile::parse(&text).with_context(|| format!("the config {}", p.display()))?
         }
-        None => File::default(),
+        None => ConfigFile::default(),
     };
     let flag_pools = args
         .pools
@@ -120,7 +117,7 @@ fn config(args: &Args) -> Result<ServerConfig> {
     file.metrics_textfile = args.metrics_textfile.clone().or(file.metrics_textfile);
     file.metrics_interval = args.metrics_interval.or(file.metrics_interval);
     for p in &args.prepare {
-        file.prepare.push(FilePrepare::from_flag(p)?);
+        file.prepare.push(ConfigPrepare::from_flag(p)?);
     }
     file.config(flag_pools)
 }

@@ -55,7 +55,8 @@ pub use client::{AllocOptions, Client, NodeChoice, SegmentView, ServiceMemory, S
 pub use client::{InheritedFile, SegmentFiles};
 #[cfg(feature = "daemon")]
 pub use config::{
-    Amount, PlacedPool, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
+    parse_pool_flag, Amount, ConfigError, ConfigFile, ConfigPrepare, PlacedPool, PoolConfig,
+    PoolNode, Prepare, Reuse, ServerConfig, MAX_METRICS_INTERVAL,
 };
 pub use error::{Error, Result};
 #[cfg(feature = "fuzzing")]

@@ -5,6 +5,7 @@
 //! bytes, or a share of its node's memory.
 
 mod amount;
+mod file;
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use super::replace_file::tmp_beside;
 use super::DEFAULT_SOCKET;
 use crate::{Error, Result};
 pub use amount::Amount;
+pub use file::{parse_pool_flag, ConfigError, ConfigFile, ConfigPrepare};
 use prezero::numa::{Node, Topology};
 use prezero::pool::ScrubPriority;
 use prezero::region::PageKind;

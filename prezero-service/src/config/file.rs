@@ -1,16 +1,68 @@
 //! `prezero serve`'s configuration file (see packaging/prezero.toml): its
 //! TOML, and its values, with the flags put over them, made a
 //! [`ServerConfig`]. A pool's target and cap are sizes or shares of its
-//! node's memory (`"1/8"`, `"12.5%"`: [`Amount`]). It needs nothing of the
-//! CLI beyond its dependencies, so the fuzz target `config` compiles it as
-//! it is.
+//! node's memory (`"1/8"`, `"12.5%"`: [`Amount`]). The one owner of the
+//! format: `prezero serve` and the fuzz target `config` read it here.
 
+use std::fmt;
 use std::path::PathBuf;
 
-use anyhow::{anyhow, bail, Context, Result};
 use prezero::{parse_size, PageKind, ScrubPriority};
-use prezero_service::{Amount, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig, Verify};
 use serde::Deserialize;
+
+use super::{Amount, PoolConfig, PoolNode, Prepare, Reuse, ServerConfig};
+use crate::charged::Verify;
+
+/// What is wrong with a configuration, in a sentence that names the value
+/// and the setting it was given for ("pool target: ...").
+#[derive(Debug)]
+pub struct ConfigError(String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl From<prezero::Error> for ConfigError {
+    fn from(e: prezero::Error) -> Self {
+        ConfigError(e.to_string())
+    }
+}
+
+impl From<crate::Error> for ConfigError {
+    fn from(e: crate::Error) -> Self {
+        ConfigError(e.to_string())
+    }
+}
+
+impl From<toml::de::Error> for ConfigError {
+    fn from(e: toml::de::Error) -> Self {
+        ConfigError(e.to_string())
+    }
+}
+
+type Result<T, E = ConfigError> = std::result::Result<T, E>;
+
+/// A refusal, said as `format!` says it.
+macro_rules! refuse {
+    ($($arg:tt)*) => {
+        return Err(ConfigError(format!($($arg)*)))
+    };
+}
+
+/// The setting a failure was met in, put before it: "pool target: why".
+trait Within<T> {
+    fn within(self, setting: &str) -> Result<T>;
+}
+
+impl<T, E: fmt::Display> Within<T> for std::result::Result<T, E> {
+    fn within(self, setting: &str) -> Result<T> {
+        self.map_err(|e| ConfigError(format!("{setting}: {e}")))
+    }
+}
 
 /// The configuration file. Sizes are strings like "256M" or "8G"; a pool's
 /// target and cap may also be a share of its node's memory ("1/8",
@@ -18,7 +70,7 @@ use serde::Deserialize;
 /// they are read.
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
-pub struct File {
+pub struct ConfigFile {
     pub socket: Option<PathBuf>,
     #[serde(default)]
     pub allow_uids: Vec<u32>,
@@ -36,30 +88,30 @@ pub struct File {
     pools: Vec<FilePool>,
     /// `[[prepare]]` tables, then `--prepare` flags.
     #[serde(default)]
-    pub prepare: Vec<FilePrepare>,
+    pub prepare: Vec<ConfigPrepare>,
 }
 
 /// `[[prepare]] cgroup = "/machine.slice/vm1.scope", size = "4G", page = "2MB"`.
 #[derive(Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
-pub struct FilePrepare {
+pub struct ConfigPrepare {
     cgroup: PathBuf,
     size: String,
     page: Option<String>,
 }
 
-impl FilePrepare {
+impl ConfigPrepare {
     /// `--prepare CGROUP=SIZE[:PAGE]`: the cgroup's path, the bytes, the page
     /// (2MB unless said).
-    pub fn from_flag(s: &str) -> Result<FilePrepare> {
+    pub fn from_flag(s: &str) -> Result<ConfigPrepare> {
         let (cgroup, rest) = s
             .rsplit_once('=')
-            .ok_or_else(|| anyhow!("--prepare {s}: expected CGROUP=SIZE[:PAGE]"))?;
+            .ok_or_else(|| ConfigError(format!("--prepare {s}: expected CGROUP=SIZE[:PAGE]")))?;
         let (size, page) = match rest.split_once(':') {
             Some((size, page)) => (size, Some(page.to_owned())),
             None => (rest, None),
         };
-        Ok(FilePrepare {
+        Ok(ConfigPrepare {
             cgroup: cgroup.into(),
             size: size.to_owned(),
             page,
@@ -69,19 +121,18 @@ impl FilePrepare {
     fn config(&self) -> Result<Prepare> {
         let page: PageKind = self.page.as_deref().unwrap_or("2MB").parse()?;
         if !page.is_hugetlb() {
-            bail!(
+            refuse!(
                 "prepare {}: the pages are 2MB or 1GB",
                 self.cgroup.display()
             );
         }
         if !self.cgroup.is_absolute() {
-            bail!(
+            refuse!(
                 "prepare {}: a cgroup path starts with /",
                 self.cgroup.display()
             );
         }
-        let bytes =
-            parse_size(&self.size).with_context(|| format!("prepare {}", self.cgroup.display()))?;
+        let bytes = parse_size(&self.size).within(&format!("prepare {}", self.cgroup.display()))?;
         Ok(Prepare {
             cgroup: self.cgroup.clone(),
             bytes,
@@ -132,9 +183,9 @@ impl FileNode {
     }
 }
 
-impl File {
-    /// The file's text read; its values are read by [`File::config`].
-    pub fn parse(text: &str) -> Result<File> {
+impl ConfigFile {
+    /// The file's text read; its values are read by [`ConfigFile::config`].
+    pub fn parse(text: &str) -> Result<ConfigFile> {
         Ok(toml::from_str(text)?)
     }
 
@@ -158,7 +209,7 @@ impl File {
         cfg.allow_uids = self.allow_uids;
         cfg.allow_gids = self.allow_gids;
         if let Some(c) = &self.uid_cap {
-            cfg.uid_cap = Some(parse_size(c).context("uid cap")?);
+            cfg.uid_cap = Some(parse_size(c).within("uid cap")?);
         }
         if let Some(v) = &self.verify {
             cfg.verify = verify(v)?;
@@ -170,7 +221,7 @@ impl File {
             cfg.reuse = match r.as_str() {
                 "same-uid" => Reuse::SameUid,
                 "fresh" => Reuse::Fresh,
-                _ => bail!("reuse '{r}': expected same-uid or fresh"),
+                _ => refuse!("reuse '{r}': expected same-uid or fresh"),
             };
         }
         if let Some(n) = self.max_conns_per_uid {
@@ -181,12 +232,12 @@ impl File {
         cfg.prepare = self
             .prepare
             .iter()
-            .map(FilePrepare::config)
+            .map(ConfigPrepare::config)
             .collect::<Result<_, _>>()?;
         if let Some(secs) = self.metrics_interval {
-            let most = prezero_service::MAX_METRICS_INTERVAL.as_secs_f64();
+            let most = super::MAX_METRICS_INTERVAL.as_secs_f64();
             if !(secs.is_finite() && (0.01..=most).contains(&secs)) {
-                bail!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
+                refuse!("metrics interval {secs}: expected seconds, from 0.01 to {most}");
             }
             cfg.metrics_interval = std::time::Duration::from_secs_f64(secs);
         }
@@ -199,16 +250,17 @@ fn pool_node(s: &str) -> Result<PoolNode> {
     if s == "all" {
         return Ok(PoolNode::All);
     }
-    s.parse()
-        .map(PoolNode::Node)
-        .ok()
-        .with_context(|| format!("pool node '{s}': expected a NUMA node id or all"))
+    s.parse().map(PoolNode::Node).map_err(|_| {
+        ConfigError(format!(
+            "pool node '{s}': expected a NUMA node id or all"
+        ))
+    })
 }
 
 fn page_kind(s: &str) -> Result<PageKind> {
     let k: PageKind = s.parse()?;
     if !k.is_hugetlb() {
-        bail!("pool page '{s}': the service serves 2MB or 1GB pages");
+        refuse!("pool page '{s}': the service serves 2MB or 1GB pages");
     }
     Ok(k)
 }
@@ -221,11 +273,11 @@ fn pool(
     node: Option<&str>,
 ) -> Result<PoolConfig> {
     let page = page_kind(page)?;
-    let target = Amount::parse(target).context("pool target")?;
+    let target = Amount::parse(target).within("pool target")?;
     let default_segment = page.page_size().max(256 << 20);
     let segment_size = segment
         .map_or(Ok(default_segment), parse_size)
-        .context("pool segment")?;
+        .within("pool segment")?;
     // Without a cap: the target (a share of the node's memory stays one,
     // which placement makes a segment at least), at least a segment.
     let default_cap = match target {
@@ -234,7 +286,7 @@ fn pool(
     };
     let cap = cap
         .map_or(Ok(default_cap), Amount::parse)
-        .context("pool cap")?;
+        .within("pool cap")?;
     let node = node.map_or(Ok(PoolNode::All), pool_node)?;
     Ok(PoolConfig {
         page,
@@ -252,14 +304,14 @@ pub fn parse_pool_flag(s: &str) -> Result<PoolConfig> {
     for kv in rest.split(',').filter(|kv| !kv.is_empty()) {
         let (k, v) = kv
             .split_once('=')
-            .with_context(|| format!("--pool {s}: '{kv}' is not key=value"))?;
+            .ok_or_else(|| ConfigError(format!("--pool {s}: '{kv}' is not key=value")))?;
         match k {
             "target" => target = Some(v),
             "cap" => cap = Some(v),
             "segment" => segment = Some(v),
             "node" => node = Some(v),
             _ => {
-                bail!("--pool {s}: unknown key '{k}' (target, cap, segment, node)")
+                refuse!("--pool {s}: unknown key '{k}' (target, cap, segment, node)")
             }
         }
     }
@@ -274,9 +326,11 @@ fn verify(s: &str) -> Result<Verify> {
                 .parse()
                 .ok()
                 .filter(|&n| n > 0)
-                .with_context(|| format!("verify '{s}': N must be a positive integer"))?,
+                .ok_or_else(|| {
+                    ConfigError(format!("verify '{s}': N must be a positive integer"))
+                })?,
         }),
-        _ => Err(anyhow!("verify '{s}': expected full or sample:N")),
+        _ => refuse!("verify '{s}': expected full or sample:N"),
     }
 }
 
@@ -285,9 +339,7 @@ fn priority(s: &str) -> Result<ScrubPriority> {
         "idle" => Ok(ScrubPriority::Idle),
         "nice19" => Ok(ScrubPriority::Nice19),
         "normal" => Ok(ScrubPriority::Normal),
-        _ => Err(anyhow!(
-            "scrub priority '{s}': expected idle, nice19 or normal"
-        )),
+        _ => refuse!("scrub priority '{s}': expected idle, nice19 or normal"),
     }
 }
 
@@ -346,7 +398,7 @@ mod tests {
     #[test]
     fn a_pools_node_in_the_file_is_an_id_or_all() {
         let nodes = |text: &str| -> Result<Vec<PoolNode>> {
-            let f: File = toml::from_str(text)?;
+            let f: ConfigFile = toml::from_str(text)?;
             f.pools
                 .iter()
                 .map(|p| {
@@ -371,7 +423,7 @@ mod tests {
     #[test]
     fn the_packaged_config_parses_and_asks_for_shares() {
         let text = include_str!("../../../packaging/prezero.toml");
-        let f: File = toml::from_str(text).unwrap();
+        let f: ConfigFile = toml::from_str(text).unwrap();
         assert!(!f.pools.is_empty());
         for p in &f.pools {
             let c = p.config().unwrap();
@@ -386,7 +438,7 @@ mod tests {
         use prezero::numa::Topology;
         let text =
             "[[pool]]\npage = \"2MB\"\nsegment = \"256M\"\ntarget = \"1/8\"\ncap = \"1/4\"\n";
-        let cfg = File::parse(text).unwrap().config(Vec::new()).unwrap();
+        let cfg = ConfigFile::parse(text).unwrap().config(Vec::new()).unwrap();
         let topology = Topology::read();
         let placed = cfg.placed_pools(&topology).unwrap();
         assert_eq!(placed.len(), topology.memory_nodes().len());
@@ -398,7 +450,7 @@ mod tests {
         }
         // A target of bytes beyond a share's cap is refused, with both said.
         let text = "[[pool]]\npage = \"2MB\"\ntarget = \"1T\"\ncap = \"1/1000000\"\n";
-        let cfg = File::parse(text).unwrap().config(Vec::new()).unwrap();
+        let cfg = ConfigFile::parse(text).unwrap().config(Vec::new()).unwrap();
         let e = cfg.placed_pools(&topology).unwrap_err().to_string();
         assert!(
             e.contains("target <= cap") && e.contains("cap 268435456 bytes"),
