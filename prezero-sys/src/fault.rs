@@ -1,106 +1,233 @@
-//! Injected failures, for the service's fault tests
-//! (`prezero-cli/tests/service_faults.rs`): in debug builds only, so no
-//! release build carries a trace of them. `PREZERO_SYS_FAULT` names calls of
-//! this layer to fail as the kernel would, without making them:
+//! Injected failures, for tests: the one mechanism both layers use. A plan
+//! in a variable names calls to fail as the kernel would, without making
+//! them:
 //!
 //! * `KIND:N[,KIND:N...]`: the Nth call of that kind in this process fails
-//!   (a kind may be named several times). Kinds, with the errno each fails
-//!   with: `memfd_create` (ENOMEM), `fallocate` (ENOMEM: `punch_hole`).
+//!   (a kind may be named several times); `KIND:N+`: the Nth and every call
+//!   after it (a memory cgroup at its limit fails every call that
+//!   allocates). N is digits, at least 1, without a leading zero.
 //!
-//! Each injected failure is said on stderr, so a test knows it came. A plan
-//! that does not parse is a panic at the first call: a test with a typo in it
-//! would otherwise pass having injected nothing.
+//! The plan is read once, at the first call of any kind, with `getenv` and
+//! without allocating (the raw layer runs inside `malloc`); every call of
+//! each kind is counted. A forked child counts on from its parent's numbers.
 //!
-//! Why debug builds and a variable rather than a cargo feature: the tests run
-//! the `prezero` binary cargo builds for them in the dev profile, and a
-//! feature turned on through prezero-cli's dev-dependencies would be unified
-//! into that binary by every `cargo test` (`--release` too) and not by
-//! `cargo build`, so `target/*/prezero` would carry it or not by whichever
-//! command ran last. `cfg(debug_assertions)` ties it to the profile instead:
-//! every release build (`scripts/install.sh`, packages) lacks it, with no flag
-//! to remember. The name differs from the preload's `PREZERO_FAULT` (its own
-//! layer, its own kinds), so a plan for one never reaches the other.
+//! Two switches, so that a plan for one layer never reaches the other:
+//!
+//! * the raw layer's calls (`raw/fault.rs`), in a build with the feature
+//!   `fault-injection` (the preload's `tests/faults.rs` builds one into a
+//!   shared object of its own), read `PREZERO_FAULT`;
+//! * the std layer's (`memfd_create`, `fallocate`: [`check`]), in debug
+//!   builds only, read `PREZERO_SYS_FAULT`. Why debug builds rather than
+//!   a feature: the service's fault tests (`prezero-cli/tests/service_faults.rs`)
+//!   run the `prezero` binary cargo builds in the dev profile, and a feature
+//!   turned on through dev-dependencies would be unified into that binary by
+//!   every `cargo test` and not by `cargo build`. `cfg(debug_assertions)`
+//!   ties it to the profile: no release build carries it. A plan there that
+//!   does not parse is a panic at the first call (a test with a typo would
+//!   otherwise pass having injected nothing), and each failure is said on
+//!   stderr.
 
-use std::io;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::OnceLock;
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering::*};
 
-/// The calls a failure can be injected into.
+/// A plan for `N` kinds of call, read from one variable.
+pub(crate) struct Plan<const N: usize> {
+    var: &'static CStr,
+    names: [&'static [u8]; N],
+    /// Calls made of each kind.
+    calls: [AtomicU64; N],
+    /// The call of each kind that fails (0: none).
+    fail_at: [AtomicU64; N],
+    /// Whether every call of the kind after that one fails too (`KIND:N+`).
+    fail_on: [AtomicBool; N],
+    /// Whether an item of the plan was not `KIND:N` or `KIND:N+`.
+    refused: AtomicBool,
+    /// Registered with `atexit` when the plan is set.
+    at_exit: Option<extern "C" fn()>,
+    state: AtomicU8,
+}
+
+const UNREAD: u8 = 0;
+const READING: u8 = 1;
+const READ: u8 = 2;
+
+impl<const N: usize> Plan<N> {
+    /// The plan in `var`, for the kinds `names` (in the order of their
+    /// index); `at_exit` runs at exit where the variable is set.
+    pub(crate) const fn new(
+        var: &'static CStr,
+        names: [&'static [u8]; N],
+        at_exit: Option<extern "C" fn()>,
+    ) -> Self {
+        Plan {
+            var,
+            names,
+            calls: [const { AtomicU64::new(0) }; N],
+            fail_at: [const { AtomicU64::new(0) }; N],
+            fail_on: [const { AtomicBool::new(false) }; N],
+            refused: AtomicBool::new(false),
+            at_exit,
+            state: AtomicU8::new(UNREAD),
+        }
+    }
+
+    /// Counts this call of kind `i`: its number, and whether it is to fail.
+    pub(crate) fn call(&self, i: usize) -> (u64, bool) {
+        self.read();
+        let n = self.calls[i].fetch_add(1, Relaxed) + 1;
+        let at = self.fail_at[i].load(Relaxed);
+        (
+            n,
+            n == at || (at != 0 && n > at && self.fail_on[i].load(Relaxed)),
+        )
+    }
+
+    /// Calls of kind `i` so far.
+    #[cfg(feature = "fault-injection")]
+    pub(crate) fn calls(&self, i: usize) -> u64 {
+        self.calls[i].load(Relaxed)
+    }
+
+    /// Kind `i`'s name in a plan.
+    #[cfg(debug_assertions)]
+    pub(crate) fn name(&self, i: usize) -> &'static [u8] {
+        self.names[i]
+    }
+
+    /// Whether an item of the plan was neither `KIND:N` nor `KIND:N+`.
+    #[cfg(debug_assertions)]
+    pub(crate) fn refused(&self) -> bool {
+        self.read();
+        self.refused.load(Relaxed)
+    }
+
+    /// Reads the variable once. A thread that comes while another reads it
+    /// waits: no call of its may be counted before the plan is known.
+    fn read(&self) {
+        match self
+            .state
+            .compare_exchange(UNREAD, READING, Acquire, Acquire)
+        {
+            Ok(_) => {}
+            Err(READ) => return,
+            Err(_) => {
+                while self.state.load(Acquire) != READ {
+                    std::hint::spin_loop();
+                }
+                return;
+            }
+        }
+        // SAFETY: getenv reads the NUL-terminated name.
+        let p = unsafe { libc::getenv(self.var.as_ptr()) };
+        let text = if p.is_null() {
+            &[][..]
+        } else {
+            // SAFETY: getenv's answer is a NUL-terminated string that lives as
+            // long as the environment entry, which nothing here changes.
+            unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes()
+        };
+        if let (false, Some(f)) = (text.is_empty(), self.at_exit) {
+            // SAFETY: registers a function of the signature atexit calls.
+            unsafe { libc::atexit(f) };
+        }
+        for item in text.split(|&b| b == b',').filter(|i| !i.is_empty()) {
+            match parse(&self.names, item) {
+                Some((i, n, on)) => {
+                    self.fail_at[i].store(n, Relaxed);
+                    self.fail_on[i].store(on, Relaxed);
+                }
+                None => self.refused.store(true, Relaxed),
+            }
+        }
+        // Release: a thread that sees READ sees the plan.
+        self.state.store(READ, Release);
+    }
+}
+
+/// `KIND:N` or `KIND:N+` as the index of the kind in `names`, N (at least 1,
+/// no leading zero) and whether the calls after the Nth fail too.
+fn parse(names: &[&[u8]], item: &[u8]) -> Option<(usize, u64, bool)> {
+    let (item, on) = match item.strip_suffix(b"+") {
+        Some(item) => (item, true),
+        None => (item, false),
+    };
+    let colon = item.iter().position(|&b| b == b':')?;
+    let (name, num) = (&item[..colon], &item[colon + 1..]);
+    let i = names.iter().position(|k| *k == name)?;
+    if num.first().is_none_or(|&d| d == b'0') || !num.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    let n = num.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?.checked_add(u64::from(d - b'0'))
+    })?;
+    Some((i, n, on))
+}
+
+/// The std layer's calls a failure can be injected into.
+#[cfg(debug_assertions)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
     MemfdCreate,
     Fallocate,
 }
 
-/// Each kind's name in a plan and the errno it fails with, in `Kind`'s order.
-const KINDS: [(&str, i32); 2] = [("memfd_create", libc::ENOMEM), ("fallocate", libc::ENOMEM)];
+/// The std layer's plan, and each kind's errno, in `Kind`'s order.
+#[cfg(debug_assertions)]
+static STD: Plan<2> = Plan::new(c"PREZERO_SYS_FAULT", [b"memfd_create", b"fallocate"], None);
+#[cfg(debug_assertions)]
+const STD_ERRNO: [i32; 2] = [libc::ENOMEM, libc::ENOMEM];
 
-/// Calls made of each kind, in `KINDS`' order.
-static CALLS: [AtomicU64; 2] = [const { AtomicU64::new(0) }; 2];
-
-/// Counts this call of `kind`; its errno if the plan fails it.
+/// Counts this call of `kind`; its errno if `PREZERO_SYS_FAULT` fails it.
 ///
 /// pre: none.
-pub(crate) fn check(kind: Kind) -> io::Result<()> {
-    static PLAN: OnceLock<Vec<(usize, u64)>> = OnceLock::new();
-    let plan = PLAN.get_or_init(|| {
-        let text = std::env::var("PREZERO_SYS_FAULT").unwrap_or_default();
-        parse(&text).unwrap_or_else(|bad| {
-            panic!("PREZERO_SYS_FAULT: '{bad}' is not KIND:N (kinds: memfd_create, fallocate)")
-        })
-    });
+#[cfg(debug_assertions)]
+pub(crate) fn check(kind: Kind) -> std::io::Result<()> {
     let i = kind as usize;
-    let n = CALLS[i].fetch_add(1, Relaxed) + 1;
-    if !plan.contains(&(i, n)) {
+    let (n, fails) = STD.call(i);
+    if STD.refused() {
+        let text = std::env::var("PREZERO_SYS_FAULT").unwrap_or_default();
+        panic!("PREZERO_SYS_FAULT: '{text}' is not KIND:N[,KIND:N...] (kinds: memfd_create, fallocate)");
+    }
+    if !fails {
         return Ok(());
     }
-    let (name, errno) = KINDS[i];
-    let e = io::Error::from_raw_os_error(errno);
+    let e = std::io::Error::from_raw_os_error(STD_ERRNO[i]);
+    let name = String::from_utf8_lossy(STD.name(i));
     eprintln!("prezero: injected fault: {name} call {n} fails ({e})");
     Err(e)
-}
-
-/// A plan as (kind's index, call) pairs; the first item that is not `KIND:N`
-/// (N at least 1) is the error.
-fn parse(text: &str) -> Result<Vec<(usize, u64)>, &str> {
-    text.split(',')
-        .filter(|item| !item.is_empty())
-        .map(|item| {
-            let (name, n) = item.split_once(':').ok_or(item)?;
-            let i = KINDS.iter().position(|k| k.0 == name).ok_or(item)?;
-            // Digits only, as written: no sign, no leading zero.
-            match n.parse::<u64>() {
-                Ok(k) if k > 0 && k.to_string() == n => Ok((i, k)),
-                _ => Err(item),
-            }
-        })
-        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::parse;
 
+    const NAMES: [&[u8]; 3] = [b"mmap", b"thread", b"uffd_wake"];
+
     #[test]
-    fn a_plan_names_kinds_and_calls() {
-        assert_eq!(parse(""), Ok(vec![]));
-        assert_eq!(parse("memfd_create:2"), Ok(vec![(0, 2)]));
-        assert_eq!(
-            parse("memfd_create:2,fallocate:1,memfd_create:4"),
-            Ok(vec![(0, 2), (1, 1), (0, 4)])
-        );
+    fn a_plan_names_a_kind_and_a_call() {
+        assert_eq!(parse(&NAMES, b"mmap:1"), Some((0, 1, false)));
+        assert_eq!(parse(&NAMES, b"thread:12"), Some((1, 12, false)));
+        assert_eq!(parse(&NAMES, b"uffd_wake:8+"), Some((2, 8, true)));
         for bad in [
-            "memfd_create",
-            "memfd_create:",
-            "memfd_create:0",
-            "memfd_create:-1",
-            "memfd_create:+1",
-            "memfd_create:01",
-            "mmap:1",
-            ":3",
-            "fallocate:99999999999999999999999",
+            &b"mmap"[..],
+            b"mmap:",
+            b"mmap:0",
+            b"mmap:01",
+            b"mmap:-1",
+            b"mmap:+1",
+            b"mmap:1x",
+            b"mmap:+",
+            b"mmap:1++",
+            b"brk:1",
+            b":3",
+            b"mmap:99999999999999999999999",
         ] {
-            assert_eq!(parse(bad), Err(bad));
+            assert_eq!(
+                parse(&NAMES, bad),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 }

@@ -32,13 +32,14 @@
 //!
 //! Beside them, [`size`] reads and writes byte sizes (the one parser, which
 //! allocates nothing) and [`env`] is the `PREZERO_*` contract between `prezero
-//! run` and the preload. In debug builds chosen calls of the top level can be
-//! made to fail for tests (`fault.rs`); in a `fault-injection` build, chosen
-//! calls of [`raw`] (`raw/fault.rs`).
+//! run` and the preload. Chosen calls can be made to fail for tests, by one
+//! mechanism (`fault.rs`) with a switch per layer: the top level's in debug
+//! builds (`PREZERO_SYS_FAULT`), the raw layer's in a `fault-injection`
+//! build (`PREZERO_FAULT`, `raw/fault.rs`).
 
 mod child;
 pub mod env;
-#[cfg(debug_assertions)]
+#[cfg(any(debug_assertions, feature = "fault-injection"))]
 mod fault;
 mod fd;
 mod mem;
