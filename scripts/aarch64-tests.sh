@@ -47,12 +47,14 @@ export CARGO_TARGET_DIR=target/aarch64
 export CARGO_PROFILE_DEV_DEBUG=false
 
 start=$SECONDS
-# Unit, integration and doc tests of the library, all through the runner. Not the C
+# Unit, integration and doc tests of the library and of its OS layer (prezero-sys:
+# 64 KiB pages, calls qemu-user lacks), all through the runner. Not the C
 # ABI (prezero-capi): its template entry compiles the register form once per word
 # count, minutes under this build, and the C tests run natively. Not the service
 # (its ledger's exhaustive exploration, the protocol's every truncation) nor the
 # pool state machine's exhaustive exploration: logic, the same on every
 # architecture and slow under emulation (40 s), run natively only.
+cargo test -p prezero-sys --target "$target"
 cargo test -p prezero --target "$target" -- --skip pool::state::tests::every_sequence
 # The portable paths an arm64 CPU without `dc zva` takes (DCZID_EL0.DZP set).
 PREZERO_CPU=armv8.0,-dc-zva cargo test -q -p prezero --target "$target" \

@@ -138,6 +138,7 @@ tests=(
   "region $(exe prezero test region)"
   "pool $(exe prezero test pool)"
   "lib $(exe prezero lib prezero) $lib_skips"
+  "sys-lib $(exe prezero-sys lib prezero_sys)"
   "service-lib $(exe prezero-service lib prezero_service) --skip ledger:: --skip protocol::"
   "clear $(exe prezero test clear)"
   "kernels $(exe prezero test kernels)"

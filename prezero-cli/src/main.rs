@@ -62,8 +62,7 @@ enum Command {
 fn main() -> ExitCode {
     // Like other Unix tools, end quietly when the reader of our output goes away
     // (`prezero bench ... | head`) instead of panicking on a broken pipe.
-    // SAFETY: restoring the default disposition of a signal has no preconditions.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let _ = prezero_sys::default_signal(libc::SIGPIPE);
     // Parsed as derived, with each command's examples at the end of its
     // --help (the man pages' EXAMPLES).
     let matches = manual::annotate(Cli::command()).get_matches();

@@ -119,7 +119,7 @@ fn config(args: &Args) -> Result<ServerConfig> {
     for p in &args.prepare {
         file.prepare.push(ConfigPrepare::from_flag(p)?);
     }
-    file.config(flag_pools)
+    Ok(file.config(flag_pools)?)
 }
 
 pub fn run(args: &Args) -> Result<()> {

@@ -100,8 +100,7 @@ pub fn mem_total() -> Option<usize> {
 /// started with privileges its caller lacks (`AT_SECURE`): the variable may
 /// come from someone else's environment. `None` where it names none.
 pub fn with_history<R>(flags: c_int, f: impl FnOnce(c_int) -> R) -> Option<R> {
-    // SAFETY: getauxval reads the process's auxiliary vector.
-    if unsafe { libc::getauxval(libc::AT_SECURE) } != 0 {
+    if sys::auxval(libc::AT_SECURE) != 0 {
         return None;
     }
     let raw = env(env::HISTORY.cname)?;
@@ -122,8 +121,7 @@ pub fn with_history<R>(flags: c_int, f: impl FnOnce(c_int) -> R) -> Option<R> {
     let name_c = CStr::from_bytes_until_nul(&name_c).ok()?;
     let fd = sys::open_private(dir_c, name_c, flags)?;
     let r = f(fd);
-    // SAFETY: the descriptor open_private opened, no one else's.
-    unsafe { libc::close(fd) };
+    sys::direct::close(fd);
     Some(r)
 }
 

@@ -12,7 +12,7 @@
 use std::ffi::CStr;
 use std::io::Write;
 
-use crate::sys::{self, Policy};
+use crate::sys::{self, each_in_list, Policy};
 
 /// Most nodes with lanes of their own; a machine with more has one lane.
 pub const MAX_NODES: usize = 64;
@@ -110,33 +110,6 @@ impl Nodes {
         // A node without memory, or pages spread: the unbound lane.
         lane.unwrap_or(self.n)
     }
-}
-
-/// Calls `f` with each id of a kernel list (`0-3,8`), in its order; `None`
-/// for garbage (then `f` may have seen some).
-pub fn each_in_list(text: &[u8], mut f: impl FnMut(u32)) -> Option<()> {
-    let text = text.strip_suffix(b"\n").unwrap_or(text);
-    for part in text.split(|&b| b == b',').filter(|p| !p.is_empty()) {
-        let mut ends = part.splitn(2, |&b| b == b'-');
-        let lo = number(ends.next()?)?;
-        let hi = match ends.next() {
-            Some(h) => number(h)?,
-            None => lo,
-        };
-        if hi < lo || hi - lo > 1 << 16 {
-            return None;
-        }
-        (lo..=hi).for_each(&mut f);
-    }
-    Some(())
-}
-
-/// A decimal node id.
-fn number(s: &[u8]) -> Option<u32> {
-    if s.is_empty() || s.len() > 6 || !s.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    Some(s.iter().fold(0, |v, &d| v * 10 + u32::from(d - b'0')))
 }
 
 /// The lane of the calling thread, for a request: its memory policy, and

@@ -196,7 +196,5 @@ pub fn pollfd_in(fd: RawFd) -> libc::pollfd {
 ///
 /// pre: none (a number in `fds` that names nothing reports `POLLNVAL`).
 pub fn poll(fds: &mut [libc::pollfd], timeout_ms: libc::c_int) -> io::Result<usize> {
-    // SAFETY: `fds` is a live array of `fds.len()` pollfds.
-    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
-    check(n).map(|n| n as usize)
+    Ok(crate::raw::poll(fds, timeout_ms)?)
 }

@@ -151,11 +151,110 @@ pub fn namespace_owner(ns: BorrowedFd<'_>) -> io::Result<u32> {
     Ok(uid)
 }
 
-/// An entry of the auxiliary vector (`AT_HWCAP`, `AT_HWCAP2`); 0 if absent.
+pub use crate::raw::auxval;
+
+/// Puts signal `sig` back to its default action (a CLI that writes into a
+/// closed pipe then ends quietly, as other tools do).
 ///
 /// pre: none.
-#[cfg(target_arch = "aarch64")]
-pub fn auxval(kind: libc::c_ulong) -> u64 {
-    // SAFETY: getauxval has no preconditions.
-    unsafe { libc::getauxval(kind) as u64 }
+pub fn default_signal(sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: SIG_DFL runs no code of ours.
+    if unsafe { libc::signal(sig, libc::SIG_DFL) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Runs `handler` on signal `sig`.
+///
+/// # Safety
+/// pre: `handler` calls only async-signal-safe functions, and touches only
+/// what stays valid until the process exits.
+pub unsafe fn on_signal(sig: libc::c_int, handler: extern "C" fn(libc::c_int)) -> io::Result<()> {
+    let handler = handler as *const () as libc::sighandler_t;
+    // SAFETY: the handler is async-signal-safe (pre).
+    if unsafe { libc::signal(sig, handler) } == libc::SIG_ERR {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sends signal `sig` to process `pid`.
+///
+/// pre: none (the kernel checks the permission; a pid reused by another
+/// process of ours is the caller's to rule out).
+pub fn kill(pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+    // SAFETY: kill takes numbers.
+    check(unsafe { libc::kill(pid, sig) }).map(drop)
+}
+
+/// Waits for child `pid` and reaps it: its wait status, and the resources it
+/// used (its peak RSS, its CPU times).
+///
+/// pre: `pid` is a child of ours nothing else waits for.
+pub fn wait_with_usage(pid: libc::pid_t) -> io::Result<(libc::c_int, libc::rusage)> {
+    let mut status = 0;
+    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: fills locals; the child is ours to reap (pre).
+    check(unsafe { libc::wait4(pid, &mut status, 0, &mut ru) })?;
+    Ok((status, ru))
+}
+
+/// The resources this process used so far, all its threads.
+///
+/// pre: none.
+pub fn own_usage() -> libc::rusage {
+    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: fills a local.
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru
+}
+
+/// A new directory, mode 0700, named `template` with its trailing `XXXXXX`
+/// made unique (`mkdtemp`).
+///
+/// pre: none.
+pub fn make_temp_dir(template: &Path) -> io::Result<std::path::PathBuf> {
+    let mut bytes = template.as_os_str().as_bytes().to_vec();
+    bytes.push(0);
+    // SAFETY: a NUL-terminated buffer of ours, which mkdtemp rewrites in place.
+    let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
+    if made.is_null() {
+        return Err(io::Error::last_os_error());
+    }
+    bytes.pop();
+    Ok(std::path::PathBuf::from(
+        <std::ffi::OsString as std::os::unix::ffi::OsStringExt>::from_vec(bytes),
+    ))
+}
+
+/// The uid and gid of user `name`, from the system's user database.
+///
+/// pre: none.
+pub fn user_ids(name: &CStr) -> Option<(u32, u32)> {
+    // SAFETY: getpwnam reads the NUL-terminated name; its result (static
+    // storage) is read at once, before any other call could reuse it.
+    let pw = unsafe { libc::getpwnam(name.as_ptr()) };
+    if pw.is_null() {
+        return None;
+    }
+    // SAFETY: not NULL: a passwd entry getpwnam filled.
+    let pw = unsafe { &*pw };
+    Some((pw.pw_uid, pw.pw_gid))
+}
+
+/// Whether the file system holding `path` is mounted `noexec`.
+///
+/// pre: none.
+pub fn on_noexec_mount(path: &Path) -> bool {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: an all-zero statvfs is a valid value for statvfs to fill.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a local to fill.
+    let r = unsafe { libc::statvfs(c.as_ptr(), &mut st) };
+    r == 0 && st.f_flag & libc::ST_NOEXEC != 0
 }

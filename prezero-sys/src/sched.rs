@@ -64,16 +64,9 @@ pub fn set_nice(tid: Tid, nice: libc::c_int) -> io::Result<()> {
     Ok(())
 }
 
-/// `clock_gettime` of `clock` in nanoseconds (0 if the clock cannot be read).
+/// `clock_gettime` of `clock` in nanoseconds (the raw layer's reading).
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: writes one timespec into the local.
-    if unsafe { libc::clock_gettime(clock, &mut ts) } != 0 {
-        return 0;
-    }
+    let ts = crate::raw::clock_gettime(clock);
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 

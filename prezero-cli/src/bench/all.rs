@@ -412,8 +412,7 @@ pub fn run(args: &Args) -> Result<()> {
     if let Some(path) = &args.report {
         crate::output::check_writable(path, "the report")?;
     }
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = prezero_sys::geteuid() == 0;
     if args.reserve && !root {
         eprintln!("prezero: --reserve needs root (it writes nr_hugepages): running without it");
     }

@@ -180,8 +180,7 @@ impl PrivateDaemon {
 
 impl Drop for PrivateDaemon {
     fn drop(&mut self) {
-        // SAFETY: kill on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        let _ = prezero_sys::kill(self.child.id() as i32, libc::SIGTERM);
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.dir);
     }

@@ -111,10 +111,8 @@ pub fn run(args: &Args) -> Result<()> {
 }
 
 fn cpu_times() -> (Duration, Duration) {
-    // SAFETY: an all-zero rusage is a valid value (integers and timevals).
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: getrusage fills the struct we pass; RUSAGE_SELF covers all threads.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    // RUSAGE_SELF: every thread's.
+    let ru = prezero_sys::own_usage();
     let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
     (tv(ru.ru_utime), tv(ru.ru_stime))
 }

@@ -49,32 +49,28 @@ mod interrupt {
         // Leaked on purpose: the handler may run at any time until exit.
         PATH.store(p.into_raw(), Ordering::Release);
         VALUE.store(v.into_raw(), Ordering::Release);
-        let handler = on_signal as *const () as libc::sighandler_t;
-        // SAFETY: `on_signal` only calls async-signal-safe functions (open, write,
-        // close, _exit) on pointers published above.
-        unsafe { libc::signal(libc::SIGINT, handler) };
-        // SAFETY: as for SIGINT.
-        unsafe { libc::signal(libc::SIGTERM, handler) };
-        // SAFETY: as for SIGINT.
-        unsafe { libc::signal(libc::SIGPIPE, handler) };
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGPIPE] {
+            // SAFETY: `on_signal` makes only system calls (open, write,
+            // close, _exit) on strings published above and leaked.
+            let _ = unsafe { prezero_sys::on_signal(sig, on_signal) };
+        }
     }
 
     extern "C" fn on_signal(_sig: libc::c_int) {
         let path = PATH.load(Ordering::Acquire);
         let value = VALUE.load(Ordering::Acquire);
         if !path.is_null() && !value.is_null() {
-            // SAFETY: a leaked NUL-terminated string; open is async-signal-safe.
-            let fd = unsafe { libc::open(path, libc::O_WRONLY) };
-            if fd >= 0 {
-                let len = VALUE_LEN.load(Ordering::Acquire);
-                // SAFETY: `value` is a leaked string of `len` bytes; write is
-                // async-signal-safe.
-                unsafe { libc::write(fd, value.cast(), len) };
-                // SAFETY: the descriptor just opened; close is async-signal-safe.
-                unsafe { libc::close(fd) };
+            // SAFETY: a leaked NUL-terminated string, valid until exit.
+            let path = unsafe { std::ffi::CStr::from_ptr(path) };
+            let len = VALUE_LEN.load(Ordering::Acquire);
+            // SAFETY: `value` is a leaked string of `len` bytes.
+            let value = unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) };
+            // The raw layer's calls allocate nothing: safe in a handler.
+            if let Some(fd) = prezero_sys::raw::open_write(path) {
+                let _ = prezero_sys::raw::write_all(fd, value);
+                prezero_sys::raw::direct::close(fd);
             }
         }
-        // SAFETY: _exit is async-signal-safe and ends the process at once.
-        unsafe { libc::_exit(130) };
+        prezero_sys::raw::exit_now(130);
     }
 }

@@ -287,10 +287,10 @@ fn cache_dirs() -> Vec<PathBuf> {
     } else if let Some(h) = absolute("HOME") {
         dirs.push(h.join(".cache/prezero"));
     }
-    // SAFETY: geteuid has no preconditions.
-    dirs.push(PathBuf::from(format!("/tmp/prezero-{}", unsafe {
-        libc::geteuid()
-    })));
+    dirs.push(PathBuf::from(format!(
+        "/tmp/prezero-{}",
+        prezero_sys::geteuid()
+    )));
     dirs
 }
 
@@ -310,8 +310,7 @@ fn private_dir(dir: &Path) -> Result<()> {
         Err(e) => return Err(e.into()),
     }
     let m = fs::symlink_metadata(dir)?;
-    // SAFETY: geteuid has no preconditions.
-    let me = unsafe { libc::geteuid() };
+    let me = prezero_sys::geteuid();
     if !m.is_dir() {
         bail!("not a directory (a symbolic link is refused too)");
     }
@@ -321,11 +320,7 @@ fn private_dir(dir: &Path) -> Result<()> {
     if m.mode() & 0o022 != 0 {
         bail!("writable by others (mode {:o})", m.mode() & 0o7777);
     }
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())?;
-    // SAFETY: statvfs fills the struct from a NUL-terminated path.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_NOEXEC != 0 {
+    if prezero_sys::on_noexec_mount(dir) {
         bail!("on a filesystem mounted noexec");
     }
     Ok(())

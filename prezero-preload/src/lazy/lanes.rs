@@ -25,8 +25,8 @@ use std::io::Write;
 use std::sync::atomic::{AtomicU32, AtomicU8, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crate::nodes::{each_in_list, Nodes, MAX_NODES};
-use crate::sys::{self, Policy, RawPolicy, CPU_WORDS};
+use crate::nodes::{Nodes, MAX_NODES};
+use crate::sys::{self, each_in_list, Policy, RawPolicy, CPU_WORDS};
 
 const MAX_CPUS: usize = CPU_WORDS * 64;
 const UNKNOWN: u8 = u8::MAX;

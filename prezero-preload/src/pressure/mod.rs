@@ -225,9 +225,8 @@ impl Watched {
 
     /// Waits `ms` at most for an event: whether one says memory is short.
     fn poll(&mut self, ms: i32) -> bool {
-        // SAFETY: `fds[..n]` are pollfds of this thread (a descriptor the
-        // program closed says POLLNVAL, and is dropped).
-        let r = unsafe { libc::poll(self.fds.as_mut_ptr(), self.n as libc::nfds_t, ms) };
+        // A descriptor the program closed says POLLNVAL, and is dropped.
+        let r = sys::poll(&mut self.fds[..self.n], ms).unwrap_or(0);
         let mut fired = false;
         let mut i = 0;
         while r > 0 && i < self.n {

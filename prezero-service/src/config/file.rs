@@ -71,18 +71,29 @@ impl<T, E: fmt::Display> Within<T> for std::result::Result<T, E> {
 #[derive(Deserialize, Default)]
 #[serde(deny_unknown_fields)]
 pub struct ConfigFile {
+    /// `socket`: where the daemon listens.
     pub socket: Option<PathBuf>,
+    /// `allow_uids`: uids served besides the daemon's own.
     #[serde(default)]
     pub allow_uids: Vec<u32>,
+    /// `allow_gids`: groups whose members are served.
     #[serde(default)]
     pub allow_gids: Vec<u32>,
+    /// `uid_cap`: the most one uid holds (a size).
     pub uid_cap: Option<String>,
+    /// `verify`: `full` or `sample:N`.
     pub verify: Option<String>,
+    /// `scrub_priority`: `idle`, `nice19` or `normal`.
     pub scrub_priority: Option<String>,
+    /// `reuse`: `same-uid` or `fresh`.
     pub reuse: Option<String>,
+    /// `max_conns_per_uid`: connections one uid may hold open.
     pub max_conns_per_uid: Option<usize>,
+    /// `ledger`: the file a restarted daemon finds its loans in.
     pub ledger: Option<PathBuf>,
+    /// `metrics_textfile`: a Prometheus text file, rewritten.
     pub metrics_textfile: Option<PathBuf>,
+    /// `metrics_interval`: seconds between rewrites of that file.
     pub metrics_interval: Option<f64>,
     #[serde(default, rename = "pool")]
     pools: Vec<FilePool>,
@@ -250,11 +261,9 @@ fn pool_node(s: &str) -> Result<PoolNode> {
     if s == "all" {
         return Ok(PoolNode::All);
     }
-    s.parse().map(PoolNode::Node).map_err(|_| {
-        ConfigError(format!(
-            "pool node '{s}': expected a NUMA node id or all"
-        ))
-    })
+    s.parse()
+        .map(PoolNode::Node)
+        .map_err(|_| ConfigError(format!("pool node '{s}': expected a NUMA node id or all")))
 }
 
 fn page_kind(s: &str) -> Result<PageKind> {
@@ -322,13 +331,9 @@ fn verify(s: &str) -> Result<Verify> {
     match s.split_once(':') {
         None if s == "full" => Ok(Verify::Full),
         Some(("sample", n)) => Ok(Verify::Sampled {
-            one_in: n
-                .parse()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| {
-                    ConfigError(format!("verify '{s}': N must be a positive integer"))
-                })?,
+            one_in: n.parse().ok().filter(|&n| n > 0).ok_or_else(|| {
+                ConfigError(format!("verify '{s}': N must be a positive integer"))
+            })?,
         }),
         _ => refuse!("verify '{s}': expected full or sample:N"),
     }

@@ -201,3 +201,16 @@ pub fn psi_trigger(path: &CStr, trigger: &[u8]) -> Option<c_int> {
     }
     Some(fd)
 }
+
+/// Waits `ms` at most (-1: for ever) for an event on `fds`: how many have
+/// one (`revents` says which).
+///
+/// pre: none (a descriptor that is not open says `POLLNVAL`).
+pub fn poll(fds: &mut [libc::pollfd], ms: c_int) -> Result<usize, Errno> {
+    // SAFETY: `fds` is a live array of `fds.len()` pollfds.
+    let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+    if n < 0 {
+        return Err(Errno::last());
+    }
+    Ok(n as usize)
+}

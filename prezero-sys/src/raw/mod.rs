@@ -64,7 +64,7 @@ pub mod uffd;
 pub use file::*;
 pub use identity::Identity;
 pub use numa::*;
-pub use procfs::{meminfo, thp_mode, ThpMode};
+pub use procfs::{each_in_list, meminfo, thp_mode, ThpMode};
 pub use sync::{futex_wait, futex_wake, Event, Mutex, TagMutex};
 pub use thread::*;
 
@@ -510,6 +510,23 @@ pub fn atfork(
 pub fn atexit(f: extern "C" fn()) {
     // SAFETY: registers a function of the signature atexit calls.
     unsafe { libc::atexit(f) };
+}
+
+/// An entry of the auxiliary vector (`AT_HWCAP`, `AT_HWCAP2`); 0 if absent.
+///
+/// pre: none.
+pub fn auxval(kind: libc::c_ulong) -> u64 {
+    // SAFETY: getauxval has no preconditions.
+    unsafe { libc::getauxval(kind) as u64 }
+}
+
+/// Ends the process at once with `code`: no exit handlers, no flush
+/// (`_exit`, safe in a signal handler).
+///
+/// pre: none.
+pub fn exit_now(code: c_int) -> ! {
+    // SAFETY: _exit takes a number and does not return.
+    unsafe { libc::_exit(code) }
 }
 
 /// This process's id.

@@ -1,7 +1,7 @@
-//! The machine's memory state from `/proc` and sysfs, read into stack
-//! buffers: what the preload reads inside `malloc`, and what every other
-//! crate reads through these same functions (the std layer's
-//! `mem_available`, the library's `mm::memory`).
+//! The machine's state from `/proc` and sysfs, read into stack buffers or
+//! walked in place: what the preload reads inside `malloc`, and what every
+//! other crate reads through these same functions (the std layer's
+//! `mem_available`, the library's `mm::memory` and NUMA topology).
 
 use super::read_file_start;
 use crate::size::read_size;
@@ -69,6 +69,40 @@ pub fn thp_mode() -> Option<ThpMode> {
     }
 }
 
+/// Calls `f` with each id of a kernel list (`0-3,8`, as sysfs writes CPU
+/// and node lists; blanks around it), in its order; `None` for garbage
+/// (then `f` may have seen some).
+///
+/// pre: none.
+pub fn each_in_list(text: &[u8], mut f: impl FnMut(u32)) -> Option<()> {
+    for part in text
+        .trim_ascii()
+        .split(|&b| b == b',')
+        .filter(|p| !p.is_empty())
+    {
+        let mut ends = part.splitn(2, |&b| b == b'-');
+        let lo = list_id(ends.next()?)?;
+        let hi = match ends.next() {
+            Some(h) => list_id(h)?,
+            None => lo,
+        };
+        // A range larger than any real machine's is a corrupt file.
+        if hi < lo || hi - lo > 1 << 16 {
+            return None;
+        }
+        (lo..=hi).for_each(&mut f);
+    }
+    Some(())
+}
+
+/// A decimal id of a list (at most six digits).
+fn list_id(s: &[u8]) -> Option<u32> {
+    if s.is_empty() || s.len() > 6 || !s.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    Some(s.iter().fold(0, |v, &d| v * 10 + u32::from(d - b'0')))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -95,6 +129,20 @@ mod tests {
                 assert_eq!(thp_mode(), None);
                 prezero_testkit::skip("machine", "no THP in this kernel");
             }
+        }
+    }
+
+    #[test]
+    fn kernel_lists_walk_in_order_and_garbage_does_not() {
+        let walk = |t: &[u8]| {
+            let mut v = Vec::new();
+            each_in_list(t, |i| v.push(i)).map(|()| v)
+        };
+        assert_eq!(walk(b"0-3,8,10-11\n"), Some(vec![0, 1, 2, 3, 8, 10, 11]));
+        assert_eq!(walk(b" 1 "), Some(vec![1]));
+        assert_eq!(walk(b""), Some(vec![]));
+        for bad in [&b"a"[..], b"3-1", b"0-99999999", b"-1", b"0-", b"1 2"] {
+            assert_eq!(walk(bad), None, "{:?}", String::from_utf8_lossy(bad));
         }
     }
 }

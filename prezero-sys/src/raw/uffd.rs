@@ -465,14 +465,9 @@ fn scan_with(
     Ok((n as usize, arg.walk_end as usize))
 }
 
-/// Closes `fd`.
-///
-/// pre: `fd` is this crate's own, and nothing uses it after.
-pub fn close(fd: c_int) {
-    // The system call, not the C library's `close`, which this library
-    // interposes (`entry/lazy.rs`).
-    super::direct::close(fd);
-}
+// The system call, not the C library's `close`, which the preload
+// interposes (its `entry/lazy.rs`).
+pub use super::direct::close;
 
 /// Blocks every signal in the calling thread: the old mask.
 ///

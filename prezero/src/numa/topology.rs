@@ -147,23 +147,11 @@ fn list(ids: impl Iterator<Item = u32>) -> String {
     }
 }
 
-/// Parses a kernel list (`0-3,8,10-11`) into ascending ids.
+/// Parses a kernel list (`0-3,8,10-11`) into ascending ids, as
+/// `prezero_sys::raw::each_in_list` walks it.
 pub(crate) fn parse_list(text: &str) -> Option<Vec<usize>> {
     let mut out = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        let (lo, hi): (usize, usize) = match part.split_once('-') {
-            Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
-            None => {
-                let v = part.parse().ok()?;
-                (v, v)
-            }
-        };
-        // A range larger than any real machine's is a corrupt file, not a list.
-        if hi < lo || hi - lo > 1 << 16 {
-            return None;
-        }
-        out.extend(lo..=hi);
-    }
+    sys::raw::each_in_list(text.as_bytes(), |id| out.push(id as usize))?;
     out.sort_unstable();
     out.dedup();
     Some(out)

@@ -4,7 +4,7 @@
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// A directory of this run's own under the temporary directory, removed
 /// with everything in it when dropped (after an error too).
@@ -14,19 +14,10 @@ impl Scratch {
     /// A new directory, `mode` (0755 when a program runs as another user and
     /// must reach its files; the inputs are generated, nothing secret).
     pub(super) fn new(mode: u32) -> Result<Scratch> {
-        use std::os::unix::ffi::OsStrExt;
         use std::os::unix::fs::PermissionsExt;
         let template = std::env::temp_dir().join("prezero-programs-XXXXXX");
-        let mut bytes = template.as_os_str().as_bytes().to_vec();
-        bytes.push(0);
-        // SAFETY: mkdtemp rewrites the X's of the NUL-terminated buffer we own.
-        let made = unsafe { libc::mkdtemp(bytes.as_mut_ptr().cast()) };
-        if made.is_null() {
-            let e = std::io::Error::last_os_error();
-            bail!("cannot make a directory like {}: {e}", template.display());
-        }
-        bytes.pop();
-        let dir = PathBuf::from(std::ffi::OsStr::from_bytes(&bytes));
+        let dir = prezero_sys::make_temp_dir(&template)
+            .with_context(|| format!("cannot make a directory like {}", template.display()))?;
         let scratch = Scratch(dir);
         std::fs::set_permissions(&scratch.0, std::fs::Permissions::from_mode(mode))
             .with_context(|| format!("chmod {}", scratch.0.display()))?;

@@ -221,8 +221,7 @@ impl Program {
             }
             Program::Postgres => {
                 // PostgreSQL refuses to run as root.
-                // SAFETY: geteuid has no preconditions.
-                let user = if unsafe { libc::geteuid() } == 0 {
+                let user = if prezero_sys::geteuid() == 0 {
                     Some(
                         s.user
                             .context("root, and no postgres user to run the server as")?,

@@ -185,8 +185,7 @@ pub fn run(args: &Args) -> Result<()> {
         bail!("--reps must be at least 1");
     }
     let (scale, room) = scale()?;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
+    let root = prezero_sys::geteuid() == 0;
     let user = root.then(postgres::unprivileged_user).flatten();
     let scratch = Scratch::new(if user.is_some() { 0o755 } else { 0o700 })?;
     let setting = Setting {

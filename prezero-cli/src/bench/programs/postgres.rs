@@ -60,16 +60,7 @@ fn server_bin(packages: &str) -> Result<PathBuf> {
 
 /// The uid and gid of `name`.
 fn user_ids(name: &str) -> Option<(u32, u32)> {
-    let c = CString::new(name).ok()?;
-    // SAFETY: getpwnam reads a NUL-terminated name; its result (static, or
-    // null) is read at once, before any other call could reuse it.
-    let pw = unsafe { libc::getpwnam(c.as_ptr()) };
-    if pw.is_null() {
-        return None;
-    }
-    // SAFETY: non-null, as checked: a passwd entry.
-    let pw = unsafe { &*pw };
-    Some((pw.pw_uid, pw.pw_gid))
+    prezero_sys::user_ids(&CString::new(name).ok()?)
 }
 
 /// The user a program that refuses root runs as: Debian's `postgres`.

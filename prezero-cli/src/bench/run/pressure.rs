@@ -118,14 +118,12 @@ pub(super) fn run_pair(
     drop(child.stdin.take());
     let mut rest = String::new();
     let _ = out.read_to_string(&mut rest);
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child (`child` is never waited on) and
-    // fills locals.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    // Our own child, reaped here alone (`child` is never waited on).
+    let waited = prezero_sys::wait_with_usage(child.id() as libc::pid_t);
     let err = err_reader.join().unwrap_or_default();
-    let ok = pid >= 0 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
+    // SAFETY: an all-zero rusage is a valid value (integers and timevals).
+    let (status, ru) = waited.unwrap_or((-1, unsafe { std::mem::zeroed() }));
+    let ok = status != -1 && libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0;
     if !held || !ok || !rest.contains("bad=0") {
         let tail: Vec<&str> = err.lines().rev().take(6).collect();
         bail!(

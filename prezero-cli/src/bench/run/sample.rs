@@ -148,22 +148,12 @@ pub(in crate::bench) fn run_to_end(
     });
     let mut out = Vec::new();
     let _ = child.stdout.take().expect("piped").read_to_end(&mut out);
-    let mut status = 0;
-    // SAFETY: an all-zero rusage is a valid value for wait4 to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: waits for our own child (not reaped elsewhere: `child` is never
-    // waited on) and fills locals.
-    let pid = unsafe { libc::wait4(child.id() as libc::pid_t, &mut status, 0, &mut ru) };
+    // Our own child, reaped here alone (`child` is never waited on).
+    let waited = prezero_sys::wait_with_usage(child.id() as libc::pid_t);
     let wall = start.elapsed();
     let low_available = low.stop();
     let err = err_reader.join().unwrap_or_default();
-    if pid < 0 {
-        bail!(
-            "wait4 for {}: {}",
-            shown(argv),
-            std::io::Error::last_os_error()
-        );
-    }
+    let (status, ru) = waited.with_context(|| format!("wait4 for {}", shown(argv)))?;
     Ok(Ended {
         out: String::from_utf8_lossy(&out).into_owned(),
         err: String::from_utf8_lossy(&err).into_owned(),
@@ -294,11 +284,7 @@ impl Samples {
 /// This process's peak RSS: a child's `ru_maxrss` counts the image it was
 /// spawned from before its exec, so no figure reads below it.
 pub(in crate::bench) fn own_peak_rss() -> u64 {
-    // SAFETY: an all-zero rusage is a valid value for getrusage to fill.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: fills a local.
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru.ru_maxrss as u64 * 1024
+    prezero_sys::own_usage().ru_maxrss as u64 * 1024
 }
 
 #[cfg(test)]
