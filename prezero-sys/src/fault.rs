@@ -3,7 +3,7 @@
 //! them:
 //!
 //! * `KIND:N[,KIND:N...]`: the Nth call of that kind in this process fails
-//!   (a kind may be named several times); `KIND:N+`: the Nth and every call
+//!   (a kind may be named up to four times); `KIND:N+`: the Nth and every call
 //!   after it (a memory cgroup at its limit fails every call that
 //!   allocates). N is digits, at least 1, without a leading zero.
 //!
@@ -36,16 +36,19 @@ pub(crate) struct Plan<const N: usize> {
     names: [&'static [u8]; N],
     /// Calls made of each kind.
     calls: [AtomicU64; N],
-    /// The call of each kind that fails (0: none).
-    fail_at: [AtomicU64; N],
+    /// The calls of each kind that fail (0: none).
+    fail_at: [[AtomicU64; PER_KIND]; N],
     /// Whether every call of the kind after that one fails too (`KIND:N+`).
-    fail_on: [AtomicBool; N],
+    fail_on: [[AtomicBool; PER_KIND]; N],
     /// Whether an item of the plan was not `KIND:N` or `KIND:N+`.
     refused: AtomicBool,
     /// Registered with `atexit` when the plan is set.
     at_exit: Option<extern "C" fn()>,
     state: AtomicU8,
 }
+
+/// How many items of a plan may name one kind.
+const PER_KIND: usize = 4;
 
 const UNREAD: u8 = 0;
 const READING: u8 = 1;
@@ -63,8 +66,8 @@ impl<const N: usize> Plan<N> {
             var,
             names,
             calls: [const { AtomicU64::new(0) }; N],
-            fail_at: [const { AtomicU64::new(0) }; N],
-            fail_on: [const { AtomicBool::new(false) }; N],
+            fail_at: [const { [const { AtomicU64::new(0) }; PER_KIND] }; N],
+            fail_on: [const { [const { AtomicBool::new(false) }; PER_KIND] }; N],
             refused: AtomicBool::new(false),
             at_exit,
             state: AtomicU8::new(UNREAD),
@@ -75,11 +78,11 @@ impl<const N: usize> Plan<N> {
     pub(crate) fn call(&self, i: usize) -> (u64, bool) {
         self.read();
         let n = self.calls[i].fetch_add(1, Relaxed) + 1;
-        let at = self.fail_at[i].load(Relaxed);
-        (
-            n,
-            n == at || (at != 0 && n > at && self.fail_on[i].load(Relaxed)),
-        )
+        let fails = (0..PER_KIND).any(|j| {
+            let at = self.fail_at[i][j].load(Relaxed);
+            n == at || (at != 0 && n > at && self.fail_on[i][j].load(Relaxed))
+        });
+        (n, fails)
     }
 
     /// Calls of kind `i` so far.
@@ -131,10 +134,11 @@ impl<const N: usize> Plan<N> {
             unsafe { libc::atexit(f) };
         }
         for item in text.split(|&b| b == b',').filter(|i| !i.is_empty()) {
-            match parse(&self.names, item) {
-                Some((i, n, on)) => {
-                    self.fail_at[i].store(n, Relaxed);
-                    self.fail_on[i].store(on, Relaxed);
+            let free = |i: usize| (0..PER_KIND).find(|&j| self.fail_at[i][j].load(Relaxed) == 0);
+            match parse(&self.names, item).and_then(|(i, n, on)| Some((i, free(i)?, n, on))) {
+                Some((i, j, n, on)) => {
+                    self.fail_at[i][j].store(n, Relaxed);
+                    self.fail_on[i][j].store(on, Relaxed);
                 }
                 None => self.refused.store(true, Relaxed),
             }
@@ -199,7 +203,7 @@ pub(crate) fn check(kind: Kind) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse;
+    use super::{parse, Plan};
 
     const NAMES: [&[u8]; 3] = [b"mmap", b"thread", b"uffd_wake"];
 
@@ -229,5 +233,19 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn a_kind_named_several_times_fails_at_each_and_n_plus_from_n_on() {
+        // A variable of this test's own: no other test reads it.
+        std::env::set_var("PREZERO_FAULT_PLAN_TEST", "mmap:2,mmap:4,thread:2+,brk:1");
+        static PLAN: Plan<3> = Plan::new(c"PREZERO_FAULT_PLAN_TEST", NAMES, None);
+        let mmap: Vec<bool> = (0..5).map(|_| PLAN.call(0).1).collect();
+        assert_eq!(mmap, [false, true, false, true, false]);
+        let thread: Vec<bool> = (0..4).map(|_| PLAN.call(1).1).collect();
+        assert_eq!(thread, [false, true, true, true]);
+        assert_eq!(PLAN.call(2), (1, false));
+        #[cfg(debug_assertions)]
+        assert!(PLAN.refused(), "brk is no kind of this plan");
     }
 }
