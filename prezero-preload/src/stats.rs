@@ -2,6 +2,7 @@
 //! exit (formatted into a stack buffer: exit may run with the heap in any state).
 
 use std::io::Write;
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What the cache counts: one counter each, in [`CACHE`].
@@ -40,33 +41,45 @@ pub enum Count {
 
 impl Count {
     /// How many there are: the last one's index, plus one.
-    const N: usize = Count::PeakInUse as usize + 1;
+    pub const N: usize = Count::PeakInUse as usize + 1;
 }
 
-/// One atomic per [`Count`], each changed with `Relaxed` (a count, ordering
-/// nothing), read once at exit.
-pub struct Counters([AtomicU64; Count::N]);
+impl From<Count> for usize {
+    fn from(c: Count) -> usize {
+        c as usize
+    }
+}
 
-impl Counters {
+/// Counters named by the variants of `C`, an enum of `N` counts (the
+/// cache's [`Count`], the lazy mode's): one atomic each, changed with
+/// `Relaxed` (a count orders nothing), read once at exit.
+pub struct Counters<C, const N: usize>([AtomicU64; N], PhantomData<C>);
+
+impl<C: Copy + Into<usize>, const N: usize> Counters<C, N> {
+    /// Every count at zero.
+    pub const fn new() -> Self {
+        Counters([const { AtomicU64::new(0) }; N], PhantomData)
+    }
+
     /// Adds `n` to `c`.
     #[inline]
-    pub fn add(&self, c: Count, n: u64) {
-        self.0[c as usize].fetch_add(n, Relaxed);
+    pub fn add(&self, c: C, n: u64) {
+        self.0[c.into()].fetch_add(n, Relaxed);
     }
 
     /// Takes `n` from `c` (a count made too early).
-    pub fn sub(&self, c: Count, n: u64) {
-        self.0[c as usize].fetch_sub(n, Relaxed);
+    pub fn sub(&self, c: C, n: u64) {
+        self.0[c.into()].fetch_sub(n, Relaxed);
     }
 
     /// Raises `c` to `n` if it is below (a peak).
-    pub fn max(&self, c: Count, n: u64) {
-        self.0[c as usize].fetch_max(n, Relaxed);
+    pub fn max(&self, c: C, n: u64) {
+        self.0[c.into()].fetch_max(n, Relaxed);
     }
 
     /// The count so far.
-    pub fn get(&self, c: Count) -> u64 {
-        self.0[c as usize].load(Relaxed)
+    pub fn get(&self, c: C) -> u64 {
+        self.0[c.into()].load(Relaxed)
     }
 
     /// A forked child starts its own account: its line says what it did.
@@ -79,7 +92,7 @@ impl Counters {
 }
 
 /// What the cache did in this process: the counters' one owner.
-pub static CACHE: Counters = Counters([const { AtomicU64::new(0) }; Count::N]);
+pub static CACHE: Counters<Count, { Count::N }> = Counters::new();
 
 fn gib(b: u64) -> f64 {
     b as f64 / (1u64 << 30) as f64

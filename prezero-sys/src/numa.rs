@@ -148,21 +148,7 @@ pub fn page_nodes(pages: &[*const u8]) -> io::Result<Vec<i32>> {
 ///
 /// pre: none.
 pub fn getcpu() -> io::Result<(u32, u32)> {
-    let (mut cpu, mut node) = (0u32, 0u32);
-    // SAFETY: both out-pointers are locals; the third argument (a cache) is
-    // unused by Linux since 2.6.24 and may be null.
-    let r = unsafe {
-        libc::syscall(
-            libc::SYS_getcpu,
-            &mut cpu as *mut u32,
-            &mut node as *mut u32,
-            std::ptr::null::<u8>(),
-        )
-    };
-    if r != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok((cpu, node))
+    Ok(crate::raw::getcpu()?)
 }
 
 /// The CPU the calling thread runs on now: `sched_getcpu`, which glibc

@@ -1,8 +1,8 @@
 //! What the lazy mode did, and its line at exit (`PREZERO_STATS=1`),
 //! beside the cache's.
 
+use crate::stats::Counters;
 use std::io::Write;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 /// What the lazy mode counts: one counter each, in [`LAZY`].
 #[derive(Clone, Copy)]
@@ -58,33 +58,14 @@ impl Count {
     const N: usize = Count::Contended as usize + 1;
 }
 
-/// One atomic per [`Count`], each added to with `Relaxed` (a count,
-/// ordering nothing), read at exit (and by `history.rs`).
-pub struct Counters([AtomicU64; Count::N]);
-
-impl Counters {
-    /// Adds `n` to `c`.
-    #[inline]
-    pub fn add(&self, c: Count, n: u64) {
-        self.0[c as usize].fetch_add(n, Relaxed);
-    }
-
-    /// The count so far.
-    pub fn get(&self, c: Count) -> u64 {
-        self.0[c as usize].load(Relaxed)
-    }
-
-    /// A forked child starts its own account. Every counter is in the
-    /// array, so none can be left out.
-    pub fn reset(&self) {
-        for c in &self.0 {
-            c.store(0, Relaxed);
-        }
+impl From<Count> for usize {
+    fn from(c: Count) -> usize {
+        c as usize
     }
 }
 
 /// What the lazy mode did in this process: the counters' one owner.
-pub static LAZY: Counters = Counters([const { AtomicU64::new(0) }; Count::N]);
+pub static LAZY: Counters<Count, { Count::N }> = Counters::new();
 
 /// The line, if the lazy mode did anything in this process.
 pub fn print() {

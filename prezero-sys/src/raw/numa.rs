@@ -253,9 +253,16 @@ pub fn current_cpu() -> Option<u32> {
 /// pre: none.
 pub fn current_node() -> Option<u32> {
     allowed().ok()?;
+    getcpu().ok().map(|(_, node)| node)
+}
+
+/// The CPU and node the calling thread runs on now (`getcpu`).
+///
+/// pre: none.
+pub fn getcpu() -> Result<(u32, u32), Errno> {
     let (mut cpu, mut node) = (0u32, 0u32);
-    // SAFETY: both out-pointers are locals; the third argument is unused
-    // since Linux 2.6.24 and may be null.
+    // SAFETY: both out-pointers are locals; the third argument (a cache) is
+    // unused since Linux 2.6.24 and may be null.
     let r = unsafe {
         libc::syscall(
             libc::SYS_getcpu,
@@ -264,7 +271,10 @@ pub fn current_node() -> Option<u32> {
             std::ptr::null::<u8>(),
         )
     };
-    (r == 0).then_some(node)
+    if r != 0 {
+        return Err(Errno::last());
+    }
+    Ok((cpu, node))
 }
 
 /// CPU masks: up to this many CPUs (`NR_CPUS` of Debian's x86_64 kernels;
