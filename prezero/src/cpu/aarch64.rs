@@ -42,7 +42,7 @@ fn midr() -> u32 {
     }
     // Linux prints the revision in decimal and the other fields in hex.
     let field = |name: &str, radix| {
-        super::cpuinfo_field(name)
+        crate::sys::cpuinfo_field(name)
             .and_then(|p| u32::from_str_radix(p.trim_start_matches("0x"), radix).ok())
             .unwrap_or(0)
     };
