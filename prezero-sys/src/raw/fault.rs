@@ -44,35 +44,28 @@ pub enum Kind {
     Stall,
 }
 
-const KINDS: [(Kind, &[u8]); 13] = [
-    (Kind::Mmap, b"mmap"),
-    (Kind::Madvise, b"madvise"),
-    (Kind::Mremap, b"mremap"),
-    (Kind::Munmap, b"munmap"),
-    (Kind::Mprotect, b"mprotect"),
-    (Kind::Thread, b"thread"),
-    (Kind::Userfaultfd, b"userfaultfd"),
-    (Kind::UffdRegister, b"uffd_register"),
-    (Kind::UffdCopy, b"uffd_copy"),
-    (Kind::UffdMove, b"uffd_move"),
-    (Kind::UffdWake, b"uffd_wake"),
-    (Kind::Pagemap, b"pagemap"),
-    (Kind::Stall, b"stall"),
+/// Each kind's name in a plan, in `Kind`'s order.
+const KINDS: [&[u8]; 13] = [
+    b"mmap",
+    b"madvise",
+    b"mremap",
+    b"munmap",
+    b"mprotect",
+    b"thread",
+    b"userfaultfd",
+    b"uffd_register",
+    b"uffd_copy",
+    b"uffd_move",
+    b"uffd_wake",
+    b"pagemap",
+    b"stall",
 ];
 
-/// The raw layer's plan.
-static PLAN: Plan<{ KINDS.len() }> = Plan::new(c"PREZERO_FAULT", names(), Some(print_counts));
+// A name for every kind, the last kind's the last.
+const _: () = assert!(Kind::Stall as usize + 1 == KINDS.len());
 
-/// Each kind's name in a plan, in `Kind`'s order.
-const fn names() -> [&'static [u8]; KINDS.len()] {
-    let mut out: [&[u8]; KINDS.len()] = [b""; KINDS.len()];
-    let mut i = 0;
-    while i < KINDS.len() {
-        out[i] = KINDS[i].1;
-        i += 1;
-    }
-    out
-}
+/// The raw layer's plan.
+static PLAN: Plan<{ KINDS.len() }> = Plan::new(c"PREZERO_FAULT", KINDS, Some(print_counts));
 
 /// Whether this call of `kind` is to fail; counts it.
 pub fn fails(kind: Kind) -> bool {
@@ -86,7 +79,7 @@ extern "C" fn print_counts() {
     let mut buf = [0u8; 512];
     let mut w = &mut buf[..];
     let _ = write!(w, "prezero-preload: pid {}: calls:", sys::getpid());
-    for (i, (_, name)) in KINDS.iter().enumerate() {
+    for (i, name) in KINDS.iter().enumerate() {
         let name = std::str::from_utf8(name).unwrap_or("?");
         let _ = write!(w, " {name} {}", PLAN.calls(i));
     }
